@@ -1,0 +1,414 @@
+"""Typed config machinery: dataclass trees built from YAML plus ``key.sub=value`` overrides.
+
+Every part of specrl describes its settings as a dataclass. This module builds those trees from plain
+dicts (type-checked and coerced, so ``lr: 1e-4`` in YAML becomes a float), applies command-line
+overrides, runs each dataclass's own ``validate()``, and writes configs back out atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import os
+import pathlib
+import tempfile
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar, Union
+
+import yaml
+
+T = TypeVar("T")
+
+_NONE_STRINGS = ("null", "none", "~", "")
+_TRUE_STRINGS = ("true", "yes", "on", "1")
+_FALSE_STRINGS = ("false", "no", "off", "0")
+
+
+class ConfigError(ValueError):
+    """A config value or key is wrong; the message names it, what was expected and the fix."""
+
+
+def require(ok: bool, key: str, value: Any, expected: str, fix: str = "") -> None:
+    """Helper for ``validate()`` methods: raise a ConfigError naming key, value, expectation and fix."""
+    if not ok:
+        msg = f"{key}={value!r} is invalid: expected {expected}"
+        raise ConfigError(f"{msg}; {fix}" if fix else msg)
+
+
+# dict -> dataclass
+
+def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
+    """Build dataclass ``cls`` from ``data``; nested mappings become nested dataclasses.
+
+    Keys missing from ``data`` keep the dataclass defaults. A nested dataclass field whose default is
+    an instance keeps that instance's values for keys that ``data`` does not set.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"from_dict expects a dataclass type, got {cls!r}")
+    if not isinstance(data, Mapping):
+        where = path or "<root>"
+        raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if key not in fields:
+            raise ConfigError(_unknown_key_message(str(key), list(fields), path))
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, value in data.items():
+        key = _join(path, name)
+        default = _field_default(fields[name])
+        if isinstance(value, Mapping) and dataclasses.is_dataclass(default):
+            value = _deep_merge(to_dict(default), value)
+        kwargs[name] = _coerce(hints[name], value, key)
+    for name, f in fields.items():
+        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"missing required config key '{_join(path, name)}' for {cls.__name__}")
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    """Check ``value`` against type annotation ``tp``, converting strings where unambiguous."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any or tp is object:
+        return value
+    if origin is Union or origin is types.UnionType:
+        return _coerce_union(args, value, key)
+    if origin is Literal:
+        return _coerce_literal(args, value, key)
+    if origin in (list, tuple) or tp in (list, tuple):
+        return _coerce_sequence(tp, value, key)
+    if origin is dict or tp is dict:
+        return _coerce_dict(args, value, key)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if isinstance(value, Mapping):
+            return from_dict(tp, value, key)
+        raise _type_error(key, value, f"a mapping of {tp.__name__} fields")
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return _coerce_enum(tp, value, key)
+    if tp in _SCALARS:
+        parse, expected = _SCALARS[tp]
+        try:
+            return parse(value)
+        except ValueError:
+            raise _type_error(key, value, expected) from None
+    if isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise _type_error(key, value, getattr(tp, "__name__", repr(tp)))
+
+
+def _coerce_union(args: tuple, value: Any, key: str) -> Any:
+    allows_none = type(None) in args
+    if value is None or (allows_none and isinstance(value, str) and value.strip().lower() in _NONE_STRINGS):
+        if allows_none:
+            return None
+        raise _type_error(key, value, "a value (null is not allowed here)")
+    options = [a for a in args if a is not type(None)]
+    if len(options) == 1:  # Optional[X]: let X's own error (e.g. an unknown nested key) through
+        return _coerce(options[0], value, key)
+    # the option matching the value's own type goes first, so ``int | str`` keeps "7" a str
+    options.sort(key=lambda o: type(value) is not o)
+    for option in options:
+        try:
+            return _coerce(option, value, key)
+        except ConfigError:
+            pass
+    names = " or ".join(_type_name(o) for o in options) + (" or null" if allows_none else "")
+    raise _type_error(key, value, names)
+
+
+def _coerce_literal(args: tuple, value: Any, key: str) -> Any:
+    if any(type(value) is type(a) and value == a for a in args):  # True must not match Literal[1]
+        return value
+    for arg in args:
+        try:
+            if _coerce(type(arg), value, key) == arg:
+                return arg
+        except ConfigError:
+            pass
+    raise _type_error(key, value, "one of " + ", ".join(repr(a) for a in args))
+
+
+def _coerce_sequence(tp: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(tp) or tp
+    args = typing.get_args(tp)
+    if isinstance(value, str):
+        value = _parse_yaml_scalar(value)
+    if not isinstance(value, (list, tuple)):
+        raise _type_error(key, value, f"a list ({_type_name(tp)})")
+    if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+        if len(value) != len(args):
+            raise _type_error(key, value, f"a list of exactly {len(args)} items ({_type_name(tp)})")
+        return tuple(_coerce(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    item_tp = args[0] if args else Any
+    items = [_coerce(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    return tuple(items) if origin is tuple else items
+
+
+def _coerce_dict(args: tuple, value: Any, key: str) -> dict:
+    if not isinstance(value, Mapping):
+        raise _type_error(key, value, "a mapping")
+    key_tp, val_tp = args if args else (Any, Any)
+    return {_coerce(key_tp, k, key): _coerce(val_tp, v, _join(key, str(k))) for k, v in value.items()}
+
+
+def _coerce_enum(tp: type[enum.Enum], value: Any, key: str) -> enum.Enum:
+    if isinstance(value, tp):
+        return value
+    for member in tp:
+        if value == member.value or (isinstance(value, str) and value.lower() == member.name.lower()):
+            return member
+    raise _type_error(key, value, "one of " + ", ".join(repr(m.value) for m in tp))
+
+
+def _number(v: Any) -> Any:
+    """Parse numeric strings ("3", "1e-4", "inf"); leave other values alone."""
+    if not isinstance(v, str):
+        return v
+    try:
+        return int(v)
+    except ValueError:
+        return float(v)
+
+
+def _to_bool(v: Any) -> bool:
+    low = v.strip().lower() if isinstance(v, str) else v
+    if v is True or low in _TRUE_STRINGS:
+        return True
+    if v is False or low in _FALSE_STRINGS:
+        return False
+    raise ValueError(v)
+
+
+def _to_int(v: Any) -> int:
+    v = _number(v)
+    if type(v) is float and v.is_integer():
+        return int(v)
+    if type(v) is not int:
+        raise ValueError(v)
+    return v
+
+
+def _to_float(v: Any) -> float:
+    v = _number(v)
+    if type(v) not in (int, float):
+        raise ValueError(v)
+    return float(v)
+
+
+def _to_str(v: Any) -> str:
+    if type(v) not in (str, int, float):  # numbers come from YAML, e.g. run_name: 2024
+        raise ValueError(v)
+    return str(v)
+
+
+def _to_path(v: Any) -> pathlib.Path:
+    if not isinstance(v, (str, pathlib.PurePath)):
+        raise ValueError(v)
+    return pathlib.Path(v)
+
+
+# type -> (parser raising ValueError, what the error message says was expected)
+_SCALARS: dict[type, tuple[Callable[[Any], Any], str]] = {
+    bool: (_to_bool, "a boolean (true/false)"),
+    int: (_to_int, "an integer"),
+    float: (_to_float, "a number such as 0.5 or 1e-4"),
+    str: (_to_str, "a string"),
+    pathlib.Path: (_to_path, "a path"),
+}
+
+
+# YAML file + overrides -> validated dataclass
+
+def load_config(cls: type[T], yaml_path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> T:
+    """Build ``cls`` from an optional YAML file, then ``key.sub=value`` overrides; validate the tree."""
+    data: dict[str, Any] = {}
+    if yaml_path is not None:
+        data = load_yaml(yaml_path)
+    for item in overrides or []:
+        key, value = parse_override(cls, item)
+        _set_dotted(data, key, value)
+    cfg = from_dict(cls, data)
+    validate_config(cfg)
+    return cfg
+
+
+def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a YAML mapping; an empty file is an empty mapping."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist; pass an existing YAML file") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys, got {type(data).__name__}")
+    return dict(data)
+
+
+def parse_override(cls: type, item: str) -> tuple[str, Any]:
+    """Split ``"a.b=value"`` into the key and its value.
+
+    Values go through ``yaml.safe_load`` (so ``[1, 2]`` is a list) except for string-typed fields,
+    which keep the raw text so ``name=yes`` stays ``"yes"``.
+    """
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not of the form key=value; write e.g. max_steps=10")
+    key, raw = item.split("=", 1)
+    key = key.strip().removeprefix("--")
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {item!r} has an empty key; write e.g. train.lr=1e-5")
+    if _is_str_field(cls, key) and raw.strip().lower() not in _NONE_STRINGS:
+        return key, raw
+    return key, _parse_yaml_scalar(raw)
+
+
+def _parse_yaml_scalar(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        return raw
+
+
+def _is_str_field(cls: type, dotted: str) -> bool:
+    """True when ``dotted`` names a field annotated ``str`` or ``str | None`` in the tree of ``cls``."""
+    tp: Any = cls
+    for part in dotted.split("."):
+        tp = _unwrap_optional(tp)
+        if not dataclasses.is_dataclass(tp):
+            return False
+        hints = typing.get_type_hints(tp)
+        if part not in hints:
+            return False
+        tp = hints[part]
+    return _unwrap_optional(tp) is str
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(options) == 1:
+            return options[0]
+    return tp
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            prefix = ".".join(parts[: i + 1])
+            raise ConfigError(f"override '{key}' sets a sub-key of '{prefix}', which is {child!r}, not a mapping")
+        node = child
+    node[parts[-1]] = value
+
+
+def validate_config(cfg: Any, path: str = "") -> None:
+    """Call ``validate()`` on every dataclass in the tree, children first; errors get the dotted path."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        items = value if isinstance(value, (list, tuple)) else [value]
+        for i, item in enumerate(items):
+            if dataclasses.is_dataclass(item) and not isinstance(item, type):
+                sub = _join(path, f.name) + (f"[{i}]" if isinstance(value, (list, tuple)) else "")
+                validate_config(item, sub)
+    check = getattr(cfg, "validate", None)
+    if callable(check):
+        try:
+            check()
+        except ConfigError as e:
+            if not path:
+                raise
+            raise ConfigError(f"in '{path}': {e}") from None
+
+
+# dataclass -> dict / YAML
+
+def to_dict(obj: Any) -> Any:
+    """Plain YAML-safe data (dicts, lists, scalars) from a dataclass tree."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, Mapping):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, pathlib.PurePath):
+        return str(obj)
+    return obj
+
+
+def dump_yaml(obj: Any, path: str | os.PathLike) -> None:
+    """Write ``obj`` (dataclass or mapping) as YAML atomically: temporary file, fsync, then rename."""
+    text = yaml.safe_dump(to_dict(obj), sort_keys=False, default_flow_style=False)
+    atomic_write_text(path, text)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so readers see either the old file or the whole new one."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# small helpers
+
+def _unknown_key_message(key: str, valid: list[str], path: str) -> str:
+    full = _join(path, key)
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f" (did you mean '{_join(path, close[0])}'?)" if close else ""
+    where = f"under '{path}'" if path else "at the top level"
+    return f"unknown config key '{full}'{hint}; valid keys {where}: {', '.join(sorted(valid))}"
+
+
+def _type_error(key: str, value: Any, expected: str) -> ConfigError:
+    return ConfigError(f"{key or '<root>'}={value!r} is invalid: expected {expected}")
+
+
+def _type_name(tp: Any) -> str:
+    return tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else str(tp).replace("typing.", "")
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in update.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else str(name)

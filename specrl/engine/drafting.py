@@ -1,0 +1,48 @@
+"""The interface between the engine and a drafter. The engine owns the target; a drafter owns its own
+state (caches, suffix trees) keyed by the sequence's cache slot."""
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+import torch
+
+from .sequence import Sequence
+
+
+class Proposal(NamedTuple):
+    tokens: torch.Tensor  # [B, K] long, padded past each length
+    lengths: torch.Tensor  # [B] long, <= the k asked for
+    probs: torch.Tensor | None  # [B, K, V] draft distributions q, or None for point drafts (q = one-hot)
+
+
+class TargetForward(NamedTuple):
+    """What the target computed in one forward, after acceptance. Row b's first `valid[b]` inputs are now
+    part of the sequence and `next_tokens[b, t]` is the token that follows input t."""
+    seqs: list[Sequence]
+    positions: torch.Tensor  # [B, T]
+    next_tokens: torch.Tensor  # [B, T]
+    valid: torch.Tensor  # [B]
+    hidden: tuple[torch.Tensor, ...]  # the target layers the drafter asked for, each [B, T, D]
+    last_hidden: torch.Tensor  # final normed hidden state [B, T, D]
+
+
+class Drafter(Protocol):
+    hidden_layers: tuple[int, ...]  # target layers whose outputs `observe` needs; () when none
+
+    def observe(self, fwd: TargetForward) -> None:
+        """Called after every target forward (prefill and verify) with the accepted part."""
+
+    def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
+        """Up to k[b] draft tokens that continue seqs[b].tokens."""
+
+    def release(self, seq: Sequence) -> None:
+        """The sequence finished; its slot will be reused."""
+
+
+def pad_proposals(drafts: list[list[int]], device) -> Proposal:
+    K = max((len(d) for d in drafts), default=0)
+    tokens = torch.zeros(len(drafts), K, dtype=torch.long)
+    for b, d in enumerate(drafts):
+        tokens[b, :len(d)] = torch.tensor(d, dtype=torch.long)
+    lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
+    return Proposal(tokens.to(device), lengths.to(device), None)

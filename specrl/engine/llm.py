@@ -1,0 +1,188 @@
+"""`LLM`: the vLLM-shaped front of the rollout engine. Glue between scheduler, runner and drafter."""
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from ..model import CausalLM, check_tokenizer_matches, load_model, load_tokenizer, resolve_dtype
+from ..spec.config import SpecConfig
+from .drafting import Drafter
+from .outputs import CompletionOutput, RequestOutput
+from .runner import ModelRunner
+from .sampling import SamplingParams
+from .scheduler import Scheduler
+from .sequence import Sequence, Status
+from .stats import EngineStats, Tracer
+from .steps import decode_step, prefill_step, spec_step
+
+_MASK63 = (1 << 63) - 1
+
+
+def mix_seed(seed: int, index: int) -> int:
+    x = (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9 + 1) & ((1 << 64) - 1)
+    x ^= x >> 31
+    return (x * 0x94D049BB133111EB) & _MASK63
+
+
+class LLM:
+    def __init__(self, model: str | Path | CausalLM, device: str = "cpu", dtype: str = "float32",
+                 spec: SpecConfig | None = None, max_num_seqs: int = 64, max_model_len: int | None = None,
+                 tokenizer: str | Path | None = None, trace_path: str | None = None, seed: int = 0):
+        if isinstance(model, CausalLM):
+            self.model = model.eval()
+        else:
+            self.model = load_model(model, device=device, dtype=resolve_dtype(dtype))
+        cfg = self.model.config
+        src = tokenizer or getattr(self.model, "source_path", None)
+        self.tokenizer = load_tokenizer(src) if src else None
+        if self.tokenizer is not None:
+            check_tokenizer_matches(self.tokenizer, cfg.vocab_size, str(src))
+        self.max_model_len = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+        self.max_num_seqs = max_num_seqs
+        self.spec = spec if spec is not None else SpecConfig()
+        self.drafter: Drafter | None = None
+        hidden_layers: tuple[int, ...] = ()
+        if self.spec.enabled:
+            from ..spec.registry import build_drafter
+            self.drafter = build_drafter(self.spec, self.model, max_num_seqs, self.max_model_len)
+            hidden_layers = tuple(self.drafter.hidden_layers)
+        self.runner = ModelRunner(self.model, max_num_seqs, self.max_model_len, hidden_layers)
+        self.stats_acc = EngineStats()
+        self.tracer = Tracer(trace_path, self.spec.method, cfg.num_params)
+        self._rng = random.Random(seed)
+        self._next_seq_id = 0
+
+    @property
+    def stats(self) -> dict:
+        return self.stats_acc.as_dict()
+
+    def reset_stats(self) -> None:
+        self.stats_acc = EngineStats()
+
+    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Weight sync from the trainer (same parameter names as the HF checkpoint)."""
+        self.runner.load_weights(state_dict)
+
+    # ---- generate -------------------------------------------------------------------------------------
+    def generate(self, prompts: list, params: SamplingParams | list[SamplingParams] | None = None,
+                 progress: bool = False) -> list[RequestOutput]:
+        token_prompts = self._encode(prompts)
+        params_list = self._params_list(params, len(token_prompts))
+        seqs = self._make_sequences(token_prompts, params_list)
+        self._run(seqs, progress)
+        return self._outputs(prompts, token_prompts, seqs)
+
+    def _encode(self, prompts: list) -> list[list[int]]:
+        if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
+            raise ValueError("prompts is empty: pass a non-empty list of strings or of token-id lists")
+        out = []
+        for i, p in enumerate(prompts):
+            if isinstance(p, str):
+                if self.tokenizer is None:
+                    raise ValueError(f"prompt {i} is a string but the model has no tokenizer.json; pass token "
+                                     "ids or LLM(..., tokenizer=DIR)")
+                ids = self.tokenizer.encode(p).ids
+            else:
+                ids = [int(t) for t in p]
+            if not ids:
+                raise ValueError(f"prompt {i} is empty: every prompt needs at least one token")
+            if len(ids) >= self.max_model_len:
+                raise ValueError(f"prompt {i} has {len(ids)} tokens but the context limit is {self.max_model_len} "
+                                 f"(prompt + at least 1 new token): shorten the prompt or raise max_model_len")
+            bad = [t for t in ids if not 0 <= t < self.model.config.vocab_size]
+            if bad:
+                raise ValueError(f"prompt {i} has token ids {bad[:5]} outside the vocabulary "
+                                 f"[0, {self.model.config.vocab_size})")
+            out.append(ids)
+        return out
+
+    @staticmethod
+    def _params_list(params, n: int) -> list[SamplingParams]:
+        if params is None:
+            params = SamplingParams()
+        if isinstance(params, SamplingParams):
+            return [params] * n
+        if len(params) != n:
+            raise ValueError(f"got {len(params)} SamplingParams for {n} prompts: pass one, or one per prompt")
+        return list(params)
+
+    def _make_sequences(self, prompts: list[list[int]], params_list: list[SamplingParams]) -> list[Sequence]:
+        seqs = []
+        eos = set(self.model.config.eos_token_id)
+        for r, (prompt, sp) in enumerate(zip(prompts, params_list)):
+            base = sp.seed if sp.seed is not None else self._rng.getrandbits(62)
+            stop = frozenset(sp.stop_token_ids or ()) | (frozenset() if sp.ignore_eos else frozenset(eos))
+            for j in range(sp.n):
+                seqs.append(Sequence(self._next_seq_id, r, j, prompt, sp, mix_seed(base, j), self.max_model_len,
+                                     stop_ids=stop))
+                self._next_seq_id += 1
+        return seqs
+
+    def _run(self, seqs: list[Sequence], progress: bool) -> None:
+        scheduler = Scheduler(self.max_num_seqs)
+        scheduler.add(seqs)
+        bar = _progress(progress, len(seqs))
+        while not scheduler.done:
+            self.step(scheduler)
+            if bar is not None:
+                bar[0].update(bar[1], completed=sum(s.status is Status.FINISHED for s in seqs))
+        if bar is not None:
+            bar[0].stop()
+        self.tracer.close()
+
+    def step(self, scheduler: Scheduler) -> None:
+        t0 = time.perf_counter()
+        groups = scheduler.admit()
+        if groups:
+            prefill_step(self.runner, groups, self.drafter, self.stats_acc)
+            dt = time.perf_counter() - t0
+            self.stats_acc.prefill_s += dt
+            self.tracer.record(phase="prefill", active=sum(map(len, groups)), tokens_in=sum(len(g[0].prompt) for g in groups),
+                               k=0, draft_tokens=0, accepted_tokens=0, emitted_tokens=sum(map(len, groups)),
+                               draft_s=0.0, verify_s=dt, other_s=0.0, context_len_mean=_mean_len(scheduler.running))
+        else:
+            self._decode(scheduler.running, t0)
+        for seq in scheduler.retire_finished():
+            if self.drafter is not None:
+                self.drafter.release(seq)
+
+    def _decode(self, running: list[Sequence], t0: float) -> None:
+        ctx = _mean_len(running)
+        if self.drafter is None:
+            decode_step(self.runner, running, self.stats_acc)
+            dt = time.perf_counter() - t0
+            self.stats_acc.verify_s += dt
+            self.tracer.record(phase="decode", active=len(running), tokens_in=len(running), k=0, draft_tokens=0,
+                               accepted_tokens=0, emitted_tokens=len(running), draft_s=0.0, verify_s=dt,
+                               other_s=0.0, context_len_mean=ctx)
+            return
+        k = [self.spec.num_speculative_tokens] * len(running)
+        row = spec_step(self.runner, self.drafter, running, k, self.stats_acc)
+        other = time.perf_counter() - t0 - row["draft_s"] - row["verify_s"]
+        self.stats_acc.other_s += other
+        self.tracer.record(phase="spec", active=len(running), other_s=other, context_len_mean=ctx, **row)
+
+    def _outputs(self, prompts, token_prompts, seqs) -> list[RequestOutput]:
+        by_request: dict[int, list[CompletionOutput]] = {}
+        for s in seqs:
+            text = self.tokenizer.decode(s.output) if self.tokenizer is not None else None
+            by_request.setdefault(s.request_id, []).append(
+                CompletionOutput(s.sample_index, list(s.output), list(s.logprobs), s.finish_reason.value, text))
+        return [RequestOutput(r, p if isinstance(p, str) else None, token_prompts[r], by_request[r])
+                for r, p in enumerate(prompts)]
+
+
+def _mean_len(seqs: list[Sequence]) -> float:
+    return sum(s.num_tokens for s in seqs) / max(len(seqs), 1)
+
+
+def _progress(enabled: bool, total: int):
+    if not enabled:
+        return None
+    from rich.progress import Progress
+    bar = Progress(transient=True)
+    bar.start()
+    return bar, bar.add_task("generating", total=total)

@@ -1,0 +1,66 @@
+"""Owns the target model and its position-indexed KV cache; does all of the engine's tensor work."""
+from __future__ import annotations
+
+import torch
+
+from ..model import CausalLM, ModelOutput
+
+# Verify forwards write up to k drafts past a sequence's budget; the spare room keeps those writes in bounds.
+MAX_SPEC_TOKENS = 16
+
+
+class ModelRunner:
+    def __init__(self, model: CausalLM, num_slots: int, max_len: int, hidden_layers: tuple[int, ...] = ()):
+        self.model = model
+        self.hidden_layers = hidden_layers
+        cfg = model.config
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        shape = (num_slots, cfg.num_kv_heads, max_len + MAX_SPEC_TOKENS + 1, cfg.head_dim)
+        self.cache = [(torch.zeros(shape, device=self.device, dtype=self.dtype),
+                       torch.zeros(shape, device=self.device, dtype=self.dtype)) for _ in range(cfg.num_layers)]
+
+    @property
+    def want_full_hidden(self) -> bool:
+        return -1 in self.hidden_layers
+
+    @torch.inference_mode()
+    def prefill(self, prompts: list[list[int]], slots: list[int]) -> ModelOutput:
+        """Right-padded batch of prompts, one slot each. Pad positions write past the prompt, where the
+        first decode step overwrites them before any query can read them."""
+        T = max(len(p) for p in prompts)
+        ids = torch.zeros(len(prompts), T, dtype=torch.long)
+        for b, p in enumerate(prompts):
+            ids[b, :len(p)] = torch.tensor(p)
+        ids = ids.to(self.device)
+        positions = torch.arange(T, device=self.device).expand(len(prompts), T)  # [G, T]
+        last = torch.tensor([len(p) - 1 for p in prompts], device=self.device)[:, None]  # [G, 1]
+        out = self.model(ids, positions, self.cache, torch.tensor(slots, device=self.device),
+                         hidden_layers=self.hidden_layers, logits_index=None if self.want_full_hidden else last)
+        if self.want_full_hidden:  # logits of the last prompt token only
+            out = out._replace(logits=out.logits.gather(1, last[..., None].expand(-1, -1, out.logits.shape[-1])))
+        return out
+
+    @torch.inference_mode()
+    def copy_slot(self, src: int, dsts: list[int], length: int) -> None:
+        """n samples of one prompt share its prefill: copy the prompt's cache rows to the siblings."""
+        if not dsts:
+            return
+        dst = torch.tensor(dsts, device=self.device)
+        for k, v in self.cache:
+            k[dst, :, :length] = k[src, :, :length]
+            v[dst, :, :length] = v[src, :, :length]
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> ModelOutput:
+        """tokens, positions: [B, T] -> logits [B, T, V]."""
+        return self.model(tokens, positions, self.cache, slots, hidden_layers=self.hidden_layers)
+
+    @torch.no_grad()
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Weight sync from a trainer: copy in place, so the cache and any captured graphs stay valid."""
+        own = self.model.state_dict()
+        for name, tensor in state_dict.items():
+            if name not in own:
+                raise KeyError(f"weight {name!r} is not a parameter of the engine's model")
+            own[name].copy_(tensor)

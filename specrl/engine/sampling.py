@@ -1,0 +1,112 @@
+"""Sampling parameters and the pure tensor functions that turn logits into tokens.
+
+Randomness is counter-based: the uniform that picks the token at position p of sequence s is a hash of
+(seed_s, p, stream). A sample therefore depends only on its own seed and the logits, never on which other
+sequences share the batch or how the scheduler packed them, which makes runs reproducible.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# hash streams: one per use of randomness at a position
+STREAM_SAMPLE, STREAM_ACCEPT, STREAM_RESIDUAL = 0, 1, 2
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 16
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    seed: int | None = None
+
+    def __post_init__(self):
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature={self.temperature} must be >= 0 (0 means greedy)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1]; use 1.0 to disable nucleus sampling")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"top_k={self.top_k} must be -1 (disabled) or >= 1")
+        if self.n < 1:
+            raise ValueError(f"n={self.n} must be >= 1 (samples per prompt)")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens={self.max_tokens} must be >= 1")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def _to_signed(x: int) -> int:
+    x &= _MASK64
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+_C1, _C2, _C3 = (_to_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def _shr(x: torch.Tensor, n: int) -> torch.Tensor:
+    """Logical right shift on int64 (torch's >> is arithmetic)."""
+    return (x >> n) & ((1 << (64 - n)) - 1)
+
+
+def hash_uniform(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
+    """splitmix64 of (seed, position, stream) -> uniform in (0, 1), float64. seeds: [B], positions: [B, T]."""
+    x = seeds[:, None] * _C1 + positions * _C2 + _to_signed((stream + 1) * 0x94D049BB133111EB)  # [B, T] wraps mod 2^64
+    x = (x ^ _shr(x, 30)) * _C2
+    x = (x ^ _shr(x, 27)) * _C3
+    x = x ^ _shr(x, 31)
+    return (_shr(x, 11).double() + 0.5) * (2.0 ** -53)
+
+
+def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                 top_p: torch.Tensor) -> torch.Tensor:
+    """The distribution a token is sampled from. logits: [B, T, V]; temperature/top_k/top_p: [B].
+    Greedy rows (temperature 0) become one-hot on the argmax."""
+    logits = logits.float()
+    greedy = temperature == 0
+    temp = torch.where(greedy, torch.ones_like(temperature), temperature)
+    scaled = logits / temp[:, None, None]  # [B, T, V]
+    V = logits.shape[-1]
+    k = torch.where(top_k < 0, torch.full_like(top_k, V), top_k.clamp(max=V))
+    if bool((k < V).any()) or bool((top_p < 1).any()):
+        scaled = _filter_top_k_top_p(scaled, k, top_p)
+    probs = torch.softmax(scaled, dim=-1)  # [B, T, V]
+    if bool(greedy.any()):
+        one_hot = torch.zeros_like(probs).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        probs = torch.where(greedy[:, None, None], one_hot, probs)
+    return probs
+
+
+def _filter_top_k_top_p(scaled: torch.Tensor, k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    sorted_logits, order = scaled.sort(dim=-1, descending=True)  # [B, T, V]
+    rank = torch.arange(scaled.shape[-1], device=scaled.device)
+    drop = rank[None, None, :] >= k[:, None, None]  # outside top-k
+    probs = torch.softmax(sorted_logits.masked_fill(drop, float("-inf")), dim=-1)
+    mass_before = probs.cumsum(-1) - probs  # mass of strictly better tokens
+    drop |= mass_before >= top_p[:, None, None]  # nucleus: keep the smallest prefix reaching top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.full_like(scaled, float("-inf")).scatter(-1, order, sorted_logits)
+
+
+def sample_from(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling. probs: [..., V] (need not be normalised), u: [...] in (0, 1) -> [...] long."""
+    cdf = probs.double().cumsum(-1)  # [..., V]
+    target = (u * cdf[..., -1]).unsqueeze(-1)
+    idx = (cdf < target).sum(-1)
+    # rounding can push idx past the last token with mass; fall back to that token
+    last_nonzero = (probs > 0).long().cumsum(-1).argmax(-1)
+    return torch.minimum(idx, last_nonzero)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """Log-prob of `tokens` [B, T] under softmax(logits / T) [B, T, V]; greedy rows use T = 1."""
+    temp = torch.where(temperature == 0, torch.ones_like(temperature), temperature)
+    logp = torch.log_softmax(logits.float() / temp[:, None, None], dim=-1)
+    return logp.gather(-1, tokens[..., None]).squeeze(-1)

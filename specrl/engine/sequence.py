@@ -1,0 +1,67 @@
+"""One sample's state. Pure bookkeeping: no tensors."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .sampling import SamplingParams
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"
+    LENGTH = "length"
+
+
+@dataclass(eq=False)
+class Sequence:
+    seq_id: int
+    request_id: int  # index of the prompt; the n samples of a prompt share it (GRPO siblings)
+    sample_index: int
+    prompt: list[int]
+    params: SamplingParams
+    seed: int
+    max_len: int  # context limit of the engine
+    output: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    status: Status = Status.WAITING
+    finish_reason: FinishReason | None = None
+    slot: int | None = None
+    stop_ids: frozenset[int] = frozenset()
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    @property
+    def budget(self) -> int:
+        """How many more tokens this sequence may generate (max_tokens and the context limit)."""
+        return min(self.params.max_tokens - len(self.output), self.max_len - self.num_tokens)
+
+    def append(self, tokens: list[int], logprobs: list[float]) -> int:
+        """Appends tokens until a stop token or the budget ends the sequence; returns how many were kept."""
+        kept = 0
+        for tok, lp in zip(tokens, logprobs):
+            self.output.append(tok)
+            self.logprobs.append(lp)
+            kept += 1
+            if tok in self.stop_ids:
+                self.finish(FinishReason.STOP)
+                break
+            if self.budget <= 0:
+                self.finish(FinishReason.LENGTH)
+                break
+        return kept
+
+    def finish(self, reason: FinishReason) -> None:
+        self.status = Status.FINISHED
+        self.finish_reason = reason

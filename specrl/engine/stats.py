@@ -1,0 +1,56 @@
+"""Counters the engine keeps across generate() calls, and the per-step trace."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+MAX_POS = 16
+
+
+@dataclass
+class EngineStats:
+    generated_tokens: int = 0
+    prefill_tokens: int = 0
+    target_forwards: int = 0
+    seq_forwards: int = 0  # sum over decode/verify forwards of the sequences in them
+    decode_tokens: int = 0  # tokens emitted by decode/verify forwards
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    drafted_at: list[int] = field(default_factory=lambda: [0] * MAX_POS)
+    accepted_at: list[int] = field(default_factory=lambda: [0] * MAX_POS)
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    other_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if not isinstance(v, list)}
+        d["acceptance_length"] = self.decode_tokens / max(self.seq_forwards, 1)
+        d["acceptance_rate"] = self.accepted_tokens / max(self.draft_tokens, 1)
+        n = max((i + 1 for i, c in enumerate(self.drafted_at) if c), default=0)
+        d["acceptance_rate_per_pos"] = [a / max(c, 1) for a, c in zip(self.accepted_at[:n], self.drafted_at[:n])]
+        d["total_s"] = self.prefill_s + self.draft_s + self.verify_s + self.other_s
+        return d
+
+
+class Tracer:
+    """Appends one JSON row per engine step (the simulator fits on these)."""
+
+    def __init__(self, path: str | None, method: str | None, model_params: int):
+        self.file = open(path, "a") if path else None
+        self.method, self.model_params = method, model_params
+        self.step = 0
+        self.t0 = time.perf_counter()
+
+    def record(self, **row) -> None:
+        if self.file is None:
+            return
+        row = {"step": self.step, "t": time.perf_counter() - self.t0, "method": self.method,
+               "model_params": self.model_params, **row}
+        self.file.write(json.dumps(row) + "\n")
+        self.step += 1
+
+    def close(self) -> None:
+        if self.file:
+            self.file.flush()

@@ -1,0 +1,120 @@
+"""The engine's three kinds of step, as tensor work over a list of running sequences.
+
+Each samples with `hash_uniform(seed, absolute position, stream)`, so the token drawn at a position does not
+depend on how the step was batched; a speculative step that proposes nothing is a plain decode step.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..spec.verify import draft_q, verify
+from .drafting import Drafter, TargetForward
+from .runner import ModelRunner
+from .sampling import STREAM_ACCEPT, STREAM_SAMPLE, hash_uniform, sample_from, target_probs, token_logprobs
+from .sequence import Sequence
+from .stats import EngineStats
+
+
+def batch_params(seqs: list[Sequence], device):
+    temperature = torch.tensor([s.params.temperature for s in seqs], dtype=torch.float32, device=device)
+    top_k = torch.tensor([s.params.top_k for s in seqs], dtype=torch.long, device=device)
+    top_p = torch.tensor([s.params.top_p for s in seqs], dtype=torch.float32, device=device)
+    seeds = torch.tensor([s.seed for s in seqs], dtype=torch.long, device=device)
+    return temperature, top_k, top_p, seeds
+
+
+def prefill_step(runner: ModelRunner, groups: list[list[Sequence]], drafter: Drafter | None,
+                 stats: EngineStats) -> None:
+    # step 1: one forward per distinct prompt; siblings get a copy of its cache rows
+    out = runner.prefill([g[0].prompt for g in groups], [g[0].slot for g in groups])
+    for g in groups:
+        runner.copy_slot(g[0].slot, [s.slot for s in g[1:]], len(g[0].prompt))
+    seqs = [s for g in groups for s in g]
+    rep = torch.tensor([i for i, g in enumerate(groups) for _ in g], device=runner.device)  # [N]
+    # step 2: each sample draws its first token with its own seed
+    logits = out.logits[rep]  # [N, 1, V]
+    temperature, top_k, top_p, seeds = batch_params(seqs, runner.device)
+    positions = torch.tensor([[len(s.prompt)] for s in seqs], device=runner.device)  # [N, 1]
+    tokens = sample_from(target_probs(logits, temperature, top_k, top_p),
+                         hash_uniform(seeds, positions, STREAM_SAMPLE))  # [N, 1]
+    logprobs = token_logprobs(logits, tokens, temperature)  # [N, 1]
+    for s, t, lp in zip(seqs, tokens[:, 0].tolist(), logprobs[:, 0].tolist()):
+        s.append([t], [lp])
+    stats.prefill_tokens += sum(len(g[0].prompt) for g in groups)
+    stats.generated_tokens += len(seqs)
+    stats.target_forwards += 1
+    # step 3: the drafter sees the prompt's hidden states, each input paired with the token after it
+    if drafter is not None:
+        T = max(len(g[0].prompt) for g in groups)
+        next_tokens = torch.zeros(len(seqs), T, dtype=torch.long)
+        for b, s in enumerate(seqs):
+            next_tokens[b, :len(s.prompt)] = torch.tensor(s.prompt[1:] + s.output[:1])
+        drafter.observe(TargetForward(
+            seqs, torch.arange(T, device=runner.device).expand(len(seqs), T), next_tokens.to(runner.device),
+            torch.tensor([len(s.prompt) for s in seqs], device=runner.device),
+            tuple(h[rep] for h in out.hidden), out.last_hidden[rep]))
+
+
+def decode_step(runner: ModelRunner, seqs: list[Sequence], stats: EngineStats) -> None:
+    device = runner.device
+    tokens = torch.tensor([[s.tokens[-1]] for s in seqs], device=device)  # [B, 1]
+    positions = torch.tensor([[s.num_tokens - 1] for s in seqs], device=device)  # [B, 1]
+    slots = torch.tensor([s.slot for s in seqs], device=device)
+    logits = runner.forward(tokens, positions, slots).logits  # [B, 1, V]
+    temperature, top_k, top_p, seeds = batch_params(seqs, device)
+    new = sample_from(target_probs(logits, temperature, top_k, top_p),
+                      hash_uniform(seeds, positions + 1, STREAM_SAMPLE))  # [B, 1]
+    logprobs = token_logprobs(logits, new, temperature)  # [B, 1]
+    for s, t, lp in zip(seqs, new[:, 0].tolist(), logprobs[:, 0].tolist()):
+        s.append([t], [lp])
+    stats.generated_tokens += len(seqs)
+    stats.decode_tokens += len(seqs)
+    stats.seq_forwards += len(seqs)
+    stats.target_forwards += 1
+
+
+def spec_step(runner: ModelRunner, drafter: Drafter, seqs: list[Sequence], k: list[int],
+              stats: EngineStats) -> dict:
+    device = runner.device
+    # step 1: draft; never more than the sequence may still emit minus the bonus token
+    t0 = time.perf_counter()
+    ks = [max(0, min(ki, s.budget - 1)) for ki, s in zip(k, seqs)]
+    prop = drafter.propose(seqs, ks)
+    t1 = time.perf_counter()
+    # step 2: verify [last token, drafts...] for every sequence in one forward
+    B, K = prop.tokens.shape
+    last = torch.tensor([[s.tokens[-1]] for s in seqs], device=device)  # [B, 1]
+    start = torch.tensor([s.num_tokens for s in seqs], device=device)  # [B] position of the first new token
+    positions = (start - 1)[:, None] + torch.arange(K + 1, device=device)  # [B, K+1]
+    slots = torch.tensor([s.slot for s in seqs], device=device)
+    out = runner.forward(torch.cat([last, prop.tokens], dim=1), positions, slots)
+    temperature, top_k, top_p, seeds = batch_params(seqs, device)
+    p = target_probs(out.logits, temperature, top_k, top_p)  # [B, K+1, V]
+    q = draft_q(prop.tokens, prop.probs, prop.lengths, p.shape[-1])  # [B, K, V]
+    verdict = verify(p, prop.tokens, q, hash_uniform(seeds, positions[:, 1:], STREAM_ACCEPT),
+                     hash_uniform(seeds, positions + 1, STREAM_SAMPLE))
+    logprobs = token_logprobs(out.logits, verdict.tokens, temperature)  # [B, K+1]
+    t2 = time.perf_counter()
+    # step 3: each sequence advances by its accepted drafts + 1, cut at a stop token or its budget
+    n_acc, toks, lps = verdict.num_accepted.tolist(), verdict.tokens.tolist(), logprobs.tolist()
+    kept = [s.append(toks[b][:n_acc[b] + 1], lps[b][:n_acc[b] + 1]) for b, s in enumerate(seqs)]
+    drafter.observe(TargetForward(seqs, positions, verdict.tokens, torch.tensor(kept, device=device),
+                                  out.hidden, out.last_hidden))
+    lengths = prop.lengths.tolist()
+    for length, acc in zip(lengths, n_acc):
+        for i in range(length):
+            stats.drafted_at[i] += 1
+            stats.accepted_at[i] += i < acc
+    emitted = sum(kept)
+    stats.generated_tokens += emitted
+    stats.decode_tokens += emitted
+    stats.seq_forwards += B
+    stats.target_forwards += 1
+    stats.draft_tokens += sum(lengths)
+    stats.accepted_tokens += sum(n_acc)
+    stats.draft_s += t1 - t0
+    stats.verify_s += t2 - t1
+    return {"k": max(ks, default=0), "draft_tokens": sum(lengths), "accepted_tokens": sum(n_acc),
+            "emitted_tokens": emitted, "tokens_in": B * (K + 1), "draft_s": t1 - t0, "verify_s": t2 - t1}

@@ -1,0 +1,67 @@
+"""Llama / Qwen2 / Qwen3 decoder with HF-compatible parameter names."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from .config import ModelConfig
+from .layers import KV, DecoderLayer, RMSNorm, rope_cos_sin
+
+
+class ModelOutput(NamedTuple):
+    logits: torch.Tensor | None  # [B, T, V]
+    hidden: tuple[torch.Tensor, ...]  # outputs of the requested layers, each [B, T, D]
+    last_hidden: torch.Tensor  # final normed hidden state [B, T, D]
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class CausalLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.model = Decoder(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.mtp = None
+        if cfg.num_mtp_modules:
+            from .mtp import MTPStack  # optional DeepSeek-V3 style heads, stored with the policy
+            self.mtp = MTPStack(cfg)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_tokens(ids)
+
+    def lm_head_logits(self, h: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(h)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None,
+                kv_cache: list[KV] | None = None, slots: torch.Tensor | None = None,
+                hidden_layers: tuple[int, ...] = (), logits_index: torch.Tensor | None = None,
+                compute_logits: bool = True) -> ModelOutput:
+        """input_ids, positions: [B, T]. With `kv_cache` (one (k, v) pair per layer) and `slots` [B],
+        keys/values are written at (slot, position) and attention reads the cache. `logits_index` [B, N]
+        selects the time steps whose logits are computed (saves the lm_head on prompt tokens)."""
+        B, T = input_ids.shape
+        if positions is None:
+            positions = torch.arange(T, device=input_ids.device).expand(B, T)
+        x = self.model.embed_tokens(input_ids)  # [B, T, D]
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        hidden = []
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, positions, None if kv_cache is None else kv_cache[i], slots)
+            if i in hidden_layers:
+                hidden.append(x)
+        if logits_index is not None:
+            x = x.gather(1, logits_index[..., None].expand(-1, -1, x.shape[-1]))  # [B, N, D]
+        x = self.model.norm(x)
+        logits = self.lm_head(x) if compute_logits else None
+        return ModelOutput(logits, tuple(hidden), x)

@@ -1,0 +1,116 @@
+"""Hugging Face checkpoint directories: config.json, (sharded) safetensors, tokenizer files.
+
+Only safetensors are read: a pickled checkpoint (pytorch_model.bin) is refused, never unpickled.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..io import atomic_dir
+from .causal_lm import CausalLM
+from .config import ModelConfig
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_dtype(dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def check_checkpoint_dir(path: str | Path) -> Path:
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        hint = "" if path.exists() else " (the directory does not exist)"
+        raise FileNotFoundError(
+            f"no Hugging Face checkpoint at {str(path)!r}{hint}: expected config.json and *.safetensors. "
+            "Pass a checkpoint directory, or run `specrl pretrain` for the embedded policy.")
+    return path
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = sorted(p.name for p in path.glob("*.safetensors"))
+    if not files:
+        pickled = [p.name for p in path.glob("*.bin")] + [p.name for p in path.glob("*.pt")]
+        extra = f" Found {pickled}: specrl never unpickles weights; convert them to safetensors." if pickled else ""
+        raise FileNotFoundError(f"no *.safetensors weights in {str(path)!r}.{extra}")
+    state = {}
+    for name in files:
+        state.update(load_file(str(path / name)))
+    return state
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu", dtype="float32") -> CausalLM:
+    path = check_checkpoint_dir(path)
+    cfg = ModelConfig.from_hf(json.loads((path / "config.json").read_text()))
+    state = read_state_dict(path)
+    if cfg.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    with torch.device("meta"):
+        model = CausalLM(cfg)
+    model = model.to_empty(device=device)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {str(path)!r} does not match its config: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.source_path = str(path)
+    return model.to(device=device, dtype=resolve_dtype(dtype)).eval()
+
+
+def save_model(model: CausalLM, path: str | Path, tokenizer_dir: str | Path | None = None,
+               dtype=None, max_shard_bytes: int = 2 << 30, extra_files: dict[str, str] | None = None) -> Path:
+    """Writes an HF directory atomically. `dtype` casts the stored weights (e.g. bf16 to ship small)."""
+    state = {k: v.detach().to("cpu", resolve_dtype(dtype) if dtype else v.dtype).contiguous()
+             for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    hf = model.config.to_hf()
+    hf["torch_dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")
+    src = Path(tokenizer_dir) if tokenizer_dir else Path(getattr(model, "source_path", "") or "/nonexistent")
+    with atomic_dir(path) as tmp:
+        (tmp / "config.json").write_text(json.dumps(hf, indent=2))
+        shards = shard_state(state, max_shard_bytes)
+        if len(shards) == 1:
+            save_file(shards[0], str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        else:
+            weight_map = {}
+            for i, shard in enumerate(shards):
+                name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+                save_file(shard, str(tmp / name), metadata={"format": "pt"})
+                weight_map.update({k: name for k in shard})
+            (tmp / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+        for name in TOKENIZER_FILES:
+            if (src / name).is_file():
+                shutil.copy(src / name, tmp / name)
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text)
+    return Path(path)
+
+
+def shard_state(state: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
+    shards, size = [{}], 0
+    for k, v in state.items():
+        nbytes = v.numel() * v.element_size()
+        if shards[-1] and size + nbytes > max_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][k] = v
+        size += nbytes
+    return shards

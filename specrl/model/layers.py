@@ -1,0 +1,112 @@
+"""Decoder building blocks shared by the policy, the draft model, EAGLE-3 and MTP heads.
+
+Attention writes its keys/values into a position-indexed cache when one is given: slot `s`, position
+`p` lives at `k_cache[s, :, p]`. Queries attend to every cached position <= their own, so entries a
+rejected draft left behind are never read: the next forward overwrites them first.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+
+KV = tuple[torch.Tensor, torch.Tensor]  # k_cache, v_cache: [S, Hkv, L, D] each
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    freqs = positions.float()[..., None] * inv_freq  # [B, T, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, D]
+    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]  # [B, 1, T, D]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def cached_attention(q, k, v, kv: KV, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """q: [B, H, T, D]; k, v: [B, Hkv, T, D]; slots: [B]; positions: [B, T] -> [B, H, T, D]."""
+    k_cache, v_cache = kv
+    slot_idx = slots[:, None].expand_as(positions)  # [B, T]
+    k_cache[slot_idx, :, positions] = k.transpose(1, 2)  # write [B, T, Hkv, D]
+    v_cache[slot_idx, :, positions] = v.transpose(1, 2)
+    length = int(positions.max()) + 1
+    keys = k_cache[slots, :, :length]  # [B, Hkv, L, D]
+    values = v_cache[slots, :, :length]  # [B, Hkv, L, D]
+    key_pos = torch.arange(length, device=q.device)
+    mask = key_pos[None, None, :] <= positions[:, :, None]  # [B, T, L]
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask[:, None], enable_gqa=True)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        hd, bias = cfg.head_dim, cfg.qkv_bias
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, hd
+        self.rope_theta = cfg.rope_theta
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * hd, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * hd, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * hd, bias=bias)
+        self.o_proj = nn.Linear(cfg.num_heads * hd, cfg.hidden_size, bias=False)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)  # [B, T, H, D]
+        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)  # [B, T, Hkv, D]
+        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q.transpose(1, 2), cos, sin)  # [B, H, T, D]
+        k = apply_rope(k.transpose(1, 2), cos, sin)  # [B, Hkv, T, D]
+        v = v.transpose(1, 2)
+        if kv is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            out = cached_attention(q, k, v, kv, slots, positions)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, positions, kv, slots)
+        return x + self.mlp(self.post_attention_layernorm(x))

@@ -1,0 +1,19 @@
+"""Tokenizer loading (HF `tokenizer.json` through the `tokenizers` library) and vocabulary checks."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer | None:
+    file = Path(path) / "tokenizer.json"
+    return Tokenizer.from_file(str(file)) if file.is_file() else None
+
+
+def check_tokenizer_matches(tokenizer: Tokenizer, vocab_size: int, where: str) -> None:
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    if size > vocab_size:
+        raise ValueError(
+            f"the tokenizer in {where!r} has {size} tokens but the model's vocab_size is {vocab_size}: "
+            "they do not belong together. Use the tokenizer saved with this checkpoint.")

@@ -1,0 +1,133 @@
+"""Discrete-event simulation of one rollout replica's continuous batching.
+
+All sequences of a replica advance in lockstep, one engine iteration at a time, so the simulation is
+indexed by iteration: (1) each sequence's number of iterations comes from its sampled length and,
+with SD, from the acceptance model; (2) a slot schedule gives each its start iteration; (3) batch
+size, KV context and tokens fed per iteration follow from difference arrays; (4) the cost model turns
+those into iteration times. Every step is a vectorised numpy pass, so no per-token Python loop.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from specrl.sim import cost
+from specrl.sim.acceptance import AcceptanceModel
+from specrl.sim.hardware import HardwareSpec
+from specrl.sim.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class Engine:
+    hw: HardwareSpec
+    model: ModelSpec
+    tp: int = 1
+
+
+@dataclass(frozen=True)
+class SDSetting:
+    acceptance: AcceptanceModel
+    draft_frac: float = 0.0  # drafter forward cost / target decode forward cost, per draft token
+    adaptive_max_batch: int | None = None  # SD only while active sequences <= this (None: always)
+
+
+class ReplicaTrace(NamedTuple):
+    t: np.ndarray  # [J] seconds per iteration
+    active: np.ndarray  # [J] sequences in the batch
+    emitted: np.ndarray  # [J] tokens emitted (approximate within an SD phase)
+    spec: np.ndarray  # [J] bool, iteration ran SD
+    tokens_in: np.ndarray  # [J] tokens fed to the target forward
+    ctx_sum: np.ndarray  # [J] summed context length of the batch
+    draft_t: np.ndarray  # [J] part of t spent drafting
+
+    @property
+    def time_s(self) -> float:
+        return float(self.t.sum())
+
+    @property
+    def busy_slot_s(self) -> float:
+        return float(np.dot(self.t, self.active))
+
+
+def slot_starts(iters: np.ndarray, slots: int) -> np.ndarray:
+    """FIFO continuous batching: a sequence starts when one of `slots` batch slots frees up."""
+    if iters.size <= slots:
+        return np.zeros_like(iters)
+    free = [0] * slots  # heap of iterations at which each slot frees
+    starts = np.empty_like(iters)
+    for i, n in enumerate(iters.tolist()):
+        s = heapq.heappop(free)
+        starts[i] = s
+        heapq.heappush(free, s + n)
+    return starts
+
+
+def _ramp_sum(starts, ends, c0, slope, length):
+    """sum over segments i active at j (starts_i <= j < ends_i) of c0_i + slope_i (j - starts_i),
+    and the sum of slopes, both [length], via difference arrays."""
+    w = c0 - slope * starts  # value at j is w + slope * j
+    d_w = np.bincount(starts, w, length + 1) - np.bincount(ends, w, length + 1)  # [J+1]
+    d_s = np.bincount(starts, slope, length + 1) - np.bincount(ends, slope, length + 1)
+    sum_w, sum_s = np.cumsum(d_w)[:length], np.cumsum(d_s)[:length]  # [J]
+    return sum_w + np.arange(length) * sum_s, sum_s
+
+
+def _switch_iter(starts, iters, threshold: int) -> int:
+    """First iteration after which the batch never exceeds `threshold` (adaptive SD turns on)."""
+    length = int((starts + iters).max())
+    active = np.cumsum(np.bincount(starts, minlength=length + 1)
+                       - np.bincount(starts + iters, minlength=length + 1))[:length]  # [J]
+    over = np.flatnonzero(active > threshold)
+    return 0 if over.size == 0 else int(over[-1]) + 1
+
+
+def plan(lengths, slots: int, sd: SDSetting | None, rng):
+    """Start iteration, iterations, and plain-decode iterations (before SD) of each sequence."""
+    lengths = np.asarray(lengths, dtype=np.int64)  # [S]
+    if sd is None:
+        starts = slot_starts(lengths, slots)
+        return starts, lengths, lengths, np.iinfo(np.int64).max
+    if sd.adaptive_max_batch is None or sd.adaptive_max_batch >= min(slots, lengths.size):
+        switch = 0
+        plain = np.ones_like(lengths)  # the prefill iteration emits the first token
+        iters = plain + sd.acceptance.steps_needed(lengths - plain, rng)
+        return slot_starts(iters, slots), iters, plain, switch
+    starts = slot_starts(lengths, slots)  # before the switch the schedule is plain decoding
+    switch = _switch_iter(starts, lengths, sd.adaptive_max_batch)
+    plain = np.clip(switch - starts, 1, lengths)
+    iters = plain + sd.acceptance.steps_needed(lengths - plain, rng)
+    return starts, iters, plain, switch
+
+
+def simulate_replica(engine: Engine, lengths, prompt_len: int, slots: int,
+                     sd: SDSetting | None, rng: np.random.Generator) -> ReplicaTrace:
+    """Iteration-level timeline of one replica generating `lengths` [S] after prompts."""
+    starts, iters, plain, switch = plan(lengths, slots, sd, rng)
+    length = int((starts + iters).max())
+    lengths = np.asarray(lengths, dtype=np.float64)
+    # step 1: context per iteration, piecewise linear: 1 token/iter, then rate r in the SD phase
+    rate = (lengths - plain) / np.maximum(iters - plain, 1)  # [S]
+    ones = np.ones_like(rate)
+    c1, e1 = _ramp_sum(starts, starts + plain, prompt_len + 0 * rate, ones, length)
+    c2, e2 = _ramp_sum(starts + plain, starts + iters, prompt_len + plain.astype(float), rate, length)
+    ctx_sum, emitted = c1 + c2, e1 + e2  # [J]
+    # step 2: batch composition per iteration
+    active = np.cumsum(np.bincount(starts, minlength=length + 1)
+                       - np.bincount(starts + iters, minlength=length + 1))[:length]  # [J]
+    new = np.bincount(starts, minlength=length)[:length]  # [J] sequences prefilling
+    spec = np.arange(length) >= switch  # [J]
+    q = np.where(spec, sd.acceptance.k + 1 if sd else 1, 1)  # [J] tokens per decoding sequence
+    decoding = active - new
+    tokens_in = decoding * q + new * prompt_len  # [J]
+    pairs = (ctx_sum - new * prompt_len) * q + new * prompt_len * (prompt_len + 1) / 2  # [J]
+    # step 3: cost of each iteration
+    t = cost.target_step_s(engine.hw, engine.model, engine.tp, active, tokens_in, ctx_sum, pairs)
+    draft_t = np.zeros_like(t)  # [J]
+    if sd is not None:
+        t = t + np.where(spec, engine.hw.overheads.spec_iter_s, 0.0)  # [J]
+        draft_t = np.where(spec, cost.draft_step_s(engine.hw, engine.model, engine.tp, active,
+                                                   ctx_sum, sd.acceptance.k, sd.draft_frac), 0.0)
+    return ReplicaTrace(t + draft_t, active, emitted, spec, tokens_in, ctx_sum, draft_t)

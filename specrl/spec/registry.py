@@ -1,0 +1,25 @@
+"""Drafters by name. Each module is imported only when its method is asked for."""
+from __future__ import annotations
+
+import importlib
+
+from .config import METHODS, SpecConfig
+
+_BUILDERS = {
+    "draft_model": "specrl.spec.draft_model",
+    "eagle3": "specrl.spec.eagle3",
+    "mtp": "specrl.spec.mtp",
+    "ngram": "specrl.spec.ngram",
+    "suffix": "specrl.spec.suffix",
+    "auto": "specrl.spec.auto",
+}
+assert set(_BUILDERS) == set(METHODS)
+
+
+def build_drafter(spec: SpecConfig, target, num_slots: int, max_len: int):
+    """Returns a Drafter (see specrl.engine.drafting) for `spec.method`.
+    Each module exposes `build(spec, target, num_slots, max_len)`."""
+    if spec.method not in _BUILDERS:
+        raise ValueError(f"unknown speculative method {spec.method!r}; valid: {sorted(_BUILDERS)}")
+    module = importlib.import_module(_BUILDERS[spec.method])
+    return module.build(spec, target, num_slots, max_len)

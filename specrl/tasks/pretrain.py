@@ -1,0 +1,161 @@
+"""`specrl pretrain`: the reproducible recipe of the embedded base policy.
+
+Supervised next-token training of a small Qwen3-style decoder on worked arithmetic solutions (loss
+on response tokens), AdamW with linear warmup and cosine decay, bf16 autocast on the CPU. The run
+stops at `steps` or at `time_budget_s`, whichever comes first; the cosine schedule follows whichever
+is further along, so a run cut short by the clock still ends annealed. With a budget that does not
+bind, the result is a pure function of the config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .arith import ArithSpec, make_problems
+from .batches import train_batches
+from .evaluate import accuracy
+from .tokenizer import build_tokenizer, save_tokenizer, special_ids
+
+
+@dataclass
+class PretrainConfig:
+    seed: int = 0
+    steps: int = 600
+    time_budget_s: float = 360.0      # training wall-clock cap; evaluation comes on top
+    batch_tokens: int = 4096          # padded tokens per optimiser step
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 30
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    bf16_autocast: bool = True        # 1.7x faster than fp32 on AVX512-BF16 CPUs
+    num_threads: int = 2
+    # model: Qwen3-style, 11.2M parameters (44.9 MB fp32, 22.4 MB bf16 on disk)
+    hidden_size: int = 384
+    num_layers: int = 6
+    num_heads: int = 6
+    num_kv_heads: int = 2
+    head_dim: int = 64
+    intermediate_size: int = 1280
+    max_position_embeddings: int = 1024
+    eval_problems: int = 200
+    eval_seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_tokens", "num_layers", "hidden_size", "num_threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PretrainConfig.{name}={getattr(self, name)}: expected >= 1")
+        if self.time_budget_s <= 0:
+            raise ValueError(f"PretrainConfig.time_budget_s={self.time_budget_s}: expected > 0 seconds")
+
+
+def model_config(cfg: PretrainConfig, vocab_size: int, bos: int, eos: int, pad: int):
+    from specrl.model import ModelConfig
+
+    return ModelConfig(
+        vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_layers=cfg.num_layers, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim, arch="qwen3", max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=True, bos_token_id=bos, eos_token_id=[eos], pad_token_id=pad,
+    )
+
+
+def lr_at(progress: float, cfg: PretrainConfig, step: int) -> float:
+    """Linear warmup over `warmup_steps`, then cosine from lr to lr * min_lr_ratio over progress in [0, 1]."""
+    warm = min(1.0, (step + 1) / max(cfg.warmup_steps, 1))
+    cos = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    return cfg.lr * warm * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cos)
+
+
+def length_percentiles(n: int = 20000, seed: int = 0, spec: ArithSpec | None = None) -> dict[str, float]:
+    """p50/p90/p99 of response lengths in tokens (characters plus EOS) of the training distribution."""
+    lens = np.array([len(p.response) + 1 for p in make_problems(n, seed, "train", spec)])
+    return {f"p{q}": float(np.percentile(lens, q)) for q in (50, 90, 99)}
+
+
+def init_weights(model, std: float = 0.02) -> None:
+    """GPT-2 style init: N(0, std) matrices, residual output projections scaled by 1/sqrt(2 L).
+
+    The default nn.Embedding init (unit variance) with tied embeddings makes initial logits huge."""
+    residual_std = std / math.sqrt(2 * model.config.num_layers)
+    for name, p in model.named_parameters():
+        if p.dim() >= 2:
+            is_residual = name.endswith(("o_proj.weight", "down_proj.weight"))
+            torch.nn.init.normal_(p, 0.0, residual_std if is_residual else std)
+
+
+def train_loop(model, cfg: PretrainConfig, tok, ids, on_step: Callable[[int, dict], None] | None) -> dict:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
+    )
+    start, step, loss_ema = time.monotonic(), 0, float("nan")
+    batches = train_batches(tok, ids, cfg.seed, cfg.batch_tokens)
+    model.train()
+    while step < cfg.steps:
+        elapsed = time.monotonic() - start
+        if elapsed >= cfg.time_budget_s:
+            break
+        lr = lr_at(max(step / cfg.steps, elapsed / cfg.time_budget_s), cfg, step)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        b = next(batches)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
+            logits = model(b.input_ids, b.positions).logits  # [B, T, V]
+        loss = F.cross_entropy(logits.float().flatten(0, 1), b.targets.flatten(), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        step += 1
+        loss_ema = loss.item() if math.isnan(loss_ema) else 0.95 * loss_ema + 0.05 * loss.item()
+        if on_step:
+            on_step(step, {"loss": loss_ema, "lr": lr, "elapsed_s": time.monotonic() - start})
+    return {"steps_done": step, "train_s": round(time.monotonic() - start, 1), "final_loss": round(loss_ema, 4)}
+
+
+def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
+             on_step: Callable[[int, dict], None] | None = None) -> dict:
+    """Train the base policy and write an HF checkpoint (bf16 safetensors, tokenizer, recipe.json)
+    to `out_dir`. Returns the recipe record: config, training stats, held-out accuracy, lengths."""
+    from specrl.model import CausalLM, save_model
+
+    cfg = cfg or PretrainConfig()
+    torch.set_num_threads(cfg.num_threads)
+    torch.manual_seed(cfg.seed)
+    tok = build_tokenizer()
+    ids = special_ids(tok)
+    mcfg = model_config(cfg, tok.get_vocab_size(), ids.bos, ids.eos, ids.pad)
+    model = CausalLM(mcfg)
+    init_weights(model)
+    stats = train_loop(model, cfg, tok, ids, on_step)
+    # step 2: evaluate the weights exactly as shipped, i.e. after the bf16 round trip
+    model = model.to(torch.bfloat16).to(torch.float32).eval()
+    t0 = time.monotonic()
+    test = make_problems(cfg.eval_problems, cfg.eval_seed, "test")
+    acc, _ = accuracy(model, tok, ids, test)
+    record = {
+        "recipe": asdict(cfg), "task": asdict(ArithSpec()), **stats,
+        "eval_s": round(time.monotonic() - t0, 1), "heldout_accuracy": acc,
+        "heldout_problems": len(test), "response_length_tokens": length_percentiles(),
+        "num_params": mcfg.num_params, "torch": torch.__version__,
+    }
+    # step 3: one atomic HF directory: bf16 weights, config, tokenizer files, recipe.json
+    with tempfile.TemporaryDirectory() as tok_dir:
+        save_tokenizer(tok_dir, tok, cfg.max_position_embeddings)
+        save_model(model, out_dir, tokenizer_dir=tok_dir, dtype="bfloat16",
+                   extra_files={"recipe.json": json.dumps(record, indent=2) + "\n"})
+    return record

@@ -1,0 +1,36 @@
+"""Verifiable reward of the arithmetic task: 1.0 for the right final `A:` answer, else 0.0."""
+
+from __future__ import annotations
+
+import re
+
+# The final answer line: "A:" then digits, alone on its line, at the end of the completion.
+_ANSWER = re.compile(r"(?:^|\n)A:(\d+)\s*$")
+_LINE = re.compile(r"^\d+[+-]\d+=\d+$")
+
+
+def extract_answer(completion: str) -> str | None:
+    """The digits after the last-line `A:` marker, or None when the completion is malformed.
+
+    Special tokens (e.g. a trailing "<eos>" when decoded without skipping them) are stripped first.
+    >>> extract_answer("17+5=22\\nA:22")
+    '22'
+    """
+    text = completion.replace("<eos>", "").replace("<pad>", "")
+    m = _ANSWER.search(text)
+    return str(int(m.group(1))) if m else None
+
+
+def is_well_formed(completion: str) -> bool:
+    """Every line but the last is `a op b = c` and the last is `A:<digits>`."""
+    lines = completion.replace("<eos>", "").rstrip().split("\n")
+    return extract_answer(completion) is not None and all(_LINE.match(x) for x in lines[:-1])
+
+
+def arith_reward(completion: str, answer: str, format_bonus: float = 0.0) -> float:
+    """1.0 when the final answer equals `answer`; otherwise `format_bonus` for a well-formed
+    scratchpad (off by default), else 0.0."""
+    got = extract_answer(completion)
+    if got is not None and got == str(int(answer)):
+        return 1.0
+    return format_bonus if format_bonus and is_well_formed(completion) else 0.0

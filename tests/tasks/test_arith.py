@@ -1,0 +1,82 @@
+import random
+
+import numpy as np
+import pytest
+
+from specrl.tasks.arith import ArithSpec, Problem, check_solution, make_problems, prompt_hash, solve
+
+
+def test_worked_example_by_hand():
+    # 17+5=22; 22-38=-16 -> 84 (mod 100); 84+9=93
+    lines, value = solve(17, [("+", 5), ("-", 38), ("+", 9)], 100)
+    assert lines == ["17+5=22", "22-38=84", "84+9=93"]
+    assert value == 93
+
+
+def test_generator_is_deterministic():
+    a = make_problems(50, seed=3, split="train")
+    b = make_problems(50, seed=3, split="train")
+    c = make_problems(50, seed=4, split="train")
+    assert a == b
+    assert a != c
+
+
+def test_train_and_test_never_share_a_prompt():
+    train = {p.prompt for s in range(3) for p in make_problems(2000, seed=s, split="train")}
+    test = {p.prompt for p in make_problems(2000, seed=0, split="test")}
+    assert not train & test
+    # the split rule itself: test prompts hash odd, train prompts even
+    assert all(prompt_hash(p) & 1 for p in test)
+    assert not any(prompt_hash(p) & 1 for p in train)
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_worked_solution_is_correct(split):
+    spec = ArithSpec()
+    for p in make_problems(500, seed=1, split=split):
+        assert check_solution(p, spec)
+        lines = p.response.split("\n")
+        assert lines[-1] == f"A:{p.answer}"
+        assert len(lines) == p.num_ops + 1
+        # each line starts from the previous line's result
+        for prev, line in zip(lines[:-2], lines[1:-1]):
+            assert line.startswith(prev.split("=")[1])
+        # the scratchpad's last result is the answer
+        assert lines[-2].split("=")[1] == p.answer
+
+
+def test_format_of_a_problem():
+    p = make_problems(1, seed=0, split="train")[0]
+    assert isinstance(p, Problem)
+    assert p.prompt.startswith("Q:") and p.prompt.endswith("=?\n")
+    assert 0 <= int(p.answer) < 100
+
+
+def test_response_lengths_have_a_long_tail():
+    lens = np.array([len(p.response) + 1 for p in make_problems(5000, seed=0, split="train")])
+    p50, p99 = np.percentile(lens, [50, 99])
+    assert p99 / p50 > 3
+    ops = [p.num_ops for p in make_problems(5000, seed=0, split="train")]
+    assert min(ops) == 1 and max(ops) <= 40
+
+
+def test_num_ops_respects_bounds():
+    spec = ArithSpec(ops_median=5, ops_sigma=2.0, min_ops=2, max_ops=7)
+    ops = {p.num_ops for p in make_problems(300, seed=0, spec=spec)}
+    assert ops <= set(range(2, 8)) and {2, 7} <= ops
+
+
+def test_bad_inputs_name_the_value():
+    with pytest.raises(ValueError, match="split='dev'"):
+        make_problems(1, split="dev")
+    with pytest.raises(ValueError, match="min_ops <= max_ops"):
+        ArithSpec(min_ops=5, max_ops=2)
+    with pytest.raises(ValueError, match="modulus=1"):
+        ArithSpec(modulus=1)
+
+
+def test_small_modulus_variant():
+    spec = ArithSpec(modulus=10, max_operand=9)
+    for p in make_problems(100, seed=0, spec=spec):
+        assert check_solution(p, spec)
+        assert all(len(x) <= 1 for x in p.prompt[2:-3].replace("+", " ").replace("-", " ").split())
