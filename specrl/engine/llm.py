@@ -30,7 +30,9 @@ def mix_seed(seed: int, index: int) -> int:
 class LLM:
     def __init__(self, model: str | Path | CausalLM, device: str = "cpu", dtype: str = "float32",
                  spec: SpecConfig | None = None, max_num_seqs: int = 64, max_model_len: int | None = None,
-                 tokenizer: str | Path | None = None, trace_path: str | None = None, seed: int = 0):
+                 tokenizer: str | Path | None = None, trace_path: str | None = None, seed: int = 0,
+                 drafter: Drafter | None = None):
+        """`drafter` plugs in a custom Drafter (see specrl.engine.drafting) instead of `spec.method`'s."""
         if isinstance(model, CausalLM):
             self.model = model.eval()
         else:
@@ -43,12 +45,11 @@ class LLM:
         self.max_model_len = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
         self.max_num_seqs = max_num_seqs
         self.spec = spec if spec is not None else SpecConfig()
-        self.drafter: Drafter | None = None
-        hidden_layers: tuple[int, ...] = ()
-        if self.spec.enabled:
+        self.drafter: Drafter | None = drafter
+        if self.drafter is None and self.spec.enabled:
             from ..spec.registry import build_drafter
             self.drafter = build_drafter(self.spec, self.model, max_num_seqs, self.max_model_len)
-            hidden_layers = tuple(self.drafter.hidden_layers)
+        hidden_layers = tuple(self.drafter.hidden_layers) if self.drafter is not None else ()
         self.runner = ModelRunner(self.model, max_num_seqs, self.max_model_len, hidden_layers)
         self.stats_acc = EngineStats()
         self.tracer = Tracer(trace_path, self.spec.method, cfg.num_params)

@@ -87,10 +87,10 @@ def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
 def _filter_top_k_top_p(scaled: torch.Tensor, k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     sorted_logits, order = scaled.sort(dim=-1, descending=True)  # [B, T, V]
     rank = torch.arange(scaled.shape[-1], device=scaled.device)
-    drop = rank[None, None, :] >= k[:, None, None]  # outside top-k
+    drop = (rank[None, None, :] >= k[:, None, None]).expand_as(scaled)  # outside top-k
     probs = torch.softmax(sorted_logits.masked_fill(drop, float("-inf")), dim=-1)
     mass_before = probs.cumsum(-1) - probs  # mass of strictly better tokens
-    drop |= mass_before >= top_p[:, None, None]  # nucleus: keep the smallest prefix reaching top_p
+    drop = drop | (mass_before >= top_p[:, None, None])  # nucleus: the smallest prefix reaching top_p
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.full_like(scaled, float("-inf")).scatter(-1, order, sorted_logits)
 

@@ -1,0 +1,45 @@
+"""Shared set-up for the benchmarks: the policy, task prompts, timing."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+
+def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
+    return ap
+
+
+def policy_path(path: str | None) -> str:
+    if path:
+        return path
+    from ..tasks import default_policy_path
+    return str(default_policy_path())
+
+
+def task_prompts(llm, count: int, seed: int = 1234) -> list[list[int]]:
+    """Token ids of held-out task prompts (the RL rollout workload)."""
+    from ..tasks import make_problems
+    return [llm.tokenizer.encode(p.prompt).ids for p in make_problems(count, seed=seed, split="test")]
+
+
+def timed(fn):
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return out, time.perf_counter() - t0
+
+
+def emit(row: dict) -> None:
+    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)

@@ -1,0 +1,129 @@
+"""Losslessness of speculative decoding: the product's promise.
+
+For each drafter: greedy tokens equal SD-off tokens, logprobs equal within 1e-5, lengths at stop tokens /
+max_tokens / the context limit are unchanged, and sampled sequences follow the exact enumerated
+distribution (chi-square, >= 20,000 samples). A broken verifier must fail the same test.
+"""
+import pytest
+import torch
+
+from specrl import LLM, SamplingParams, SpecConfig
+from specrl.spec import verify as verify_mod
+from tests.helpers import tiny_model
+from tests.spec.drafters import OracleDrafter, UniformDrafter, spec_for
+from tests.stats import assert_matches, chi_square, chi_square_critical, exact_distribution
+
+VOCAB = 12
+PROMPT = [0, 3, 5, 3, 5, 3]
+MODEL_FREE = ["ngram", "suffix"]
+
+
+def peaky_model(seed=1):
+    # peaky enough that drafts are often accepted, flat enough for ~50-430 chi-square cells
+    return tiny_model(seed=seed, vocab=VOCAB, hidden=32, layers=2, scale=1.5, max_pos=48)
+
+
+def methods_available():
+    from tests.spec import factories
+    return factories.available(MODEL_FREE + ["draft_model", "eagle3", "mtp"])
+
+
+def build(method, model, tmp_path, max_num_seqs=8, **kw):
+    if method in ("uniform_q", "uniform_point"):
+        return LLM(model, max_num_seqs=max_num_seqs,
+                   drafter=UniformDrafter(model.config.vocab_size, method == "uniform_q"), **kw)
+    if method == "oracle":
+        return LLM(model, max_num_seqs=max_num_seqs, drafter=OracleDrafter(model), **kw)
+    from tests.spec import factories
+    model, spec = factories.make(method, model, tmp_path)
+    return LLM(model, max_num_seqs=max_num_seqs, spec=spec, **kw)
+
+
+ALL = ["ngram", "suffix", "draft_model", "eagle3", "mtp", "uniform_q", "uniform_point", "oracle"]
+
+
+def _skip_unavailable(method):
+    from tests.spec import factories
+    if method in factories.FACTORIES and not factories.available([method]):
+        pytest.skip(f"drafter {method!r} is not built in this checkout")
+
+
+@pytest.mark.parametrize("method", ALL)
+@pytest.mark.parametrize("batch", [1, 7])
+def test_greedy_tokens_logprobs_and_lengths_match_sd_off(method, batch, tmp_path):
+    _skip_unavailable(method)
+    model = tiny_model(seed=3, vocab=32, hidden=48, layers=2, max_pos=40)
+    prompts = [[0] + [(7 * i + j) % 30 + 2 for j in range(3 + 2 * i)] for i in range(batch)]
+    # max_tokens 25 hits "length" on some rows; the 40-token context cuts the longest prompts first;
+    # stop tokens 1 (eos) and 9 end others early
+    params = SamplingParams(temperature=0.0, max_tokens=25, stop_token_ids=[9])
+    base = LLM(model, max_num_seqs=4).generate(prompts, params)
+    llm = build(method, model, tmp_path, max_num_seqs=4)
+    got = llm.generate(prompts, params)
+    reasons = set()
+    for r0, r1 in zip(base, got):
+        a, b = r0.outputs[0], r1.outputs[0]
+        assert b.token_ids == a.token_ids
+        assert b.finish_reason == a.finish_reason
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
+        reasons.add(a.finish_reason)
+    if method == "oracle":
+        assert llm.stats["acceptance_rate"] == 1.0
+
+
+def test_context_limit_stops_at_the_same_length(tmp_path):
+    model = tiny_model(seed=4, vocab=32, hidden=48, layers=2, max_pos=64)
+    params = SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True)
+    prompt = [[0, 2, 3, 4, 5]]
+    base = LLM(model, max_model_len=23).generate(prompt, params)[0].outputs[0]
+    for drafter in (OracleDrafter(model), UniformDrafter(32, False)):
+        out = LLM(model, max_model_len=23, drafter=drafter).generate(prompt, params)[0].outputs[0]
+        assert len(out.token_ids) == len(base.token_ids) == 23 - 5
+        assert out.token_ids == base.token_ids and out.finish_reason == "length"
+
+
+def test_max_tokens_not_clamped_by_k(tmp_path):
+    # k + 1 = 5 does not divide 13: the last step must still stop at exactly 13
+    model = tiny_model(seed=5, vocab=32, hidden=48, layers=2, max_pos=64)
+    params = SamplingParams(temperature=0.0, max_tokens=13, ignore_eos=True)
+    out = LLM(model, drafter=OracleDrafter(model)).generate([[0, 4]], params)[0].outputs[0]
+    assert len(out.token_ids) == 13
+
+
+SETTINGS = {"t1": dict(temperature=1.0, top_k=-1, top_p=1.0), "t07_p09_k8": dict(temperature=0.7, top_k=8, top_p=0.9)}
+N_SAMPLES = 20_000
+
+
+def sample_first3(llm, setting):
+    params = SamplingParams(n=N_SAMPLES, max_tokens=3, ignore_eos=True, seed=123, **setting)
+    outs = llm.generate([PROMPT], params)[0].outputs
+    return [tuple(o.token_ids) for o in outs]
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("method", ALL)
+def test_sampled_distribution_is_exact(method, setting, tmp_path):
+    _skip_unavailable(method)
+    model = peaky_model()
+    dist = exact_distribution(model, PROMPT, 3, **{k: SETTINGS[setting][k] for k in ("temperature", "top_k", "top_p")})
+    llm = build(method, model, tmp_path, max_num_seqs=1024)
+    samples = sample_first3(llm, SETTINGS[setting])
+    assert_matches(samples, dist)
+    if method in ("uniform_q", "uniform_point", "oracle"):
+        assert llm.stats["draft_tokens"] > 0
+
+
+def test_chi_square_catches_a_biased_verifier(monkeypatch, tmp_path):
+    """The same test must fail when verification is wrong: accept every draft of the uniform drafter."""
+    model = peaky_model()
+    setting = SETTINGS["t1"]
+    dist = exact_distribution(model, PROMPT, 3, **setting)
+    real = verify_mod.verify
+
+    def accept_more(p, draft_tokens, q, u_accept, u_sample):
+        return real(p, draft_tokens, q, u_accept * 0.5, u_sample)  # accepts with prob min(1, 2p/q)
+
+    monkeypatch.setattr("specrl.engine.steps.verify", accept_more)
+    llm = build("uniform_q", model, tmp_path, max_num_seqs=1024)
+    stat, df = chi_square(sample_first3(llm, setting), dist)
+    assert stat > chi_square_critical(df, 3.72)
