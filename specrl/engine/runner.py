@@ -51,10 +51,16 @@ class ModelRunner:
             k[dst, :, :length] = k[src, :, :length]
             v[dst, :, :length] = v[src, :, :length]
 
+    def slot_index(self, slots: list[int]) -> torch.Tensor | slice:
+        """A slice when the batch owns consecutive slots in order (the cache is then read as a view)."""
+        if slots == list(range(slots[0], slots[0] + len(slots))):
+            return slice(slots[0], slots[0] + len(slots))
+        return torch.tensor(slots, device=self.device)
+
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> ModelOutput:
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: list[int]) -> ModelOutput:
         """tokens, positions: [B, T] -> logits [B, T, V]."""
-        return self.model(tokens, positions, self.cache, slots, hidden_layers=self.hidden_layers)
+        return self.model(tokens, positions, self.cache, self.slot_index(slots), hidden_layers=self.hidden_layers)
 
     @torch.no_grad()
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:

@@ -32,6 +32,7 @@ class Scheduler:
                 groups[-1].append(seq)
             else:
                 groups.append([seq])
+        self.running.sort(key=lambda s: s.slot)  # consecutive slots let the runner read the cache as views
         return groups
 
     def retire_finished(self) -> list[Sequence]:

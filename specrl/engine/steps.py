@@ -61,8 +61,7 @@ def decode_step(runner: ModelRunner, seqs: list[Sequence], stats: EngineStats) -
     device = runner.device
     tokens = torch.tensor([[s.tokens[-1]] for s in seqs], device=device)  # [B, 1]
     positions = torch.tensor([[s.num_tokens - 1] for s in seqs], device=device)  # [B, 1]
-    slots = torch.tensor([s.slot for s in seqs], device=device)
-    logits = runner.forward(tokens, positions, slots).logits  # [B, 1, V]
+    logits = runner.forward(tokens, positions, [s.slot for s in seqs]).logits  # [B, 1, V]
     temperature, top_k, top_p, seeds = batch_params(seqs, device)
     new = sample_from(target_probs(logits, temperature, top_k, top_p),
                       hash_uniform(seeds, positions + 1, STREAM_SAMPLE))  # [B, 1]
@@ -88,8 +87,7 @@ def spec_step(runner: ModelRunner, drafter: Drafter, seqs: list[Sequence], k: li
     last = torch.tensor([[s.tokens[-1]] for s in seqs], device=device)  # [B, 1]
     start = torch.tensor([s.num_tokens for s in seqs], device=device)  # [B] position of the first new token
     positions = (start - 1)[:, None] + torch.arange(K + 1, device=device)  # [B, K+1]
-    slots = torch.tensor([s.slot for s in seqs], device=device)
-    out = runner.forward(torch.cat([last, prop.tokens], dim=1), positions, slots)
+    out = runner.forward(torch.cat([last, prop.tokens], dim=1), positions, [s.slot for s in seqs])
     temperature, top_k, top_p, seeds = batch_params(seqs, device)
     p = target_probs(out.logits, temperature, top_k, top_p)  # [B, K+1, V]
     q = draft_q(prop.tokens, prop.probs, prop.lengths, p.shape[-1])  # [B, K, V]

@@ -41,15 +41,22 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
-def cached_attention(q, k, v, kv: KV, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """q: [B, H, T, D]; k, v: [B, Hkv, T, D]; slots: [B]; positions: [B, T] -> [B, H, T, D]."""
+def cached_attention(q, k, v, kv: KV, slots: torch.Tensor | slice, positions: torch.Tensor) -> torch.Tensor:
+    """q: [B, H, T, D]; k, v: [B, Hkv, T, D]; slots: [B] (or a slice when the batch owns consecutive
+    slots: then the cache rows are read as views, without a gather); positions: [B, T] -> [B, H, T, D]."""
     k_cache, v_cache = kv
-    slot_idx = slots[:, None].expand_as(positions)  # [B, T]
-    k_cache[slot_idx, :, positions] = k.transpose(1, 2)  # write [B, T, Hkv, D]
-    v_cache[slot_idx, :, positions] = v.transpose(1, 2)
     length = int(positions.max()) + 1
-    keys = k_cache[slots, :, :length]  # [B, Hkv, L, D]
-    values = v_cache[slots, :, :length]  # [B, Hkv, L, D]
+    if isinstance(slots, slice):
+        k_cache, v_cache = k_cache[slots], v_cache[slots]  # views [B, Hkv, L, D]
+        rows = torch.arange(q.shape[0], device=q.device)[:, None].expand_as(positions)  # [B, T]
+        k_cache[rows, :, positions] = k.transpose(1, 2)  # write [B, T, Hkv, D]
+        v_cache[rows, :, positions] = v.transpose(1, 2)
+        keys, values = k_cache[:, :, :length], v_cache[:, :, :length]  # views [B, Hkv, L, D]
+    else:
+        rows = slots[:, None].expand_as(positions)  # [B, T]
+        k_cache[rows, :, positions] = k.transpose(1, 2)
+        v_cache[rows, :, positions] = v.transpose(1, 2)
+        keys, values = k_cache[slots, :, :length], v_cache[slots, :, :length]  # gathers [B, Hkv, L, D]
     key_pos = torch.arange(length, device=q.device)
     mask = key_pos[None, None, :] <= positions[:, :, None]  # [B, T, L]
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask[:, None], enable_gqa=True)

@@ -44,7 +44,7 @@ ALL = ["ngram", "suffix", "draft_model", "eagle3", "mtp", "uniform_q", "uniform_
 
 def _skip_unavailable(method):
     from tests.spec import factories
-    if method in factories.FACTORIES and not factories.available([method]):
+    if method in factories._MODULES and not factories.available([method]):
         pytest.skip(f"drafter {method!r} is not built in this checkout")
 
 

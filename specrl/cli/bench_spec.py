@@ -1,0 +1,61 @@
+"""`specrl bench spec`: speculative decoding against SD off on the same policy, in one process.
+
+For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": 64 prompts x n=8 with max_num_seqs 64) the
+baseline runs first, then every method, all at temperature 1 on held-out task prompts, stopping at EOS.
+"""
+from __future__ import annotations
+
+from .bench_common import base_parser, emit, policy_path, task_prompts, timed
+
+ALL_METHODS = ("ngram", "suffix", "draft_model", "eagle3", "mtp", "auto")
+
+
+def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats):
+    from .. import SamplingParams
+    llm = llm_factory()
+    params = SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, seed=seed)
+    llm.generate(prompts[:1], SamplingParams(max_tokens=4))  # warm-up
+    llm.reset_stats()
+    tokens, seconds = 0, 0.0
+    for r in range(repeats):
+        chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
+        outs, dt = timed(lambda: llm.generate(chunk, params))
+        tokens += sum(len(o.token_ids) for q in outs for o in q.outputs)
+        seconds += dt
+    return tokens / seconds, llm.stats
+
+
+def main(argv: list[str]) -> int:
+    ap = base_parser("specrl bench spec", __doc__)
+    ap.add_argument("--methods", default=",".join(ALL_METHODS))
+    ap.add_argument("--batch-sizes", default="1,4,16,64,rl")
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=384)
+    ap.add_argument("--repeats", type=int, default=3, help="batches per measurement (n=1 workloads)")
+    args = ap.parse_args(argv)
+    from .. import LLM, SpecConfig
+    path = policy_path(args.model)
+    probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1)
+    methods = [m for m in args.methods.split(",") if m]
+    for bs in args.batch_sizes.split(","):
+        rl = bs == "rl"
+        batch, n = (64, 8) if rl else (int(bs), 1)
+        prompts = task_prompts(probe, batch if rl else batch * args.repeats, seed=args.seed + 7)
+        repeats = 1 if rl else args.repeats
+
+        def factory(spec=None):
+            return lambda: LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec)
+        base_tps, _ = run(factory(), prompts, n, batch, args.max_tokens, args.seed, repeats)
+        for method in methods:
+            spec = SpecConfig(method=method, num_speculative_tokens=args.k)
+            try:
+                tps, stats = run(factory(spec), prompts, n, batch, args.max_tokens, args.seed, repeats)
+            except (FileNotFoundError, ValueError) as e:  # a drafter that is not built here
+                emit({"method": method, "batch_size": bs, "k": args.k, "error": str(e)[:200]})
+                continue
+            emit({"method": method, "batch_size": bs if rl else batch, "k": args.k, "tokens_per_s": tps,
+                  "baseline_tokens_per_s": base_tps, "speedup": tps / base_tps,
+                  "acceptance_length": stats["acceptance_length"],
+                  "acceptance_rate_per_pos": [round(x, 3) for x in stats["acceptance_rate_per_pos"]],
+                  "draft_s": stats["draft_s"], "verify_s": stats["verify_s"], "other_s": stats["other_s"]})
+    return 0

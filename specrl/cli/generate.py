@@ -1,0 +1,69 @@
+"""`specrl generate`: sample completions with the rollout engine and write them as JSONL."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def read_prompts(args) -> list[str]:
+    if args.prompt:
+        return list(args.prompt)
+    if args.prompts:
+        path = Path(args.prompts)
+        if not path.is_file():
+            raise SystemExit(f"specrl generate: --prompts file {str(path)!r} does not exist")
+        if path.suffix == ".jsonl":
+            rows = []
+            for i, line in enumerate(path.read_text().splitlines(), 1):
+                if line.strip():
+                    row = json.loads(line)
+                    if "prompt" not in row:
+                        raise SystemExit(f"specrl generate: {path}:{i} has no 'prompt' field")
+                    rows.append(row["prompt"])
+            return rows
+        return [line for line in path.read_text().splitlines() if line.strip()]
+    from ..tasks import make_problems
+    return [p.prompt for p in make_problems(args.task_prompts, seed=args.seed, split="test")]
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="specrl generate", description=__doc__)
+    ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
+    ap.add_argument("--prompt", action="append", help="a prompt (repeatable)")
+    ap.add_argument("--prompts", help="a .jsonl file with a 'prompt' field, or a text file (one per line)")
+    ap.add_argument("--task-prompts", type=int, default=8, help="held-out embedded-task prompts if none given")
+    ap.add_argument("--out", default="-", help="output JSONL path ('-' for stdout)")
+    ap.add_argument("--n", type=int, default=1)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=-1)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--spec", default=None, help="speculative method: ngram, suffix, draft_model, eagle3, mtp, auto")
+    ap.add_argument("--k", type=int, default=4, help="draft tokens per step")
+    ap.add_argument("--draft-model", default=None)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--max-num-seqs", type=int, default=64)
+    args = ap.parse_args(argv)
+    from .. import LLM, SamplingParams, SpecConfig
+    from .bench_common import policy_path
+    spec = SpecConfig(method=args.spec, num_speculative_tokens=args.k, draft_model=args.draft_model)
+    llm = LLM(policy_path(args.model), device=args.device, dtype=args.dtype, spec=spec,
+              max_num_seqs=args.max_num_seqs)
+    prompts = read_prompts(args)
+    params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                            max_tokens=args.max_tokens, seed=args.seed)
+    outs = llm.generate(prompts, params, progress=sys.stderr.isatty())
+    sink = sys.stdout if args.out == "-" else open(args.out, "w")
+    for r in outs:
+        for o in r.outputs:
+            sink.write(json.dumps({"prompt": r.prompt, "index": o.index, "text": o.text, "token_ids": o.token_ids,
+                                   "logprobs": o.logprobs, "finish_reason": o.finish_reason}) + "\n")
+    if sink is not sys.stdout:
+        sink.close()
+    stats = llm.stats
+    print(json.dumps({k: stats[k] for k in ("generated_tokens", "acceptance_length", "total_s")}), file=sys.stderr)
+    return 0
