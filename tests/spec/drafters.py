@@ -35,6 +35,13 @@ class OracleDrafter:
 
     def __init__(self, model):
         self.model = model
+        self.memo: dict[tuple, int] = {}  # prefix -> greedy next token
+
+    def greedy_next(self, toks: list[int]) -> int:
+        key = tuple(toks)
+        if key not in self.memo:
+            self.memo[key] = int(self.model(torch.tensor([toks])).logits[0, -1].argmax())
+        return self.memo[key]
 
     def observe(self, fwd) -> None:
         pass
@@ -45,7 +52,7 @@ class OracleDrafter:
         for s, ki in zip(seqs, k):
             toks = list(s.tokens)
             for _ in range(ki):
-                toks.append(int(self.model(torch.tensor([toks])).logits[0, -1].argmax()))
+                toks.append(self.greedy_next(toks))
             drafts.append(toks[len(s.tokens):])
         K = max(k, default=0)
         out = torch.zeros(len(seqs), K, dtype=torch.long)

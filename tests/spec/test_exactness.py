@@ -39,7 +39,7 @@ def build(method, model, tmp_path, max_num_seqs=8, **kw):
     return LLM(model, max_num_seqs=max_num_seqs, spec=spec, **kw)
 
 
-ALL = ["ngram", "suffix", "draft_model", "eagle3", "mtp", "uniform_q", "uniform_point", "oracle"]
+ALL = ["ngram", "suffix", "auto", "draft_model", "eagle3", "mtp", "uniform_q", "uniform_point", "oracle"]
 
 
 def _skip_unavailable(method):
