@@ -127,3 +127,20 @@ def test_chi_square_catches_a_biased_verifier(monkeypatch, tmp_path):
     llm = build("uniform_q", model, tmp_path, max_num_seqs=1024)
     stat, df = chi_square(sample_first3(llm, setting), dist)
     assert stat > chi_square_critical(df, 3.72)
+
+
+@pytest.mark.parametrize("method", ALL)
+def test_sampled_logprobs_are_the_policys(method, tmp_path):
+    """At temperature 0.8 the returned logprobs equal log softmax(logits / 0.8) of a plain full forward."""
+    _skip_unavailable(method)
+    model = peaky_model()
+    llm = build(method, model, tmp_path, max_num_seqs=4)
+    target = llm.model  # mtp swaps in a copy of the target that carries MTP modules
+    outs = llm.generate([PROMPT, PROMPT[:3]], SamplingParams(n=3, temperature=0.8, max_tokens=20, seed=5))
+    for r in outs:
+        for o in r.outputs:
+            ids = torch.tensor([r.prompt_token_ids + o.token_ids])
+            with torch.no_grad():
+                logp = torch.log_softmax(target(ids).logits[0, len(r.prompt_token_ids) - 1:-1] / 0.8, -1)
+            expected = logp.gather(-1, torch.tensor(o.token_ids)[:, None])[:, 0]
+            assert torch.allclose(torch.tensor(o.logprobs), expected, atol=1e-5)
