@@ -11,7 +11,6 @@ COMMANDS = {
     "simulate": ("specrl.sim.cli", "main", "performance simulator: project speedups on GPU clusters"),
     "pretrain": ("specrl.tasks.pretrain", "pretrain_main", "build the embedded base policy"),
     "train-drafter": ("specrl.train.drafter_cli", "main", "offline drafter training (eagle3/draft_model/mtp)"),
-    "export-drafter": ("specrl.train.export_cli", "main", "export a trained drafter for serving"),
 }
 
 
