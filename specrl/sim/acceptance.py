@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-EXACT_SAMPLE_BUDGET = 2_000_000  # tokens; above this, step counts come from the renewal CLT
+EXACT_SAMPLE_BUDGET = 300_000  # tokens; above this, step counts come from the renewal CLT
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ per-iteration overheads, and each drafter's cost. Traces hold one JSONL row per 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +13,12 @@ from specrl.sim.hardware import HardwareSpec, Overheads, hardware_to_dict
 from specrl.sim.models import ModelSpec
 
 TRACE_KEYS = ("active", "tokens_in", "k", "verify_s", "other_s", "draft_s", "context_len_mean")
-BW_GRID = np.logspace(8, 13, 61)  # bytes/s
-FLOPS_GRID = np.logspace(8, 15, 71)  # FLOP/s
+# column of the design matrix -> Overheads field (cost.overhead_s uses the same pairs)
+OVERHEAD_COLUMNS = {"one": "iter_s", "active": "per_seq_s", "tokens_in": "per_token_s",
+                    "ctx_sum": "per_kv_token_s", "prefill_tokens": "prefill_token_s",
+                    "spec": "spec_iter_s"}
+BW_GRID = np.logspace(8, 13, 31)  # bytes/s, 6 points per decade
+FLOPS_GRID = np.logspace(8, 15, 43)  # FLOP/s
 
 
 def load_trace(path: str | Path) -> list[dict]:
@@ -40,6 +44,7 @@ def features(rows: list[dict]) -> dict[str, np.ndarray]:
     col["ctx_sum"] = col["active"] * col["context_len_mean"]  # [R]
     q = col["tokens_in"] / np.maximum(col["active"], 1)  # [R] query tokens per sequence
     col["pairs"] = np.where(prefill, col["tokens_in"] * q / 2, col["ctx_sum"] * q)  # [R]
+    col["prefill_tokens"] = np.where(prefill, col["tokens_in"], 0.0)  # [R]
     col["target_s"] = col["verify_s"] + col["other_s"]  # [R]
     col["method"] = np.array([str(r.get("method")) for r in rows])
     return col
@@ -60,9 +65,9 @@ def nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def fit_target(model: ModelSpec, f: dict) -> tuple[float, float, np.ndarray, float]:
     """Grid search over (bw, flops); at each point a relative-error NNLS for the overheads
-    [iter_s, per_seq_s, per_token_s, spec_iter_s]. Returns bw, flops, overheads, rel. RMSE."""
+    OVERHEAD_COLUMNS. Returns bw, flops, overhead coefficients, relative RMSE."""
     y = f["target_s"]
-    design = np.stack([np.ones_like(y), f["active"], f["tokens_in"], f["spec"]], axis=1)  # [R, 4]
+    design = np.stack([np.ones_like(y) if c == "one" else f[c] for c in OVERHEAD_COLUMNS], 1)  # [R, 6]
     w = 1.0 / y  # relative errors, so fast decode steps count as much as long prefills
     nbytes = cost.forward_bytes(model, f["tokens_in"], f["ctx_sum"])  # [R]
     nflops = cost.forward_flops(model, f["tokens_in"], f["pairs"])  # [R]
@@ -73,17 +78,20 @@ def fit_target(model: ModelSpec, f: dict) -> tuple[float, float, np.ndarray, flo
         err = (roof + design @ coef - y) * w
         return float(np.sqrt(np.mean(err ** 2))), coef
 
+    err, coef, bw, fl = _grid_best(BW_GRID, FLOPS_GRID, score)
+    refine = np.logspace(-0.17, 0.17, 21)  # the coarse grid steps by 10^(1/6)
+    err, coef, bw, fl = _grid_best(bw * refine, fl * refine, score)
+    return bw, fl, coef, err
+
+
+def _grid_best(grid_bw, grid_fl, score):
     best = (np.inf, None, 0.0, 0.0)
-    for grid_bw, grid_fl in [(BW_GRID, FLOPS_GRID), None]:
-        if grid_bw is None:  # refine around the coarse optimum
-            grid_bw = best[2] * np.logspace(-0.1, 0.1, 21)
-            grid_fl = best[3] * np.logspace(-0.1, 0.1, 21)
-        for bw in grid_bw:
-            for fl in grid_fl:
-                err, coef = score(bw, fl)
-                if err < best[0]:
-                    best = (err, coef, bw, fl)
-    return best[2], best[3], best[1], best[0]
+    for bw in grid_bw:
+        for fl in grid_fl:
+            err, coef = score(bw, fl)
+            if err < best[0]:
+                best = (err, coef, bw, fl)
+    return best
 
 
 def fit_drafters(model: ModelSpec, f: dict, bw: float, flops: float) -> dict[str, dict]:
@@ -108,12 +116,12 @@ def calibrate(rows: list[dict], model: ModelSpec, name: str = "cpu-local") -> di
     """Fit everything; returns the calibration dict that `get_hardware('cpu-local')` reads."""
     f = features(rows)
     bw, flops, c, rmse = fit_target(model, f)
-    ov = Overheads(iter_s=c[0], per_seq_s=c[1], per_token_s=c[2], spec_iter_s=c[3])
+    ov = Overheads(**{name: float(v) for name, v in zip(OVERHEAD_COLUMNS.values(), c)})
     hw = HardwareSpec(name, peak_flops=flops, peak_flops_fp8=flops, hbm_bw=bw, hbm_bytes=1e12,
                       nvlink_bw=bw, net_bw=bw, gpus_per_node=1, eff_bw=1.0, eff_flops=1.0,
                       comm_latency_s=0.0, overheads=ov)
     return {"hardware": hardware_to_dict(hw), "drafters": fit_drafters(model, f, bw, flops),
-            "model": model.summary(), "fit": {"rows": len(rows), "target_rel_rmse": rmse}}
+            "model": asdict(model), "fit": {"rows": len(rows), "target_rel_rmse": rmse}}
 
 
 def with_drafter(hw: HardwareSpec, calib: dict, method: str | None) -> tuple[HardwareSpec, float]:

@@ -48,10 +48,17 @@ def tp_comm_s(hw: HardwareSpec, model, tp, tokens_in):
     return 2 * model.layers * (hw.comm_latency_s + 2 * (tp - 1) / tp * msg / link)  # [J]
 
 
-def target_step_s(hw, model, tp, active, tokens_in, ctx_sum, attn_pairs):
-    """Target forward of one engine iteration, with fitted per-step overheads [J]."""
-    ov = hw.overheads
-    fixed = ov.iter_s + ov.per_seq_s * np.asarray(active) + ov.per_token_s * np.asarray(tokens_in)
+def overhead_s(ov, active, tokens_in, ctx_sum, prefill_tokens, spec):
+    """The fitted, linear part of an iteration's time [J] (columns of calibrate.fit_target)."""
+    return (ov.iter_s + ov.per_seq_s * np.asarray(active) + ov.per_token_s * np.asarray(tokens_in)
+            + ov.per_kv_token_s * np.asarray(ctx_sum) + ov.prefill_token_s * np.asarray(prefill_tokens)
+            + ov.spec_iter_s * np.asarray(spec))  # [J]
+
+
+def target_step_s(hw, model, tp, active, tokens_in, ctx_sum, attn_pairs, prefill_tokens=0.0,
+                  spec=0.0):
+    """Target forward of one engine iteration plus the fitted overheads [J]."""
+    fixed = overhead_s(hw.overheads, active, tokens_in, ctx_sum, prefill_tokens, spec)
     return roofline_s(hw, model, tp, tokens_in, ctx_sum, attn_pairs) + \
         tp_comm_s(hw, model, tp, tokens_in) + fixed  # [J]
 

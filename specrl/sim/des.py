@@ -32,6 +32,12 @@ class SDSetting:
     acceptance: AcceptanceModel
     draft_frac: float = 0.0  # drafter forward cost / target decode forward cost, per draft token
     adaptive_max_batch: int | None = None  # SD only while active sequences <= this (None: always)
+    verify_len: float | None = None  # tokens verified per sequence per SD step (None: k + 1; an
+    # n-gram drafter without a match proposes fewer than k)
+
+    @property
+    def tokens_per_seq(self) -> float:
+        return self.acceptance.k + 1.0 if self.verify_len is None else self.verify_len
 
 
 class ReplicaTrace(NamedTuple):
@@ -49,7 +55,7 @@ class ReplicaTrace(NamedTuple):
 
     @property
     def busy_slot_s(self) -> float:
-        return float(np.dot(self.t, self.active))
+        return float((self.t * self.active).sum())  # np.dot here hits a slow BLAS path
 
 
 def slot_starts(iters: np.ndarray, slots: int) -> np.ndarray:
@@ -118,16 +124,16 @@ def simulate_replica(engine: Engine, lengths, prompt_len: int, slots: int,
     active = np.cumsum(np.bincount(starts, minlength=length + 1)
                        - np.bincount(starts + iters, minlength=length + 1))[:length]  # [J]
     new = np.bincount(starts, minlength=length)[:length]  # [J] sequences prefilling
-    spec = np.arange(length) >= switch  # [J]
-    q = np.where(spec, sd.acceptance.k + 1 if sd else 1, 1)  # [J] tokens per decoding sequence
     decoding = active - new
+    spec = (np.arange(length) >= switch) & (decoding > 0)  # [J] a prefill-only step drafts nothing
+    q = np.where(spec, sd.tokens_per_seq if sd else 1, 1)  # [J] tokens per decoding sequence
     tokens_in = decoding * q + new * prompt_len  # [J]
     pairs = (ctx_sum - new * prompt_len) * q + new * prompt_len * (prompt_len + 1) / 2  # [J]
     # step 3: cost of each iteration
-    t = cost.target_step_s(engine.hw, engine.model, engine.tp, active, tokens_in, ctx_sum, pairs)
+    t = cost.target_step_s(engine.hw, engine.model, engine.tp, active, tokens_in, ctx_sum, pairs,
+                           new * prompt_len, spec if sd is not None else 0.0)  # [J]
     draft_t = np.zeros_like(t)  # [J]
     if sd is not None:
-        t = t + np.where(spec, engine.hw.overheads.spec_iter_s, 0.0)  # [J]
-        draft_t = np.where(spec, cost.draft_step_s(engine.hw, engine.model, engine.tp, active,
+        draft_t = np.where(spec, cost.draft_step_s(engine.hw, engine.model, engine.tp, decoding,
                                                    ctx_sum, sd.acceptance.k, sd.draft_frac), 0.0)
     return ReplicaTrace(t + draft_t, active, emitted, spec, tokens_in, ctx_sum, draft_t)

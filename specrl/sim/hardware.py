@@ -31,6 +31,8 @@ class Overheads:
     iter_s: float = 1.0e-3  # fixed per engine step (GPU default: CUDA-graph decode, vLLM-like)
     per_seq_s: float = 5.0e-6  # per active sequence (bookkeeping, sampling)
     per_token_s: float = 0.0  # per token fed to the target forward
+    per_kv_token_s: float = 0.0  # per cached token attended (un-overlapped KV reads, e.g. CPU)
+    prefill_token_s: float = 0.0  # extra per prompt token prefilled
     spec_iter_s: float = 3.0e-4  # extra per SD step: rejection sampling, KV bookkeeping
     draft_iter_s: float = 0.0  # per SD step, drafter's fixed cost (n-gram lookup, launches)
     draft_per_seq_s: float = 0.0  # per active sequence and draft step (n-gram / suffix matching)

@@ -40,7 +40,8 @@ def simulate_rollout(engine: Engine, lengths: np.ndarray, prompt_len: int, repli
     back to back (async streaming) and reports time per step."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(lengths.size)
-    groups = np.array_split(lengths[order], replicas)  # round-robin-like DP assignment
+    used = min(replicas, lengths.size)  # more replicas than sequences: the rest sit idle
+    groups = np.array_split(lengths[order], used)  # round-robin-like DP assignment
     chosen, sample = pick_replicas(groups, rng)
     traces: dict[int, ReplicaTrace] = {}
     for i in chosen:  # identical per-replica seeds make SD on/off runs share all randomness
@@ -53,7 +54,7 @@ def simulate_rollout(engine: Engine, lengths: np.ndarray, prompt_len: int, repli
     return RolloutResult(
         time_s=time_s / steps,
         mean_replica_s=float(np.mean([tr.time_s for tr in samp])) / steps,
-        idle_frac=1.0 - busy / (len(samp) * time_s * min(slots, max(g.size for g in groups))),
+        idle_frac=1.0 - busy * used / replicas / (len(samp) * time_s * min(slots, groups[0].size)),
         tail_frac=_tail_frac(samp, time_s),
         mean_batch=busy / max(sum(tr.time_s for tr in samp), 1e-12),
         spec_frac=sum(int(tr.spec.sum()) for tr in samp) / max(iters, 1),
@@ -61,9 +62,13 @@ def simulate_rollout(engine: Engine, lengths: np.ndarray, prompt_len: int, repli
 
 
 def _tail_frac(traces: list[ReplicaTrace], time_s: float, share: float = 0.9) -> float:
-    ends = np.concatenate([np.cumsum(tr.t) for tr in traces])  # [sum J]
-    tokens = np.concatenate([tr.emitted for tr in traces])  # [sum J]
-    order = np.argsort(ends)
-    cum = np.cumsum(tokens[order])
-    t_share = ends[order][np.searchsorted(cum, share * cum[-1])]
-    return float(1.0 - t_share / time_s)
+    """1 - (time at which the sampled replicas together emitted `share` of their tokens) / time."""
+    ends = [np.cumsum(tr.t) for tr in traces]  # per replica [J]
+    done = [np.concatenate([[0.0], np.cumsum(tr.emitted)]) for tr in traces]  # [J+1]
+    target = share * sum(d[-1] for d in done)
+    lo, hi = 0.0, time_s
+    for _ in range(40):  # bisection on wall time: tokens emitted by `mid` is monotone
+        mid = (lo + hi) / 2
+        emitted = sum(d[np.searchsorted(e, mid, side="right")] for e, d in zip(ends, done))
+        lo, hi = (mid, hi) if emitted < target else (lo, mid)
+    return float(1.0 - hi / time_s)

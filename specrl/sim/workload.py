@@ -78,12 +78,13 @@ def parse_lengths(spec: str) -> LengthDist:
         return Lognormal(median, sigma)
     if kind == "list":
         return Empirical(tuple(int(x) for x in rest.split(",") if x), "list")
-    return Empirical(tuple(load_length_trace(spec)), Path(spec).name)
+    return load_length_trace(spec)
 
 
-def load_length_trace(path: str | Path) -> list[int]:
+def load_length_trace(path: str | Path) -> LengthDist:
     """Response lengths from a JSON list, a one-number-per-line file, or JSONL rows holding a list
-    under one of LENGTH_KEYS; a directory is searched for metrics.jsonl / rollout_lengths.*."""
+    under one of LENGTH_KEYS; a directory is searched for metrics.jsonl / rollout_lengths.*. A
+    `specrl train` metrics.jsonl (per-step p50/p99 only) gives the log-normal with those quantiles."""
     p = Path(path)
     if p.is_dir():
         cands = sorted(p.glob("rollout_lengths.*")) + sorted(p.glob("**/metrics.jsonl"))
@@ -94,11 +95,26 @@ def load_length_trace(path: str | Path) -> list[int]:
     if not p.exists():
         raise FileNotFoundError(f"length trace {str(p)!r} not found; expected a file or a run "
                                 "directory, or use lognormal:MEDIAN,SIGMA / list:L1,L2,...")
-    lengths = _parse_lengths_text(p.read_text())
-    if not lengths:
-        raise ValueError(f"no response lengths found in {str(p)!r}; expected numbers or JSONL rows "
-                         f"with one of the keys {LENGTH_KEYS}.")
-    return lengths
+    text = p.read_text()
+    lengths = _parse_lengths_text(text)
+    if lengths:
+        return Empirical(tuple(lengths), p.name)
+    quantiles = _lognormal_from_quantiles(text)
+    if quantiles is None:
+        raise ValueError(f"no response lengths found in {str(p)!r}; expected numbers, or JSONL rows "
+                         f"with one of the keys {LENGTH_KEYS} or response_len_p50/p99.")
+    return quantiles
+
+
+def _lognormal_from_quantiles(text: str) -> Lognormal | None:
+    """Median of the per-step p50s and p99s; sigma from p99 = median * exp(2.326 sigma)."""
+    rows = [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
+    rows = [r for r in rows if "response_len_p50" in r and "response_len_p99" in r]
+    if not rows:
+        return None
+    p50 = float(np.median([r["response_len_p50"] for r in rows]))
+    p99 = float(np.median([r["response_len_p99"] for r in rows]))
+    return Lognormal(max(p50, 1.0), max(np.log(max(p99, 1.0) / max(p50, 1.0)), 0.0) / 2.326)
 
 
 def _parse_lengths_text(text: str) -> list[int]:

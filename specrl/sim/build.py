@@ -1,0 +1,95 @@
+"""Build a SimConfig from command-line arguments (argparse namespace) with clear errors."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from specrl.sim import cost
+from specrl.sim.acceptance import AcceptanceModel, fit_geometric, from_acceptance_length
+from specrl.sim.calibrate import load_trace, with_drafter
+from specrl.sim.des import SDSetting
+from specrl.sim.hardware import get_hardware
+from specrl.sim.models import get_model
+from specrl.sim.pipeline import SimConfig
+from specrl.sim.workload import Workload, parse_lengths
+
+SD_METHODS = ("none", "draft_model", "eagle3", "mtp", "ngram", "suffix")
+
+
+def add_system_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("system")
+    g.add_argument("--hardware", default="H100", help="H100 | H200 | B200 | GB200 | cpu-local")
+    g.add_argument("--calibration", default=None, help="calibration.json (for cpu-local)")
+    g.add_argument("--model", default="qwen3-8b", help="qwen3-8b | qwen3-235b-a22b | config.json")
+    g.add_argument("--gpus", type=int, default=64)
+    g.add_argument("--tp", type=int, default=1, help="tensor parallel size of a rollout replica")
+    g.add_argument("--mode", default="sync", choices=("sync", "async"))
+    g.add_argument("--placement", default=None, choices=("colocated", "split"),
+                   help="default: colocated for sync, split for async")
+    g.add_argument("--rollout-frac", type=float, default=0.5)
+    g.add_argument("--max-lag", type=int, default=1)
+    g.add_argument("--mfu", type=float, default=0.35)
+    g.add_argument("--max-num-seqs", type=int, default=256)
+    g.add_argument("--seed", type=int, default=0)
+    w = p.add_argument_group("workload")
+    w.add_argument("--prompts", type=int, default=512, help="prompts per step")
+    w.add_argument("--n", type=int, default=16, help="samples per prompt (GRPO group)")
+    w.add_argument("--prompt-len", type=int, default=1024)
+    w.add_argument("--lengths", default="lognormal:4000,0.7",
+                   help="lognormal:MEDIAN,SIGMA | list:L1,L2,... | lengths file / run dir")
+    w.add_argument("--max-tokens", type=int, default=16384)
+    s = p.add_argument_group("speculative decoding")
+    s.add_argument("--sd-method", default="eagle3", choices=SD_METHODS)
+    s.add_argument("--k", type=int, default=3, help="draft tokens per step")
+    s.add_argument("--acceptance-length", type=float, default=3.0, help="mean tokens per step")
+    s.add_argument("--acceptance", default=None, help="per-position acceptance, e.g. 0.9,0.8,0.7")
+    s.add_argument("--acceptance-trace", default=None, help="engine trace JSONL to fit it from")
+    s.add_argument("--draft-frac", type=float, default=None,
+                   help="drafter forward cost / target forward (default: by method)")
+    s.add_argument("--adaptive-max-batch", type=int, default=None,
+                   help="run SD only while active sequences <= this (TLT uses 32)")
+    s.add_argument("--no-drafter-train", action="store_true")
+
+
+def acceptance_from_args(a: argparse.Namespace) -> AcceptanceModel:
+    if a.acceptance:
+        return AcceptanceModel(tuple(float(x) for x in a.acceptance.split(",")))
+    if a.acceptance_trace:
+        rows = [r for r in load_trace(a.acceptance_trace) if r.get("phase") == "spec"]
+        if not rows:
+            raise ValueError(f"trace {a.acceptance_trace!r} has no SD steps (phase 'spec'); record "
+                             "it with a SpecConfig, or pass --acceptance-length")
+        k = int(max(r["k"] for r in rows))
+        return fit_geometric(np.array([r["accepted_tokens"] for r in rows]),
+                             np.array([r["active"] for r in rows]), k)
+    return from_acceptance_length(a.acceptance_length, a.k)
+
+
+def default_draft_frac(method: str, model) -> float:
+    if method in ("eagle3", "mtp"):
+        return cost.eagle_draft_frac(model)
+    if method == "draft_model":
+        return 0.1  # a ~10x smaller draft model
+    return 0.0  # n-gram / suffix drafting runs on the CPU; its cost is in the fitted overheads
+
+
+def config_from_args(a: argparse.Namespace) -> SimConfig:
+    hw = get_hardware(a.hardware, a.calibration)
+    model = get_model(a.model)
+    sd = None
+    if a.sd_method != "none":
+        draft_frac = a.draft_frac
+        if a.hardware == "cpu-local" or a.calibration:
+            calib = json.loads(Path(a.calibration or "calibration.json").read_text())
+            hw, fitted = with_drafter(hw, calib, a.sd_method)
+            draft_frac = fitted if draft_frac is None else draft_frac
+        if draft_frac is None:
+            draft_frac = default_draft_frac(a.sd_method, model)
+        sd = SDSetting(acceptance_from_args(a), draft_frac, a.adaptive_max_batch)
+    workload = Workload(a.prompts, a.n, a.prompt_len, parse_lengths(a.lengths), a.max_tokens)
+    colocated = (a.placement or ("colocated" if a.mode == "sync" else "split")) == "colocated"
+    return SimConfig(hw, model, workload, a.gpus, a.tp, a.mode, a.max_lag, colocated,
+                     a.rollout_frac, sd, a.mfu, a.max_num_seqs, not a.no_drafter_train, a.seed)

@@ -1,0 +1,146 @@
+"""`specrl simulate ...`: step | sweep | project | calibrate | validate | specs. JSON lines on stdout."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from specrl.sim.build import add_system_args, config_from_args
+from specrl.sim.calibrate import calibrate, load_trace
+from specrl.sim.hardware import HARDWARE
+from specrl.sim.models import MODELS, ModelSpec, get_model
+from specrl.sim.pipeline import compare
+
+
+def _emit(row: dict) -> None:
+    print(json.dumps(row, default=float), flush=True)
+
+
+def cmd_step(a) -> int:
+    r = compare(config_from_args(a))
+    _emit({"kind": "step", "sd": False, **r["no_sd"]})
+    _emit({"kind": "step", "sd": True, **r["sd"]})
+    _emit({"kind": "speedup", **{k: v for k, v in r.items() if not isinstance(v, dict)}})
+    return 0
+
+
+def cmd_sweep(a) -> int:
+    from specrl.sim import sweep
+    cfg = config_from_args(a)
+    if cfg.sd is None:
+        raise ValueError("sweep compares SD against no SD; pass an --sd-method other than 'none'")
+    acc, batch, gpus = sweep.vs_acceptance(cfg), sweep.vs_batch(cfg), sweep.vs_gpus(cfg)
+    for row in acc + batch + gpus:
+        _emit(row)
+    if a.plot_dir:
+        from specrl.sim.plots import plot_sweeps
+        label = f"{cfg.model.name}, {cfg.hw.name}, k={cfg.sd.acceptance.k}"
+        for p in plot_sweeps(acc, batch, gpus, Path(a.plot_dir), label):
+            _emit({"kind": "plot", "path": str(p)})
+    return 0
+
+
+def cmd_project(a) -> int:
+    from specrl.sim.project import format_table, projection_table
+    rows = projection_table(a.hardware, tuple(a.gpus))
+    if a.format == "table":
+        print(format_table(rows))
+    else:
+        for row in rows:
+            _emit({"kind": "projection", **row})
+    return 0
+
+
+def _policy_model(arg: str | None) -> ModelSpec:
+    if arg:
+        return get_model(arg)
+    try:
+        from specrl.tasks import default_policy_path
+        return get_model(str(default_policy_path()))
+    except Exception as e:  # the embedded policy may not be built yet
+        raise ValueError(f"no --model given and the embedded policy is unavailable ({e}); pass "
+                         "--model path/to/config.json of the traced model") from None
+
+
+def cmd_calibrate(a) -> int:
+    rows = [row for t in a.traces for row in load_trace(t)]
+    calib = calibrate(rows, _policy_model(a.model))
+    calib["traces"] = [str(t) for t in a.traces]
+    Path(a.out).write_text(json.dumps(calib, indent=1, default=float))
+    hw = calib["hardware"]
+    _emit({"kind": "calibration", "out": a.out, "bw_GBps": hw["hbm_bw"] / 1e9,
+           "flops_G": hw["peak_flops"] / 1e9, "overheads": hw["overheads"],
+           "drafters": calib["drafters"], **calib["fit"]})
+    return 0
+
+
+def cmd_validate(a) -> int:
+    from specrl.sim.traces import load_meta
+    from specrl.sim.validate import Run, summary, validate
+    if not Path(a.calibration).exists():
+        raise FileNotFoundError(f"calibration file {a.calibration!r} not found; create it with "
+                                "`specrl simulate calibrate --traces ... --out calibration.json`")
+    calib = json.loads(Path(a.calibration).read_text())
+    model = get_model(a.model) if a.model else ModelSpec(**calib["model"])
+    runs = []
+    for paths, heldout in ((a.fit_traces or [], False), (a.traces, True)):
+        for t in paths:
+            rows = load_trace(t)
+            runs.append(Run(Path(t).stem, rows, load_meta(t, rows), heldout))
+    report = validate(calib, model, runs)
+    for row in report:
+        _emit({"kind": "validation", **row})
+    _emit({"kind": "validation", **summary(report)})
+    return 0
+
+
+def cmd_specs(a) -> int:
+    for hw in HARDWARE.values():
+        _emit({"kind": "hardware", **asdict(hw)})
+    for name in MODELS:
+        _emit({"kind": "model", **get_model(name).summary()})
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specrl simulate", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    add_system_args(sub.add_parser("step", help="one RL step, SD on vs off"))
+    sw = sub.add_parser("sweep", help="speedup vs acceptance length, batch size, GPU count")
+    add_system_args(sw)
+    sw.add_argument("--plot-dir", default=None, help="write PNG plots here")
+    pr = sub.add_parser("project", help="Qwen3-8B / 235B projections beside NeMo-RL")
+    pr.add_argument("--hardware", default="H100")
+    pr.add_argument("--gpus", type=int, nargs="+", default=[64, 512, 2048])
+    pr.add_argument("--format", default="table", choices=("table", "jsonl"))
+    ca = sub.add_parser("calibrate", help="fit this machine from engine traces")
+    ca.add_argument("--traces", nargs="+", required=True)
+    ca.add_argument("--out", default="calibration.json")
+    ca.add_argument("--model", default=None, help="config.json of the traced model")
+    va = sub.add_parser("validate", help="predict held-out traced runs and report the error")
+    va.add_argument("--calibration", default="calibration.json")
+    va.add_argument("--traces", nargs="+", required=True, help="held-out traces")
+    va.add_argument("--fit-traces", nargs="*", default=None,
+                    help="traces used for fitting (SD-off baselines, acceptance)")
+    va.add_argument("--model", default=None)
+    sub.add_parser("specs", help="list built-in hardware and models")
+    return p
+
+
+COMMANDS = {"step": cmd_step, "sweep": cmd_sweep, "project": cmd_project,
+            "calibrate": cmd_calibrate, "validate": cmd_validate, "specs": cmd_specs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[a.cmd](a)
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        print(f"specrl simulate {a.cmd}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

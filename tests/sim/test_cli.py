@@ -1,0 +1,80 @@
+import json
+
+import numpy as np
+
+from specrl.sim.cli import main
+from specrl.sim.des import Engine
+from specrl.sim.traces import meta_path, synthesize, write_jsonl
+from tests.sim.helpers import SMALL, toy_hw
+
+SMALL_WL = ["--prompts", "16", "--n", "4", "--prompt-len", "64", "--lengths", "lognormal:300,0.6",
+            "--max-tokens", "2048"]
+
+
+def _lines(capsys):
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+
+
+def test_step_prints_json_lines(capsys):
+    assert main(["step", "--gpus", "16", *SMALL_WL]) == 0
+    rows = _lines(capsys)
+    assert [r["kind"] for r in rows] == ["step", "step", "speedup"]
+    assert rows[2]["rollout_speedup"] > 1.0
+
+
+def test_unknown_hardware_and_model_list_valid_names(capsys):
+    assert main(["step", "--hardware", "A100"]) == 2
+    assert "H100" in capsys.readouterr().err
+    assert main(["step", "--model", "llama-9000"]) == 2
+    assert "qwen3-8b" in capsys.readouterr().err
+
+
+def test_missing_trace_is_named(tmp_path, capsys):
+    missing = tmp_path / "absent_trace.jsonl"
+    assert main(["calibrate", "--traces", str(missing), "--model", "qwen3-8b"]) == 2
+    assert "absent_trace.jsonl" in capsys.readouterr().err
+
+
+def test_calibrate_validate_then_simulate_cpu_local(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps(SMALL))
+    engine = Engine(toy_hw(bw=2e10, flops=5e10, iter_s=2e-3, per_seq_s=1e-4), _small())
+    paths = []
+    for bs in (2, 8, 32):
+        lengths = np.random.default_rng(bs).integers(20, 150, bs)
+        p = tmp_path / f"bs{bs}.jsonl"
+        write_jsonl(synthesize(engine, lengths, 16, 64, None, None, seed=bs), p)
+        meta_path(p).write_text(json.dumps({"prompt_len": 16, "response_lens": lengths.tolist(),
+                                            "max_num_seqs": 64, "k": 0, "workload": f"bs{bs}"}))
+        paths.append(str(p))
+    cal = str(tmp_path / "calibration.json")
+    assert main(["calibrate", "--traces", *paths[:2], "--out", cal,
+                 "--model", str(tmp_path / "config.json")]) == 0
+    assert _lines(capsys)[0]["kind"] == "calibration"
+    assert main(["validate", "--calibration", cal, "--traces", paths[2]]) == 0
+    rows = _lines(capsys)
+    assert abs(rows[0]["err_time_pct"]) < 5
+    assert main(["step", "--hardware", "cpu-local", "--calibration", cal, "--model",
+                 str(tmp_path / "config.json"), "--gpus", "2", "--sd-method", "ngram", *SMALL_WL]) == 0
+    assert _lines(capsys)[-1]["kind"] == "speedup"
+
+
+def test_sweep_writes_plots(tmp_path, capsys):
+    assert main(["sweep", "--gpus", "16", "--plot-dir", str(tmp_path), *SMALL_WL]) == 0
+    kinds = [r.get("kind") for r in _lines(capsys)]
+    assert kinds.count("plot") == 3
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "speedup_vs_acceptance.png", "speedup_vs_batch.png", "speedup_vs_gpus.png"]
+
+
+def test_project_and_specs(capsys):
+    assert main(["project", "--gpus", "64", "--format", "jsonl"]) == 0
+    rows = _lines(capsys)
+    assert len(rows) == 8  # 2 models x sync/async x SD off/on
+    assert any("1.54-1.77x" in r["nemo_rl"] for r in rows)  # NeMo-RL 8B beside ours
+    assert main(["specs"]) == 0
+    assert {r["name"] for r in _lines(capsys)} >= {"H100", "H200", "B200", "GB200", "qwen3-8b"}
+
+
+def _small():
+    from specrl.sim.models import from_hf_config
+    return from_hf_config(SMALL, "small")

@@ -1,0 +1,60 @@
+import numpy as np
+import pytest
+
+from specrl.sim.acceptance import geometric
+from specrl.sim.des import Engine, SDSetting, plan, simulate_replica, slot_starts
+from tests.sim.helpers import toy_hw
+
+
+def _free_roofline(**ov):
+    """A machine whose roofline is ~0, so each iteration costs exactly its overheads."""
+    return toy_hw(bw=1e30, flops=1e30, **ov)
+
+
+def test_all_tokens_generated_with_and_without_sd(tiny):
+    lengths = np.random.default_rng(0).integers(1, 300, 40)
+    engine = Engine(toy_hw(bw=1e8, flops=1e9, iter_s=1e-3), tiny)
+    for sd in (None, SDSetting(geometric(0.6, 4), 0.05)):
+        tr = simulate_replica(engine, lengths, 16, 8, sd, np.random.default_rng(1))
+        assert tr.emitted.sum() == pytest.approx(lengths.sum())
+        assert tr.active.max() <= 8  # never more than the batch slots
+        assert (tr.active > 0).all()  # continuous batching never idles while work is queued
+
+
+def test_full_acceptance_speedup_matches_formula(tiny):
+    # 1 s per iteration, drafting 0.5 s per SD step. No SD: L = 101 iterations (prefill emits the
+    # first token). SD with every draft accepted: 1 + ceil(100 / 5) = 21 iterations, 20 of them SD.
+    engine = Engine(_free_roofline(iter_s=1.0, spec_iter_s=0.0, draft_iter_s=0.5), tiny)
+    lengths = np.full(4, 101)
+    plain = simulate_replica(engine, lengths, 8, 4, None, np.random.default_rng(0)).time_s
+    sd = SDSetting(geometric(1.0, 4), 0.0)
+    spec = simulate_replica(engine, lengths, 8, 4, sd, np.random.default_rng(0)).time_s
+    assert plain == pytest.approx(101.0, rel=1e-9)
+    assert spec == pytest.approx(21 + 20 * 0.5, rel=1e-9)  # the prefill-only step drafts nothing
+    assert plain / spec == pytest.approx(101 / 31)
+
+
+def test_slot_schedule_fifo():
+    # 2 slots, iterations [3, 1, 2, 2]: seq2 takes the slot freed at 1, seq3 the one freed at 3
+    np.testing.assert_array_equal(slot_starts(np.array([3, 1, 2, 2]), 2), [0, 0, 1, 3])
+    np.testing.assert_array_equal(slot_starts(np.array([5, 5]), 4), [0, 0])
+
+
+def test_adaptive_sd_turns_on_in_the_tail():
+    # 4 sequences, SD allowed at <= 2 active: plain decoding until only the 2 long ones remain
+    lengths = np.array([10, 10, 100, 100])
+    sd = SDSetting(geometric(1.0, 3), 0.0, adaptive_max_batch=2)
+    starts, iters, plain, switch = plan(lengths, 8, sd, np.random.default_rng(0))
+    assert switch == 10  # first iteration with 2 active
+    np.testing.assert_array_equal(plain, [10, 10, 10, 10])
+    # long ones: 10 plain tokens, then 90 more at 4 per step -> 10 + 23 iterations
+    np.testing.assert_array_equal(iters, [10, 10, 33, 33])
+
+
+def test_long_tail_emerges_from_lengths(tiny):
+    # one sequence 10x longer than the rest: most of the replica's iterations run nearly empty
+    lengths = np.array([50] * 15 + [500])
+    tr = simulate_replica(Engine(_free_roofline(iter_s=1.0), tiny), lengths, 8, 16, None,
+                          np.random.default_rng(0))
+    assert tr.t.size == 500
+    assert (tr.active == 1).sum() == 450
