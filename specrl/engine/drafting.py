@@ -41,8 +41,6 @@ class Drafter(Protocol):
 
 def pad_proposals(drafts: list[list[int]], device) -> Proposal:
     K = max((len(d) for d in drafts), default=0)
-    tokens = torch.zeros(len(drafts), K, dtype=torch.long)
-    for b, d in enumerate(drafts):
-        tokens[b, :len(d)] = torch.tensor(d, dtype=torch.long)
+    tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).view(len(drafts), K)
     lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
     return Proposal(tokens.to(device), lengths.to(device), None)

@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from ..spec.verify import draft_q, verify
+from ..spec.verify import Verdict, draft_q, verify
 from .drafting import Drafter, TargetForward
 from .runner import ModelRunner
 from .sampling import STREAM_ACCEPT, STREAM_SAMPLE, hash_uniform, sample_from, target_probs, token_logprobs
@@ -90,9 +90,12 @@ def spec_step(runner: ModelRunner, drafter: Drafter, seqs: list[Sequence], k: li
     out = runner.forward(torch.cat([last, prop.tokens], dim=1), positions, [s.slot for s in seqs])
     temperature, top_k, top_p, seeds = batch_params(seqs, device)
     p = target_probs(out.logits, temperature, top_k, top_p)  # [B, K+1, V]
-    q = draft_q(prop.tokens, prop.probs, prop.lengths, p.shape[-1])  # [B, K, V]
-    verdict = verify(p, prop.tokens, q, hash_uniform(seeds, positions[:, 1:], STREAM_ACCEPT),
-                     hash_uniform(seeds, positions + 1, STREAM_SAMPLE))
+    u_sample = hash_uniform(seeds, positions + 1, STREAM_SAMPLE)  # [B, K+1]
+    if K == 0:  # nothing proposed (e.g. "auto" turned SD off): a plain decode step
+        verdict = Verdict(torch.zeros(B, dtype=torch.long, device=device), sample_from(p, u_sample))
+    else:
+        q = draft_q(prop.tokens, prop.probs, prop.lengths, p.shape[-1])  # [B, K, V]
+        verdict = verify(p, prop.tokens, q, hash_uniform(seeds, positions[:, 1:], STREAM_ACCEPT), u_sample)
     logprobs = token_logprobs(out.logits, verdict.tokens, temperature)  # [B, K+1]
     t2 = time.perf_counter()
     # step 3: each sequence advances by its accepted drafts + 1, cut at a stop token or its budget
