@@ -1,0 +1,37 @@
+"""The embedded default task: chained arithmetic with a scratchpad, its tokenizer, reward and base policy.
+
+    from specrl.tasks import make_problems, arith_reward, default_policy_path
+    problems = make_problems(64, seed=0, split="train")   # .prompt, .response, .answer
+    arith_reward(completion_text, problems[0].answer)      # 1.0 or 0.0
+    model = load_model(default_policy_path())              # shipped Qwen3-style base policy
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .arith import ArithSpec, Problem, check_solution, make_problems
+from .reward import arith_reward, extract_answer
+from .tokenizer import SpecialIds, build_tokenizer, load_tokenizer, save_tokenizer
+
+POLICY_DIR = Path(__file__).parent / "assets" / "policy"
+
+# Name under which the lead's reward registry exposes the task's reward.
+REWARD_NAME = "arith"
+
+
+def default_policy_path() -> Path:
+    """Directory of the shipped base policy (HF format: config.json, bf16 safetensors, tokenizer)."""
+    if not (POLICY_DIR / "config.json").is_file() or not any(POLICY_DIR.glob("*.safetensors")):
+        raise FileNotFoundError(
+            f"the embedded base policy is missing at {str(POLICY_DIR)!r}; build it with "
+            f"`specrl pretrain --out {POLICY_DIR}` (about 7 minutes on 2 CPU cores)"
+        )
+    return POLICY_DIR
+
+
+__all__ = [
+    "ArithSpec", "POLICY_DIR", "Problem", "REWARD_NAME", "SpecialIds", "arith_reward", "build_tokenizer",
+    "check_solution", "default_policy_path", "extract_answer", "load_tokenizer", "make_problems",
+    "save_tokenizer",
+]

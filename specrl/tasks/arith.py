@@ -1,14 +1,14 @@
 """Chained arithmetic with a worked scratchpad: the embedded default task.
 
-A problem is a chain of additions and subtractions evaluated left to right, modulo `modulus`:
+A problem is a chain of single-digit additions and subtractions evaluated left to right, mod 10:
 
-    prompt   = "Q:17+5-38+9=?\n"
-    response = "17+5=22\n22-38=84\n84+9=93\nA:93"     (then EOS)
+    prompt   = "Q:6a-7b+5c-8=?\n"
+    response = "6a-7=9\n9b+5=4\n4c-8=6\nA:6"     (then EOS)
 
-Each scratchpad line copies the running value, applies one operation and writes the new running
-value, so the response grows linearly with the number of operations. The number of operations is
-drawn from a clipped lognormal, which gives response lengths the long right tail of real reasoning
-rollouts: most problems are short, a few are many times longer than the median.
+Each scratchpad line copies the running value, applies the next operation of the prompt (found by its
+label a, b, c, ...) and writes the new running value, so the response grows linearly with the number of operations. The number of
+operations is drawn from a clipped lognormal, which gives response lengths the long right tail of
+real reasoning rollouts: most problems are short, a few are many times longer than the median.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 SPLITS = ("train", "test")
-# Train and test draw from disjoint seed streams; a prompt hash check removes any collision.
+# Each split has its own seed stream, and a prompt's hash decides its split: the two never share a prompt.
 _SPLIT_SALT = {"train": 0x5EED_0001, "test": 0x5EED_7E57}
 
 
@@ -28,18 +28,18 @@ _SPLIT_SALT = {"train": 0x5EED_0001, "test": 0x5EED_7E57}
 class ArithSpec:
     """Difficulty knobs of the task. The defaults are what the shipped base policy was trained on."""
 
-    modulus: int = 100          # running value lives in [0, modulus)
-    max_operand: int = 99       # operands are drawn from [0, max_operand]
+    modulus: int = 10           # running value lives in [0, modulus)
+    max_operand: int = 9        # operands after the first are drawn from [0, max_operand]
     ops_median: float = 3.0     # median number of operations
     ops_sigma: float = 0.9      # lognormal shape: larger means a heavier tail
     min_ops: int = 1
-    max_ops: int = 40
+    max_ops: int = 20           # the longest response is then ~150 tokens
 
     def __post_init__(self) -> None:
         if self.modulus < 2:
-            raise ValueError(f"ArithSpec.modulus={self.modulus}: expected >= 2; use e.g. 100")
+            raise ValueError(f"ArithSpec.modulus={self.modulus}: expected >= 2; use e.g. 10")
         if not 0 < self.max_operand:
-            raise ValueError(f"ArithSpec.max_operand={self.max_operand}: expected > 0; use e.g. 99")
+            raise ValueError(f"ArithSpec.max_operand={self.max_operand}: expected > 0; use e.g. 9")
         if not 1 <= self.min_ops <= self.max_ops:
             raise ValueError(
                 f"ArithSpec ops range [{self.min_ops}, {self.max_ops}]: expected 1 <= min_ops <= max_ops"
@@ -52,9 +52,9 @@ class ArithSpec:
 
 
 class Problem(NamedTuple):
-    prompt: str      # "Q:17+5-38+9=?\n"
+    prompt: str      # "Q:6-7+5-8=?\n"
     response: str    # worked solution ending in "A:<answer>" (EOS is not part of the text)
-    answer: str      # "93"
+    answer: str      # "6"
     num_ops: int
 
 
@@ -64,12 +64,17 @@ def sample_num_ops(rng: random.Random, spec: ArithSpec) -> int:
     return min(max(n, spec.min_ops), spec.max_ops)
 
 
+LABELS = "abcdefghijklmnopqrst"  # one label per operation; the prompt and the scratchpad both carry it
+
+
 def solve(first: int, ops: list[tuple[str, int]], modulus: int) -> tuple[list[str], int]:
-    """Scratchpad lines and final value of `first (op b)...` evaluated left to right mod `modulus`."""
+    """Scratchpad lines and final value of `first (op b)...` evaluated left to right mod `modulus`.
+    Line i is `<value><label i><op><b>=<new>`: the label lets the model find operation i in the prompt by
+    matching the label (an induction-style copy) instead of counting positions."""
     value, lines = first % modulus, []
-    for op, b in ops:
+    for label, (op, b) in zip(LABELS, ops):
         new = (value + b) % modulus if op == "+" else (value - b) % modulus
-        lines.append(f"{value}{op}{b}={new}")
+        lines.append(f"{value}{label}{op}{b}={new}")
         value = new
     return lines, value
 
@@ -79,7 +84,7 @@ def make_problem(rng: random.Random, spec: ArithSpec) -> Problem:
     first = rng.randint(0, min(spec.max_operand, spec.modulus - 1))
     ops = [(rng.choice("+-"), rng.randint(0, spec.max_operand)) for _ in range(n)]
     lines, value = solve(first, ops, spec.modulus)
-    expr = str(first) + "".join(f"{op}{b}" for op, b in ops)
+    expr = str(first) + "".join(f"{label}{op}{b}" for label, (op, b) in zip(LABELS, ops))
     answer = str(value)
     return Problem(f"Q:{expr}=?\n", "\n".join(lines + [f"A:{answer}"]), answer, n)
 
@@ -118,6 +123,8 @@ def check_solution(problem: Problem, spec: ArithSpec | None = None) -> bool:
     expr = problem.prompt.removeprefix("Q:").removesuffix("=?\n")
     tokens, num = [], ""
     for ch in expr:
+        if ch in LABELS:
+            continue
         if ch in "+-":
             tokens.append(int(num))
             tokens.append(ch)

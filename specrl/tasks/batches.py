@@ -7,6 +7,7 @@ padding. The stream is a pure function of the seed.
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Iterator, NamedTuple
 
@@ -70,7 +71,7 @@ def train_batches(
 ) -> Iterator[Batch]:
     """Endless deterministic stream of training batches."""
     rng = random.Random(seed)
-    for pool in range(1 << 30):
+    for pool in itertools.count():
         problems = make_problems(pool_size, seed=seed * 100_003 + pool, split="train", spec=spec)
         seqs = [encode_problem(tok, ids, p) for p in problems]
         for rows in pool_batches(seqs, batch_tokens, rng):

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from .arith import ArithSpec, make_problems
 from .batches import train_batches
 from .evaluate import accuracy
+from .reward import arith_reward
 from .tokenizer import build_tokenizer, save_tokenizer, special_ids
 
 
@@ -32,11 +33,11 @@ from .tokenizer import build_tokenizer, save_tokenizer, special_ids
 class PretrainConfig:
     seed: int = 0
     steps: int = 600
-    time_budget_s: float = 360.0      # training wall-clock cap; evaluation comes on top
-    batch_tokens: int = 4096          # padded tokens per optimiser step
+    time_budget_s: float = 420.0      # training wall-clock cap; evaluation comes on top
+    batch_tokens: int = 3072          # padded tokens per optimiser step
     lr: float = 2e-3
     min_lr_ratio: float = 0.05
-    warmup_steps: int = 30
+    warmup_steps: int = 20
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     bf16_autocast: bool = True        # 1.7x faster than fp32 on AVX512-BF16 CPUs
@@ -51,6 +52,7 @@ class PretrainConfig:
     max_position_embeddings: int = 1024
     eval_problems: int = 200
     eval_seed: int = 0
+    eval_max_new_tokens: int = 256   # the longest worked solution (40 ops) is 244 tokens with EOS
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_tokens", "num_layers", "hidden_size", "num_threads"):
@@ -93,6 +95,17 @@ def init_weights(model, std: float = 0.02) -> None:
         if p.dim() >= 2:
             is_residual = name.endswith(("o_proj.weight", "down_proj.weight"))
             torch.nn.init.normal_(p, 0.0, residual_std if is_residual else std)
+
+
+def accuracy_by_ops(problems, completions) -> dict[str, float]:
+    """Held-out accuracy per bucket of the number of operations."""
+    buckets = {"1": (1, 1), "2-3": (2, 3), "4-7": (4, 7), "8-15": (8, 15), "16+": (16, 1 << 30)}
+    out = {}
+    for name, (lo, hi) in buckets.items():
+        hits = [arith_reward(c, p.answer) for p, c in zip(problems, completions) if lo <= p.num_ops <= hi]
+        if hits:
+            out[name] = round(sum(hits) / len(hits), 3)
+    return out
 
 
 def train_loop(model, cfg: PretrainConfig, tok, ids, on_step: Callable[[int, dict], None] | None) -> dict:
@@ -146,11 +159,11 @@ def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
     model = model.to(torch.bfloat16).to(torch.float32).eval()
     t0 = time.monotonic()
     test = make_problems(cfg.eval_problems, cfg.eval_seed, "test")
-    acc, _ = accuracy(model, tok, ids, test)
+    acc, completions = accuracy(model, tok, ids, test, cfg.eval_max_new_tokens)
     record = {
         "recipe": asdict(cfg), "task": asdict(ArithSpec()), **stats,
         "eval_s": round(time.monotonic() - t0, 1), "heldout_accuracy": acc,
-        "heldout_problems": len(test), "response_length_tokens": length_percentiles(),
+        "heldout_problems": len(test), "heldout_accuracy_by_ops": accuracy_by_ops(test, completions), "response_length_tokens": length_percentiles(),
         "num_params": mcfg.num_params, "torch": torch.__version__,
     }
     # step 3: one atomic HF directory: bf16 weights, config, tokenizer files, recipe.json
@@ -159,3 +172,44 @@ def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
         save_model(model, out_dir, tokenizer_dir=tok_dir, dtype="bfloat16",
                    extra_files={"recipe.json": json.dumps(record, indent=2) + "\n"})
     return record
+
+
+def parse_args(argv: list[str] | None) -> tuple[Path, PretrainConfig]:
+    from . import POLICY_DIR
+
+    p = argparse.ArgumentParser(prog="specrl pretrain", description="Train the embedded base policy.")
+    p.add_argument("--out", type=Path, default=POLICY_DIR, help=f"output directory (default {POLICY_DIR})")
+    defaults = PretrainConfig()
+    for f in fields(PretrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(f.default, bool):
+            p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=f.default,
+                           metavar="BOOL")
+        else:
+            p.add_argument(flag, type=type(f.default), default=getattr(defaults, f.name))
+    args = vars(p.parse_args(argv))
+    out = args.pop("out")
+    return out, PretrainConfig(**args)
+
+
+def pretrain_main(argv: list[str] | None = None) -> int:
+    """`specrl pretrain --out DIR --seed S --time-budget-s T ...`: train with a progress bar, print the record."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    out, cfg = parse_args(argv)
+    console = Console(stderr=True)
+    with Progress(TextColumn("pretrain"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("train", total=cfg.steps, info="")
+
+        def on_step(step: int, m: dict) -> None:
+            info = f"loss {m['loss']:.3f} lr {m['lr']:.2e} {m['elapsed_s']:.0f}/{cfg.time_budget_s:.0f}s"
+            bar.update(task, completed=step, info=info)
+
+        record = pretrain(out, cfg, on_step)
+    summary = {k: record[k] for k in ("steps_done", "train_s", "eval_s", "final_loss", "heldout_accuracy",
+                                      "heldout_accuracy_by_ops", "response_length_tokens", "num_params")}
+    console.print(f"wrote {out}")
+    print(json.dumps(summary))
+    return 0

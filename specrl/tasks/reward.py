@@ -6,15 +6,15 @@ import re
 
 # The final answer line: "A:" then digits, alone on its line, at the end of the completion.
 _ANSWER = re.compile(r"(?:^|\n)A:(\d+)\s*$")
-_LINE = re.compile(r"^\d+[+-]\d+=\d+$")
+_LINE = re.compile(r"^\d+[a-t][+-]\d+=\d+$")
 
 
 def extract_answer(completion: str) -> str | None:
     """The digits after the last-line `A:` marker, or None when the completion is malformed.
 
     Special tokens (e.g. a trailing "<eos>" when decoded without skipping them) are stripped first.
-    >>> extract_answer("17+5=22\\nA:22")
-    '22'
+    >>> extract_answer("6-7=9\\n9+5=4\\n4-8=6\\nA:6")
+    '6'
     """
     text = completion.replace("<eos>", "").replace("<pad>", "")
     m = _ANSWER.search(text)

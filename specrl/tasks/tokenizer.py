@@ -16,7 +16,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
 # Everything the task writes, plus a few spare symbols for task variants.
-CHARS = "0123456789+-*=?:\nQA "
+CHARS = "0123456789+-*=?:\nQA abcdefghijklmnopqrst"
 
 
 class SpecialIds(NamedTuple):

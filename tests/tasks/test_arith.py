@@ -7,10 +7,10 @@ from specrl.tasks.arith import ArithSpec, Problem, check_solution, make_problems
 
 
 def test_worked_example_by_hand():
-    # 17+5=22; 22-38=-16 -> 84 (mod 100); 84+9=93
-    lines, value = solve(17, [("+", 5), ("-", 38), ("+", 9)], 100)
-    assert lines == ["17+5=22", "22-38=84", "84+9=93"]
-    assert value == 93
+    # 6-7 = -1 -> 9 (mod 10); 9+5 = 14 -> 4; 4-8 = -4 -> 6
+    lines, value = solve(6, [("-", 7), ("+", 5), ("-", 8)], 10)
+    assert lines == ["6a-7=9", "9b+5=4", "4c-8=6"]
+    assert value == 6
 
 
 def test_generator_is_deterministic():
@@ -38,10 +38,15 @@ def test_worked_solution_is_correct(split):
         lines = p.response.split("\n")
         assert lines[-1] == f"A:{p.answer}"
         assert len(lines) == p.num_ops + 1
-        # each line starts from the previous line's result
+        # the first line starts from the prompt's first number, each next one from the previous result
+        assert lines[0][:2] == p.prompt[2:4]  # first value and label "a"
         for prev, line in zip(lines[:-2], lines[1:-1]):
             assert line.startswith(prev.split("=")[1])
-        # the scratchpad's last result is the answer
+        # every line's arithmetic is right, and the last result is the answer
+        for line in lines[:-1]:
+            lhs, rhs = line.split("=")
+            value, op, b = int(lhs[0]), lhs[2], int(lhs[3:])  # "<value><label><op><b>"
+            assert (value + b if op == "+" else value - b) % 10 == int(rhs)
         assert lines[-2].split("=")[1] == p.answer
 
 
@@ -49,7 +54,7 @@ def test_format_of_a_problem():
     p = make_problems(1, seed=0, split="train")[0]
     assert isinstance(p, Problem)
     assert p.prompt.startswith("Q:") and p.prompt.endswith("=?\n")
-    assert 0 <= int(p.answer) < 100
+    assert 0 <= int(p.answer) < 10
 
 
 def test_response_lengths_have_a_long_tail():
@@ -75,8 +80,8 @@ def test_bad_inputs_name_the_value():
         ArithSpec(modulus=1)
 
 
-def test_small_modulus_variant():
-    spec = ArithSpec(modulus=10, max_operand=9)
-    for p in make_problems(100, seed=0, spec=spec):
-        assert check_solution(p, spec)
-        assert all(len(x) <= 1 for x in p.prompt[2:-3].replace("+", " ").replace("-", " ").split())
+def test_harder_variant():
+    spec = ArithSpec(modulus=100, max_operand=99)
+    problems = make_problems(100, seed=0, spec=spec)
+    assert all(check_solution(p, spec) for p in problems)
+    assert any(len(x) == 2 for p in problems for x in p.prompt[2:-3].replace("+", " ").replace("-", " ").split())

@@ -12,7 +12,7 @@ from specrl.tasks.tokenizer import build_tokenizer, special_ids
 from tests.helpers import tiny_model
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64,
-            batch_tokens=512, eval_problems=8, max_position_embeddings=512)
+            batch_tokens=512, eval_problems=8, eval_max_new_tokens=12, max_position_embeddings=512)
 
 
 def test_collate_masks_prompt_and_padding():

@@ -28,7 +28,7 @@ def test_save_load_and_auto_tokenizer(tmp_path):
     tok, ids = load_tokenizer(tmp_path)
     assert ids.eos == 2
     hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
-    text = "Q:17+5-38=?\n17+5=22\n22-38=84\nA:84"
+    text = "Q:6a-7b+5c-8=?\n6a-7=9\n9b+5=4\n4c-8=6\nA:6"
     assert hf(text).input_ids == tok.encode(text).ids
     assert (hf.pad_token_id, hf.bos_token_id, hf.eos_token_id) == (ids.pad, ids.bos, ids.eos)
     assert hf.decode(hf(text).input_ids, skip_special_tokens=True) == text
