@@ -201,7 +201,8 @@ class MiscCfg:
 
 
 def test_literal_union_path_dict_tuple():
-    cfg = from_dict(MiscCfg, {"level": "2", "name_or_id": "7", "path": "x/y", "weights": {"a": "0.5"}, "sizes": "[2, 3]"})
+    data = {"level": "2", "name_or_id": "7", "path": "x/y", "weights": {"a": "0.5"}, "sizes": "[2, 3]"}
+    cfg = from_dict(MiscCfg, data)
     # "2" is coerced into the int literal; "7" stays a str because str is an exact match in int | str
     assert cfg == MiscCfg(2, "7", pathlib.Path("x/y"), {"a": 0.5}, (2, 3))
     assert from_dict(MiscCfg, {"name_or_id": 7}).name_or_id == 7

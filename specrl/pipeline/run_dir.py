@@ -1,0 +1,138 @@
+"""The run directory of `specrl train`: what users open to see how a run went.
+
+    config.yaml       the full resolved config (a resume starts from it)
+    metrics.jsonl     one row per RL step
+    eval.jsonl        one row per held-out evaluation
+    tb/               TensorBoard events (if tensorboard is installed)
+    plots/*.png       reward/accuracy, acceptance length, step-time breakdown (if matplotlib is installed)
+    checkpoints/      see specrl.train.checkpoint
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+from ..config import dump_yaml
+from ..io import atomic_write_text
+
+TIME_KEYS = ("rollout_s", "reward_s", "train_s", "sync_s")
+
+
+def is_run_dir(path: str | Path) -> bool:
+    path = Path(path)
+    return (path / "config.yaml").is_file() and (path / "metrics.jsonl").is_file()
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class RunDir:
+    def __init__(self, path: str | Path, tensorboard: bool = True):
+        self.path = Path(path)
+        self._tb_enabled, self._tb = tensorboard, None
+
+    @classmethod
+    def create(cls, path: str | Path, cfg, tensorboard: bool = True) -> "RunDir":
+        path = Path(path)
+        if is_run_dir(path) and read_jsonl(path / "metrics.jsonl"):
+            raise FileExistsError(f"out_dir {str(path)!r} already holds a run: continue it with resume={path}, "
+                                  "or pick a new out_dir")
+        path.mkdir(parents=True, exist_ok=True)
+        dump_yaml(cfg, path / "config.yaml")
+        (path / "metrics.jsonl").touch()
+        return cls(path, tensorboard)
+
+    @classmethod
+    def open(cls, path: str | Path, tensorboard: bool = True) -> "RunDir":
+        if not is_run_dir(path):
+            raise FileNotFoundError(f"resume={str(path)!r} is not a run directory (expected config.yaml and "
+                                    "metrics.jsonl written by `specrl train`); pass the out_dir of an earlier run")
+        return cls(path, tensorboard)
+
+    def truncate(self, step: int) -> None:
+        """Drops rows past `step` (written after the checkpoint a resume starts from)."""
+        for name in ("metrics.jsonl", "eval.jsonl"):
+            rows = [r for r in read_jsonl(self.path / name) if r["step"] <= step]
+            atomic_write_text(self.path / name, "".join(json.dumps(r) + "\n" for r in rows))
+
+    def log(self, row: dict, file: str = "metrics.jsonl") -> None:
+        with open(self.path / file, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        tb = self._writer()
+        if tb is not None:
+            prefix = "eval/" if file == "eval.jsonl" else "train/"
+            for k, v in row.items():
+                if k != "step" and isinstance(v, (int, float)):
+                    tb.add_scalar(prefix + k, v, row["step"])
+            tb.flush()
+
+    def _writer(self):
+        if self._tb is None and self._tb_enabled:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                self._tb = SummaryWriter(str(self.path / "tb"))
+            except ImportError:
+                warnings.warn("tensorboard is not installed: no TensorBoard events (pip install tensorboard)")
+                self._tb_enabled = False
+        return self._tb
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def plot(self) -> list[Path]:
+        """PNG plots of the run so far; none (with a warning) without matplotlib."""
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            warnings.warn("matplotlib is not installed: no plots (pip install matplotlib)")
+            return []
+        rows, evals = read_jsonl(self.path / "metrics.jsonl"), read_jsonl(self.path / "eval.jsonl")
+        if not rows:
+            return []
+        out = self.path / "plots"
+        out.mkdir(exist_ok=True)
+        steps = [r["step"] for r in rows]
+        files = []
+        for name, draw in (("reward", _draw_reward), ("acceptance_length", _draw_acceptance),
+                           ("step_time", _draw_step_time)):
+            fig, ax = plt.subplots(figsize=(7, 4))
+            draw(ax, steps, rows, evals)
+            ax.set_xlabel("RL step")
+            ax.grid(alpha=0.3)
+            fig.tight_layout()
+            fig.savefig(out / f"{name}.png", dpi=100)
+            plt.close(fig)
+            files.append(out / f"{name}.png")
+        return files
+
+
+def _draw_reward(ax, steps, rows, evals):
+    ax.plot(steps, [r["reward_mean"] for r in rows], label="train reward (mean)")
+    if evals:
+        ax.plot([e["step"] for e in evals], [e["accuracy"] for e in evals], "o-", label="held-out greedy accuracy")
+    ax.set_ylabel("reward / accuracy")
+    ax.legend()
+
+
+def _draw_acceptance(ax, steps, rows, evals):
+    ax.plot(steps, [r["acceptance_length"] for r in rows])
+    ax.set_ylabel("acceptance length (tokens / target forward)")
+
+
+def _draw_step_time(ax, steps, rows, evals):
+    bottom = [0.0] * len(rows)
+    for key in TIME_KEYS:
+        vals = [r.get(key, 0.0) for r in rows]
+        ax.bar(steps, vals, bottom=bottom, label=key.removesuffix("_s"), width=0.9)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("seconds per step")
+    ax.legend()

@@ -1,0 +1,139 @@
+"""`TrainConfig`: the typed config tree of `specrl train` (YAML file plus `key.sub=value` overrides).
+
+Defaults are the embedded-task recipe that `specrl train` runs with no arguments: GRPO on the shipped
+arithmetic policy, rollouts with suffix speculative decoding, sized for a 2-core CPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..config import ConfigError, require
+from ..spec.config import SpecConfig
+
+__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "OptimConfig", "RewardConfig", "RolloutConfig",
+           "ScheduleConfig", "TrainConfig"]
+
+
+@dataclass
+class DataConfig:
+    source: str = "arith"  # "arith" (embedded task) or a .jsonl / .parquet file with prompt/answer fields
+    eval_source: str | None = None  # held-out file; None: the arith test split, or the last eval_size rows
+    eval_size: int = 100  # held-out problems scored by greedy accuracy
+    eval_max_tokens: int = 200
+    prompt_key: str = "prompt"
+    answer_key: str = "answer"
+    chat_template: bool = True  # wrap prompts in the tokenizer's chat template when it has one
+
+    def validate(self) -> None:
+        require(self.eval_size >= 0, "eval_size", self.eval_size, ">= 0", "use 0 to turn evaluation off")
+        require(self.eval_max_tokens >= 1, "eval_max_tokens", self.eval_max_tokens, ">= 1")
+
+
+@dataclass
+class RewardConfig:
+    name: str = "arith"  # see specrl.train.rewards.REWARDS
+
+    def validate(self) -> None:
+        from .rewards import REWARDS
+        require(self.name in REWARDS, "name", self.name, f"one of {REWARDS.names}",
+                "register a new one with specrl.train.rewards.register_reward")
+
+
+@dataclass
+class RolloutConfig:
+    prompts_per_step: int = 8
+    n: int = 8  # samples per prompt (the GRPO group)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 200  # arithmetic responses: p99 ~205 characters+EOS, the tail past this earns nothing
+    max_num_seqs: int = 64  # engine batch (concurrent sequences)
+    # suffix drafts from the prompt and GRPO siblings; k=4 because a CPU verify forward costs ~linear in
+    # tokens at batch 64, so long drafts that are rarely all accepted cost more than they save
+    spec: SpecConfig = field(default_factory=lambda: SpecConfig(method="suffix", num_speculative_tokens=4))
+
+    def validate(self) -> None:
+        require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, ">= 1")
+        require(self.n >= 2, "n", self.n, ">= 2 samples per prompt", "GRPO needs a group to compare against")
+        require(self.temperature > 0, "temperature", self.temperature, "> 0",
+                "RL samples need temperature > 0; greedy is used for evaluation only")
+        require(self.max_tokens >= 1, "max_tokens", self.max_tokens, ">= 1")
+        require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, ">= 1")
+
+
+@dataclass
+class AlgorithmConfig:
+    advantage: str = "grpo"  # specrl.rl.ADVANTAGES: grpo | dr_grpo | rloo
+    loss_agg: str = "token_mean"  # specrl.rl.AGGREGATIONS
+    clip_low: float = 0.2
+    clip_high: float = 0.28  # DAPO clip-higher
+    kl_coef: float = 0.0  # > 0 adds a KL penalty to the frozen initial policy
+    kl_estimator: str = "k3"
+    updates_per_step: int = 1  # optimizer steps per RL step (mini-batches); > 1 makes the clip active
+    mtp_coef: float = 0.1  # weight of the MTP modules' next-next-token loss, when the policy has them
+
+    def validate(self) -> None:
+        from ..rl import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS
+        for key, value, reg in (("advantage", self.advantage, ADVANTAGES), ("loss_agg", self.loss_agg, AGGREGATIONS),
+                                ("kl_estimator", self.kl_estimator, KL_ESTIMATORS)):
+            require(value in reg, key, value, f"one of {reg.names}")
+        require(0 <= self.clip_low < 1, "clip_low", self.clip_low, "in [0, 1)")
+        require(self.clip_high >= 0, "clip_high", self.clip_high, ">= 0")
+        require(self.kl_coef >= 0, "kl_coef", self.kl_coef, ">= 0")
+        require(self.updates_per_step >= 1, "updates_per_step", self.updates_per_step, ">= 1")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 5e-5
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.99)
+    warmup_steps: int = 3
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+    micro_batch_size: int = 32  # rows per forward/backward; gradients accumulate over a step's micro-batches
+
+    def validate(self) -> None:
+        require(self.lr > 0, "lr", self.lr, "> 0", "typical RL values are 1e-6 to 1e-4")
+        require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, ">= 0")
+        require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "in [0, 1]")
+        require(self.micro_batch_size >= 1, "micro_batch_size", self.micro_batch_size, ">= 1")
+
+
+@dataclass
+class ScheduleConfig:
+    max_steps: int = 20
+    eval_every: int = 5  # steps between held-out evaluations (also at step 0 and at the end); 0: only the ends
+    save_every: int = 5  # steps between checkpoints (the last step is always saved)
+    keep_last: int = 2  # checkpoints kept on disk
+
+    def validate(self) -> None:
+        require(self.max_steps >= 1, "max_steps", self.max_steps, ">= 1")
+        require(self.eval_every >= 0, "eval_every", self.eval_every, ">= 0")
+        require(self.save_every >= 1, "save_every", self.save_every, ">= 1")
+        require(self.keep_last >= 1, "keep_last", self.keep_last, ">= 1", "at least the last checkpoint is kept")
+
+
+@dataclass
+class TrainConfig:
+    model: str | None = None  # HF checkpoint dir; None: the shipped embedded arithmetic policy
+    data: DataConfig = field(default_factory=DataConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    out_dir: str = "runs/train"
+    seed: int = 0
+    resume: str | None = None  # a run directory to continue from its last checkpoint
+    device: str = "cpu"
+    dtype: str = "float32"
+    num_threads: int = 0  # torch CPU threads; 0 leaves torch's default
+    tensorboard: bool = True
+    plots: bool = True
+    progress: bool = True
+
+    def validate(self) -> None:
+        require(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
+                "float32, bfloat16 or float16", "float32 keeps logprob_diff ~0")
+        require(self.num_threads >= 0, "num_threads", self.num_threads, ">= 0")

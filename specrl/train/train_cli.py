@@ -1,0 +1,69 @@
+"""`specrl train [--config FILE] [key=value ...]`: GRPO on speculative rollouts.
+
+    specrl train                                   # embedded arithmetic task, shipped base policy
+    specrl train max_steps=20 out_dir=runs/a       # top-level shortcuts for schedule.max_steps etc.
+    specrl train --config configs/default.yaml rollout.spec.method=ngram optim.lr=1e-5
+    specrl train resume=runs/a                     # continue from the last checkpoint of runs/a
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..config import ConfigError, load_config
+from .config import TrainConfig
+
+# `max_steps=N` is what people type; it means `schedule.max_steps=N`
+SHORTCUTS = {"max_steps": "schedule.max_steps", "eval_every": "schedule.eval_every",
+             "save_every": "schedule.save_every", "keep_last": "schedule.keep_last", "lr": "optim.lr",
+             "n": "rollout.n", "prompts_per_step": "rollout.prompts_per_step", "method": "rollout.spec.method"}
+
+
+def expand(overrides: list[str]) -> list[str]:
+    out = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.strip().removeprefix("--")
+        out.append(f"{SHORTCUTS.get(key, key)}{sep}{value}")
+    return out
+
+
+def build_config(config_file: str | None, overrides: list[str]) -> TrainConfig:
+    """File + overrides; `resume=DIR` starts from DIR's config.yaml so the run continues unchanged."""
+    overrides = expand(overrides)
+    resume = [o.split("=", 1)[1] for o in overrides if o.startswith("resume=")]
+    if resume and resume[-1].strip().lower() not in ("", "null", "none"):
+        run_dir = Path(resume[-1])
+        from ..pipeline.run_dir import is_run_dir
+        if not is_run_dir(run_dir):
+            raise ConfigError(f"resume={str(run_dir)!r} is not a run directory (expected config.yaml and "
+                              "metrics.jsonl written by `specrl train`); pass the out_dir of an earlier run")
+        return load_config(TrainConfig, run_dir / "config.yaml", overrides + [f"out_dir={run_dir}"])
+    return load_config(TrainConfig, config_file, overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specrl train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="YAML file (see configs/default.yaml)")
+    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. optim.lr=1e-5")
+    args = parser.parse_args(argv)
+    from ..pipeline.sync import RunStopped, train
+    from .checkpoint import CheckpointError
+    try:
+        cfg = build_config(args.config, args.overrides)
+        summary = train(cfg)
+    except (ConfigError, FileNotFoundError, FileExistsError, ValueError, ImportError) as e:
+        print(f"specrl train: error: {e}", file=sys.stderr)
+        return 2
+    except (RunStopped, CheckpointError) as e:
+        print(f"specrl train: stopped: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

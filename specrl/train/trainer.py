@@ -1,0 +1,175 @@
+"""Policy trainer: GRPO update on a batch of rollouts, with micro-batches and gradient accumulation.
+
+The trainer recomputes the logprobs of the sampled tokens with its own model; their gap to the engine's
+logprobs (`logprob_diff`) audits that rollouts were sampled from exactly this policy.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from collections import defaultdict
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..model import CausalLM
+from ..rl import aggregate, aggregate_denom, clipped_policy_loss, entropy_from_logits, kl_penalty, token_logprobs
+from .config import AlgorithmConfig, OptimConfig
+from .optim import build_optimizer, clip_grad, warmup_cosine_scheduler
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss or gradient norm was NaN/inf; the update was not applied."""
+
+
+class TrainBatch(NamedTuple):
+    input_ids: Tensor  # [N, T] prompt + response[:-1], right-padded
+    targets: Tensor  # [N, T] the token that follows each input position
+    mask: Tensor  # [N, T] float, 1 where the target is a response token
+    gen_logp: Tensor  # [N, T] the engine's logprob of each response target, 0 elsewhere
+    advantages: Tensor  # [N]
+    lengths: Tensor  # [N] valid input positions per row
+
+    @property
+    def num_rows(self) -> int:
+        return self.input_ids.shape[0]
+
+    def rows(self, idx: Tensor, device: torch.device | str = "cpu") -> "TrainBatch":
+        """A sub-batch, cut to its own longest row, on `device`."""
+        T = int(self.lengths[idx].max())
+        return TrainBatch(*(t[idx, :T].to(device) for t in self[:4]), self.advantages[idx].to(device),
+                          self.lengths[idx])
+
+
+def collate(prompts: list[list[int]], responses: list[list[int]], logprobs: list[list[float]],
+            advantages: Tensor, pad_id: int) -> TrainBatch:
+    """Row i predicts responses[i] from prompts[i]: targets at positions [P-1, P+R-1)."""
+    lengths = [len(p) + len(r) - 1 for p, r in zip(prompts, responses)]
+    N, T = len(prompts), max(lengths)
+    input_ids = torch.full((N, T), pad_id, dtype=torch.long)  # [N, T]
+    targets = torch.full((N, T), pad_id, dtype=torch.long)  # [N, T]
+    mask = torch.zeros(N, T)  # [N, T]
+    gen_logp = torch.zeros(N, T)  # [N, T]
+    for i, (p, r, lp) in enumerate(zip(prompts, responses, logprobs)):
+        seq = p + r
+        input_ids[i, :lengths[i]] = torch.tensor(seq[:-1])
+        targets[i, :lengths[i]] = torch.tensor(seq[1:])
+        mask[i, len(p) - 1:lengths[i]] = 1.0
+        gen_logp[i, len(p) - 1:lengths[i]] = torch.tensor(lp, dtype=torch.float32)
+    return TrainBatch(input_ids, targets, mask, gen_logp, advantages.float(), torch.tensor(lengths))
+
+
+class PolicyTrainer:
+    def __init__(self, model: CausalLM, algo: AlgorithmConfig, optim: OptimConfig, total_steps: int,
+                 temperature: float, norm_len: int):
+        self.model, self.algo, self.optim_cfg = model, algo, optim
+        self.device = next(model.parameters()).device
+        self.temperature, self.norm_len = temperature, norm_len
+        self.optimizer = build_optimizer(model, optim.lr, optim.weight_decay, tuple(optim.betas))
+        self.scheduler = warmup_cosine_scheduler(self.optimizer, optim.warmup_steps,
+                                                 total_steps * algo.updates_per_step, optim.min_lr_ratio)
+        # the frozen reference of the KL penalty: the policy as it was when training started
+        self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if algo.kl_coef > 0 else None
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "ref_model": self.ref_model.state_dict() if self.ref_model is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.ref_model is not None and state.get("ref_model") is not None:
+            self.ref_model.load_state_dict(state["ref_model"])
+
+    def micro_batches(self, idx: Tensor, lengths: Tensor) -> list[Tensor]:
+        """Rows sorted by length so that each micro-batch pads little."""
+        idx = idx[torch.argsort(lengths[idx], stable=True)]
+        return list(idx.split(self.optim_cfg.micro_batch_size))
+
+    @torch.no_grad()
+    def score(self, model: CausalLM, batch: TrainBatch) -> Tensor:
+        """Logprobs [N, T] of the batch's targets under `model`, micro-batched, without gradients."""
+        out = torch.zeros_like(batch.gen_logp)  # [N, T]
+        for idx in self.micro_batches(torch.arange(batch.num_rows), batch.lengths):
+            mb = batch.rows(idx, self.device)
+            logits = model(mb.input_ids).logits  # [b, t, V]
+            out[idx, :mb.input_ids.shape[1]] = token_logprobs(logits, mb.targets, self.temperature).cpu()
+        return out
+
+    def step(self, batch: TrainBatch) -> dict[str, float]:
+        """One RL step: `updates_per_step` optimizer steps over mini-batches of the rollouts."""
+        self.model.train()
+        # step 1: pi_old. With one update, pi_old is the model before it, so the update's own forward gives it.
+        old = self.score(self.model, batch) if self.algo.updates_per_step > 1 else None
+        ref = self.score(self.ref_model, batch) if self.ref_model is not None else None
+        seen = torch.zeros_like(batch.gen_logp) if old is None else old  # [N, T] trainer logprobs, for the audit
+        sums: dict[str, float] = defaultdict(float)
+        for rows in torch.arange(batch.num_rows).chunk(self.algo.updates_per_step):
+            self._update(batch, rows, old, ref, seen, sums)
+        self.model.eval()
+        n_tok = batch.mask.sum().clamp(min=1)
+        diff = (seen - batch.gen_logp).abs() * batch.mask  # [N, T]
+        metrics = {k: v / self.algo.updates_per_step for k, v in sums.items()}
+        metrics.update(logprob_diff=float(diff.sum() / n_tok), logprob_diff_max=float(diff.max()))
+        return metrics
+
+    def _update(self, batch: TrainBatch, rows: Tensor, old: Tensor | None, ref: Tensor | None,
+                seen: Tensor, sums: dict[str, float]) -> None:
+        mode = self.algo.loss_agg
+        denom = aggregate_denom(batch.mask[rows], mode)  # the whole mini-batch's count: accumulation = one batch
+        n_tok = batch.mask[rows].sum().clamp(min=1)
+        self.optimizer.zero_grad(set_to_none=True)
+        lr = self.scheduler.get_last_lr()[0]
+        total = 0.0
+        for idx in self.micro_batches(rows, batch.lengths):
+            mb = batch.rows(idx, self.device)
+            T = mb.input_ids.shape[1]
+            out = self.model(mb.input_ids)
+            logits = out.logits  # [b, T, V]
+            logp = token_logprobs(logits, mb.targets, self.temperature)  # [b, T]
+            if old is None:
+                seen[idx, :T] = logp.detach().cpu()
+            old_mb = old[idx, :T].to(self.device) if old is not None else logp.detach()  # [b, T]
+            pl = clipped_policy_loss(logp, old_mb, mb.advantages, self.algo.clip_low, self.algo.clip_high)
+            loss = aggregate(pl.loss, mb.mask, mode, self.norm_len, denom)
+            if ref is not None:
+                kl = kl_penalty(self.algo.kl_estimator, logp, ref[idx, :T].to(self.device))  # [b, T]
+                loss = loss + self.algo.kl_coef * aggregate(kl, mb.mask, mode, self.norm_len, denom)
+                sums["kl"] += float((kl.detach() * mb.mask).sum() / n_tok)
+            if self.model.mtp is not None and self.algo.mtp_coef > 0:
+                mtp = mtp_loss(self.model, out.last_hidden, mb) * (mb.mask.sum() / n_tok)
+                loss = loss + self.algo.mtp_coef * mtp
+                sums["mtp_loss"] += float(mtp.detach())
+            loss.backward()
+            total += float(loss.detach())
+            entropy = entropy_from_logits(logits.detach() / self.temperature)  # [b, T]
+            sums["entropy"] += float((entropy * mb.mask).sum() / n_tok)
+            sums["clip_frac"] += float((pl.clipped.float() * mb.mask).sum() / n_tok)
+        grad_norm = clip_grad(self.model, self.optim_cfg.grad_clip)
+        if not (math.isfinite(total) and math.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLossError(f"loss={total} grad_norm={grad_norm} is not finite; the update was skipped")
+        self.optimizer.step()
+        self.scheduler.step()
+        sums["loss"] += total
+        sums["grad_norm"] += grad_norm
+        sums["lr"] += lr
+        sums.setdefault("kl", 0.0)
+
+
+def mtp_loss(model: CausalLM, last_hidden: Tensor, mb: TrainBatch) -> Tensor:
+    """Cross-entropy of the MTP modules on the rollout tokens, averaged over depths and response tokens.
+
+    The modules learn to predict the policy's own samples; the trunk, embeddings and lm_head they read are
+    detached, so this auxiliary loss never changes the policy the RL objective trains."""
+    head = model.lm_head.weight.detach()
+    depth_logits = model.mtp.unroll(last_hidden.detach(), mb.input_ids, lambda ids: model.embed(ids).detach(),
+                                    lambda h: F.linear(h, head), model.mtp.depth)
+    losses = []
+    for d, logits in enumerate(depth_logits, start=1):  # logits [b, T-d, V] predict targets[:, d:]
+        ce = F.cross_entropy(logits.flatten(0, 1), mb.targets[:, d:].flatten(), reduction="none")  # [b*(T-d)]
+        mask = mb.mask[:, d:].flatten()  # [b*(T-d)]
+        losses.append((ce * mask).sum() / mask.sum().clamp(min=1))
+    return torch.stack(losses).mean() if losses else last_hidden.new_zeros(())

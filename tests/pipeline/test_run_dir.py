@@ -1,0 +1,42 @@
+"""Run directory: config + metrics files, truncation on resume, TensorBoard events and PNG plots."""
+from __future__ import annotations
+
+import pytest
+
+from specrl.pipeline.run_dir import RunDir, is_run_dir, read_jsonl
+from specrl.train.config import TrainConfig
+
+
+def _row(step: int) -> dict:
+    return {"step": step, "reward_mean": 0.1 * step, "acceptance_length": 1.5, "rollout_s": 1.0, "reward_s": 0.1,
+            "train_s": 0.5, "sync_s": 0.01}
+
+
+def test_create_log_truncate_plot(tmp_path):
+    run = RunDir.create(tmp_path / "run", TrainConfig(), tensorboard=True)
+    assert is_run_dir(run.path) and not is_run_dir(tmp_path)
+    for s in (1, 2, 3):
+        run.log(_row(s))
+    run.log({"step": 0, "accuracy": 0.5, "eval_s": 1.0}, "eval.jsonl")
+    run.log({"step": 3, "accuracy": 0.7, "eval_s": 1.0}, "eval.jsonl")
+    run.truncate(2)  # a resume from the step-2 checkpoint drops what came after it
+    assert [r["step"] for r in read_jsonl(run.path / "metrics.jsonl")] == [1, 2]
+    assert [r["step"] for r in read_jsonl(run.path / "eval.jsonl")] == [0]
+    files = run.plot()
+    run.close()
+    assert sorted(f.name for f in files) == ["acceptance_length.png", "reward.png", "step_time.png"]
+    assert all(f.stat().st_size > 1000 for f in files)
+    assert list((run.path / "tb").glob("events.out.tfevents.*"))
+
+
+def test_open_refuses_a_directory_that_is_not_a_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="is not a run directory"):
+        RunDir.open(tmp_path)
+
+
+def test_shipped_default_yaml_matches_the_dataclass_defaults():
+    from pathlib import Path
+
+    from specrl.train.train_cli import build_config
+    path = Path(__file__).parents[2] / "configs" / "default.yaml"
+    assert build_config(str(path), []) == TrainConfig()

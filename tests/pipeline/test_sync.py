@@ -1,0 +1,141 @@
+"""End-to-end `specrl train` on a tiny random policy: run dir, exact resume, NaN stop, full disk."""
+from __future__ import annotations
+
+import errno
+import json
+
+import pytest
+import torch
+
+import specrl.pipeline.sync as sync
+import specrl.train.trainer as trainer_mod
+from specrl.pipeline.run_dir import read_jsonl
+from specrl.train import checkpoint as ckpt_mod
+from specrl.train.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint
+from specrl.train.config import TrainConfig
+from specrl.train.train_cli import build_config, main
+from tests.pipeline.fixtures import make_setup, overrides, strip_timings
+
+REQUIRED = {"step", "reward_mean", "accuracy", "response_len_p50", "response_len_p99", "rollout_s", "reward_s",
+            "train_s", "sync_s", "step_s", "gen_tokens_per_s", "acceptance_length", "logprob_diff", "loss", "kl",
+            "entropy", "clip_frac", "grad_norm", "lr"}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    return make_setup(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def straight_run(setup, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "straight"
+    assert main(overrides(*setup, out)) == 0
+    return out
+
+
+def _stop_at(monkeypatch, stop_step: int):
+    real = sync.rl_step
+
+    def interrupted(step, parts, cfg):
+        if step == stop_step:
+            raise KeyboardInterrupt  # a killed job: nothing after the last checkpoint survives
+        return real(step, parts, cfg)
+    monkeypatch.setattr(sync, "rl_step", interrupted)
+
+
+def test_run_dir_has_metrics_evals_and_last_k_checkpoints(straight_run):
+    rows = read_jsonl(straight_run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(REQUIRED <= set(r) for r in rows)
+    # fp32 engine and trainer compute the same logprobs up to float round-off: the rollouts were exact
+    assert max(r["logprob_diff"] for r in rows) < 1e-5
+    assert [e["step"] for e in read_jsonl(straight_run / "eval.jsonl")] == [0, 2, 4]
+    assert [s for s, _ in checkpoint_paths(straight_run)] == [2, 4]  # keep_last=2, save_every=2
+    cfg = build_config(str(straight_run / "config.yaml"), [])
+    assert isinstance(cfg, TrainConfig) and cfg.schedule.max_steps == 4
+
+
+def test_resume_reproduces_the_uninterrupted_run(setup, straight_run, tmp_path, monkeypatch):
+    out = tmp_path / "resumed"
+    _stop_at(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        main(overrides(*setup, out))
+    monkeypatch.undo()
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+    assert main([f"resume={out}", "progress=false"]) == 0
+    assert strip_timings(read_jsonl(out / "metrics.jsonl")) == strip_timings(read_jsonl(straight_run / "metrics.jsonl"))
+    assert strip_timings(read_jsonl(out / "eval.jsonl")) == strip_timings(read_jsonl(straight_run / "eval.jsonl"))
+    a = torch.load(out / "checkpoints/step_000004/trainer.pt", weights_only=True)["optimizer"]["state"]
+    b = torch.load(straight_run / "checkpoints/step_000004/trainer.pt", weights_only=True)["optimizer"]["state"]
+    assert all(torch.equal(a[k]["exp_avg"], b[k]["exp_avg"]) for k in a)
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(setup, tmp_path, monkeypatch, capsys):
+    real_step, real_loss = sync.rl_step, trainer_mod.clipped_policy_loss
+
+    def nan_loss(*args, **kw):
+        out = real_loss(*args, **kw)
+        return out._replace(loss=out.loss * float("nan"))
+
+    def step_with_nan_from_3(step, parts, cfg):
+        if step == 2:
+            monkeypatch.setattr(trainer_mod, "clipped_policy_loss", nan_loss)
+        return real_step(step, parts, cfg)
+    monkeypatch.setattr(sync, "rl_step", step_with_nan_from_3)
+    out = tmp_path / "nan"
+    assert main(overrides(*setup, out)) == 1
+    assert "step 3" in capsys.readouterr().err
+    assert [s for s, _ in checkpoint_paths(out)] == [2]
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+    ckpt, policy = load_checkpoint(out / "checkpoints/step_000002")
+    assert ckpt.step == 2 and all(torch.isfinite(p).all() for p in policy.parameters())
+
+
+def test_full_disk_while_checkpointing_keeps_the_previous_one(setup, tmp_path, monkeypatch):
+    real_save, calls = torch.save, []
+
+    def save_then_disk_full(obj, path, *a, **kw):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, path, *a, **kw)
+    monkeypatch.setattr(ckpt_mod.torch, "save", save_then_disk_full)
+    out = tmp_path / "full"
+    with pytest.raises(CheckpointError, match="No space left on device.*step_000001.*intact"):
+        sync.train(build_config(None, overrides(*setup, out, **{"schedule.save_every": 1})))
+    monkeypatch.undo()
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000001"]  # no temp dir left
+    ckpt, _ = load_checkpoint(out / "checkpoints/step_000001")
+    assert ckpt.step == 1
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    # the run directory is still a run: resume continues from step 1 and drops the unsaved step-2 row
+    assert main([f"resume={out}", "max_steps=2", "progress=false"]) == 0
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["rollout.nn=4"], "did you mean 'rollout.n'"),
+    (["reward.name=nope"], "name='nope' is invalid: expected one of ['arith', 'boxed'"),
+    (["resume=/nonexistent/run"], "is not a run directory"),
+])
+def test_bad_input_gets_a_clear_error(args, message, capsys):
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_dataset_row_without_prompt_names_its_line_and_writes_nothing(setup, tmp_path, capsys):
+    model, _ = setup
+    data = tmp_path / "bad.jsonl"
+    data.write_text(json.dumps({"prompt": "t4", "answer": "t7"}) + "\n\n" + json.dumps({"question": "t5"}) + "\n")
+    out = tmp_path / "out"
+    assert main(overrides(model, data, out)) == 2
+    assert f"{data}:3: row has no 'prompt' field" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_out_dir_with_a_run_is_not_overwritten(setup, straight_run, capsys):
+    before = (straight_run / "metrics.jsonl").read_text()
+    assert main(overrides(*setup, straight_run)) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert (straight_run / "metrics.jsonl").read_text() == before

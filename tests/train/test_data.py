@@ -1,0 +1,80 @@
+"""Prompt sets: embedded task, JSONL rows (with line numbers in errors), chat templates, per-step sampling."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from specrl.train.config import DataConfig
+from specrl.train.data import ArithSource, ListSource, PromptEncoder, build_sources, read_rows
+from tests.helpers import save_tiny
+
+
+def _write(path, rows):
+    path.write_text("".join((json.dumps(r) if not isinstance(r, str) else r) + "\n" for r in rows))
+    return path
+
+
+def test_jsonl_rows(tmp_path):
+    f = _write(tmp_path / "d.jsonl", [{"prompt": "1+1", "answer": 2}, "", {"prompt": "2+2", "answer": "4", "x": 1}])
+    rows = read_rows(f)
+    assert [(r.prompt, r.answer) for r in rows] == [("1+1", "2"), ("2+2", "4")]  # answers become strings
+
+
+def test_row_without_prompt_names_its_line(tmp_path):
+    f = _write(tmp_path / "d.jsonl", [{"prompt": "a", "answer": "b"}, "", {"question": "c", "answer": "d"}])
+    with pytest.raises(ValueError, match=r"d\.jsonl:3: row has no 'prompt' field \(has \['answer', 'question'\]\)"):
+        read_rows(f)
+
+
+def test_row_without_answer_and_bad_json_name_their_lines(tmp_path):
+    with pytest.raises(ValueError, match=r":2: row has no 'answer' field"):
+        read_rows(_write(tmp_path / "a.jsonl", [{"prompt": "a", "answer": "b"}, {"prompt": "c"}]))
+    with pytest.raises(ValueError, match=r":1: not valid JSON"):
+        read_rows(_write(tmp_path / "b.jsonl", ["{oops"]))
+    with pytest.raises(ValueError, match="expected .jsonl or .parquet"):
+        read_rows(_write(tmp_path / "c.csv", ["a,b"]))
+    with pytest.raises(FileNotFoundError, match="data.source=arith"):
+        read_rows(tmp_path / "missing.jsonl")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pyarrow") is not None, reason="pyarrow is installed")
+def test_parquet_without_pyarrow_says_how_to_install_it(tmp_path):
+    (tmp_path / "d.parquet").write_bytes(b"PAR1")
+    with pytest.raises(ImportError, match="pip install pyarrow"):
+        read_rows(tmp_path / "d.parquet")
+
+
+def test_arith_source_is_a_pure_function_of_seed_and_step():
+    a, b = ArithSource(seed=0), ArithSource(seed=0)
+    assert a.batch(3, 5) == b.batch(3, 5)
+    assert a.batch(3, 5) != a.batch(4, 5)
+    assert ArithSource(seed=1).batch(3, 5) != a.batch(3, 5)
+
+
+def test_list_source_covers_the_rows_before_repeating_them(tmp_path):
+    rows = read_rows(_write(tmp_path / "d.jsonl", [{"prompt": str(i), "answer": "0"} for i in range(5)]))
+    src = ListSource(rows, seed=0)
+    assert sorted(e.prompt for e in src.batch(0, 5)) == ["0", "1", "2", "3", "4"]  # one permutation
+    assert len(src.batch(0, 12)) == 12 and src.batch(7, 3) == ListSource(rows, 0).batch(7, 3)
+
+
+def test_held_out_split(tmp_path):
+    f = _write(tmp_path / "d.jsonl", [{"prompt": str(i), "answer": "0"} for i in range(20)])
+    _, held = build_sources(DataConfig(source=str(f), eval_size=10), seed=0)
+    assert [e.prompt for e in held] == ["16", "17", "18", "19"]  # at most a fifth of the data is held out
+    _, held = build_sources(DataConfig(eval_size=7), seed=0)  # embedded task: its test split
+    assert len(held) == 7 and all(e.prompt.startswith("Q:") for e in held)
+
+
+def test_prompt_encoder_plain_and_chat_template(tmp_path):
+    d = save_tiny(tmp_path / "m")
+    assert PromptEncoder(d).encode("t4 t5") == [4, 5]
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "t2",
+        "chat_template": "{% for m in messages %}t9 {{ m['content'] }} t10{% endfor %} t11"}))
+    enc = PromptEncoder(d)
+    assert enc.encode("t4 t5") == [9, 4, 5, 10, 11]  # template: t9 <content> t10, generation prompt t11
+    assert PromptEncoder(d, use_chat_template=False).encode("t4 t5") == [4, 5]
+    assert enc.decode([4, 5]) == "t4 t5"

@@ -1,0 +1,109 @@
+"""PolicyTrainer: batch layout, exact-rollout audit, gradient accumulation, NaN guard, MTP, weight sync."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import specrl.train.trainer as trainer_mod
+from specrl import LLM, SamplingParams, SpecConfig
+from specrl.train.config import AlgorithmConfig, OptimConfig
+from specrl.train.trainer import NonFiniteLossError, PolicyTrainer, collate
+from specrl.train.weight_sync import engine_copy, sync_weights, weights_equal
+from tests.helpers import tiny_model
+
+
+def _trainer(model, micro=32, updates=1, lr=1e-2, **algo):
+    return PolicyTrainer(model, AlgorithmConfig(updates_per_step=updates, **algo),
+                         OptimConfig(lr=lr, warmup_steps=0, micro_batch_size=micro), total_steps=10,
+                         temperature=1.0, norm_len=8)
+
+
+def _rollouts(model, spec=None, n=3):
+    llm = LLM(engine_copy(model), spec=spec, max_num_seqs=16)
+    prompts = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
+    outs = llm.generate(prompts, SamplingParams(n=n, temperature=1.0, max_tokens=8, seed=1))
+    samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs]
+    adv = torch.linspace(-1, 1, len(samples))  # [N] any advantages will do
+    return collate([p for p, _ in samples], [c.token_ids for _, c in samples], [c.logprobs for _, c in samples],
+                   adv, pad_id=0)
+
+
+def test_collate_layout():
+    # prompt [5, 6] + response [7, 8, 1]: inputs 5 6 7 8 predict 6 7 8 1; the last three targets are the response
+    b = collate([[5, 6], [9]], [[7, 8, 1], [2]], [[-0.1, -0.2, -0.3], [-0.5]], torch.tensor([1.0, -1.0]), pad_id=0)
+    assert b.input_ids.tolist() == [[5, 6, 7, 8], [9, 0, 0, 0]]
+    assert b.targets.tolist() == [[6, 7, 8, 1], [2, 0, 0, 0]]
+    assert b.mask.tolist() == [[0, 1, 1, 1], [1, 0, 0, 0]]
+    assert b.gen_logp[0].tolist() == pytest.approx([0, -0.1, -0.2, -0.3])
+    assert b.lengths.tolist() == [4, 1]
+    sub = b.rows(torch.tensor([1]))
+    assert sub.input_ids.tolist() == [[9]]  # a sub-batch is cut to its own longest row
+
+
+@pytest.mark.parametrize("spec", [None, SpecConfig(method="ngram", num_speculative_tokens=3)])
+def test_logprob_diff_is_zero_in_fp32(spec):
+    model = tiny_model(seed=1)
+    m = _trainer(model).step(_rollouts(model, spec))
+    assert m["logprob_diff"] < 1e-5 and m["logprob_diff_max"] < 1e-4
+    assert m["grad_norm"] > 0 and m["clip_frac"] == 0.0  # a single update starts at ratio 1: nothing clipped
+
+
+def test_micro_batches_accumulate_to_the_full_batch_update():
+    model = tiny_model(seed=2)
+    batch = _rollouts(model)
+    a, b = copy.deepcopy(model), copy.deepcopy(model)
+    ma, mb = _trainer(a, micro=2).step(batch), _trainer(b, micro=100).step(batch)
+    assert ma["loss"] == pytest.approx(mb["loss"], abs=1e-6)
+    assert ma["grad_norm"] == pytest.approx(mb["grad_norm"], rel=1e-5)
+    for pa, pb in zip(a.parameters(), b.parameters()):  # the accumulated gradients (Adam would amplify noise)
+        torch.testing.assert_close(pa.grad, pb.grad, atol=1e-6, rtol=1e-4)
+
+
+def test_several_updates_per_step_recompute_old_logprobs_and_clip():
+    model = tiny_model(seed=3)
+    m = _trainer(model, updates=3, lr=5e-2, clip_low=0.01, clip_high=0.01).step(_rollouts(model, n=4))
+    assert m["logprob_diff"] < 1e-5  # pi_old came from the separate no-grad pass, before any update
+    assert m["clip_frac"] > 0  # later mini-batches see a moved policy
+
+
+def test_nan_loss_raises_and_leaves_the_weights_alone(monkeypatch):
+    model = tiny_model(seed=4)
+    before = copy.deepcopy(model)
+    real = trainer_mod.clipped_policy_loss
+    monkeypatch.setattr(trainer_mod, "clipped_policy_loss",
+                        lambda *a, **k: (out := real(*a, **k))._replace(loss=out.loss * float("nan")))
+    with pytest.raises(NonFiniteLossError, match="not finite"):
+        _trainer(model).step(_rollouts(model))
+    assert weights_equal(model, before)
+
+
+def test_kl_penalty_uses_the_frozen_initial_policy():
+    model = tiny_model(seed=5)
+    tr = _trainer(model, kl_coef=0.1)
+    batch = _rollouts(model)
+    assert tr.step(batch)["kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference before the first update
+    assert tr.step(batch)["kl"] > 0
+
+
+def test_mtp_modules_train_with_the_policy_without_changing_it():
+    model = tiny_model(seed=6, num_mtp_modules=1)
+    batch = _rollouts(model)._replace(advantages=torch.zeros(9))  # zero advantages: no policy gradient
+    before = copy.deepcopy(model)
+    m = _trainer(model).step(batch)
+    assert m["mtp_loss"] > 0
+    changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before.state_dict()[k])}
+    assert changed and all(k.startswith("mtp.") for k in changed)
+
+
+def test_weight_sync_copies_into_a_separate_engine_model():
+    policy = tiny_model(seed=7, num_mtp_modules=1)
+    llm = LLM(engine_copy(policy), max_num_seqs=4)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.01)
+    assert not weights_equal(policy, llm.model)  # training never touches the engine's weights by itself
+    sync_weights(policy, llm)
+    assert weights_equal(policy, llm.model)  # MTP modules included
+    assert llm.model.model.embed_tokens.weight.data_ptr() != policy.model.embed_tokens.weight.data_ptr()
