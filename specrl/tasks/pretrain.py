@@ -53,6 +53,7 @@ class PretrainConfig:
     eval_problems: int = 200
     eval_seed: int = 0
     eval_max_new_tokens: int = 256   # the longest worked solution (40 ops) is 244 tokens with EOS
+    init_from: str | None = None     # continue from a checkpoint (a second stage) instead of a fresh init
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_tokens", "num_layers", "hidden_size", "num_threads"):
@@ -152,8 +153,12 @@ def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
     tok = build_tokenizer()
     ids = special_ids(tok)
     mcfg = model_config(cfg, tok.get_vocab_size(), ids.bos, ids.eos, ids.pad)
-    model = CausalLM(mcfg)
-    init_weights(model)
+    if cfg.init_from:
+        from specrl.model import load_model
+        model = load_model(cfg.init_from)
+    else:
+        model = CausalLM(mcfg)
+        init_weights(model)
     stats = train_loop(model, cfg, tok, ids, on_step)
     # step 2: evaluate the weights exactly as shipped, i.e. after the bf16 round trip
     model = model.to(torch.bfloat16).to(torch.float32).eval()
@@ -186,7 +191,8 @@ def parse_args(argv: list[str] | None) -> tuple[Path, PretrainConfig]:
             p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=f.default,
                            metavar="BOOL")
         else:
-            p.add_argument(flag, type=type(f.default), default=getattr(defaults, f.name))
+            kind = str if f.default is None else type(f.default)
+            p.add_argument(flag, type=kind, default=getattr(defaults, f.name))
     args = vars(p.parse_args(argv))
     out = args.pop("out")
     return out, PretrainConfig(**args)

@@ -1,0 +1,116 @@
+"""`specrl train-drafter --policy PATH --method eagle3|draft_model|mtp --out DIR`: offline self-distillation.
+
+step 1: sample the policy's own responses to task prompts (SD off, temperature 1);
+step 2: hand them to the method's trainer, `train(policy_path, out_dir, data, args) -> dict`;
+step 3: print the metrics as one JSON line (also written to DIR/train_metrics.json).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .drafter_data import DrafterTrainArgs, collect_sequences, default_prompts
+
+TRAINERS = {
+    "eagle3": "specrl.train.train_eagle3",
+    "draft_model": "specrl.train.train_draft_model",
+    "mtp": "specrl.train.train_mtp",
+}
+
+
+def get_trainer(method: str):
+    if method not in TRAINERS:
+        raise ValueError(f"unknown drafter method {method!r}; valid: {sorted(TRAINERS)}")
+    return importlib.import_module(TRAINERS[method]).train
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="specrl train-drafter", description=__doc__.splitlines()[0])
+    ap.add_argument("--policy", default=None, help="policy checkpoint dir (default: the embedded policy)")
+    ap.add_argument("--method", required=True, help=f"one of {sorted(TRAINERS)}")
+    ap.add_argument("--out", default=None, help="output dir (default: the embedded drafter dir of the method)")
+    ap.add_argument("--steps", type=int, default=DrafterTrainArgs.steps)
+    ap.add_argument("--prompts", type=int, default=512, help="task prompts to sample responses for")
+    ap.add_argument("--samples", type=int, default=2, help="responses per prompt")
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=DrafterTrainArgs.lr)
+    ap.add_argument("--batch-tokens", type=int, default=DrafterTrainArgs.batch_tokens)
+    ap.add_argument("--eagle3-layers", default=None, help="eagle3: target layers to fuse, e.g. 1,3,5 "
+                    "(default: 1, L/2-1, L-4 made increasing)")
+    ap.add_argument("--eagle3-ttt-steps", type=int, default=7, help="eagle3: training-time-test unroll steps")
+    ap.add_argument("--eagle3-intermediate", type=int, default=None, help="eagle3: head MLP width (default: policy's)")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    ap.add_argument("--time-budget", type=float, default=DrafterTrainArgs.time_budget_s, help="training seconds")
+    return ap.parse_args(argv)
+
+
+def default_out(method: str) -> Path:
+    return Path(__file__).resolve().parents[1] / "tasks" / "assets" / "drafters" / method
+
+
+def resolve_policy(policy: str | None) -> str:
+    if policy is not None:
+        return policy
+    try:
+        from ..tasks import default_policy_path
+    except ImportError as e:
+        raise SystemExit(f"no --policy given and the embedded policy is unavailable ({e}); pass --policy PATH")
+    return str(default_policy_path())
+
+
+def method_trainer(ns: argparse.Namespace):
+    """The method's `train(policy_path, out_dir, data, args)`, with its own options bound where it has any."""
+    train = get_trainer(ns.method)
+    if ns.method != "eagle3":
+        return train
+    from .train_eagle3 import Eagle3Options
+
+    layers = tuple(int(i) for i in ns.eagle3_layers.split(",")) if ns.eagle3_layers else None
+    opts = Eagle3Options(ttt_steps=ns.eagle3_ttt_steps, layers=layers, intermediate_size=ns.eagle3_intermediate)
+    return lambda policy, out, data, args: train(policy, out, data, args, opts, on_log=_log)
+
+
+def _log(step: int, row: dict) -> None:
+    print(json.dumps({"step": step, **row}), file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `specrl train-drafter`: 0 on success, 2 on bad input (the message says why)."""
+    try:
+        run(argv)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"specrl train-drafter: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Collect, train, save; returns the metrics."""
+    ns = parse_args(argv)
+    train = method_trainer(ns)  # fail on a bad method before any sampling
+    torch.set_num_threads(ns.threads)
+    policy = resolve_policy(ns.policy)
+    out = Path(ns.out) if ns.out else default_out(ns.method)
+    args = DrafterTrainArgs(steps=ns.steps, lr=ns.lr, batch_tokens=ns.batch_tokens, seed=ns.seed,
+                            time_budget_s=ns.time_budget)
+    t0 = time.monotonic()
+    data = collect_sequences(policy, default_prompts(ns.prompts, ns.seed), n=ns.samples, max_tokens=ns.max_tokens,
+                             temperature=1.0, seed=ns.seed)
+    collect_s = time.monotonic() - t0
+    print(f"collected {len(data)} responses ({sum(len(r) for _, r in data)} tokens) in {collect_s:.1f}s",
+          file=sys.stderr)
+    metrics = {"collect_s": round(collect_s, 1), **train(policy, out, data, args)}
+    (out / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    print(json.dumps(metrics))
+    return metrics
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Shared pieces of offline drafter training (eagle3, draft_model, mtp): self-distillation data from the
+policy's own generations, length-bucketed batches, the policy's teacher forward, and the common settings.
+
+Every method's trainer has the signature `train(policy_path, out_dir, data, args) -> dict` with `data`
+from `collect_sequences` and `args` a `DrafterTrainArgs`.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+Pair = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
+
+
+@dataclass
+class DrafterTrainArgs:
+    steps: int = 400
+    batch_tokens: int = 4096  # padded tokens per optimiser step
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    time_budget_s: float = 480.0  # training wall-clock cap; the LR schedule follows steps or time, whichever is further
+    bf16_autocast: bool = True  # matmuls in bf16 on the CPU; master weights stay fp32
+    save_dtype: str = "bfloat16"  # dtype of the shipped weights
+    log_every: int = 20
+
+    def __post_init__(self):
+        for name in ("steps", "batch_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DrafterTrainArgs.{name}={getattr(self, name)}: expected >= 1")
+        if self.lr <= 0 or self.time_budget_s <= 0:
+            raise ValueError(f"DrafterTrainArgs lr={self.lr}, time_budget_s={self.time_budget_s}: expected > 0")
+
+
+def collect_sequences(policy, prompts: list, n: int = 1, max_tokens: int = 256, temperature: float = 1.0,
+                      seed: int = 0, max_num_seqs: int = 64) -> list[Pair]:
+    """The policy's own generations (SD off): one (prompt_ids, response_ids) per sample, empty ones dropped.
+    `policy` is a checkpoint path or a CausalLM; `prompts` strings or token-id lists."""
+    from ..engine import LLM, SamplingParams
+
+    llm = LLM(policy, max_num_seqs=max_num_seqs)
+    outs = llm.generate(prompts, SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed))
+    return [(list(o.prompt_token_ids), list(c.token_ids)) for o in outs for c in o.outputs if c.token_ids]
+
+
+def default_prompts(num: int, seed: int = 0) -> list[str]:
+    """Training-split prompts of the embedded arithmetic task (never the test split)."""
+    from ..tasks import make_problems
+
+    return [p.prompt for p in make_problems(num, seed=seed, split="train")]
+
+
+class TokenBatch(NamedTuple):
+    ids: torch.Tensor  # [B, T] right-padded
+    positions: torch.Tensor  # [B, T]
+    loss_mask: torch.Tensor  # [B, T] bool: position s predicts token s+1, a response token
+
+
+def pad_batch(pairs: list[Pair], pad_id: int = 0) -> TokenBatch:
+    T = max(len(p) + len(r) for p, r in pairs)
+    ids = torch.full((len(pairs), T), pad_id, dtype=torch.long)  # [B, T]
+    mask = torch.zeros(len(pairs), T, dtype=torch.bool)  # [B, T]
+    for b, (p, r) in enumerate(pairs):
+        ids[b, :len(p) + len(r)] = torch.tensor(p + r)
+        mask[b, len(p) - 1:len(p) + len(r) - 1] = True
+    return TokenBatch(ids, torch.arange(T).expand(len(pairs), T), mask)
+
+
+def index_batches(lengths: list[int], batch_tokens: int, seed: int):
+    """Endless stream of length-bucketed index lists of at most `batch_tokens` padded tokens (at least one
+    sequence each); a fresh shuffle every epoch, a pure function of the seed."""
+    if not lengths:
+        raise ValueError("no training sequences: collect_sequences returned nothing (all responses empty?)")
+    rng = random.Random(seed)
+    while True:
+        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], rng.random()))
+        batches, cur = [], []
+        for i in order:
+            if cur and (len(cur) + 1) * lengths[i] > batch_tokens:
+                batches.append(cur)
+                cur = []
+            cur.append(i)
+        batches.append(cur)
+        rng.shuffle(batches)
+        yield from batches
+
+
+def token_batches(data: list[Pair], batch_tokens: int, seed: int):
+    """`index_batches` over `data`, yielding the (prompt_ids, response_ids) pairs themselves."""
+    for idx in index_batches([len(p) + len(r) for p, r in data], batch_tokens, seed):
+        yield [data[i] for i in idx]
+
+
+@torch.no_grad()
+def teacher_forward(policy, batch: TokenBatch, hidden_layers: tuple[int, ...] = ()):
+    """The policy's full forward (no cache): logits [B, T, V] and the requested layers' outputs."""
+    return policy(batch.ids, batch.positions, hidden_layers=hidden_layers)
+
+
+def soft_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over masked positions of -sum_v p(v) log q(v). logits, target_probs: [B, T, V]; mask: [B, T]."""
+    ce = -(target_probs * torch.log_softmax(logits.float(), dim=-1)).sum(-1)  # [B, T]
+    return (ce * mask).sum() / mask.sum().clamp(min=1)

@@ -1,0 +1,168 @@
+"""Offline EAGLE-3 head training: self-distillation with training-time test (TTT).
+
+Unroll step j (j = 0..S-1) at sequence index t sits at position t+j: it reads the token x_{t+1+j} and, as
+its hidden input, the fused target features (j = 0) or its own pre-norm output of step j-1 at index t
+(j > 0), exactly as `propose` does at inference. Its attention sees the step-0 entries of indices <= t
+(the real prefix) and its own chain's entries of steps 1..j at index t (its earlier drafts). Its logits
+are matched to the policy's distribution at position t+1+j (temperature 1) by soft cross-entropy on
+response positions; the step losses are weighted 0.8^j (SpecForge: S = 7).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from ..model import load_model, resolve_dtype
+from ..spec.eagle3_head import Eagle3Config, Eagle3Head, init_head, save_head
+from .drafter_data import (DrafterTrainArgs, Pair, TokenBatch, index_batches, pad_batch, soft_cross_entropy,
+                           teacher_forward)
+from .optim import build_optimizer, clip_grad, warmup_cosine
+
+
+@dataclass
+class Eagle3Options:
+    ttt_steps: int = 7
+    ttt_decay: float = 0.8
+    layers: tuple[int, ...] | None = None  # target layers to fuse; None: default_layers(L)
+    intermediate_size: int | None = None  # head MLP width; None: the policy's
+
+    def __post_init__(self):
+        if self.ttt_steps < 1 or not 0 < self.ttt_decay <= 1:
+            raise ValueError(f"ttt_steps={self.ttt_steps}, ttt_decay={self.ttt_decay}: expected >= 1 and (0, 1]")
+
+
+def shift_left(x: torch.Tensor, n: int) -> torch.Tensor:
+    """x[:, t] <- x[:, t+n], zero-filled past the end. x: [B, T, ...]."""
+    if n == 0:
+        return x
+    return torch.cat([x[:, n:], torch.zeros_like(x[:, :n])], dim=1)
+
+
+def ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.Tensor:
+    """q: [B, H, T, d]; keys/values[0]: step-0 entries [B, Hkv, T, d], read causally; keys/values[i>0]: the
+    chain's step-i entries, read only at the query's own index (the diagonal). -> [B, H, T, d]."""
+    B, H, T, d = q.shape
+    rep = H // keys[0].shape[1]
+    ks = [k.repeat_interleave(rep, dim=1) for k in keys]  # [B, H, T, d] each
+    vs = [v.repeat_interleave(rep, dim=1) for v in values]
+    scale = d ** -0.5
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    s0 = (q @ ks[0].transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))  # [B, H, T, T]
+    diag = [(q * k).sum(-1, keepdim=True) * scale for k in ks[1:]]  # [B, H, T, 1] each
+    p = torch.softmax(torch.cat([s0, *diag], dim=-1).float(), dim=-1).to(q.dtype)  # [B, H, T, T+j]
+    out = p[..., :T] @ vs[0]  # [B, H, T, d]
+    for i, v in enumerate(vs[1:]):
+        out = out + p[..., T + i:T + i + 1] * v
+    return out
+
+
+def ttt_unroll(head: Eagle3Head, policy, features: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
+               steps: int) -> list[torch.Tensor]:
+    """Logits [B, T, V] of each unroll step; step j at index t predicts token t+2+j. features: the three
+    target layers' outputs concatenated [B, T, 3D]; ids, positions: [B, T]."""
+    h = head.fc(features)  # [B, T, D]
+    with torch.no_grad():
+        emb = policy.embed(ids)  # [B, T, D]
+    keys, values, logits = [], [], []
+    for j in range(steps):
+        q, k, v = head.qkv(h, shift_left(emb, 1 + j), positions + j)
+        keys.append(k)
+        values.append(v)
+        h = head.finish(h, ttt_attention(q, keys, values))  # [B, T, D] pre-norm, fed to the next step
+        logits.append(policy.lm_head_logits(head.norm(h)))  # [B, T, V]
+    return logits
+
+
+class Teacher(NamedTuple):
+    """The frozen policy's outputs per training sequence, computed once (bf16 to keep them small)."""
+    features: list[torch.Tensor]  # [T_i, 3D]: the fused layers' outputs, concatenated
+    probs: list[torch.Tensor]  # [T_i, V]: the policy's next-token distribution at temperature 1
+
+
+@torch.no_grad()
+def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_tokens: int,
+                       autocast: bool) -> Teacher:
+    wanted = tuple(sorted(set(layers)))
+    features, probs = [None] * len(data), [None] * len(data)
+    order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
+    while order:
+        T = len(data[order[-1]][0]) + len(data[order[-1]][1])  # longest first: sets the padded width
+        idx = [order.pop() for _ in range(min(len(order), max(1, batch_tokens // T)))]
+        batch = pad_batch([data[i] for i in idx])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = teacher_forward(policy, batch, wanted)
+        feats = torch.cat([out.hidden[wanted.index(i)] for i in layers], dim=-1).bfloat16()  # [B, T, 3D]
+        p = torch.softmax(out.logits.float(), dim=-1).bfloat16()  # [B, T, V]
+        for b, i in enumerate(idx):
+            n = len(data[i][0]) + len(data[i][1])
+            features[i], probs[i] = feats[b, :n].clone(), p[b, :n].clone()
+    return Teacher(features, probs)
+
+
+def ttt_loss(head: Eagle3Head, policy, batch: TokenBatch, features: torch.Tensor, target_p: torch.Tensor,
+             opts: Eagle3Options) -> tuple[torch.Tensor, list[float]]:
+    """Weighted TTT loss and each step's top-1 agreement with the policy (a proxy for greedy acceptance).
+    features: [B, T, 3D]; target_p: [B, T, V]."""
+    total, agree = 0.0, []
+    for j, logits in enumerate(ttt_unroll(head, policy, features, batch.ids, batch.positions, opts.ttt_steps)):
+        p, mask = shift_left(target_p, 1 + j).float(), shift_left(batch.loss_mask, 1 + j)  # [B, T, V], [B, T]
+        total = total + opts.ttt_decay ** j * soft_cross_entropy(logits, p, mask)
+        with torch.no_grad():
+            hit = (logits.argmax(-1) == p.argmax(-1)) & mask
+            agree.append(float(hit.sum() / mask.sum().clamp(min=1)))
+    return total, agree
+
+
+def train_head(head: Eagle3Head, policy, data: list[Pair], args: DrafterTrainArgs, opts: Eagle3Options,
+               on_log=None) -> dict:
+    """AdamW on the head only (the policy is frozen), warmup + cosine over steps or the time budget."""
+    policy.requires_grad_(False)
+    start = time.monotonic()
+    teacher = precompute_teacher(policy, data, head.config.target_hidden_layers, args.batch_tokens, args.bf16_autocast)
+    head.train()
+    opt = build_optimizer(head, args.lr, args.weight_decay, betas=(0.9, 0.95))
+    batches = index_batches([len(p) + len(r) for p, r in data], args.batch_tokens, args.seed)
+    step, ema, agree, first = 0, math.nan, [], None
+    while step < args.steps and time.monotonic() - start < args.time_budget_s:
+        progress = max(step / args.steps, (time.monotonic() - start) / args.time_budget_s)
+        for g in opt.param_groups:
+            g["lr"] = args.lr * warmup_cosine(int(progress * args.steps), args.warmup_steps, args.steps,
+                                              args.min_lr_ratio)
+        idx = next(batches)
+        batch = pad_batch([data[i] for i in idx])
+        features = pad_sequence([teacher.features[i] for i in idx], batch_first=True)  # [B, T, 3D]
+        target_p = pad_sequence([teacher.probs[i] for i in idx], batch_first=True)  # [B, T, V]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16_autocast):
+            loss, agree = ttt_loss(head, policy, batch, features.to(torch.get_default_dtype()), target_p, opts)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip_grad(head, args.grad_clip)
+        opt.step()
+        step += 1
+        first = loss.item() if first is None else first
+        ema = loss.item() if math.isnan(ema) else 0.9 * ema + 0.1 * loss.item()
+        if on_log and (step % args.log_every == 0 or step == 1):
+            on_log(step, {"loss": round(ema, 4), "agree": [round(a, 3) for a in agree],
+                          "elapsed_s": round(time.monotonic() - start, 1)})
+    head.eval()
+    return {"steps_done": step, "train_s": round(time.monotonic() - start, 1), "first_loss": first,
+            "final_loss": ema, "top1_agree_by_step": agree}
+
+
+def train(policy_path, out_dir, data: list[Pair], args: DrafterTrainArgs, opts: Eagle3Options | None = None,
+          on_log=None) -> dict:
+    """Trains an EAGLE-3 head for the policy at `policy_path` on `data` and saves it to `out_dir`."""
+    opts = opts or Eagle3Options()
+    torch.manual_seed(args.seed)
+    policy = load_model(policy_path)
+    cfg = Eagle3Config.for_target(policy.config, opts.layers, opts.intermediate_size)
+    head = init_head(cfg, seed=args.seed)
+    metrics = train_head(head, policy, data, args, opts, on_log)
+    save_head(head, out_dir, dtype=resolve_dtype(args.save_dtype))
+    return {"method": "eagle3", "out_dir": str(out_dir), "target_hidden_layers": list(cfg.target_hidden_layers),
+            "num_params": sum(p.numel() for p in head.parameters()), "sequences": len(data), **metrics}
