@@ -1,4 +1,4 @@
-"""The embedded default task: chained arithmetic with a scratchpad, its tokenizer, reward and base policy.
+"""The embedded default task (multi-step lookups with a scratchpad, see arith.py), its tokenizer, reward and base policy.
 
     from specrl.tasks import make_problems, arith_reward, default_policy_path
     problems = make_problems(64, seed=0, split="train")   # .prompt, .response, .answer

@@ -1,14 +1,23 @@
-"""Chained arithmetic with a worked scratchpad: the embedded default task.
+"""The embedded default task: multi-step problems with a worked scratchpad and a verifiable answer.
 
-A problem is a chain of single-digit additions and subtractions evaluated left to right, mod 10:
+Two kinds share one generator, tokenizer and reward (ArithSpec.kind):
 
-    prompt   = "Q:6a-7b+5c-8=?\n"
-    response = "6a-7=9\n9b+5=4\n4c-8=6\nA:6"     (then EOS)
+- "chase" (the default, what the shipped policy is trained on): the prompt lists a random map f on the
+  digits, a start s and a hop count n; the answer is f applied n times to s, one scratchpad line per hop.
 
-Each scratchpad line copies the running value, applies the next operation of the prompt (found by its
-label a, b, c, ...) and writes the new running value, so the response grows linearly with the number of operations. The number of
-operations is drawn from a clipped lognormal, which gives response lengths the long right tail of
-real reasoning rollouts: most problems are short, a few are many times longer than the median.
+      prompt   = "Q:0=3 1=7 2=2 3=5 4=0 5=8 6=1 7=9 8=6 9=4 s6 n3=?\n"
+      response = "6=1\n1=7\n7=9\nA:9"     (then EOS)
+
+- "arith": chained single-digit +/- mod `modulus`, labelled so that line i finds operation i in the prompt.
+
+      prompt   = "Q:6a-7b+5c-8=?\n"
+      response = "6a-7=9\n9b+5=4\n4c-8=6\nA:6"
+
+The number of steps is drawn from a clipped lognormal, which gives response lengths the long right tail of
+real reasoning rollouts: most problems are short, a few are many times longer than the median. Every step
+copies the previous result, so a small model errs more the longer the chain, and RL has room to improve.
+(A 10M-parameter model did not learn the "arith" facts within the 10-minute CPU pretraining budget; the
+lookup steps of "chase" it does learn.)
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ class ArithSpec:
     ops_sigma: float = 0.9      # lognormal shape: larger means a heavier tail
     min_ops: int = 1
     max_ops: int = 20           # the longest response is then ~150 tokens
+    kind: str = "chase"         # "chase": follow a digit function n hops; "arith": chained +/- mod modulus
 
     def __post_init__(self) -> None:
         if self.modulus < 2:
@@ -44,6 +54,8 @@ class ArithSpec:
             raise ValueError(
                 f"ArithSpec ops range [{self.min_ops}, {self.max_ops}]: expected 1 <= min_ops <= max_ops"
             )
+        if self.kind not in ("chase", "arith"):
+            raise ValueError(f"ArithSpec.kind={self.kind!r}: expected 'chase' or 'arith'")
         if self.ops_median <= 0 or self.ops_sigma < 0:
             raise ValueError(
                 f"ArithSpec ops_median={self.ops_median}, ops_sigma={self.ops_sigma}: "
@@ -79,7 +91,27 @@ def solve(first: int, ops: list[tuple[str, int]], modulus: int) -> tuple[list[st
     return lines, value
 
 
+def make_chase(rng: random.Random, spec: ArithSpec) -> Problem:
+    """Function chasing: the prompt lists a random map f on the digits and a start s; the answer is
+    f applied n times. Each scratchpad line `x=f(x)` looks f(x) up in the prompt by matching `x=`.
+
+        prompt   = "Q:0=3 1=7 2=2 3=5 4=0 5=8 6=1 7=9 8=6 9=4 s6 n3=?\n"
+        response = "6=1\n1=7\n7=9\nA:9"
+    """
+    n = sample_num_ops(rng, spec)
+    f = [rng.randint(0, 9) for _ in range(10)]
+    start = rng.randint(0, 9)
+    lines, x = [], start
+    for _ in range(n):
+        lines.append(f"{x}={f[x]}")
+        x = f[x]
+    table = " ".join(f"{i}={f[i]}" for i in range(10))
+    return Problem(f"Q:{table} s{start} n{n}=?\n", "\n".join(lines + [f"A:{x}"]), str(x), n)
+
+
 def make_problem(rng: random.Random, spec: ArithSpec) -> Problem:
+    if spec.kind == "chase":
+        return make_chase(rng, spec)
     n = sample_num_ops(rng, spec)
     first = rng.randint(0, min(spec.max_operand, spec.modulus - 1))
     ops = [(rng.choice("+-"), rng.randint(0, spec.max_operand)) for _ in range(n)]
@@ -120,6 +152,13 @@ def make_problems(
 def check_solution(problem: Problem, spec: ArithSpec | None = None) -> bool:
     """Recompute the answer from the prompt alone (independent parser) and compare."""
     spec = spec or ArithSpec()
+    if spec.kind == "chase":
+        body = problem.prompt.removeprefix("Q:").removesuffix("=?\n").split(" ")
+        f = {int(pair[0]): int(pair[2]) for pair in body[:10]}
+        x = int(body[10][1:])
+        for _ in range(int(body[11][1:])):
+            x = f[x]
+        return str(x) == problem.answer
     expr = problem.prompt.removeprefix("Q:").removesuffix("=?\n")
     tokens, num = [], ""
     for ch in expr:

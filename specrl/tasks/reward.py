@@ -6,7 +6,7 @@ import re
 
 # The final answer line: "A:" then digits, alone on its line, at the end of the completion.
 _ANSWER = re.compile(r"(?:^|\n)A:(\d+)\s*$")
-_LINE = re.compile(r"^\d+[a-t][+-]\d+=\d+$")
+_LINE = re.compile(r"^(\d+[a-t][+-]\d+=\d+|\d=\d)$")
 
 
 def extract_answer(completion: str) -> str | None:
@@ -22,7 +22,7 @@ def extract_answer(completion: str) -> str | None:
 
 
 def is_well_formed(completion: str) -> bool:
-    """Every line but the last is `a op b = c` and the last is `A:<digits>`."""
+    """Every line but the last is a scratchpad step and the last is `A:<digits>`."""
     lines = completion.replace("<eos>", "").rstrip().split("\n")
     return extract_answer(completion) is not None and all(_LINE.match(x) for x in lines[:-1])
 

@@ -32,8 +32,8 @@ def test_train_and_test_never_share_a_prompt():
 
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_worked_solution_is_correct(split):
-    spec = ArithSpec()
-    for p in make_problems(500, seed=1, split=split):
+    spec = ArithSpec(kind="arith")
+    for p in make_problems(500, seed=1, split=split, spec=spec):
         assert check_solution(p, spec)
         lines = p.response.split("\n")
         assert lines[-1] == f"A:{p.answer}"
@@ -81,7 +81,28 @@ def test_bad_inputs_name_the_value():
 
 
 def test_harder_variant():
-    spec = ArithSpec(modulus=100, max_operand=99)
+    spec = ArithSpec(modulus=100, max_operand=99, kind="arith")
     problems = make_problems(100, seed=0, spec=spec)
     assert all(check_solution(p, spec) for p in problems)
     assert any(len(x) == 2 for p in problems for x in p.prompt[2:-3].replace("+", " ").replace("-", " ").split())
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_chase_solution_is_correct(split):
+    for p in make_problems(500, seed=2, split=split):
+        assert check_solution(p)
+        table = dict(pair.split("=") for pair in p.prompt[2:].split(" ")[:10])
+        lines = p.response.split("\n")
+        assert len(lines) == p.num_ops + 1 and lines[-1] == f"A:{p.answer}"
+        x = p.prompt.split(" s")[1].split(" ")[0]  # the start digit
+        for line in lines[:-1]:  # each line is x=f(x), and the next starts from f(x)
+            assert line == f"{x}={table[x]}"
+            x = table[x]
+        assert x == p.answer
+
+
+def test_chase_by_hand():
+    # f(6)=1, f(1)=7, f(7)=9: three hops from 6 end at 9
+    p = Problem("Q:0=3 1=7 2=2 3=5 4=0 5=8 6=1 7=9 8=6 9=4 s6 n3=?\n", "6=1\n1=7\n7=9\nA:9", "9", 3)
+    assert check_solution(p)
+    assert not check_solution(p._replace(answer="7"))
