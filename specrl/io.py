@@ -36,6 +36,7 @@ def atomic_dir(path: str | os.PathLike):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the result is an ordinary directory
     try:
         yield tmp
         old = None

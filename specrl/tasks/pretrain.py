@@ -54,6 +54,7 @@ class PretrainConfig:
     eval_seed: int = 0
     eval_max_new_tokens: int = 256   # the longest worked solution (40 ops) is 244 tokens with EOS
     init_from: str | None = None     # continue from a checkpoint (a second stage) instead of a fresh init
+    task_kind: str = "chase"         # ArithSpec.kind of the training and evaluation problems
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_tokens", "num_layers", "hidden_size", "num_threads"):
@@ -117,7 +118,7 @@ def train_loop(model, cfg: PretrainConfig, tok, ids, on_step: Callable[[int, dic
         lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
     )
     start, step, loss_ema = time.monotonic(), 0, float("nan")
-    batches = train_batches(tok, ids, cfg.seed, cfg.batch_tokens)
+    batches = train_batches(tok, ids, cfg.seed, cfg.batch_tokens, spec=ArithSpec(kind=cfg.task_kind))
     model.train()
     while step < cfg.steps:
         elapsed = time.monotonic() - start
@@ -163,10 +164,10 @@ def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
     # step 2: evaluate the weights exactly as shipped, i.e. after the bf16 round trip
     model = model.to(torch.bfloat16).to(torch.float32).eval()
     t0 = time.monotonic()
-    test = make_problems(cfg.eval_problems, cfg.eval_seed, "test")
+    test = make_problems(cfg.eval_problems, cfg.eval_seed, "test", ArithSpec(kind=cfg.task_kind))
     acc, completions = accuracy(model, tok, ids, test, cfg.eval_max_new_tokens)
     record = {
-        "recipe": asdict(cfg), "task": asdict(ArithSpec()), **stats,
+        "recipe": asdict(cfg), "task": asdict(ArithSpec(kind=cfg.task_kind)), **stats,
         "eval_s": round(time.monotonic() - t0, 1), "heldout_accuracy": acc,
         "heldout_problems": len(test), "heldout_accuracy_by_ops": accuracy_by_ops(test, completions), "response_length_tokens": length_percentiles(),
         "num_params": mcfg.num_params, "torch": torch.__version__,
