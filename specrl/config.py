@@ -12,13 +12,14 @@ import difflib
 import enum
 import os
 import pathlib
-import tempfile
 import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar, Union
 
 import yaml
+
+from .io import atomic_write_text
 
 T = TypeVar("T")
 
@@ -354,24 +355,6 @@ def dump_yaml(obj: Any, path: str | os.PathLike) -> None:
     """Write ``obj`` (dataclass or mapping) as YAML atomically: temporary file, fsync, then rename."""
     text = yaml.safe_dump(to_dict(obj), sort_keys=False, default_flow_style=False)
     atomic_write_text(path, text)
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so readers see either the old file or the whole new one."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # small helpers
