@@ -1,7 +1,6 @@
 """Small random models shared by the tests (no downloads)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch

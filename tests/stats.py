@@ -1,7 +1,6 @@
 """Exact sequence distributions of a small model, and a chi-square goodness-of-fit check (no scipy)."""
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
 

@@ -143,7 +143,8 @@ class LLM:
             self.stats_acc.prefill_s += dt
             self.tracer.record(phase="prefill", active=sum(map(len, groups)), tokens_in=sum(len(g[0].prompt) for g in groups),
                                k=0, draft_tokens=0, accepted_tokens=0, emitted_tokens=sum(map(len, groups)),
-                               draft_s=0.0, verify_s=dt, other_s=0.0, context_len_mean=_mean_len(scheduler.running))
+                               draft_s=0.0, verify_s=dt, other_s=0.0,
+                               context_len_mean=_mean_len(scheduler.running) if self.tracer.file else 0.0)
         else:
             self._decode(scheduler.running, t0)
         for seq in scheduler.retire_finished():
@@ -151,7 +152,7 @@ class LLM:
                 self.drafter.release(seq)
 
     def _decode(self, running: list[Sequence], t0: float) -> None:
-        ctx = _mean_len(running)
+        ctx = _mean_len(running) if self.tracer.file else 0.0
         if self.drafter is None:
             decode_step(self.runner, running, self.stats_acc)
             dt = time.perf_counter() - t0

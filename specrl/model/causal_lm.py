@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from .config import ModelConfig
-from .layers import KV, DecoderLayer, RMSNorm, rope_cos_sin
+from .layers import KV, DecoderLayer, RMSNorm, attention_mask, rope_cos_sin
 
 
 class ModelOutput(NamedTuple):
@@ -55,9 +55,10 @@ class CausalLM(nn.Module):
             positions = torch.arange(T, device=input_ids.device).expand(B, T)
         x = self.model.embed_tokens(input_ids)  # [B, T, D]
         cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        mask = None if kv_cache is None else attention_mask(positions)  # [B, 1, T, L], shared by all layers
         hidden = []
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, cos, sin, positions, None if kv_cache is None else kv_cache[i], slots)
+            x = layer(x, cos, sin, positions, None if kv_cache is None else kv_cache[i], slots, mask)
             if i in hidden_layers:
                 hidden.append(x)
         if logits_index is not None:

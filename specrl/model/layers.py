@@ -43,11 +43,22 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
-def cached_attention(q, k, v, kv: KV, slots: torch.Tensor | slice, positions: torch.Tensor) -> torch.Tensor:
+def attention_mask(positions: torch.Tensor) -> torch.Tensor:
+    """Cached attention's mask [B, 1, T, L]: a query sees every position up to its own. Built once per
+    forward (the `max` is a host sync) and shared by all layers."""
+    key_pos = torch.arange(int(positions.max()) + 1, device=positions.device)
+    return (key_pos[None, None, :] <= positions[:, :, None])[:, None]
+
+
+def cached_attention(q, k, v, kv: KV, slots: torch.Tensor | slice, positions: torch.Tensor,
+                     mask: torch.Tensor | None = None) -> torch.Tensor:
     """q: [B, H, T, D]; k, v: [B, Hkv, T, D]; slots: [B] (or a slice when the batch owns consecutive
-    slots: then the cache rows are read as views, without a gather); positions: [B, T] -> [B, H, T, D]."""
+    slots: then the cache rows are read as views, without a gather); positions: [B, T];
+    mask: `attention_mask(positions)` when the caller has it -> [B, H, T, D]."""
     k_cache, v_cache = kv
-    length = int(positions.max()) + 1
+    if mask is None:
+        mask = attention_mask(positions)
+    length = mask.shape[-1]
     if isinstance(slots, slice):
         k_cache, v_cache = k_cache[slots], v_cache[slots]  # views [B, Hkv, L, D]
         rows = torch.arange(q.shape[0], device=q.device)[:, None].expand_as(positions)  # [B, T]
@@ -59,9 +70,7 @@ def cached_attention(q, k, v, kv: KV, slots: torch.Tensor | slice, positions: to
         k_cache[rows, :, positions] = k.transpose(1, 2)
         v_cache[rows, :, positions] = v.transpose(1, 2)
         keys, values = k_cache[slots, :, :length], v_cache[slots, :, :length]  # gathers [B, Hkv, L, D]
-    key_pos = torch.arange(length, device=q.device)
-    mask = key_pos[None, None, :] <= positions[:, :, None]  # [B, T, L]
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask[:, None], enable_gqa=True)
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
 
 
 class Attention(nn.Module):
@@ -80,7 +89,7 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
 
-    def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None) -> torch.Tensor:
+    def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None, mask=None) -> torch.Tensor:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)  # [B, T, H, D]
         k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)  # [B, T, Hkv, D]
@@ -93,7 +102,7 @@ class Attention(nn.Module):
         if kv is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            out = cached_attention(q, k, v, kv, slots, positions)
+            out = cached_attention(q, k, v, kv, slots, positions, mask)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -116,6 +125,6 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, positions, kv, slots)
+    def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None, mask=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, positions, kv, slots, mask)
         return x + self.mlp(self.post_attention_layernorm(x))

@@ -6,9 +6,11 @@ from `collect_sequences` and `args` a `DrafterTrainArgs`.
 """
 from __future__ import annotations
 
+import math
 import random
+import time
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 import torch
 
@@ -107,3 +109,33 @@ def soft_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, mask: t
     """Mean over masked positions of -sum_v p(v) log q(v). logits, target_probs: [B, T, V]; mask: [B, T]."""
     ce = -(target_probs * torch.log_softmax(logits.float(), dim=-1)).sum(-1)  # [B, T]
     return (ce * mask).sum() / mask.sum().clamp(min=1)
+
+
+def fit(module: torch.nn.Module, loss_fn: Callable, batches: Iterator, args: DrafterTrainArgs,
+        on_log: Callable[[int, dict], None] | None = None) -> dict:
+    """AdamW on `module` (the only trained part), warmup + cosine over steps or the time budget, whichever is
+    further along. `loss_fn(batch)` returns the loss, or (loss, info) where `info` is logged and returned."""
+    from .optim import build_optimizer, clip_grad, warmup_cosine
+    module.train()
+    opt = build_optimizer(module, args.lr, args.weight_decay, betas=(0.9, 0.95))
+    start, step, first, ema, info = time.monotonic(), 0, None, math.nan, None
+    while step < args.steps and time.monotonic() - start < args.time_budget_s:
+        progress = max(step / args.steps, (time.monotonic() - start) / args.time_budget_s)
+        for g in opt.param_groups:
+            g["lr"] = args.lr * warmup_cosine(int(progress * args.steps), args.warmup_steps, args.steps,
+                                              args.min_lr_ratio)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16_autocast):
+            out = loss_fn(next(batches))
+        loss, info = out if isinstance(out, tuple) else (out, info)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip_grad(module, args.grad_clip)
+        opt.step()
+        step += 1
+        first = loss.item() if first is None else first
+        ema = loss.item() if math.isnan(ema) else 0.9 * ema + 0.1 * loss.item()
+        if on_log and (step % args.log_every == 0 or step == 1):
+            on_log(step, {"loss": round(ema, 4), "info": info, "elapsed_s": round(time.monotonic() - start, 1)})
+    module.eval()
+    return {"steps_done": step, "train_s": round(time.monotonic() - start, 1), "first_loss": first,
+            "final_loss": ema, "info": info}

@@ -9,8 +9,6 @@ response positions; the step losses are weighted 0.8^j (SpecForge: S = 7).
 """
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -19,9 +17,8 @@ from torch.nn.utils.rnn import pad_sequence
 
 from ..model import load_model, resolve_dtype
 from ..spec.eagle3_head import Eagle3Config, Eagle3Head, init_head, save_head
-from .drafter_data import (DrafterTrainArgs, Pair, TokenBatch, index_batches, pad_batch, soft_cross_entropy,
+from .drafter_data import (DrafterTrainArgs, Pair, TokenBatch, fit, index_batches, pad_batch, soft_cross_entropy,
                            teacher_forward)
-from .optim import build_optimizer, clip_grad, warmup_cosine
 
 
 @dataclass
@@ -120,38 +117,21 @@ def ttt_loss(head: Eagle3Head, policy, batch: TokenBatch, features: torch.Tensor
 
 def train_head(head: Eagle3Head, policy, data: list[Pair], args: DrafterTrainArgs, opts: Eagle3Options,
                on_log=None) -> dict:
-    """AdamW on the head only (the policy is frozen), warmup + cosine over steps or the time budget."""
+    """Trains the head only (the policy is frozen) with the shared drafter loop."""
     policy.requires_grad_(False)
-    start = time.monotonic()
     teacher = precompute_teacher(policy, data, head.config.target_hidden_layers, args.batch_tokens, args.bf16_autocast)
-    head.train()
-    opt = build_optimizer(head, args.lr, args.weight_decay, betas=(0.9, 0.95))
-    batches = index_batches([len(p) + len(r) for p, r in data], args.batch_tokens, args.seed)
-    step, ema, agree, first = 0, math.nan, [], None
-    while step < args.steps and time.monotonic() - start < args.time_budget_s:
-        progress = max(step / args.steps, (time.monotonic() - start) / args.time_budget_s)
-        for g in opt.param_groups:
-            g["lr"] = args.lr * warmup_cosine(int(progress * args.steps), args.warmup_steps, args.steps,
-                                              args.min_lr_ratio)
-        idx = next(batches)
+
+    def loss_fn(idx):
         batch = pad_batch([data[i] for i in idx])
         features = pad_sequence([teacher.features[i] for i in idx], batch_first=True)  # [B, T, 3D]
         target_p = pad_sequence([teacher.probs[i] for i in idx], batch_first=True)  # [B, T, V]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16_autocast):
-            loss, agree = ttt_loss(head, policy, batch, features.to(torch.get_default_dtype()), target_p, opts)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_grad(head, args.grad_clip)
-        opt.step()
-        step += 1
-        first = loss.item() if first is None else first
-        ema = loss.item() if math.isnan(ema) else 0.9 * ema + 0.1 * loss.item()
-        if on_log and (step % args.log_every == 0 or step == 1):
-            on_log(step, {"loss": round(ema, 4), "agree": [round(a, 3) for a in agree],
-                          "elapsed_s": round(time.monotonic() - start, 1)})
-    head.eval()
-    return {"steps_done": step, "train_s": round(time.monotonic() - start, 1), "first_loss": first,
-            "final_loss": ema, "top1_agree_by_step": agree}
+        loss, agree = ttt_loss(head, policy, batch, features.to(torch.get_default_dtype()), target_p, opts)
+        return loss, [round(a, 3) for a in agree]
+
+    batches = index_batches([len(p) + len(r) for p, r in data], args.batch_tokens, args.seed)
+    metrics = fit(head, loss_fn, batches, args, on_log)
+    metrics["top1_agree_by_step"] = metrics.pop("info") or []
+    return metrics
 
 
 def train(policy_path, out_dir, data: list[Pair], args: DrafterTrainArgs, opts: Eagle3Options | None = None,

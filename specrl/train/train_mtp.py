@@ -18,8 +18,8 @@ import torch
 from ..model import CausalLM, ModelConfig, load_model, save_model
 from ..model.mtp import MTPStack
 from ..spec.mtp import save_mtp_only
-from .drafter_data import DrafterTrainArgs, Pair, TokenBatch, soft_cross_entropy, teacher_forward
-from .train_draft_model import fit
+from .drafter_data import (DrafterTrainArgs, Pair, TokenBatch, fit, pad_batch, soft_cross_entropy, teacher_forward,
+                           token_batches)
 
 
 @dataclass
@@ -79,7 +79,8 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
     torch.manual_seed(args.seed)
     policy = load_model(policy_path).requires_grad_(False)
     stack = init_stack(policy, opts.num_modules)
-    metrics = fit(stack, lambda batch: mtp_loss(policy, stack, batch, opts), data, args)
+    metrics = fit(stack, lambda batch: mtp_loss(policy, stack, batch, opts),
+                  map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args)
     if opts.mtp_only:
         save_mtp_only(stack, policy.config, out_dir, dtype=args.save_dtype)
     else:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import torch
 
 from specrl.engine.drafting import Proposal
-from specrl.spec import SpecConfig
 
 
 class UniformDrafter:
@@ -62,7 +61,3 @@ class OracleDrafter:
 
     def release(self, seq) -> None:
         pass
-
-
-def spec_for(method: str, k: int = 4) -> SpecConfig:
-    return SpecConfig(method=method, num_speculative_tokens=k, ngram_min=1)

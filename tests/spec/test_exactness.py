@@ -7,10 +7,10 @@ distribution (chi-square, >= 20,000 samples). A broken verifier must fail the sa
 import pytest
 import torch
 
-from specrl import LLM, SamplingParams, SpecConfig
+from specrl import LLM, SamplingParams
 from specrl.spec import verify as verify_mod
 from tests.helpers import tiny_model
-from tests.spec.drafters import OracleDrafter, UniformDrafter, spec_for
+from tests.spec.drafters import OracleDrafter, UniformDrafter
 from tests.stats import assert_matches, chi_square, chi_square_critical, exact_distribution
 
 VOCAB = 12
@@ -54,9 +54,9 @@ def test_greedy_tokens_logprobs_and_lengths_match_sd_off(method, batch, tmp_path
     _skip_unavailable(method)
     model = tiny_model(seed=3, vocab=32, hidden=48, layers=2, max_pos=40)
     prompts = [[0] + [(7 * i + j) % 30 + 2 for j in range(3 + 2 * i)] for i in range(batch)]
-    # max_tokens 25 hits "length" on some rows; the 40-token context cuts the longest prompts first;
-    # stop tokens 1 (eos) and 9 end others early
-    params = SamplingParams(temperature=0.0, max_tokens=25, stop_token_ids=[9])
+    # SD off, rows 0, 2 and 4 end on stop token 31 or 16 (after 4, 17 and 5 tokens), rows 1, 3 and 5 on
+    # max_tokens=25, and row 6 (16 prompt tokens) on the 40-token context after 24
+    params = SamplingParams(temperature=0.0, max_tokens=25, stop_token_ids=[31, 16])
     base = LLM(model, max_num_seqs=4).generate(prompts, params)
     llm = build(method, model, tmp_path, max_num_seqs=4)
     got = llm.generate(prompts, params)
@@ -67,6 +67,9 @@ def test_greedy_tokens_logprobs_and_lengths_match_sd_off(method, batch, tmp_path
         assert b.finish_reason == a.finish_reason
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
         reasons.add(a.finish_reason)
+    assert "stop" in reasons
+    if batch == 7:  # every way to stop is covered: a stop token, max_tokens and the context limit
+        assert reasons == {"stop", "length"} and len(base[6].outputs[0].token_ids) == 40 - 16
     if method == "oracle":
         assert llm.stats["acceptance_rate"] == 1.0
 

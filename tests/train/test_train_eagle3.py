@@ -99,7 +99,6 @@ def test_ttt_unroll_matches_the_drafter_at_inference():
     wanted = tuple(sorted(set(layers)))
     x = torch.tensor([[0, 5, 9, 3, 7, 11]])  # t = 4: the drafter sees inputs 0..4, next tokens 1..5
     out = policy(x, hidden_layers=wanted)
-    hidden = [out.hidden[wanted.index(i)] for i in layers]
     drafter = Eagle3Drafter(head, policy, num_slots=2, max_len=32, sample_drafts=False)
     seq = SimpleNamespace(slot=1)
     T = x.shape[1] - 1
