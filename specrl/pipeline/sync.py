@@ -75,7 +75,8 @@ def rl_step(step: int, parts: Parts, cfg: TrainConfig) -> dict:
     t1 = time.perf_counter()
     # step 2: rewards and group-relative advantages
     samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs]
-    rewards = torch.tensor([parts.reward(parts.encoder.decode(c.token_ids), examples[r.request_id].answer)
+    rewards = torch.tensor([parts.reward(parts.encoder.decode(c.token_ids), examples[r.request_id].answer,
+                                         examples[r.request_id].prompt)
                             for r in outs for c in r.outputs], dtype=torch.float32)  # [N]
     advantages = compute_advantages(cfg.algorithm.advantage, rewards, group_size=ro.n)  # [N]
     t2 = time.perf_counter()
@@ -103,7 +104,7 @@ def evaluate(parts: Parts, max_tokens: int) -> float:
         return float("nan")
     prompts = [parts.encoder.encode(e.prompt) for e in parts.held_out]
     outs = parts.llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens))
-    scores = [parts.reward(parts.encoder.decode(o.outputs[0].token_ids), e.answer)
+    scores = [parts.reward(parts.encoder.decode(o.outputs[0].token_ids), e.answer, e.prompt)
               for o, e in zip(outs, parts.held_out)]
     return sum(s >= 1.0 for s in scores) / len(scores)
 

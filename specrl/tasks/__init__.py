@@ -2,7 +2,7 @@
 
     from specrl.tasks import make_problems, arith_reward, default_policy_path
     problems = make_problems(64, seed=0, split="train")   # .prompt, .response, .answer
-    arith_reward(completion_text, problems[0].answer)      # 1.0 or 0.0
+    arith_reward(completion_text, problems[0].answer, problems[0].prompt)  # 1.0 or 0.0
     model = load_model(default_policy_path())              # shipped Qwen3-style base policy
 """
 

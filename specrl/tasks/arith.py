@@ -16,8 +16,8 @@ Two kinds share one generator, tokenizer and reward (ArithSpec.kind):
 The number of steps is drawn from a clipped lognormal, which gives response lengths the long right tail of
 real reasoning rollouts: most problems are short, a few are many times longer than the median. Every step
 copies the previous result, so a small model errs more the longer the chain, and RL has room to improve.
-(A 10M-parameter model did not learn the "arith" facts within the 10-minute CPU pretraining budget; the
-lookup steps of "chase" it does learn.)
+The shipped policy (see pretrain.py and grow.py) looks digits up without error but miscounts hops on
+short chains, since it was trained on longer ones; the reward checks the whole worked solution.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -147,6 +148,29 @@ def make_problems(
         if (prompt_hash(p.prompt) & 1) == want_odd:
             out.append(p)
     return out
+
+
+_CHASE_PROMPT = re.compile(r"Q:((?:\d=\d ){10})s(\d) n(\d+)=\?\n?")
+_ARITH_PROMPT = re.compile(r"Q:(\d+)((?:[a-t][+-]\d+)+)=\?\n?")
+
+
+def reference_solution(prompt: str, modulus: int = 10) -> str | None:
+    """The one correct worked solution (scratchpad and `A:` line) of an embedded-task prompt of either
+    kind, rebuilt from the prompt alone; None when `prompt` is not one of this task's prompts."""
+    m = _CHASE_PROMPT.fullmatch(prompt)
+    if m:
+        f = [int(pair[2]) for pair in m.group(1).split()]
+        x, lines = int(m.group(2)), []
+        for _ in range(int(m.group(3))):
+            lines.append(f"{x}={f[x]}")
+            x = f[x]
+        return "\n".join(lines + [f"A:{x}"])
+    m = _ARITH_PROMPT.fullmatch(prompt)
+    if m:
+        ops = [(op, int(b)) for _, op, b in re.findall(r"([a-t])([+-])(\d+)", m.group(2))]
+        lines, value = solve(int(m.group(1)), ops, modulus)
+        return "\n".join(lines + [f"A:{value}"])
+    return None
 
 
 def check_solution(problem: Problem, spec: ArithSpec | None = None) -> bool:

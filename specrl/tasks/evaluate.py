@@ -61,5 +61,5 @@ def accuracy(
         prompts = [tok.encode(p.prompt).ids for p in chunk]
         outs = greedy_decode(model, prompts, max_new_tokens, ids.eos, ids.pad)
         completions += [tok.decode(o, skip_special_tokens=True) for o in outs]
-    rewards = [arith_reward(c, p.answer) for c, p in zip(completions, problems)]
+    rewards = [arith_reward(c, p.answer, p.prompt) for c, p in zip(completions, problems)]
     return sum(rewards) / max(len(rewards), 1), completions

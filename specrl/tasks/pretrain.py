@@ -1,10 +1,11 @@
 """`specrl pretrain`: the reproducible recipe of the embedded base policy.
 
-Supervised next-token training of a small Qwen3-style decoder on worked arithmetic solutions (loss
-on response tokens), AdamW with linear warmup and cosine decay, bf16 autocast on the CPU. The run
-stops at `steps` or at `time_budget_s`, whichever comes first; the cosine schedule follows whichever
-is further along, so a run cut short by the clock still ends annealed. With a budget that does not
-bind, the result is a pure function of the config.
+Supervised next-token training (loss on response tokens) of a small Qwen3-style decoder on worked
+function-chasing solutions, AdamW with linear warmup and cosine decay; then the trained model is grown,
+function-preserving, into the shipped 6-layer 11.5M-parameter shape (grow.py). The run stops at `steps`
+or at `time_budget_s`, whichever comes first; the cosine schedule follows whichever is further along, so
+a run cut short by the clock still ends annealed. With a budget that does not bind, the result is a pure
+function of the config.
 """
 
 from __future__ import annotations
@@ -32,32 +33,48 @@ from .tokenizer import build_tokenizer, save_tokenizer, special_ids
 @dataclass
 class PretrainConfig:
     seed: int = 0
-    steps: int = 600
-    time_budget_s: float = 420.0      # training wall-clock cap; evaluation comes on top
-    batch_tokens: int = 3072          # padded tokens per optimiser step
-    lr: float = 2e-3
+    steps: int = 2400
+    time_budget_s: float = 1800.0     # training wall-clock cap; evaluation comes on top
+    batch_tokens: int = 4096          # padded tokens per optimiser step
+    lr: float = 3e-3
     min_lr_ratio: float = 0.05
-    warmup_steps: int = 20
-    weight_decay: float = 0.1
+    warmup_steps: int = 30
+    weight_decay: float = 0.0
     grad_clip: float = 1.0
-    bf16_autocast: bool = True        # 1.7x faster than fp32 on AVX512-BF16 CPUs
+    bf16_autocast: bool = False       # pays off only for wide layers; this model is narrow
     num_threads: int = 2
-    # model: Qwen3-style, 11.2M parameters (44.9 MB fp32, 22.4 MB bf16 on disk)
-    hidden_size: int = 384
-    num_layers: int = 6
-    num_heads: int = 6
+    # model trained: Qwen3-style, 2 layers, 0.4M parameters. Small enough for thousands of CPU steps, which is
+    # what it takes: lookups appear after ~1300 steps and hop counting after ~2000 (two phase changes).
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
     num_kv_heads: int = 2
-    head_dim: int = 64
-    intermediate_size: int = 1280
+    head_dim: int = 32
+    intermediate_size: int = 384
     max_position_embeddings: int = 1024
     eval_problems: int = 200
     eval_seed: int = 0
     eval_max_new_tokens: int = 256   # the longest worked solution (40 ops) is 244 tokens with EOS
     init_from: str | None = None     # continue from a checkpoint (a second stage) instead of a fresh init
     task_kind: str = "chase"         # ArithSpec.kind of the training and evaluation problems
+    # training problems are longer than the task's (median 3 hops): more lookups per token of compute.
+    # Evaluation always uses the task's own distribution.
+    train_ops_median: float = 8.0
+    train_ops_sigma: float = 0.6
+    # then grown (function-preserving, see grow.py) into the shipped shape: Qwen3-style, 6 layers, hidden
+    # 384, 11.5M parameters (46 MB fp32, 23 MB bf16). grow=False ships the trained model as it is.
+    grow: bool = True
+    grow_hidden_size: int = 384
+    grow_intermediate_size: int = 1280
+    grow_num_layers: int = 6
+    grow_num_heads: int = 12
+    grow_num_kv_heads: int = 6
+    grow_noise_std: float = 1e-3      # on the new weights, so that training can move them
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_tokens", "num_layers", "hidden_size", "num_threads"):
+        if self.steps < 0:
+            raise ValueError(f"PretrainConfig.steps={self.steps}: expected >= 0 (0 only grows/converts init_from)")
+        for name in ("batch_tokens", "num_layers", "hidden_size", "num_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PretrainConfig.{name}={getattr(self, name)}: expected >= 1")
         if self.time_budget_s <= 0:
@@ -104,7 +121,7 @@ def accuracy_by_ops(problems, completions) -> dict[str, float]:
     buckets = {"1": (1, 1), "2-3": (2, 3), "4-7": (4, 7), "8-15": (8, 15), "16+": (16, 1 << 30)}
     out = {}
     for name, (lo, hi) in buckets.items():
-        hits = [arith_reward(c, p.answer) for p, c in zip(problems, completions) if lo <= p.num_ops <= hi]
+        hits = [arith_reward(c, p.answer, p.prompt) for p, c in zip(problems, completions) if lo <= p.num_ops <= hi]
         if hits:
             out[name] = round(sum(hits) / len(hits), 3)
     return out
@@ -118,7 +135,8 @@ def train_loop(model, cfg: PretrainConfig, tok, ids, on_step: Callable[[int, dic
         lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
     )
     start, step, loss_ema = time.monotonic(), 0, float("nan")
-    batches = train_batches(tok, ids, cfg.seed, cfg.batch_tokens, spec=ArithSpec(kind=cfg.task_kind))
+    spec = ArithSpec(kind=cfg.task_kind, ops_median=cfg.train_ops_median, ops_sigma=cfg.train_ops_sigma)
+    batches = train_batches(tok, ids, cfg.seed, cfg.batch_tokens, spec=spec)
     model.train()
     while step < cfg.steps:
         elapsed = time.monotonic() - start
@@ -139,7 +157,7 @@ def train_loop(model, cfg: PretrainConfig, tok, ids, on_step: Callable[[int, dic
         loss_ema = loss.item() if math.isnan(loss_ema) else 0.95 * loss_ema + 0.05 * loss.item()
         if on_step:
             on_step(step, {"loss": loss_ema, "lr": lr, "elapsed_s": time.monotonic() - start})
-    return {"steps_done": step, "train_s": round(time.monotonic() - start, 1), "final_loss": round(loss_ema, 4)}
+    return {"steps_done": step, "train_s": round(time.monotonic() - start, 1), "final_loss": round(loss_ema, 4) if step else None}
 
 
 def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
@@ -156,11 +174,20 @@ def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
     mcfg = model_config(cfg, tok.get_vocab_size(), ids.bos, ids.eos, ids.pad)
     if cfg.init_from:
         from specrl.model import load_model
-        model = load_model(cfg.init_from)
+        model = load_model(cfg.init_from, dtype=torch.float32)
+        mcfg = model.config
     else:
         model = CausalLM(mcfg)
         init_weights(model)
     stats = train_loop(model, cfg, tok, ids, on_step)
+    trained_params = model.config.num_params
+    if cfg.grow:
+        from .grow import grow, grown_config
+
+        big = grown_config(model.config, cfg.grow_hidden_size, cfg.grow_intermediate_size, cfg.grow_num_layers,
+                           cfg.grow_num_heads, cfg.grow_num_kv_heads)
+        model = grow(model.float(), big, cfg.grow_noise_std, cfg.seed)
+        mcfg = model.config
     # step 2: evaluate the weights exactly as shipped, i.e. after the bf16 round trip
     model = model.to(torch.bfloat16).to(torch.float32).eval()
     t0 = time.monotonic()
@@ -170,7 +197,7 @@ def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
         "recipe": asdict(cfg), "task": asdict(ArithSpec(kind=cfg.task_kind)), **stats,
         "eval_s": round(time.monotonic() - t0, 1), "heldout_accuracy": acc,
         "heldout_problems": len(test), "heldout_accuracy_by_ops": accuracy_by_ops(test, completions), "response_length_tokens": length_percentiles(),
-        "num_params": mcfg.num_params, "torch": torch.__version__,
+        "num_params": mcfg.num_params, "trained_num_params": trained_params, "torch": torch.__version__,
     }
     # step 3: one atomic HF directory: bf16 weights, config, tokenizer files, recipe.json
     with tempfile.TemporaryDirectory() as tok_dir:

@@ -1,4 +1,10 @@
-"""Verifiable reward of the arithmetic task: 1.0 for the right final `A:` answer, else 0.0."""
+"""Verifiable reward of the embedded task: 1.0 for a correct worked solution, else 0.0.
+
+Given the prompt, the checker verifies the whole scratchpad, not only the final `A:` line: in function
+chasing the map often has short cycles, so a chain with the wrong number of hops (or a wrong lookup that
+lands back on the cycle) can end on the right digit by luck. Crediting that would reward the very habit
+(miscounting hops) that training should remove. Without the prompt, only the final answer is checked.
+"""
 
 from __future__ import annotations
 
@@ -21,16 +27,25 @@ def extract_answer(completion: str) -> str | None:
     return str(int(m.group(1))) if m else None
 
 
+def _clean(completion: str) -> str:
+    return completion.replace("<eos>", "").replace("<pad>", "").strip()
+
+
 def is_well_formed(completion: str) -> bool:
     """Every line but the last is a scratchpad step and the last is `A:<digits>`."""
     lines = completion.replace("<eos>", "").rstrip().split("\n")
     return extract_answer(completion) is not None and all(_LINE.match(x) for x in lines[:-1])
 
 
-def arith_reward(completion: str, answer: str, format_bonus: float = 0.0) -> float:
-    """1.0 when the final answer equals `answer`; otherwise `format_bonus` for a well-formed
+def arith_reward(completion: str, answer: str, prompt: str = "", format_bonus: float = 0.0) -> float:
+    """1.0 when the final answer equals `answer` and, if `prompt` is given, the scratchpad is exactly the
+    prompt's worked solution (`arith.reference_solution`); otherwise `format_bonus` for a well-formed
     scratchpad (off by default), else 0.0."""
+    from .arith import reference_solution
+
     got = extract_answer(completion)
     if got is not None and got == str(int(answer)):
-        return 1.0
+        reference = reference_solution(prompt) if prompt else None
+        if reference is None or _clean(completion) == reference:
+            return 1.0
     return format_bonus if format_bonus and is_well_formed(completion) else 0.0

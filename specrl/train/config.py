@@ -18,7 +18,7 @@ __all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "OptimConfig", "Rewar
 class DataConfig:
     source: str = "arith"  # "arith" (embedded task) or a .jsonl / .parquet file with prompt/answer fields
     eval_source: str | None = None  # held-out file; None: the arith test split, or the last eval_size rows
-    eval_size: int = 100  # held-out problems scored by greedy accuracy
+    eval_size: int = 200  # held-out problems scored by greedy accuracy
     eval_max_tokens: int = 200
     prompt_key: str = "prompt"
     answer_key: str = "answer"
@@ -41,7 +41,7 @@ class RewardConfig:
 
 @dataclass
 class RolloutConfig:
-    prompts_per_step: int = 8
+    prompts_per_step: int = 16
     n: int = 8  # samples per prompt (the GRPO group)
     temperature: float = 1.0
     top_p: float = 1.0
@@ -85,7 +85,7 @@ class AlgorithmConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 5e-5
+    lr: float = 3e-4
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.99)
     warmup_steps: int = 3
@@ -102,9 +102,9 @@ class OptimConfig:
 
 @dataclass
 class ScheduleConfig:
-    max_steps: int = 20
-    eval_every: int = 5  # steps between held-out evaluations (also at step 0 and at the end); 0: only the ends
-    save_every: int = 5  # steps between checkpoints (the last step is always saved)
+    max_steps: int = 40
+    eval_every: int = 10  # steps between held-out evaluations (also at step 0 and at the end); 0: only the ends
+    save_every: int = 10  # steps between checkpoints (the last step is always saved)
     keep_last: int = 2  # checkpoints kept on disk
 
     def validate(self) -> None:

@@ -46,6 +46,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "(default: 1, L/2-1, L-4 made increasing)")
     ap.add_argument("--eagle3-ttt-steps", type=int, default=7, help="eagle3: training-time-test unroll steps")
     ap.add_argument("--eagle3-intermediate", type=int, default=None, help="eagle3: head MLP width (default: policy's)")
+    ap.add_argument("--draft-layers", type=int, default=None,
+                    help="draft_model: decoder layers of the student (default: a third of the policy's, at least 1)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     ap.add_argument("--time-budget", type=float, default=DrafterTrainArgs.time_budget_s, help="training seconds")
     return ap.parse_args(argv)
@@ -68,6 +70,11 @@ def resolve_policy(policy: str | None) -> str:
 def method_trainer(ns: argparse.Namespace):
     """The method's `train(policy_path, out_dir, data, args)`, with its own options bound where it has any."""
     train = get_trainer(ns.method)
+    if ns.method == "draft_model":
+        from .train_draft_model import DraftModelOptions
+
+        opts = DraftModelOptions(num_layers=ns.draft_layers)
+        return lambda policy, out, data, args: train(policy, out, data, args, opts)
     if ns.method != "eagle3":
         return train
     from .train_eagle3 import Eagle3Options

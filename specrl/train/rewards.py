@@ -1,6 +1,6 @@
-"""Verifiable rewards by name: completion text and reference answer -> float.
+"""Verifiable rewards by name: (completion text, reference answer, prompt) -> float.
 
-    "arith"        the embedded task's checker (final `A:<n>` line)
+    "arith"        the embedded task's checker (the whole worked solution, rebuilt from the prompt)
     "boxed"        exact match of the last \\boxed{...} in the completion against the answer
     "math_verify"  symbolic equivalence with the `math-verify` package (imported only when asked for)
 """
@@ -12,7 +12,7 @@ from ..rl.registry import Registry
 
 
 class RewardFn(Protocol):
-    def __call__(self, completion: str, answer: str) -> float: ...
+    def __call__(self, completion: str, answer: str, prompt: str = "") -> float: ...
 
 
 REWARDS: Registry[RewardFn] = Registry("reward")
@@ -25,9 +25,9 @@ def get_reward(name: str) -> RewardFn:
 
 
 @register_reward("arith")
-def arith(completion: str, answer: str) -> float:
+def arith(completion: str, answer: str, prompt: str = "") -> float:
     from ..tasks.reward import arith_reward
-    return arith_reward(completion, answer)
+    return arith_reward(completion, answer, prompt)
 
 
 def last_boxed(text: str) -> str | None:
@@ -49,7 +49,7 @@ def _normalise(s: str) -> str:
 
 
 @register_reward("boxed")
-def boxed(completion: str, answer: str) -> float:
+def boxed(completion: str, answer: str, prompt: str = "") -> float:
     got = last_boxed(completion)
     if got is None:
         return 0.0
@@ -58,7 +58,7 @@ def boxed(completion: str, answer: str) -> float:
 
 
 @register_reward("math_verify")
-def math_verify_reward(completion: str, answer: str) -> float:
+def math_verify_reward(completion: str, answer: str, prompt: str = "") -> float:
     try:
         from math_verify import parse, verify
     except ImportError:

@@ -19,10 +19,10 @@ from .drafter_data import (DrafterTrainArgs, Pair, TokenBatch, fit, pad_batch, s
 
 @dataclass
 class DraftModelOptions:
-    num_layers: int = 2  # decoder layers of the student
+    num_layers: int | None = None  # decoder layers of the student; None: a third of the policy's, at least 1
 
     def __post_init__(self):
-        if self.num_layers < 1:
+        if self.num_layers is not None and self.num_layers < 1:
             raise ValueError(f"DraftModelOptions.num_layers={self.num_layers}: expected >= 1")
 
 
@@ -52,9 +52,10 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
     opts = opts or DraftModelOptions()
     torch.manual_seed(args.seed)
     policy = load_model(policy_path).requires_grad_(False)
-    student = student_from_policy(policy, opts.num_layers)
+    num_layers = opts.num_layers or max(1, policy.config.num_layers // 3)
+    student = student_from_policy(policy, num_layers)
     metrics = fit(student, lambda batch: distil_loss(policy, student, batch),
                   map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args)
     save_model(student, out_dir, tokenizer_dir=policy_path, dtype=args.save_dtype)
-    return {"method": "draft_model", "out_dir": str(out_dir), "num_layers": opts.num_layers,
+    return {"method": "draft_model", "out_dir": str(out_dir), "num_layers": num_layers,
             "num_params": student.config.num_params, "sequences": len(data), **metrics}

@@ -11,7 +11,7 @@ TIMING_KEYS = {"rollout_s", "reward_s", "train_s", "sync_s", "step_s", "gen_toke
 
 if "has_t7" not in REWARDS:
     @register_reward("has_t7")
-    def has_t7(completion: str, answer: str) -> float:
+    def has_t7(completion: str, answer: str, prompt: str = "") -> float:
         """1 when the completion contains token t7: a reward the random policy earns now and then."""
         return float("t7" in completion.split())
 

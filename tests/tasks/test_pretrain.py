@@ -12,7 +12,7 @@ from specrl.tasks.tokenizer import build_tokenizer, special_ids
 from tests.helpers import tiny_model
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64,
-            batch_tokens=512, eval_problems=8, eval_max_new_tokens=12, max_position_embeddings=512)
+            batch_tokens=512, eval_problems=8, eval_max_new_tokens=12, max_position_embeddings=512, grow=False)
 
 
 def test_collate_masks_prompt_and_padding():
@@ -67,3 +67,12 @@ def test_pretrain_smoke_writes_a_loadable_checkpoint(tmp_path):
     assert saved["recipe"]["steps"] == 4
     assert json.loads((tmp_path / "policy" / "config.json").read_text())["torch_dtype"] == "bfloat16"
     assert (tmp_path / "policy" / "tokenizer.json").is_file()
+
+
+def test_pretrain_grows_the_trained_model_into_the_shipped_shape(tmp_path):
+    shape = dict(grow=True, grow_hidden_size=64, grow_intermediate_size=96, grow_num_layers=3, grow_num_heads=4,
+                 grow_num_kv_heads=2)
+    record = pretrain(tmp_path / "policy", PretrainConfig(steps=2, time_budget_s=60, **{**TINY, **shape}))
+    model = load_model(tmp_path / "policy")
+    assert (model.config.num_layers, model.config.hidden_size, model.config.num_heads) == (3, 64, 4)
+    assert record["num_params"] == model.config.num_params > record["trained_num_params"]

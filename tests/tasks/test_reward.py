@@ -36,3 +36,40 @@ def test_format_bonus_is_off_by_default():
     assert arith_reward(wrong_but_tidy, "6", format_bonus=0.1) == 0.1
     assert arith_reward("6a-7=9\n9b+5=?\nA:5", "6", format_bonus=0.1) == 0.0
     assert arith_reward("6a-7=9\n9b+5=4\n4c-8=6\nA:6", "6", format_bonus=0.1) == 1.0
+
+
+CHASE = "Q:0=0 1=3 2=4 3=3 4=7 5=3 6=4 7=2 8=4 9=8 s1 n2=?\n"  # 1 -> 3 -> 3: 3 is a fixed point
+
+
+def test_reference_solution_rebuilds_both_kinds_from_the_prompt():
+    from specrl.tasks.arith import ArithSpec, make_problems, reference_solution
+
+    assert reference_solution(CHASE) == "1=3\n3=3\nA:3"
+    for kind in ("chase", "arith"):
+        for p in make_problems(50, seed=3, spec=ArithSpec(kind=kind)):
+            assert reference_solution(p.prompt) == p.response
+    assert reference_solution("What is 2+2?") is None
+
+
+@pytest.mark.parametrize(
+    "completion, reward",
+    [
+        ("1=3\n3=3\nA:3", 1.0),                 # the worked solution
+        ("1=3\n3=3\nA:3<eos>", 1.0),
+        ("1=3\n3=3\n3=3\n3=3\nA:3", 0.0),       # right digit by luck: 4 hops instead of 2
+        ("1=3\nA:3", 0.0),                      # right digit by luck: 1 hop
+        ("1=8\n8=3\nA:3", 0.0),                 # wrong lookups that land on the answer
+        ("A:3", 0.0),                           # no scratchpad
+        ("1=3\n3=4\nA:4", 0.0),                 # wrong answer
+    ],
+)
+def test_with_the_prompt_the_whole_worked_solution_is_checked(completion, reward):
+    assert arith_reward(completion, "3", CHASE) == reward
+    assert arith_reward(completion, "3") == float(completion.replace("<eos>", "").endswith("A:3"))
+
+
+def test_the_named_reward_passes_the_prompt_through():
+    from specrl.train.rewards import get_reward
+
+    assert get_reward("arith")("1=3\n3=3\n3=3\nA:3", "3", CHASE) == 0.0
+    assert get_reward("arith")("1=3\n3=3\nA:3", "3", CHASE) == 1.0

@@ -1,8 +1,7 @@
-"""Typed config machinery: dataclass trees built from YAML plus ``key.sub=value`` overrides.
+"""Dataclass trees from plain dicts: type-checked, coerced (``lr: 1e-4`` in YAML becomes a float), and back.
 
-Every part of specrl describes its settings as a dataclass. This module builds those trees from plain
-dicts (type-checked and coerced, so ``lr: 1e-4`` in YAML becomes a float), applies command-line
-overrides, runs each dataclass's own ``validate()``, and writes configs back out atomically.
+``from_dict`` builds a config tree; ``to_dict`` turns one back into YAML-safe data. Errors are
+ConfigErrors that name the dotted key, the bad value, what was expected and the fix.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
-import os
 import pathlib
 import types
 import typing
@@ -19,14 +17,11 @@ from typing import Any, Literal, TypeVar, Union
 
 import yaml
 
-from .io import atomic_write_text
-
 T = TypeVar("T")
 
-_NONE_STRINGS = ("null", "none", "~", "")
+NONE_STRINGS = ("null", "none", "~", "")
 _TRUE_STRINGS = ("true", "yes", "on", "1")
 _FALSE_STRINGS = ("false", "no", "off", "0")
-
 
 class ConfigError(ValueError):
     """A config value or key is wrong; the message names it, what was expected and the fix."""
@@ -37,6 +32,14 @@ def require(ok: bool, key: str, value: Any, expected: str, fix: str = "") -> Non
     if not ok:
         msg = f"{key}={value!r} is invalid: expected {expected}"
         raise ConfigError(f"{msg}; {fix}" if fix else msg)
+
+
+def parse_yaml_scalar(raw: str) -> Any:
+    """YAML-parse one override or list value; text that is not YAML stays a string."""
+    try:
+        return yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        return raw
 
 
 # dict -> dataclass
@@ -105,7 +108,7 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
 
 def _coerce_union(args: tuple, value: Any, key: str) -> Any:
     allows_none = type(None) in args
-    if value is None or (allows_none and isinstance(value, str) and value.strip().lower() in _NONE_STRINGS):
+    if value is None or (allows_none and isinstance(value, str) and value.strip().lower() in NONE_STRINGS):
         if allows_none:
             return None
         raise _type_error(key, value, "a value (null is not allowed here)")
@@ -139,7 +142,7 @@ def _coerce_sequence(tp: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(tp) or tp
     args = typing.get_args(tp)
     if isinstance(value, str):
-        value = _parse_yaml_scalar(value)
+        value = parse_yaml_scalar(value)
     if not isinstance(value, (list, tuple)):
         raise _type_error(key, value, f"a list ({_type_name(tp)})")
     if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
@@ -224,115 +227,6 @@ _SCALARS: dict[type, tuple[Callable[[Any], Any], str]] = {
 }
 
 
-# YAML file + overrides -> validated dataclass
-
-def load_config(cls: type[T], yaml_path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> T:
-    """Build ``cls`` from an optional YAML file, then ``key.sub=value`` overrides; validate the tree."""
-    data: dict[str, Any] = {}
-    if yaml_path is not None:
-        data = load_yaml(yaml_path)
-    for item in overrides or []:
-        key, value = parse_override(cls, item)
-        _set_dotted(data, key, value)
-    cfg = from_dict(cls, data)
-    validate_config(cfg)
-    return cfg
-
-
-def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a YAML mapping; an empty file is an empty mapping."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} does not exist; pass an existing YAML file") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys, got {type(data).__name__}")
-    return dict(data)
-
-
-def parse_override(cls: type, item: str) -> tuple[str, Any]:
-    """Split ``"a.b=value"`` into the key and its value.
-
-    Values go through ``yaml.safe_load`` (so ``[1, 2]`` is a list) except for string-typed fields,
-    which keep the raw text so ``name=yes`` stays ``"yes"``.
-    """
-    if "=" not in item:
-        raise ConfigError(f"override {item!r} is not of the form key=value; write e.g. max_steps=10")
-    key, raw = item.split("=", 1)
-    key = key.strip().removeprefix("--")
-    if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"override {item!r} has an empty key; write e.g. train.lr=1e-5")
-    if _is_str_field(cls, key) and raw.strip().lower() not in _NONE_STRINGS:
-        return key, raw
-    return key, _parse_yaml_scalar(raw)
-
-
-def _parse_yaml_scalar(raw: str) -> Any:
-    try:
-        return yaml.safe_load(raw) if raw.strip() else raw
-    except yaml.YAMLError:
-        return raw
-
-
-def _is_str_field(cls: type, dotted: str) -> bool:
-    """True when ``dotted`` names a field annotated ``str`` or ``str | None`` in the tree of ``cls``."""
-    tp: Any = cls
-    for part in dotted.split("."):
-        tp = _unwrap_optional(tp)
-        if not dataclasses.is_dataclass(tp):
-            return False
-        hints = typing.get_type_hints(tp)
-        if part not in hints:
-            return False
-        tp = hints[part]
-    return _unwrap_optional(tp) is str
-
-
-def _unwrap_optional(tp: Any) -> Any:
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        options = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(options) == 1:
-            return options[0]
-    return tp
-
-
-def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = data
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        elif not isinstance(child, dict):
-            prefix = ".".join(parts[: i + 1])
-            raise ConfigError(f"override '{key}' sets a sub-key of '{prefix}', which is {child!r}, not a mapping")
-        node = child
-    node[parts[-1]] = value
-
-
-def validate_config(cfg: Any, path: str = "") -> None:
-    """Call ``validate()`` on every dataclass in the tree, children first; errors get the dotted path."""
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        items = value if isinstance(value, (list, tuple)) else [value]
-        for i, item in enumerate(items):
-            if dataclasses.is_dataclass(item) and not isinstance(item, type):
-                sub = _join(path, f.name) + (f"[{i}]" if isinstance(value, (list, tuple)) else "")
-                validate_config(item, sub)
-    check = getattr(cfg, "validate", None)
-    if callable(check):
-        try:
-            check()
-        except ConfigError as e:
-            if not path:
-                raise
-            raise ConfigError(f"in '{path}': {e}") from None
-
 
 # dataclass -> dict / YAML
 
@@ -349,12 +243,6 @@ def to_dict(obj: Any) -> Any:
     if isinstance(obj, pathlib.PurePath):
         return str(obj)
     return obj
-
-
-def dump_yaml(obj: Any, path: str | os.PathLike) -> None:
-    """Write ``obj`` (dataclass or mapping) as YAML atomically: temporary file, fsync, then rename."""
-    text = yaml.safe_dump(to_dict(obj), sort_keys=False, default_flow_style=False)
-    atomic_write_text(path, text)
 
 
 # small helpers

@@ -1,0 +1,124 @@
+"""Config files and overrides: YAML in, ``key.sub=value`` overrides applied, the tree validated, YAML out."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar, Union
+
+import yaml
+
+from ..io import atomic_write_text
+from .build import NONE_STRINGS, ConfigError, _join, from_dict, parse_yaml_scalar, to_dict
+
+T = TypeVar("T")
+
+
+def load_config(cls: type[T], yaml_path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> T:
+    """Build ``cls`` from an optional YAML file, then ``key.sub=value`` overrides; validate the tree."""
+    data: dict[str, Any] = {}
+    if yaml_path is not None:
+        data = load_yaml(yaml_path)
+    for item in overrides or []:
+        key, value = parse_override(cls, item)
+        _set_dotted(data, key, value)
+    cfg = from_dict(cls, data)
+    validate_config(cfg)
+    return cfg
+
+
+def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a YAML mapping; an empty file is an empty mapping."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist; pass an existing YAML file") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys, got {type(data).__name__}")
+    return dict(data)
+
+
+def parse_override(cls: type, item: str) -> tuple[str, Any]:
+    """Split ``"a.b=value"`` into the key and its value.
+
+    Values go through ``yaml.safe_load`` (so ``[1, 2]`` is a list) except for string-typed fields,
+    which keep the raw text so ``name=yes`` stays ``"yes"``.
+    """
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not of the form key=value; write e.g. max_steps=10")
+    key, raw = item.split("=", 1)
+    key = key.strip().removeprefix("--")
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {item!r} has an empty key; write e.g. train.lr=1e-5")
+    if _is_str_field(cls, key) and raw.strip().lower() not in NONE_STRINGS:
+        return key, raw
+    return key, parse_yaml_scalar(raw)
+
+
+def _is_str_field(cls: type, dotted: str) -> bool:
+    """True when ``dotted`` names a field annotated ``str`` or ``str | None`` in the tree of ``cls``."""
+    tp: Any = cls
+    for part in dotted.split("."):
+        tp = _unwrap_optional(tp)
+        if not dataclasses.is_dataclass(tp):
+            return False
+        hints = typing.get_type_hints(tp)
+        if part not in hints:
+            return False
+        tp = hints[part]
+    return _unwrap_optional(tp) is str
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(options) == 1:
+            return options[0]
+    return tp
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            prefix = ".".join(parts[: i + 1])
+            raise ConfigError(f"override '{key}' sets a sub-key of '{prefix}', which is {child!r}, not a mapping")
+        node = child
+    node[parts[-1]] = value
+
+
+def validate_config(cfg: Any, path: str = "") -> None:
+    """Call ``validate()`` on every dataclass in the tree, children first; errors get the dotted path."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        items = value if isinstance(value, (list, tuple)) else [value]
+        for i, item in enumerate(items):
+            if dataclasses.is_dataclass(item) and not isinstance(item, type):
+                sub = _join(path, f.name) + (f"[{i}]" if isinstance(value, (list, tuple)) else "")
+                validate_config(item, sub)
+    check = getattr(cfg, "validate", None)
+    if callable(check):
+        try:
+            check()
+        except ConfigError as e:
+            if not path:
+                raise
+            raise ConfigError(f"in '{path}': {e}") from None
+
+
+def dump_yaml(obj: Any, path: str | os.PathLike) -> None:
+    """Write ``obj`` (dataclass or mapping) as YAML atomically: temporary file, fsync, then rename."""
+    text = yaml.safe_dump(to_dict(obj), sort_keys=False, default_flow_style=False)
+    atomic_write_text(path, text)

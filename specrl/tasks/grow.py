@@ -1,0 +1,97 @@
+"""Function-preserving growth of a trained decoder into a wider and deeper one (Net2Net-style).
+
+The embedded base policy is trained in two stages because of what a 2-core CPU can afford: the task's
+two skills (looking a digit up in the prompt, and counting hops) each appear as a late phase change, after
+~1300 and ~2400 optimiser steps of a small model, and the 6-layer 11M-parameter shape that the engine
+benchmarks need cannot take that many steps in minutes. So the small model learns the task and is then
+grown into the large shape so that the large model computes the same function:
+
+- hidden size: the small model's residual stream occupies the first `h` of `H` dimensions; the others
+  start at zero. RMSNorm weights are scaled by sqrt(h / H), because the norm now averages over `H`
+  dimensions of which only `h` are non-zero.
+- heads and MLP width: the small model's heads are the first heads (with the same query/KV group
+  ratio and head_dim) and its MLP units the first units; new heads and units have zero output weights.
+- depth: the small model's layers go to evenly spaced depths; the other layers are residual identities
+  (zero output projections).
+
+`noise_std` adds Gaussian noise to the new (zero) weights, so that training can move them (exact zeros
+in both the input and output side of a block get no gradient); the function then changes by about that
+much. Build the config with `grown_config`. Tests check that the grown model's logits equal the small model's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+
+from specrl.model import CausalLM, ModelConfig
+
+
+def check_growable(small: ModelConfig, big: ModelConfig) -> None:
+    """Raise a ValueError naming the first field that makes `big` unable to hold `small`."""
+    same = ("vocab_size", "head_dim", "arch", "rope_theta", "tie_word_embeddings")
+    for name in same:
+        if getattr(small, name) != getattr(big, name):
+            raise ValueError(f"cannot grow: {name} differs ({getattr(small, name)!r} vs {getattr(big, name)!r}); "
+                             "growth keeps it fixed")
+    for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads"):
+        if getattr(big, name) < getattr(small, name):
+            raise ValueError(f"cannot grow: {name}={getattr(big, name)} is smaller than the source's "
+                             f"{getattr(small, name)}")
+    if small.num_heads // small.num_kv_heads != big.num_heads // big.num_kv_heads:
+        raise ValueError("cannot grow: the query heads per KV head must stay the same "
+                         f"({small.num_heads // small.num_kv_heads} vs {big.num_heads // big.num_kv_heads})")
+
+
+def grown_config(small: ModelConfig, hidden_size: int, intermediate_size: int, num_layers: int, num_heads: int,
+                 num_kv_heads: int) -> ModelConfig:
+    """`small`'s config with the larger shape. RMSNorm's eps shrinks by h / H, so that with the norm
+    weights scaled by sqrt(h / H) a norm over the zero-padded stream gives exactly the small model's."""
+    eps = small.rms_norm_eps * small.hidden_size / hidden_size
+    return replace(small, hidden_size=hidden_size, intermediate_size=intermediate_size, num_layers=num_layers,
+                   num_heads=num_heads, num_kv_heads=num_kv_heads, rms_norm_eps=eps, num_mtp_modules=0)
+
+
+@torch.no_grad()
+def grow(small: CausalLM, cfg: ModelConfig, noise_std: float = 0.0, seed: int = 0) -> CausalLM:
+    """A `cfg`-shaped CausalLM computing the same function as `small` (up to `noise_std`)."""
+    check_growable(small.config, cfg)
+    big = CausalLM(cfg).float()
+    gen = torch.Generator().manual_seed(seed)
+    for p in big.parameters():
+        p.copy_(torch.randn(p.shape, generator=gen) * noise_std if p.dim() >= 2 else torch.ones(p.shape))
+    h, H = small.config.hidden_size, cfg.hidden_size
+    norm_scale = math.sqrt(h / H)
+    src = {k: v.float() for k, v in small.state_dict().items()}
+    dst = big.state_dict()
+
+    def put(name: str, value: torch.Tensor) -> None:
+        dst[name][tuple(slice(0, n) for n in value.shape)] = value
+
+    put("model.embed_tokens.weight", src["model.embed_tokens.weight"])
+    if not cfg.tie_word_embeddings:
+        put("lm_head.weight", src["lm_head.weight"])
+    dst["model.norm.weight"].fill_(norm_scale)
+    put("model.norm.weight", src["model.norm.weight"] * norm_scale)
+    l_small, l_big = small.config.num_layers, cfg.num_layers
+    depths = [round(i * (l_big - 1) / max(l_small - 1, 1)) for i in range(l_small)]
+    for j in range(l_big):
+        prefix = f"model.layers.{j}."
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            dst[prefix + norm + ".weight"].fill_(norm_scale)
+        if j not in depths:  # a residual identity: nothing is written back into the stream
+            dst[prefix + "self_attn.o_proj.weight"].zero_()
+            dst[prefix + "mlp.down_proj.weight"].zero_()
+            continue
+        sp = f"model.layers.{depths.index(j)}."
+        for key, value in src.items():
+            if key.startswith(sp):
+                rest = key[len(sp):]
+                put(prefix + rest, value * norm_scale if rest.endswith("layernorm.weight") else value)
+        # new heads and MLP units write nothing into the stream yet
+        dst[prefix + "self_attn.o_proj.weight"][:, small.config.num_heads * cfg.head_dim:].zero_()
+        dst[prefix + "mlp.down_proj.weight"][:, small.config.intermediate_size:].zero_()
+    big.load_state_dict(dst)
+    return big
