@@ -39,6 +39,13 @@ class Drafter(Protocol):
         """The sequence finished; its slot will be reused."""
 
 
+def blank_proposal(k: list[int], device) -> Proposal:
+    """Point drafts to fill in: zero tokens [B, max k] and lengths k. Model drafters write `tokens` in place."""
+    K = max(k, default=0)
+    return Proposal(torch.zeros(len(k), K, dtype=torch.long, device=device),
+                    torch.tensor(k, dtype=torch.long, device=device), None)
+
+
 def pad_proposals(drafts: list[list[int]], device) -> Proposal:
     K = max((len(d) for d in drafts), default=0)
     tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).view(len(drafts), K)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..engine.drafting import Proposal, TargetForward
+from ..engine.drafting import Proposal, TargetForward, blank_proposal
 from ..engine.runner import MAX_SPEC_TOKENS
 from ..engine.sequence import Sequence
 from ..model import CausalLM, load_model, load_tokenizer
@@ -73,11 +73,10 @@ class DraftModelDrafter:
 
     @torch.inference_mode()
     def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
-        K = max(k, default=0)
-        tokens = torch.zeros(len(seqs), K, dtype=torch.long, device=self.device)  # [B, K]
-        lengths = torch.tensor(k, dtype=torch.long, device=self.device)
+        out = blank_proposal(k, self.device)
+        tokens, K = out.tokens, out.tokens.shape[1]  # [B, K], filled in below
         if K == 0:
-            return Proposal(tokens, lengths, None)
+            return out
         slots = torch.tensor([s.slot for s in seqs], device=self.device)  # [B]
         # step 1: feed what the cache lacks; its last logits give the first draft
         tok = self._catch_up(seqs, slots)  # [B]
@@ -90,7 +89,7 @@ class DraftModelDrafter:
                 tok = logits[:, -1].argmax(-1)
         for s, kj in zip(seqs, k):
             self.cached[s.slot] = s.num_tokens + max(kj - 1, 0)
-        return Proposal(tokens, lengths, None)
+        return out
 
     def _catch_up(self, seqs: list[Sequence], slots: torch.Tensor) -> torch.Tensor:
         """Feeds tokens[cached:] of every row, right-padded; returns each row's greedy next token [B]."""

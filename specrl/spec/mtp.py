@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from ..engine.drafting import Proposal, TargetForward
+from ..engine.drafting import Proposal, TargetForward, blank_proposal
 from ..engine.runner import MAX_SPEC_TOKENS
 from ..engine.sequence import Sequence
 from ..io import atomic_dir
@@ -114,11 +114,10 @@ class MTPDrafter:
 
     @torch.inference_mode()
     def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
-        K = max(k, default=0)
-        tokens = torch.zeros(len(seqs), K, dtype=torch.long, device=self.device)  # [B, K]
-        lengths = torch.tensor(k, dtype=torch.long, device=self.device)
+        out = blank_proposal(k, self.device)
+        tokens, K = out.tokens, out.tokens.shape[1]  # [B, K], filled in below
         if K == 0:
-            return Proposal(tokens, lengths, None)
+            return out
         slots = torch.tensor([s.slot for s in seqs], device=self.device)  # [B]
         pos = torch.tensor([[s.num_tokens - 2] for s in seqs], device=self.device)  # [B, 1] last verified input
         tok = torch.tensor([s.tokens[-1] for s in seqs], device=self.device)  # [B]
@@ -128,7 +127,7 @@ class MTPDrafter:
             h = self.stack.step(j, h, self.target.embed(tok[:, None]), pos, self.cache[d - 1], slots)  # [B, 1, D]
             tok = self.stack.logits(j, h, self.target.lm_head)[:, -1].argmax(-1)  # [B]
             tokens[:, j - 1] = tok
-        return Proposal(tokens, lengths, None)
+        return out
 
     def release(self, seq: Sequence) -> None:
         pass

@@ -60,12 +60,12 @@ def grow(small: CausalLM, cfg: ModelConfig, noise_std: float = 0.0, seed: int = 
     check_growable(small.config, cfg)
     big = CausalLM(cfg).float()
     gen = torch.Generator().manual_seed(seed)
-    for p in big.parameters():
-        p.copy_(torch.randn(p.shape, generator=gen) * noise_std if p.dim() >= 2 else torch.ones(p.shape))
+    for name, p in big.named_parameters():  # matrices: noise; norm weights: set below; biases: zero
+        p.copy_(torch.randn(p.shape, generator=gen) * noise_std if p.dim() >= 2 else torch.zeros(p.shape))
     h, H = small.config.hidden_size, cfg.hidden_size
     norm_scale = math.sqrt(h / H)
     src = {k: v.float() for k, v in small.state_dict().items()}
-    dst = big.state_dict()
+    dst = big.state_dict()  # shares storage with the parameters: writes below land in `big`
 
     def put(name: str, value: torch.Tensor) -> None:
         dst[name][tuple(slice(0, n) for n in value.shape)] = value
@@ -81,6 +81,9 @@ def grow(small: CausalLM, cfg: ModelConfig, noise_std: float = 0.0, seed: int = 
         prefix = f"model.layers.{j}."
         for norm in ("input_layernorm", "post_attention_layernorm"):
             dst[prefix + norm + ".weight"].fill_(norm_scale)
+        for norm in ("q_norm", "k_norm"):  # per head over head_dim, which growth keeps: unscaled
+            if prefix + f"self_attn.{norm}.weight" in dst:
+                dst[prefix + f"self_attn.{norm}.weight"].fill_(1.0)
         if j not in depths:  # a residual identity: nothing is written back into the stream
             dst[prefix + "self_attn.o_proj.weight"].zero_()
             dst[prefix + "mlp.down_proj.weight"].zero_()
@@ -93,5 +96,4 @@ def grow(small: CausalLM, cfg: ModelConfig, noise_std: float = 0.0, seed: int = 
         # new heads and MLP units write nothing into the stream yet
         dst[prefix + "self_attn.o_proj.weight"][:, small.config.num_heads * cfg.head_dim:].zero_()
         dst[prefix + "mlp.down_proj.weight"][:, small.config.intermediate_size:].zero_()
-    big.load_state_dict(dst)
     return big

@@ -44,7 +44,7 @@ class PretrainConfig:
     bf16_autocast: bool = False       # pays off only for wide layers; this model is narrow
     num_threads: int = 2
     # model trained: Qwen3-style, 2 layers, 0.4M parameters. Small enough for thousands of CPU steps, which is
-    # what it takes: lookups appear after ~1300 steps and hop counting after ~2000 (two phase changes).
+    # what it takes: lookups appear after ~1300 steps and hop counting after ~2000-3000 (two phase changes).
     hidden_size: int = 128
     num_layers: int = 2
     num_heads: int = 4

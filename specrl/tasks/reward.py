@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from .arith import reference_solution
+
 # The final answer line: "A:" then digits, alone on its line, at the end of the completion.
 _ANSWER = re.compile(r"(?:^|\n)A:(\d+)\s*$")
 _LINE = re.compile(r"^(\d+[a-t][+-]\d+=\d+|\d=\d)$")
@@ -22,8 +24,7 @@ def extract_answer(completion: str) -> str | None:
     >>> extract_answer("6-7=9\\n9+5=4\\n4-8=6\\nA:6")
     '6'
     """
-    text = completion.replace("<eos>", "").replace("<pad>", "")
-    m = _ANSWER.search(text)
+    m = _ANSWER.search(_clean(completion))
     return str(int(m.group(1))) if m else None
 
 
@@ -33,7 +34,7 @@ def _clean(completion: str) -> str:
 
 def is_well_formed(completion: str) -> bool:
     """Every line but the last is a scratchpad step and the last is `A:<digits>`."""
-    lines = completion.replace("<eos>", "").rstrip().split("\n")
+    lines = _clean(completion).split("\n")
     return extract_answer(completion) is not None and all(_LINE.match(x) for x in lines[:-1])
 
 
@@ -41,8 +42,6 @@ def arith_reward(completion: str, answer: str, prompt: str = "", format_bonus: f
     """1.0 when the final answer equals `answer` and, if `prompt` is given, the scratchpad is exactly the
     prompt's worked solution (`arith.reference_solution`); otherwise `format_bonus` for a well-formed
     scratchpad (off by default), else 0.0."""
-    from .arith import reference_solution
-
     got = extract_answer(completion)
     if got is not None and got == str(int(answer)):
         reference = reference_solution(prompt) if prompt else None

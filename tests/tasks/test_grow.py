@@ -6,7 +6,7 @@ from specrl.tasks.grow import grow, grown_config
 from tests.helpers import tiny_model
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+@pytest.mark.parametrize("arch", ["qwen3", "qwen2", "llama"])
 def test_grown_model_computes_the_same_logits(arch):
     small = tiny_model(seed=3, arch=arch, hidden=32, layers=2, heads=4, kv_heads=2)
     cfg = grown_config(small.config, hidden_size=96, intermediate_size=160, num_layers=5, num_heads=12,
