@@ -40,6 +40,7 @@ class Tracer:
     def __init__(self, path: str | None, method: str | None, model_params: int):
         self.file = open(path, "a") if path else None
         self.method, self.model_params = method, model_params
+        self.tags: dict = {}  # merged into every row, e.g. {"rl_step": 3} from the training pipeline
         self.step = 0
         self.t0 = time.perf_counter()
 
@@ -47,7 +48,7 @@ class Tracer:
         if self.file is None:
             return
         row = {"step": self.step, "t": time.perf_counter() - self.t0, "method": self.method,
-               "model_params": self.model_params, **row}
+               "model_params": self.model_params, **self.tags, **row}
         self.file.write(json.dumps(row) + "\n")
         self.step += 1
 

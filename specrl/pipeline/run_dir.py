@@ -6,6 +6,8 @@
     tb/               TensorBoard events (if tensorboard is installed)
     plots/*.png       reward/accuracy, acceptance length, step-time breakdown (if matplotlib is installed)
     checkpoints/      see specrl.train.checkpoint
+    rollout_trace.jsonl     with rollout.trace=true: one engine-trace row per engine step, tagged rl_step
+    rollout_workload.jsonl  with rollout.trace=true: each step's prompt/response lengths and CPU times
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from ..config import dump_yaml
 from ..io import atomic_write_text
 
 TIME_KEYS = ("rollout_s", "reward_s", "train_s", "sync_s")
+TRACE_FILE, WORKLOAD_FILE = "rollout_trace.jsonl", "rollout_workload.jsonl"
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -56,14 +59,17 @@ class RunDir:
 
     def truncate(self, step: int) -> None:
         """Drops rows past `step` (written after the checkpoint a resume starts from)."""
-        for name in ("metrics.jsonl", "eval.jsonl"):
-            rows = [r for r in read_jsonl(self.path / name) if r["step"] <= step]
+        for name, key in (("metrics.jsonl", "step"), ("eval.jsonl", "step"), (WORKLOAD_FILE, "step"),
+                          (TRACE_FILE, "rl_step")):
+            if name in (TRACE_FILE, WORKLOAD_FILE) and not (self.path / name).exists():
+                continue
+            rows = [r for r in read_jsonl(self.path / name) if r.get(key, 0) <= step]
             atomic_write_text(self.path / name, "".join(json.dumps(r) + "\n" for r in rows))
 
-    def log(self, row: dict, file: str = "metrics.jsonl") -> None:
+    def log(self, row: dict, file: str = "metrics.jsonl", tensorboard: bool = True) -> None:
         with open(self.path / file, "a") as f:
             f.write(json.dumps(row) + "\n")
-        tb = self._writer()
+        tb = self._writer() if tensorboard else None
         if tb is not None:
             prefix = "eval/" if file == "eval.jsonl" else "train/"
             for k, v in row.items():

@@ -9,6 +9,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ from ..train.rewards import RewardFn, get_reward
 from ..train.trainer import NonFiniteLossError, PolicyTrainer, collate
 from ..train.weight_sync import engine_copy, sync_weights
 from .progress import StepProgress
-from .run_dir import RunDir, read_jsonl
+from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
 
 
 class RunStopped(RuntimeError):
@@ -41,6 +42,7 @@ class Parts:
     encoder: PromptEncoder
     reward: RewardFn
     pad_id: int
+    workload_log: Callable[[dict], None] | None = None
 
 
 def model_dir(cfg: TrainConfig) -> Path:
@@ -50,9 +52,11 @@ def model_dir(cfg: TrainConfig) -> Path:
     return default_policy_path()
 
 
-def build_parts(cfg: TrainConfig, policy: CausalLM, source: PromptSource, held_out: list[Example]) -> Parts:
+def build_parts(cfg: TrainConfig, policy: CausalLM, source: PromptSource, held_out: list[Example],
+                trace_path: Path | None = None) -> Parts:
     encoder = PromptEncoder(model_dir(cfg), cfg.data.chat_template)
-    llm = LLM(engine_copy(policy), spec=cfg.rollout.spec, max_num_seqs=cfg.rollout.max_num_seqs, seed=cfg.seed)
+    llm = LLM(engine_copy(policy), spec=cfg.rollout.spec, max_num_seqs=cfg.rollout.max_num_seqs, seed=cfg.seed,
+              trace_path=str(trace_path) if trace_path else None)
     trainer = PolicyTrainer(policy, cfg.algorithm, cfg.optim, cfg.schedule.max_steps, cfg.rollout.temperature,
                             cfg.rollout.max_tokens)
     pad = policy.config.pad_token_id
@@ -62,7 +66,7 @@ def build_parts(cfg: TrainConfig, policy: CausalLM, source: PromptSource, held_o
 
 def rl_step(step: int, parts: Parts, cfg: TrainConfig) -> dict:
     """One synchronous RL step; returns its metrics row. `step` counts completed steps before this one."""
-    ro, t0 = cfg.rollout, time.perf_counter()
+    ro, t0, c0 = cfg.rollout, time.perf_counter(), time.process_time()
     # step 1: sample prompts and roll out n per prompt; per-prompt seeds make the step reproducible
     examples = parts.source.batch(step, ro.prompts_per_step)
     prompts = [parts.encoder.encode(e.prompt) for e in examples]
@@ -70,25 +74,29 @@ def rl_step(step: int, parts: Parts, cfg: TrainConfig) -> dict:
                              max_tokens=ro.max_tokens, seed=step_seed(cfg.seed, step, salt=i + 1))
               for i in range(len(prompts))]
     parts.llm.reset_stats()
+    parts.llm.tracer.tags = {"rl_step": step + 1, "call": "rollout"}
     outs = parts.llm.generate(prompts, params)
     stats = parts.llm.stats
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     # step 2: rewards and group-relative advantages
     samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs]
     rewards = torch.tensor([parts.reward(parts.encoder.decode(c.token_ids), examples[r.request_id].answer,
                                          examples[r.request_id].prompt)
                             for r in outs for c in r.outputs], dtype=torch.float32)  # [N]
     advantages = compute_advantages(cfg.algorithm.advantage, rewards, group_size=ro.n)  # [N]
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     # step 3: train on the rollouts
     batch = collate([p for p, _ in samples], [c.token_ids for _, c in samples], [c.logprobs for _, c in samples],
                     advantages, parts.pad_id)
     train_metrics = parts.trainer.step(batch)
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), time.process_time()
     # step 4: the engine gets the new weights
     sync_weights(parts.policy, parts.llm)
-    t4 = time.perf_counter()
+    t4, c4 = time.perf_counter(), time.process_time()
     lens = np.array([len(c.token_ids) for _, c in samples])
+    if parts.workload_log is not None:  # what the simulator needs to replay this step (cfg.rollout.trace)
+        parts.workload_log(_workload_row(step, cfg, [len(p) for p, _ in samples], lens.tolist(),
+                                         (t0, t1, t2, t3, t4), (c0, c1, c2, c3, c4)))
     return {"step": step + 1, "reward_mean": float(rewards.mean()), "accuracy": float((rewards >= 1.0).float().mean()),
             "response_len_p50": float(np.percentile(lens, 50)), "response_len_p99": float(np.percentile(lens, 99)),
             "rollout_s": t1 - t0, "reward_s": t2 - t1, "train_s": t3 - t2, "sync_s": t4 - t3, "step_s": t4 - t0,
@@ -98,11 +106,27 @@ def rl_step(step: int, parts: Parts, cfg: TrainConfig) -> dict:
             **train_metrics}
 
 
+def _workload_row(step: int, cfg: TrainConfig, prompt_lens: list[int], response_lengths: list[int],
+                  wall: tuple[float, ...], cpu: tuple[float, ...]) -> dict:
+    """One rollout_workload.jsonl row: the step's shape and lengths, and its wall and process-CPU seconds
+    from the clock readings at the start, after rollout, reward, training and weight sync."""
+    ro = cfg.rollout
+    row = {"step": step + 1, "prompt_lens": prompt_lens, "response_lengths": response_lengths, "n": ro.n,
+           "max_num_seqs": ro.max_num_seqs, "micro_batch_size": cfg.optim.micro_batch_size,
+           "method": ro.spec.method if ro.spec.enabled else None,
+           "k": ro.spec.num_speculative_tokens if ro.spec.enabled else 0}
+    for suffix, (t0, t1, t2, t3, t4) in (("_s", wall), ("_cpu_s", cpu)):
+        row.update({"rollout" + suffix: t1 - t0, "reward" + suffix: t2 - t1, "train" + suffix: t3 - t2,
+                    "sync" + suffix: t4 - t3, "step" + suffix: t4 - t0})
+    return row
+
+
 def evaluate(parts: Parts, max_tokens: int) -> float:
     """Greedy accuracy on the held-out examples (greedy + lossless SD = the same tokens as without SD)."""
     if not parts.held_out:
         return float("nan")
     prompts = [parts.encoder.encode(e.prompt) for e in parts.held_out]
+    parts.llm.tracer.tags = {"call": "eval"}
     outs = parts.llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens))
     scores = [parts.reward(parts.encoder.decode(o.outputs[0].token_ids), e.answer, e.prompt)
               for o, e in zip(outs, parts.held_out)]
@@ -135,7 +159,9 @@ def train(cfg: TrainConfig) -> dict:
     get_reward(cfg.reward.name)  # bad names and bad data fail before the run directory is touched
     source, held_out = build_sources(cfg.data, cfg.seed)
     run, policy, ckpt = _start(cfg)
-    parts = build_parts(cfg, policy, source, held_out)
+    parts = build_parts(cfg, policy, source, held_out, run.path / TRACE_FILE if cfg.rollout.trace else None)
+    if cfg.rollout.trace:
+        parts.workload_log = lambda row: run.log(row, WORKLOAD_FILE, tensorboard=False)
     start = 0 if ckpt is None else ckpt.step
     if ckpt is not None:
         parts.trainer.load_state_dict(ckpt.trainer)

@@ -64,6 +64,58 @@ def from_acceptance_length(tau: float, k: int) -> AcceptanceModel:
     return geometric((lo + hi) / 2, k)
 
 
+@dataclass(frozen=True)
+class LengthAcceptance:
+    """Acceptance that depends on the response: tau(L) = c0 + c1 ln L tokens per verify step, clipped to
+    [1, k+1]. On a task whose long answers repeat their own pattern, long responses (the ones that set
+    the tail) accept more than the average. Fitted per method and k from traces (`fit_length_acceptance`)."""
+
+    c0: float
+    c1: float
+    k: int
+    buckets: int = 8  # sequences are grouped into this many tau quantiles for sampling
+
+    def tau(self, lengths: np.ndarray) -> np.ndarray:
+        lengths = np.maximum(np.asarray(lengths, dtype=np.float64), 1.0)  # [N]
+        return np.clip(self.c0 + self.c1 * np.log(lengths), 1.0, self.k + 1.0)  # [N]
+
+    def steps_needed(self, tokens: np.ndarray, lengths: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Like AcceptanceModel.steps_needed, each sequence with the geometric model of its own tau."""
+        tokens = np.asarray(tokens, dtype=np.int64)  # [N]
+        tau = self.tau(lengths)  # [N]
+        edges = np.quantile(tau, np.linspace(0, 1, self.buckets + 1)[1:-1])  # [B-1]
+        group = np.searchsorted(edges, tau, side="right")  # [N]
+        steps = np.zeros_like(tokens)
+        for g in np.unique(group):
+            idx = np.flatnonzero(group == g)
+            model = from_acceptance_length(float(tau[idx].mean()), self.k)
+            steps[idx] = model.steps_needed(tokens[idx], rng)
+        return steps
+
+
+def sequence_steps(response_lens, spec_active) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sequence (length, SD verify steps) of one generate() call without queueing. The trace gives
+    the active count of every SD step; a_j sequences took more than j steps, so the r-th most stepped
+    sequence took #{j : a_j > r} steps. Steps and lengths are paired by rank (longest with most)."""
+    lens = np.sort(np.asarray(response_lens, dtype=np.int64))[::-1]  # [S]
+    active = np.asarray(spec_active, dtype=np.int64)  # [J]
+    steps = np.array([(active > r).sum() for r in range(lens.size)], dtype=np.int64)  # [S], descending
+    return lens, steps
+
+
+def fit_length_acceptance(lengths: np.ndarray, steps: np.ndarray, k: int) -> LengthAcceptance | None:
+    """Least squares of each sequence's tokens per step, (L - 1) / steps (the prefill emits the first
+    token), on ln L, weighted by steps. None when the lengths do not vary enough to fit a slope."""
+    lengths, steps = np.asarray(lengths, dtype=np.float64), np.asarray(steps, dtype=np.float64)
+    ok = (steps > 0) & (lengths > 1)
+    if ok.sum() < 4 or np.ptp(np.log(lengths[ok])) < 0.5:
+        return None
+    x, y, w = np.log(lengths[ok]), (lengths[ok] - 1) / steps[ok], steps[ok]
+    a = np.stack([np.ones_like(x), x], 1) * np.sqrt(w)[:, None]  # [S, 2]
+    c0, c1 = np.linalg.lstsq(a, y * np.sqrt(w), rcond=None)[0]
+    return LengthAcceptance(float(c0), float(c1), k)
+
+
 def _exact_steps(tokens: np.ndarray, cdf: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     steps = np.zeros_like(tokens)  # [N]
     left = tokens.copy()

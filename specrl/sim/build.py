@@ -31,7 +31,8 @@ def add_system_args(p: argparse.ArgumentParser) -> None:
                    help="default: colocated for sync, split for async")
     g.add_argument("--rollout-frac", type=float, default=0.5)
     g.add_argument("--max-lag", type=int, default=1)
-    g.add_argument("--mfu", type=float, default=0.35)
+    g.add_argument("--mfu", type=float, default=None,
+                   help="training MFU (default: the calibration's fitted value, else 0.35)")
     g.add_argument("--max-num-seqs", type=int, default=256)
     g.add_argument("--seed", type=int, default=0)
     w = p.add_argument_group("workload")
@@ -79,6 +80,11 @@ def default_draft_frac(method: str, model) -> float:
 def config_from_args(a: argparse.Namespace) -> SimConfig:
     hw = get_hardware(a.hardware, a.calibration)
     model = get_model(a.model)
+    mfu = a.mfu
+    if mfu is None and (a.hardware == "cpu-local" or a.calibration):
+        calib = json.loads(Path(a.calibration or "calibration.json").read_text())
+        mfu = calib.get("pipeline", {}).get("mfu")
+    mfu = 0.35 if mfu is None else mfu
     sd = None
     if a.sd_method != "none":
         draft_frac = a.draft_frac
@@ -92,4 +98,4 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
     workload = Workload(a.prompts, a.n, a.prompt_len, parse_lengths(a.lengths), a.max_tokens)
     colocated = (a.placement or ("colocated" if a.mode == "sync" else "split")) == "colocated"
     return SimConfig(hw, model, workload, a.gpus, a.tp, a.mode, a.max_lag, colocated,
-                     a.rollout_frac, sd, a.mfu, a.max_num_seqs, not a.no_drafter_train, a.seed)
+                     a.rollout_frac, sd, mfu, a.max_num_seqs, not a.no_drafter_train, a.seed)

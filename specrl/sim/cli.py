@@ -64,15 +64,28 @@ def _policy_model(arg: str | None) -> ModelSpec:
                          "--model path/to/config.json of the traced model") from None
 
 
+def _train_runs(paths, clock: str, heldout: bool):
+    from specrl.sim.trainruns import load_train_run
+    return [load_train_run(p, clock, heldout=heldout) for p in paths or []]
+
+
 def cmd_calibrate(a) -> int:
-    rows = [row for t in a.traces for row in load_trace(t)]
-    calib = calibrate(rows, _policy_model(a.model))
-    calib["traces"] = [str(t) for t in a.traces]
+    if not a.traces and not a.train_runs:
+        raise ValueError("nothing to fit: pass --traces T.jsonl ... and/or --train-runs RUN_DIR ...")
+    runs = _train_runs(a.train_runs, a.clock, heldout=False)
+    rows = [row for t in a.traces or [] for row in load_trace(t)]
+    rows += [row for r in runs for s in r.steps for row in s.rows]
+    model = _policy_model(a.model)
+    calib = calibrate(rows, model)
+    if runs:
+        from specrl.sim.trainruns import fit_pipeline
+        fit_pipeline(calib, model, runs)
+    calib["traces"] = [str(t) for t in a.traces or []] + [str(t) for t in a.train_runs or []]
     Path(a.out).write_text(json.dumps(calib, indent=1, default=float))
     hw = calib["hardware"]
     _emit({"kind": "calibration", "out": a.out, "bw_GBps": hw["hbm_bw"] / 1e9,
            "flops_G": hw["peak_flops"] / 1e9, "overheads": hw["overheads"],
-           "drafters": calib["drafters"], **calib["fit"]})
+           "drafters": calib["drafters"], "pipeline": calib.get("pipeline"), **calib["fit"]})
     return 0
 
 
@@ -84,6 +97,17 @@ def cmd_validate(a) -> int:
                                 "`specrl simulate calibrate --traces ... --out calibration.json`")
     calib = json.loads(Path(a.calibration).read_text())
     model = get_model(a.model) if a.model else ModelSpec(**calib["model"])
+    if not a.traces and not a.train_runs:
+        raise ValueError("nothing to predict: pass --traces HELD.jsonl ... and/or --train-runs RUN_DIR ...")
+    if a.train_runs:
+        from specrl.sim.trainruns import summary_train, validate_train
+        runs = _train_runs(a.fit_train_runs, a.clock, False) + _train_runs(a.train_runs, a.clock, True)
+        report = validate_train(calib, model, runs)
+        for row in report:
+            _emit({"kind": "validation", "clock": a.clock, **row})
+        _emit({"kind": "validation", "clock": a.clock, **summary_train(report)})
+    if not a.traces:
+        return 0
     runs = []
     for paths, heldout in ((a.fit_traces or [], False), (a.traces, True)):
         for t in paths:
@@ -116,14 +140,22 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--gpus", type=int, nargs="+", default=[64, 512, 2048])
     pr.add_argument("--format", default="table", choices=("table", "jsonl"))
     ca = sub.add_parser("calibrate", help="fit this machine from engine traces")
-    ca.add_argument("--traces", nargs="+", required=True)
+    ca.add_argument("--traces", nargs="+", default=None, help="engine traces (LLM(..., trace_path=))")
+    ca.add_argument("--train-runs", nargs="+", default=None,
+                    help="`specrl train rollout.trace=true` run dirs: also fit training and sync")
+    ca.add_argument("--clock", default="cpu", choices=("cpu", "wall"),
+                    help="train runs: process-CPU seconds (immune to other load; use num_threads=1) or wall")
     ca.add_argument("--out", default="calibration.json")
     ca.add_argument("--model", default=None, help="config.json of the traced model")
     va = sub.add_parser("validate", help="predict held-out traced runs and report the error")
     va.add_argument("--calibration", default="calibration.json")
-    va.add_argument("--traces", nargs="+", required=True, help="held-out traces")
+    va.add_argument("--traces", nargs="+", default=None, help="held-out traces")
     va.add_argument("--fit-traces", nargs="*", default=None,
                     help="traces used for fitting (SD-off baselines, acceptance)")
+    va.add_argument("--train-runs", nargs="+", default=None, help="held-out traced `specrl train` run dirs")
+    va.add_argument("--fit-train-runs", nargs="*", default=None,
+                    help="train run dirs used for fitting (SD-off baselines, acceptance)")
+    va.add_argument("--clock", default="cpu", choices=("cpu", "wall"))
     va.add_argument("--model", default=None)
     sub.add_parser("specs", help="list built-in hardware and models")
     return p

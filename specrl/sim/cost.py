@@ -7,7 +7,6 @@ from specrl.sim.hardware import HardwareSpec
 from specrl.sim.models import ModelSpec
 
 DTYPE_BYTES = 2  # bf16 weights and KV cache
-SYNC_FIXED_S = 0.3  # per weight sync: gather, NCCL group setup, engine cache reset
 
 
 def weight_bytes(model: ModelSpec, tokens_in: np.ndarray, dtype_bytes: int = DTYPE_BYTES):
@@ -73,8 +72,8 @@ def draft_step_s(hw, model, tp, active, ctx_sum, k: int, draft_frac: float):
 
 
 def train_s(hw: HardwareSpec, model: ModelSpec, tokens: float, gpus: int, mfu: float) -> float:
-    """Policy update: 6 * N_active * tokens / (gpus * peak * MFU)."""
-    return 6.0 * model.active_params * tokens / (gpus * hw.peak_flops * mfu)
+    """Policy update: 6 * N_active * tokens / (gpus * peak * MFU), plus the fixed per-step cost."""
+    return 6.0 * model.active_params * tokens / (gpus * hw.peak_flops * mfu) + hw.overheads.train_step_s
 
 
 def drafter_train_s(hw, params: float, tokens: float, gpus: int, mfu: float) -> float:
@@ -84,7 +83,7 @@ def drafter_train_s(hw, params: float, tokens: float, gpus: int, mfu: float) -> 
 def weight_sync_s(hw: HardwareSpec, model: ModelSpec, tp: int, colocated: bool) -> float:
     """Each rollout GPU receives its 1/tp shard: over NVLink/IPC when colocated, else the network."""
     shard = model.total_params * DTYPE_BYTES / tp
-    return SYNC_FIXED_S + shard / (hw.nvlink_bw if colocated else hw.net_bw)
+    return hw.overheads.sync_fixed_s + shard / (hw.nvlink_bw if colocated else hw.net_bw)
 
 
 def eagle_draft_frac(model: ModelSpec) -> float:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from specrl.sim import cost
-from specrl.sim.acceptance import AcceptanceModel
+from specrl.sim.acceptance import AcceptanceModel, LengthAcceptance
 from specrl.sim.hardware import HardwareSpec
 from specrl.sim.models import ModelSpec
 
@@ -34,6 +34,12 @@ class SDSetting:
     adaptive_max_batch: int | None = None  # SD only while active sequences <= this (None: always)
     verify_len: float | None = None  # tokens verified per sequence per SD step (None: k + 1; an
     # n-gram drafter without a match proposes fewer than k)
+    by_length: LengthAcceptance | None = None  # acceptance per response length (None: `acceptance` for all)
+
+    def steps_needed(self, tokens, lengths, rng) -> np.ndarray:
+        if self.by_length is not None:
+            return self.by_length.steps_needed(tokens, lengths, rng)
+        return self.acceptance.steps_needed(tokens, rng)
 
     @property
     def tokens_per_seq(self) -> float:
@@ -99,18 +105,20 @@ def plan(lengths, slots: int, sd: SDSetting | None, rng):
     if sd.adaptive_max_batch is None or sd.adaptive_max_batch >= min(slots, lengths.size):
         switch = 0
         plain = np.ones_like(lengths)  # the prefill iteration emits the first token
-        iters = plain + sd.acceptance.steps_needed(lengths - plain, rng)
+        iters = plain + sd.steps_needed(lengths - plain, lengths, rng)
         return slot_starts(iters, slots), iters, plain, switch
     starts = slot_starts(lengths, slots)  # before the switch the schedule is plain decoding
     switch = _switch_iter(starts, lengths, sd.adaptive_max_batch)
     plain = np.clip(switch - starts, 1, lengths)
-    iters = plain + sd.acceptance.steps_needed(lengths - plain, rng)
+    iters = plain + sd.steps_needed(lengths - plain, lengths, rng)
     return starts, iters, plain, switch
 
 
 def simulate_replica(engine: Engine, lengths, prompt_len: int, slots: int,
-                     sd: SDSetting | None, rng: np.random.Generator) -> ReplicaTrace:
-    """Iteration-level timeline of one replica generating `lengths` [S] after prompts."""
+                     sd: SDSetting | None, rng: np.random.Generator, prompt_share: float = 1.0) -> ReplicaTrace:
+    """Iteration-level timeline of one replica generating `lengths` [S] after prompts. Each prompt is
+    prefilled once for `prompt_share` sequences (a GRPO group shares its prompt: prefix caching, or
+    n samples of one request), so a new sequence costs prompt_len / prompt_share prefill tokens."""
     starts, iters, plain, switch = plan(lengths, slots, sd, rng)
     length = int((starts + iters).max())
     lengths = np.asarray(lengths, dtype=np.float64)
@@ -127,11 +135,12 @@ def simulate_replica(engine: Engine, lengths, prompt_len: int, slots: int,
     decoding = active - new
     spec = (np.arange(length) >= switch) & (decoding > 0)  # [J] a prefill-only step drafts nothing
     q = np.where(spec, sd.tokens_per_seq if sd else 1, 1)  # [J] tokens per decoding sequence
-    tokens_in = decoding * q + new * prompt_len  # [J]
-    pairs = (ctx_sum - new * prompt_len) * q + new * prompt_len * (prompt_len + 1) / 2  # [J]
+    prefill = new * prompt_len / prompt_share  # [J] prompt tokens fed
+    tokens_in = decoding * q + prefill  # [J]
+    pairs = (ctx_sum - new * prompt_len) * q + prefill * (prompt_len + 1) / 2  # [J]
     # step 3: cost of each iteration
     t = cost.target_step_s(engine.hw, engine.model, engine.tp, active, tokens_in, ctx_sum, pairs,
-                           new * prompt_len, spec if sd is not None else 0.0)  # [J]
+                           prefill, spec if sd is not None else 0.0)  # [J]
     draft_t = np.zeros_like(t)  # [J]
     if sd is not None:
         draft_t = np.where(spec, cost.draft_step_s(engine.hw, engine.model, engine.tp, decoding,

@@ -36,6 +36,8 @@ class Overheads:
     spec_iter_s: float = 3.0e-4  # extra per SD step: rejection sampling, KV bookkeeping
     draft_iter_s: float = 0.0  # per SD step, drafter's fixed cost (n-gram lookup, launches)
     draft_per_seq_s: float = 0.0  # per active sequence and draft step (n-gram / suffix matching)
+    sync_fixed_s: float = 0.3  # per weight sync: gather, NCCL group setup, engine cache reset
+    train_step_s: float = 0.0  # per RL step of training beyond 6 N tokens / (peak MFU): optimizer, launch
 
 
 @dataclass(frozen=True)

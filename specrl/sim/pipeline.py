@@ -31,6 +31,8 @@ class SimConfig:
     max_num_seqs: int = 256
     drafter_train: bool = True  # train the drafter on idle rollout capacity (TLT)
     seed: int = 0
+    share_prompt: bool = True  # a group's n samples prefill their prompt once (prefix caching)
+    train_micro_batch: int | None = None  # pad length-sorted micro-batches (specrl's trainer); None: packed
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -54,17 +56,19 @@ class SimConfig:
         return self.gpus if self.colocated else self.gpus - self.rollout_gpus
 
 
-def simulate_step(cfg: SimConfig) -> dict:
-    """Step-time breakdown (seconds) and rollout statistics of one steady-state RL step."""
+def simulate_step(cfg: SimConfig, lengths: np.ndarray | None = None) -> dict:
+    """Step-time breakdown (seconds) and rollout statistics of one steady-state RL step. `lengths`
+    [N * steps] replays recorded response lengths instead of sampling the workload's distribution."""
     rng = np.random.default_rng(cfg.seed)
     steps = 1 if cfg.mode == "sync" else 1 + cfg.max_lag  # async streams lag+1 steps' prompts
-    lengths = np.concatenate([cfg.workload.sample_lengths(rng) for _ in range(steps)])  # [N*steps]
+    if lengths is None:
+        lengths = np.concatenate([cfg.workload.sample_lengths(rng) for _ in range(steps)])  # [N*steps]
     ctx = cfg.workload.prompt_len + float(lengths.mean())  # KV blocks are allocated on demand
     slots = min(cfg.max_num_seqs, cost.kv_capacity_seqs(cfg.hw, cfg.model, cfg.tp, ctx))
     engine = Engine(cfg.hw, cfg.model, cfg.tp)
     ro = simulate_rollout(engine, lengths, cfg.workload.prompt_len, cfg.rollout_gpus // cfg.tp,
-                          slots, cfg.sd, cfg.seed, steps)
-    tokens = float(lengths.sum()) / steps + cfg.workload.num_seqs * cfg.workload.prompt_len
+                          slots, cfg.sd, cfg.seed, steps, cfg.workload.n if cfg.share_prompt else 1)
+    tokens = train_tokens(lengths, cfg.workload.prompt_len, cfg.train_micro_batch) / steps
     train = cost.train_s(cfg.hw, cfg.model, tokens, cfg.train_gpus, cfg.mfu)
     sync = cost.weight_sync_s(cfg.hw, cfg.model, cfg.tp, cfg.colocated)
     drafter_exposed, drafter_total = _drafter_cost(cfg, tokens, ro.idle_frac * ro.time_s)
@@ -78,6 +82,17 @@ def simulate_step(cfg: SimConfig) -> dict:
             "mean_batch": ro.mean_batch, "slots": slots, "spec_frac": ro.spec_frac,
             "replicas": cfg.rollout_gpus // cfg.tp, "rollout_gpus": cfg.rollout_gpus,
             "train_gpus": cfg.train_gpus, "iterations": ro.iterations}
+
+
+def train_tokens(lengths, prompt_len: float, micro_batch: int | None = None) -> float:
+    """Tokens the policy update processes: prompt + response of every sequence; with `micro_batch`,
+    each micro-batch of the length-sorted rows is padded to its longest row, as specrl's trainer does
+    (packing trainers pad nothing)."""
+    seq = np.sort(np.asarray(lengths, dtype=np.float64)) + prompt_len  # [N]
+    if not micro_batch:
+        return float(seq.sum())
+    return float(sum(seq[i:i + micro_batch].max() * seq[i:i + micro_batch].size
+                     for i in range(0, seq.size, micro_batch)))
 
 
 def _drafter_cost(cfg: SimConfig, tokens: float, idle_replica_s: float) -> tuple[float, float]:

@@ -35,9 +35,11 @@ def pick_replicas(groups: list[np.ndarray], rng: np.random.Generator) -> tuple[l
 
 
 def simulate_rollout(engine: Engine, lengths: np.ndarray, prompt_len: int, replicas: int,
-                     slots: int, sd: SDSetting | None, seed: int, steps: int = 1) -> RolloutResult:
+                     slots: int, sd: SDSetting | None, seed: int, steps: int = 1,
+                     prompt_share: float = 1.0) -> RolloutResult:
     """Generate `lengths` [N] on `replicas` engines; `steps` > 1 queues several steps' sequences
-    back to back (async streaming) and reports time per step."""
+    back to back (async streaming) and reports time per step. `prompt_share`: sequences per prefilled
+    prompt (see des.simulate_replica)."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(lengths.size)
     used = min(replicas, lengths.size)  # more replicas than sequences: the rest sit idle
@@ -46,7 +48,7 @@ def simulate_rollout(engine: Engine, lengths: np.ndarray, prompt_len: int, repli
     traces: dict[int, ReplicaTrace] = {}
     for i in chosen:  # identical per-replica seeds make SD on/off runs share all randomness
         traces[i] = simulate_replica(engine, groups[i], prompt_len, slots, sd,
-                                     np.random.default_rng([seed, i]))
+                                     np.random.default_rng([seed, i]), prompt_share)
     time_s = max(tr.time_s for tr in traces.values())
     samp = [traces[i] for i in sample]
     busy = sum(tr.busy_slot_s for tr in samp)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specrl.sim.acceptance import fit_geometric
+from specrl.sim.acceptance import fit_geometric, fit_length_acceptance, sequence_steps
 from specrl.sim.calibrate import features, with_drafter
 from specrl.sim.des import Engine, SDSetting, simulate_replica
 from specrl.sim.hardware import hardware_from_dict
@@ -40,7 +40,25 @@ def sd_for(run: Run, fit_runs: list[Run], draft_frac: float) -> tuple[SDSetting,
     acc = np.array([row["accepted_tokens"] for row in rows], dtype=float)
     seqs = np.array([row["active"] for row in rows], dtype=float)
     verify_len = sum(row["tokens_in"] for row in rows) / max(seqs.sum(), 1)
-    return SDSetting(fit_geometric(acc, seqs, run.key[1]), draft_frac, verify_len=verify_len), source
+    return SDSetting(fit_geometric(acc, seqs, run.key[1]), draft_frac, verify_len=verify_len,
+                     by_length=_length_acceptance(same, run.key[1])), source
+
+
+def _length_acceptance(runs: list[Run], k: int):
+    """Acceptance per response length, from the fit runs that are one generate() call without
+    queueing (every sequence in from the start), where per-sequence steps can be read off the trace."""
+    lengths, steps = [], []
+    for r in runs:
+        lens = r.meta.get("response_lens") or []
+        active = [row["active"] for row in r.rows if row.get("phase") == "spec"]
+        if not lens or not active or max(row["active"] for row in r.rows) < len(lens):
+            continue
+        ls, st = sequence_steps(lens, active)
+        lengths.append(ls)
+        steps.append(st)
+    if not lengths:
+        return None
+    return fit_length_acceptance(np.concatenate(lengths), np.concatenate(steps), k)
 
 
 def predict_s(calib: dict, model: ModelSpec, run: Run, fit_runs: list[Run]) -> tuple[float, dict]:

@@ -2,7 +2,7 @@
 
 The embedded base policy is trained in two stages because of what a 2-core CPU can afford: the task's
 two skills (looking a digit up in the prompt, and counting hops) each appear as a late phase change, after
-~1300 and ~2400 optimiser steps of a small model, and the 6-layer 11M-parameter shape that the engine
+one to two thousand optimiser steps of a small model (pretrain.py), and the 6-layer 11M-parameter shape that the engine
 benchmarks need cannot take that many steps in minutes. So the small model learns the task and is then
 grown into the large shape so that the large model computes the same function:
 

@@ -3,9 +3,9 @@
 Supervised next-token training (loss on response tokens) of a small Qwen3-style decoder on worked
 function-chasing solutions, AdamW with linear warmup and cosine decay; then the trained model is grown,
 function-preserving, into the shipped 6-layer 11.5M-parameter shape (grow.py). The run stops at `steps`
-or at `time_budget_s`, whichever comes first; the cosine schedule follows whichever is further along, so
-a run cut short by the clock still ends annealed. With a budget that does not bind, the result is a pure
-function of the config.
+(or earlier at `stop_after`) or at `time_budget_s`, whichever comes first; the cosine schedule follows
+the step count or the clock, whichever is further along, so a run cut short by the clock still ends
+annealed. With a budget that does not bind, the result is a function of the config up to CPU round-off.
 """
 
 from __future__ import annotations
@@ -33,7 +33,11 @@ from .tokenizer import build_tokenizer, save_tokenizer, special_ids
 @dataclass
 class PretrainConfig:
     seed: int = 0
-    steps: int = 2400
+    steps: int = 2400                 # length of the learning-rate schedule
+    # end training early, at this step of the `steps`-long schedule (an early checkpoint of the longer run).
+    # The shipped policy stops at 1200: it has learned the lookups and short-chain hop counting, but not yet
+    # the 1-hop stop or long chains, which it does only sometimes when sampling, so RL has room to improve it.
+    stop_after: int | None = 1200
     time_budget_s: float = 1800.0     # training wall-clock cap; evaluation comes on top
     batch_tokens: int = 4096          # padded tokens per optimiser step
     lr: float = 3e-3
@@ -42,9 +46,12 @@ class PretrainConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     bf16_autocast: bool = False       # pays off only for wide layers; this model is narrow
-    num_threads: int = 2
+    num_threads: int = 1              # the shipped policy was built with 1 (CPU kernels are not bit-reproducible
+    # across processes, and a phase change amplifies round-off: a rebuild lands near, not on, the shipped weights)
     # model trained: Qwen3-style, 2 layers, 0.4M parameters. Small enough for thousands of CPU steps, which is
-    # what it takes: lookups appear after ~1300 steps and hop counting after ~2000-3000 (two phase changes).
+    # what it takes: the skills appear as phase changes. On the default mix (one run, 1 thread): lookups and
+    # hop counting on 2-7-hop chains by step 1200, the stop after 1 hop abruptly between steps 1600 and 1700,
+    # long chains gradually until ~2100 (100% held-out accuracy at 2100).
     hidden_size: int = 128
     num_layers: int = 2
     num_heads: int = 4
@@ -58,9 +65,11 @@ class PretrainConfig:
     init_from: str | None = None     # continue from a checkpoint (a second stage) instead of a fresh init
     task_kind: str = "chase"         # ArithSpec.kind of the training and evaluation problems
     # training problems are longer than the task's (median 3 hops): more lookups per token of compute.
-    # Evaluation always uses the task's own distribution.
-    train_ops_median: float = 8.0
-    train_ops_sigma: float = 0.6
+    # Evaluation always uses the task's own distribution. The mix matters: median 8 / sigma 0.6 (0.3% 1-hop
+    # chains) never learned to stop after 1 hop, even when sampling, which left RL no signal on a fifth of
+    # the test set; median 8 / sigma 0.7 had not learned the lookups after 2400 steps.
+    train_ops_median: float = 7.0
+    train_ops_sigma: float = 0.7      # 1.4% of training problems have 1 hop
     # then grown (function-preserving, see grow.py) into the shipped shape: Qwen3-style, 6 layers, hidden
     # 384, 11.5M parameters (46 MB fp32, 23 MB bf16). grow=False ships the trained model as it is.
     grow: bool = True
@@ -74,6 +83,9 @@ class PretrainConfig:
     def __post_init__(self) -> None:
         if self.steps < 0:
             raise ValueError(f"PretrainConfig.steps={self.steps}: expected >= 0 (0 only grows/converts init_from)")
+        if self.stop_after is not None and self.stop_after < 0:
+            raise ValueError(f"PretrainConfig.stop_after={self.stop_after}: expected >= 0, or None to train all "
+                             f"{self.steps} steps")
         for name in ("batch_tokens", "num_layers", "hidden_size", "num_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PretrainConfig.{name}={getattr(self, name)}: expected >= 1")
@@ -138,7 +150,8 @@ def train_loop(model, cfg: PretrainConfig, tok, ids, on_step: Callable[[int, dic
     spec = ArithSpec(kind=cfg.task_kind, ops_median=cfg.train_ops_median, ops_sigma=cfg.train_ops_sigma)
     batches = train_batches(tok, ids, cfg.seed, cfg.batch_tokens, spec=spec)
     model.train()
-    while step < cfg.steps:
+    end = cfg.steps if cfg.stop_after is None else min(cfg.steps, cfg.stop_after)
+    while step < end:
         elapsed = time.monotonic() - start
         if elapsed >= cfg.time_budget_s:
             break
@@ -218,6 +231,9 @@ def parse_args(argv: list[str] | None) -> tuple[Path, PretrainConfig]:
         if isinstance(f.default, bool):
             p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=f.default,
                            metavar="BOOL")
+        elif f.name == "stop_after":
+            p.add_argument(flag, type=lambda s: None if s.lower() in ("none", "null") else int(s),
+                           default=f.default, metavar="STEP|none", help="end early at this step of the schedule")
         else:
             kind = str if f.default is None else type(f.default)
             p.add_argument(flag, type=kind, default=getattr(defaults, f.name))
@@ -235,7 +251,8 @@ def pretrain_main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     with Progress(TextColumn("pretrain"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console) as bar:
-        task = bar.add_task("train", total=cfg.steps, info="")
+        task = bar.add_task("train", total=min(cfg.steps, cfg.stop_after if cfg.stop_after is not None
+                                                   else cfg.steps), info="")
 
         def on_step(step: int, m: dict) -> None:
             info = f"loss {m['loss']:.3f} lr {m['lr']:.2e} {m['elapsed_s']:.0f}/{cfg.time_budget_s:.0f}s"

@@ -51,6 +51,9 @@ class RolloutConfig:
     # suffix drafts from the prompt and GRPO siblings; k=4 because a CPU verify forward costs ~linear in
     # tokens at batch 64, so long drafts that are rarely all accepted cost more than they save
     spec: SpecConfig = field(default_factory=lambda: SpecConfig(method="suffix", num_speculative_tokens=4))
+    # write the engine's per-step trace (rollout_trace.jsonl) and each step's workload and process-CPU
+    # times (rollout_workload.jsonl) to the run directory: the input of `specrl simulate calibrate-train`
+    trace: bool = False
 
     def validate(self) -> None:
         require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, ">= 1")

@@ -55,7 +55,7 @@ def test_training_and_sync_cost():
     want = 6 * m.active_params * 1e6 / (8 * 989e12 * 0.5)
     assert cost.train_s(hw, m, 1e6, 8, 0.5) == pytest.approx(want)
     coloc = cost.weight_sync_s(hw, m, 1, colocated=True)
-    assert coloc == pytest.approx(cost.SYNC_FIXED_S + m.total_params * 2 / 450e9)
+    assert coloc == pytest.approx(0.3 + m.total_params * 2 / 450e9)
     assert cost.weight_sync_s(hw, m, 1, colocated=False) > coloc  # network slower than NVLink
 
 

@@ -76,3 +76,14 @@ def test_pretrain_grows_the_trained_model_into_the_shipped_shape(tmp_path):
     model = load_model(tmp_path / "policy")
     assert (model.config.num_layers, model.config.hidden_size, model.config.num_heads) == (3, 64, 4)
     assert record["num_params"] == model.config.num_params > record["trained_num_params"]
+
+
+def test_stop_after_ends_early_on_the_longer_schedule(tmp_path, monkeypatch):
+    import specrl.tasks.pretrain as pt
+    seen = []
+    monkeypatch.setattr(pt, "lr_at", lambda progress, cfg, step: seen.append(progress) or 1e-3)
+    record = pretrain(tmp_path / "policy", PretrainConfig(steps=8, stop_after=3, time_budget_s=600, **{**TINY, "grow": False}))
+    assert record["steps_done"] == 3
+    assert seen[:3] == pytest.approx([0.0, 1 / 8, 2 / 8], abs=0.01)  # the 8-step schedule, cut after 3 steps
+    with pytest.raises(ValueError, match="stop_after"):
+        PretrainConfig(stop_after=-1)

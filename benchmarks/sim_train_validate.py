@@ -1,0 +1,78 @@
+"""Validate the simulator's RL-step model on real `specrl train` runs (sync pipeline).
+
+Runs short `specrl train` jobs on the embedded task with `rollout.trace=true` (one torch thread each,
+so that process CPU time measures the job and not the machine's other load), for several rollout shapes
+(prompts x n), SD methods and k. Five runs are fit: `specrl simulate calibrate --train-runs` fits the
+engine's cost terms on their rollout traces, and the training and weight-sync terms on their steps. The
+other runs are held out and predicted from their workload alone: response and prompt lengths, group
+size, engine slots, method, k, and the acceptance measured on a fit run of the same method and k (or on
+the run itself when no fit run has that method and k). Prints JSON lines: the per-step step time,
+rollout time and SD speedups (against the SD-off run of the same shape), predicted and measured, with
+the % errors, on the process-CPU clock and on the wall clock.
+
+    python benchmarks/sim_train_validate.py [--out runs/sim_train_validation] [--steps 4]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without install
+
+# name: (method, k, prompts per step, n). The fit runs span 64-128 sequences per step and n of 4 and 8, so
+# that the training cost's fixed and per-token terms separate; the held-out ones add n=16 and other
+# method/k/shape combinations.
+FIT = {"off_16x8": (None, 0, 16, 8), "suffix4_16x8": ("suffix", 4, 16, 8), "ngram2_16x8": ("ngram", 2, 16, 8),
+       "off_8x8": (None, 0, 8, 8), "off_32x4": (None, 0, 32, 4)}
+HELD = {"suffix4_8x8": ("suffix", 4, 8, 8), "suffix4_32x4": ("suffix", 4, 32, 4),
+        "suffix2_16x8": ("suffix", 2, 16, 8), "ngram4_16x8": ("ngram", 4, 16, 8), "off_8x16": (None, 0, 8, 16),
+        "ngram2_8x16": ("ngram", 2, 8, 16)}
+
+
+def run_train(out: Path, name: str, method: str | None, k: int, prompts: int, n: int, steps: int,
+              extra: list[str]) -> Path:
+    run = out / name
+    if (run / "rollout_workload.jsonl").is_file() and \
+            len((run / "rollout_workload.jsonl").read_text().splitlines()) >= steps:
+        return run  # already recorded (re-running the script only refits)
+    subprocess.run(["rm", "-rf", str(run)], check=True)
+    cmd = [sys.executable, "-m", "specrl", "train", f"out_dir={run}", f"max_steps={steps}", "rollout.trace=true",
+           "data.eval_size=0", "num_threads=1", "progress=false", "plots=false", "tensorboard=false",
+           f"schedule.save_every={steps}", "schedule.keep_last=1", f"rollout.prompts_per_step={prompts}",
+           f"rollout.n={n}", f"rollout.spec.method={method or 'null'}", f"rollout.spec.num_speculative_tokens={max(k, 1)}",
+           *extra]
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="runs/sim_train_validation")
+    p.add_argument("--steps", type=int, default=4, help="RL steps per run; the first is warm-up and dropped")
+    p.add_argument("extra", nargs="*", help="more `specrl train` overrides for every run, e.g. model=DIR")
+    a = p.parse_args(argv)
+    out = Path(a.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    fit, held = [], []
+    for group, dest in ((FIT, fit), (HELD, held)):
+        for name, (method, k, prompts, n) in group.items():
+            dest.append(str(run_train(out, name, method, k, prompts, n, a.steps, a.extra)))
+            print(json.dumps({"kind": "recorded", "run": dest[-1]}), flush=True)
+    from specrl.sim.cli import main as sim_main
+    model = [arg.split("=", 1)[1] for arg in a.extra if arg.startswith("model=")]
+    code = 0
+    for clock in ("cpu", "wall"):
+        cal = str(out / f"calibration_{clock}.json")
+        code = code or sim_main(["calibrate", "--train-runs", *fit, "--clock", clock, "--out", cal,
+                                 *(["--model", model[0]] if model else [])])
+        code = code or sim_main(["validate", "--calibration", cal, "--clock", clock, "--fit-train-runs", *fit,
+                                 "--train-runs", *held])
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

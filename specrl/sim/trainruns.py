@@ -1,0 +1,187 @@
+"""Replay recorded `specrl train` runs in the pipeline model.
+
+A run recorded with `rollout.trace=true` holds the engine trace of every rollout (rollout_trace.jsonl,
+rows tagged with their RL step) and each step's workload and timings (rollout_workload.jsonl: prompt
+and response lengths, wall and process-CPU seconds of rollout, training and weight sync). Fit runs
+supply engine-trace rows to `calibrate` and the training and sync terms of the step model; held-out
+runs are then predicted from their workload alone (lengths, group size, slots, SD method and k, and
+the acceptance measured on fit runs of the same method and k) through `pipeline.simulate_step`, the
+function the cluster projections use.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specrl.sim import cost
+from specrl.sim.calibrate import nnls, with_drafter
+from specrl.sim.hardware import hardware_from_dict
+from specrl.sim.models import ModelSpec
+from specrl.sim.pipeline import SimConfig, simulate_step, train_tokens
+from specrl.sim.validate import PREDICT_SEEDS, Run, pct, sd_for
+from specrl.sim.workload import Empirical, Workload
+
+TRACE_FILE, WORKLOAD_FILE = "rollout_trace.jsonl", "rollout_workload.jsonl"  # as pipeline.run_dir writes
+CLOCKS = ("cpu", "wall")
+PARTS = ("rollout", "train", "sync", "step")
+
+
+@dataclass
+class TrainStep:
+    lengths: np.ndarray  # [N] response tokens per sequence
+    prompt_len: float  # mean prompt tokens per sequence
+    measured: dict[str, float]  # PARTS -> seconds on the run's clock
+    rows: list[dict]  # engine-trace rows of this step's rollout, on the same clock
+
+
+@dataclass
+class TrainRun:
+    name: str
+    method: str | None
+    k: int
+    prompts: int
+    n: int
+    max_num_seqs: int
+    micro_batch: int | None
+    steps: list[TrainStep]
+    heldout: bool = True
+
+    @property
+    def key(self) -> tuple:
+        return (self.method, self.k)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.prompts, self.n)
+
+    def as_run(self) -> Run:
+        """The engine-level view (all rollout rows), for acceptance and verify length."""
+        rows = [r for s in self.steps for r in s.rows]
+        return Run(self.name, rows, {"method": self.method, "k": self.k}, self.heldout)
+
+    def total(self, part: str) -> float:
+        return float(sum(s.measured[part] for s in self.steps))
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    import json
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def load_train_run(path: str | Path, clock: str = "cpu", skip_steps: int = 1,
+                   heldout: bool = True) -> TrainRun:
+    """A traced run directory; the first `skip_steps` steps (warm-up: lazy init, first allocations) are
+    dropped. clock="cpu" scales each step's trace to the process CPU time of its rollout, which other
+    processes on a shared machine do not inflate (use it with num_threads=1)."""
+    path = Path(path)
+    if clock not in CLOCKS:
+        raise ValueError(f"clock {clock!r}: expected one of {CLOCKS}")
+    for name in (WORKLOAD_FILE, TRACE_FILE):
+        if not (path / name).is_file():
+            raise FileNotFoundError(f"{str(path / name)!r} not found: record the run with `specrl train "
+                                    "rollout.trace=true ...`")
+    work = _read_jsonl(path / WORKLOAD_FILE)
+    trace: dict[int, list[dict]] = {}
+    for r in _read_jsonl(path / TRACE_FILE):
+        if r.get("call") == "rollout":
+            trace.setdefault(int(r["rl_step"]), []).append(r)
+    if len(work) <= skip_steps:
+        raise ValueError(f"run {str(path)!r} has {len(work)} traced steps; need more than {skip_steps} "
+                         "(the first is warm-up): raise max_steps")
+    steps = [_step(w, trace.get(int(w["step"]), []), clock, path) for w in work[skip_steps:]]
+    first = work[0]
+    n = int(first["n"])
+    return TrainRun(path.name, first["method"], int(first["k"]), len(first["response_lengths"]) // n, n,
+                    int(first["max_num_seqs"]), first.get("micro_batch_size"), steps, heldout)
+
+
+def _step(w: dict, rows: list[dict], clock: str, path: Path) -> TrainStep:
+    if not rows:
+        raise ValueError(f"run {str(path)!r}: step {w['step']} has no engine-trace rows in {TRACE_FILE}")
+    suffix = "_cpu_s" if clock == "cpu" else "_s"
+    measured = {p: float(w[p + suffix]) for p in PARTS}
+    if clock == "cpu":
+        total = sum(r["draft_s"] + r["verify_s"] + r["other_s"] for r in rows)
+        scale = measured["rollout"] / max(total, 1e-12)
+        rows = [{**r, **{k: r[k] * scale for k in ("draft_s", "verify_s", "other_s")}} for r in rows]
+    return TrainStep(np.asarray(w["response_lengths"], dtype=np.int64), float(np.mean(w["prompt_lens"])),
+                     measured, rows)
+
+
+def fit_pipeline(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> dict:
+    """Fits the step model's training and sync terms on the fit runs' steps, in place:
+    train = train_step_s + 6 N tokens / (peak * mfu), sync = sync_fixed_s + weight bytes / bw."""
+    hw = hardware_from_dict(calib["hardware"])
+    steps = [(s, r.micro_batch) for r in runs for s in r.steps]
+    if not steps:
+        raise ValueError("no fit train-run steps: pass at least one traced `specrl train` run to fit on")
+    tokens = np.array([train_tokens(s.lengths, s.prompt_len, mb) for s, mb in steps])  # [S]
+    ideal = 6.0 * model.active_params * tokens / hw.peak_flops  # [S] seconds at MFU 1
+    y = np.array([s.measured["train"] for s, _ in steps])  # [S]
+    w = 1.0 / y
+    c = nnls(np.stack([np.ones_like(y), ideal], 1) * w[:, None], y * w)
+    mfu = 1.0 / c[1] if c[1] > 0 else 1.0
+    shard = model.total_params * cost.DTYPE_BYTES / hw.nvlink_bw
+    sync = max(0.0, float(np.mean([s.measured["sync"] for s, _ in steps])) - shard)
+    calib["hardware"]["overheads"].update(train_step_s=float(c[0]), sync_fixed_s=sync)
+    calib["pipeline"] = {"mfu": float(mfu), "train_step_s": float(c[0]), "sync_fixed_s": sync,
+                         "steps": len(steps), "runs": [r.name for r in runs]}
+    return calib
+
+
+def predict_run(calib: dict, model: ModelSpec, run: TrainRun, fit_runs: list[TrainRun]) -> dict[str, float]:
+    """Predicted seconds (rollout, train, sync, step) summed over the run's steps."""
+    hw, draft_frac = with_drafter(hardware_from_dict(calib["hardware"]), calib, run.method)
+    sd = None
+    if run.k > 0:
+        sd, _ = sd_for(run.as_run(), [r.as_run() for r in fit_runs], draft_frac)
+    mfu = calib.get("pipeline", {}).get("mfu", 0.35)
+    out = dict.fromkeys(PARTS, 0.0)
+    for s in run.steps:
+        work = Workload(run.prompts, run.n, int(round(s.prompt_len)), Empirical(tuple(s.lengths.tolist())),
+                        int(s.lengths.max()))
+        for seed in range(PREDICT_SEEDS):
+            cfg = SimConfig(hw, model, work, gpus=1, sd=sd, mfu=mfu, max_num_seqs=run.max_num_seqs,
+                            drafter_train=False, seed=seed, train_micro_batch=run.micro_batch)
+            r = simulate_step(cfg, s.lengths)
+            for p in PARTS:
+                out[p] += r[p + "_s"] / PREDICT_SEEDS
+    return out
+
+
+def validate_train(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> list[dict]:
+    """One row per held-out run: step and rollout time, and the SD speedups against the SD-off run of
+    the same prompts x n (fit or held out)."""
+    fit = [r for r in runs if not r.heldout]
+    pred = {r.name: predict_run(calib, model, r, fit) for r in runs}
+    base = {r.shape: r for r in runs if r.k == 0}
+    out = []
+    for r in (r for r in runs if r.heldout):
+        p, steps = pred[r.name], len(r.steps)
+        row = {"run": r.name, "mode": "sync", "method": r.method, "k": r.k, "prompts": r.prompts, "n": r.n,
+               "steps": steps}
+        for part in ("step", "rollout"):
+            m = r.total(part)
+            row.update({f"measured_{part}_s": m / steps, f"predicted_{part}_s": p[part] / steps,
+                        f"err_{part}_pct": pct(p[part], m)})
+        b = base.get(r.shape)
+        if r.k > 0 and b is not None:
+            for part in ("step", "rollout"):
+                meas = (b.total(part) / len(b.steps)) / (r.total(part) / steps)
+                prd = (pred[b.name][part] / len(b.steps)) / (p[part] / steps)
+                row.update({f"measured_{part}_speedup": meas, f"predicted_{part}_speedup": prd,
+                            f"err_{part}_speedup_pct": pct(prd, meas)})
+        out.append(row)
+    return out
+
+
+def summary_train(report: list[dict]) -> dict:
+    def stat(key):
+        v = np.abs([r[key] for r in report if key in r])
+        return (float(v.mean()), float(v.max())) if v.size else (None, None)
+    out = {"summary": True, "heldout_runs": len(report)}
+    for key in ("err_step_pct", "err_rollout_pct", "err_step_speedup_pct", "err_rollout_speedup_pct"):
+        out["mean_abs_" + key], out["max_abs_" + key] = stat(key)
+    return out

@@ -1,0 +1,132 @@
+"""Traced `specrl train` runs: what they record, and the simulator's fit and prediction of RL steps."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specrl.pipeline.run_dir import RunDir, read_jsonl
+from specrl.sim import cost
+from specrl.sim.calibrate import calibrate
+from specrl.sim.cli import main as sim_main
+from specrl.sim.des import Engine, simulate_replica
+from specrl.sim.hardware import hardware_to_dict
+from specrl.sim.models import from_hf_config
+from specrl.sim.pipeline import train_tokens
+from specrl.sim.trainruns import TrainRun, TrainStep, fit_pipeline, load_train_run
+from specrl.train.train_cli import main as train_main
+from tests.pipeline.fixtures import make_setup, overrides
+from tests.sim.helpers import TINY, toy_hw
+
+
+@pytest.fixture(scope="module")
+def traced_runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("traced")
+    model, data = make_setup(tmp)
+    runs = {}
+    for name, method in (("off", "null"), ("suffix", "suffix")):
+        out = tmp / name
+        args = overrides(model, data, out, **{"rollout.trace": "true", "rollout.spec.method": method,
+                                               "schedule.max_steps": 3, "num_threads": 1})
+        assert train_main(args) == 0
+        runs[name] = out
+    return model, runs
+
+
+def test_trace_rows_are_tagged_with_their_rl_step_and_match_the_logged_lengths(traced_runs):
+    _, runs = traced_runs
+    trace = read_jsonl(runs["suffix"] / "rollout_trace.jsonl")
+    work = read_jsonl(runs["suffix"] / "rollout_workload.jsonl")
+    assert [w["step"] for w in work] == [1, 2, 3]
+    assert {r["call"] for r in trace} == {"rollout", "eval"}
+    for w in work:
+        rows = [r for r in trace if r.get("rl_step") == w["step"] and r["call"] == "rollout"]
+        assert len(w["response_lengths"]) == 3 * 4 == len(w["prompt_lens"])  # prompts_per_step x n
+        # every token the engine emitted in this step's rollout is one of the logged response tokens
+        assert sum(r["emitted_tokens"] for r in rows) == sum(w["response_lengths"])
+        assert w["method"] == "suffix" and w["k"] == 4 and w["n"] == 4 and w["micro_batch_size"] == 5
+        assert w["step_cpu_s"] >= w["rollout_cpu_s"] > 0
+
+
+def test_load_train_run_drops_warmup_and_puts_the_trace_on_the_cpu_clock(traced_runs):
+    _, runs = traced_runs
+    run = load_train_run(runs["suffix"], "cpu")
+    work = read_jsonl(runs["suffix"] / "rollout_workload.jsonl")
+    assert len(run.steps) == 2 and (run.prompts, run.n, run.k, run.method) == (3, 4, 4, "suffix")
+    for step, w in zip(run.steps, work[1:]):
+        assert sum(r["draft_s"] + r["verify_s"] + r["other_s"] for r in step.rows) == \
+            pytest.approx(w["rollout_cpu_s"])
+        assert step.measured["train"] == w["train_cpu_s"]
+    wall = load_train_run(runs["suffix"], "wall")
+    assert wall.steps[0].measured["step"] == work[1]["step_s"]
+
+
+def test_calibrate_and_validate_on_train_runs_through_the_cli(traced_runs, tmp_path, capsys):
+    model, runs = traced_runs
+    cal = tmp_path / "cal.json"
+    assert sim_main(["calibrate", "--train-runs", str(runs["off"]), "--out", str(cal),
+                     "--model", str(model / "config.json")]) == 0
+    assert json.loads(cal.read_text())["pipeline"]["mfu"] > 0
+    capsys.readouterr()
+    assert sim_main(["validate", "--calibration", str(cal), "--fit-train-runs", str(runs["off"]),
+                     "--train-runs", str(runs["suffix"])]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    row = rows[0]
+    assert row["run"] == "suffix" and row["predicted_step_s"] > 0 and "err_step_speedup_pct" in row
+    assert rows[-1]["summary"] and rows[-1]["heldout_runs"] == 1
+
+
+def test_an_untraced_run_gets_an_error_that_names_the_switch(tmp_path):
+    (tmp_path / "metrics.jsonl").touch()
+    with pytest.raises(FileNotFoundError, match="rollout.trace=true"):
+        load_train_run(tmp_path)
+
+
+def test_resume_truncates_the_trace_past_the_checkpoint(tmp_path):
+    (tmp_path / "rollout_trace.jsonl").write_text("".join(
+        json.dumps({"rl_step": s, "call": "rollout"}) + "\n" for s in (1, 2, 3)) + json.dumps({"call": "eval"}) + "\n")
+    (tmp_path / "rollout_workload.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
+    (tmp_path / "metrics.jsonl").touch()
+    RunDir(tmp_path, tensorboard=False).truncate(2)
+    assert [r.get("rl_step") for r in read_jsonl(tmp_path / "rollout_trace.jsonl")] == [1, 2, None]
+    assert [r["step"] for r in read_jsonl(tmp_path / "rollout_workload.jsonl")] == [1, 2]
+
+
+def test_train_tokens_pads_length_sorted_micro_batches():
+    # sequences of 2 + [10, 1, 3, 2] tokens sort to [3, 4, 5, 12]; micro-batches [3, 4] and [5, 12]
+    assert train_tokens([10, 1, 3, 2], 2) == 24
+    assert train_tokens([10, 1, 3, 2], 2, micro_batch=2) == 2 * 4 + 2 * 12
+    assert train_tokens([10, 1, 3, 2], 2, micro_batch=4) == 4 * 12
+
+
+def test_a_shared_prompt_is_prefilled_once_per_group():
+    engine = Engine(toy_hw(), from_hf_config(TINY))
+    lengths = np.full(8, 5)
+    alone = simulate_replica(engine, lengths, 40, 8, None, np.random.default_rng(0))
+    shared = simulate_replica(engine, lengths, 40, 8, None, np.random.default_rng(0), prompt_share=4)
+    assert alone.tokens_in[0] == 8 * 40 and shared.tokens_in[0] == 2 * 40
+    assert np.array_equal(alone.tokens_in[1:], shared.tokens_in[1:])  # decoding is unchanged
+    assert np.array_equal(alone.ctx_sum, shared.ctx_sum)  # every sequence still attends its prompt
+
+
+def test_fit_pipeline_recovers_a_known_training_rate_and_fixed_costs():
+    model = from_hf_config(TINY)
+    hw = toy_hw(bw=1e9, flops=1e9)
+    calib = calibrate([{"active": 1, "tokens_in": 1, "k": 0, "verify_s": 0.01, "other_s": 0.0, "draft_s": 0.0,
+                        "context_len_mean": 4.0, "phase": "decode"}] * 3, model)
+    calib["hardware"] = hardware_to_dict(hw)
+    mfu, fixed, sync = 0.25, 0.5, 0.02
+    rng = np.random.default_rng(0)
+    steps = []
+    for _ in range(6):
+        lengths = rng.integers(5, 60, size=16)
+        tokens = train_tokens(lengths, 7.0, 4)
+        train = fixed + 6 * model.active_params * tokens / (hw.peak_flops * mfu)
+        shard = model.total_params * cost.DTYPE_BYTES / hw.nvlink_bw
+        steps.append(TrainStep(lengths, 7.0, {"rollout": 1.0, "train": train, "sync": sync + shard,
+                                              "step": 1.0 + train + sync + shard}, []))
+    fit_pipeline(calib, model, [TrainRun("synthetic", None, 0, 4, 4, 16, 4, steps, heldout=False)])
+    assert calib["pipeline"]["mfu"] == pytest.approx(mfu, rel=1e-6)
+    assert calib["pipeline"]["train_step_s"] == pytest.approx(fixed, rel=1e-6)
+    assert calib["hardware"]["overheads"]["sync_fixed_s"] == pytest.approx(sync, rel=1e-6)
