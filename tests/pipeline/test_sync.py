@@ -139,3 +139,18 @@ def test_out_dir_with_a_run_is_not_overwritten(setup, straight_run, capsys):
     assert main(overrides(*setup, straight_run)) == 2
     assert "already holds a run" in capsys.readouterr().err
     assert (straight_run / "metrics.jsonl").read_text() == before
+
+
+def test_resume_with_the_adaptive_drafter_reproduces_the_uninterrupted_run(setup, tmp_path, monkeypatch):
+    # "auto" (the default) keeps cross-step state in its suffix drafter: the checkpoint must carry it
+    args = {"rollout.spec.method": "auto", "rollout.spec.auto_max_batch": 6}
+    straight = tmp_path / "straight"
+    assert main(overrides(*setup, straight, **args)) == 0
+    out = tmp_path / "resumed"
+    _stop_at(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        main(overrides(*setup, out, **args))
+    monkeypatch.undo()
+    assert main([f"resume={out}", "progress=false"]) == 0
+    assert strip_timings(read_jsonl(out / "metrics.jsonl")) == strip_timings(read_jsonl(straight / "metrics.jsonl"))
+    assert (out / "checkpoints" / "step_000004" / "drafter.pkl").is_file()  # the suffix pools travel with it
