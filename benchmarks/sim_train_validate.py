@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ def run_train(out: Path, name: str, method: str | None, k: int, prompts: int, n:
     if (run / "rollout_workload.jsonl").is_file() and \
             len((run / "rollout_workload.jsonl").read_text().splitlines()) >= steps:
         return run  # already recorded (re-running the script only refits)
-    subprocess.run(["rm", "-rf", str(run)], check=True)
+    shutil.rmtree(run, ignore_errors=True)
     cmd = [sys.executable, "-m", "specrl", "train", f"out_dir={run}", f"max_steps={steps}", "rollout.trace=true",
            "data.eval_size=0", "num_threads=1", "progress=false", "plots=false", "tensorboard=false",
            f"schedule.save_every={steps}", "schedule.keep_last=1", f"rollout.prompts_per_step={prompts}",

@@ -61,9 +61,9 @@ class RunDir:
         """Drops rows past `step` (written after the checkpoint a resume starts from)."""
         for name, key in (("metrics.jsonl", "step"), ("eval.jsonl", "step"), (WORKLOAD_FILE, "step"),
                           (TRACE_FILE, "rl_step")):
-            if name in (TRACE_FILE, WORKLOAD_FILE) and not (self.path / name).exists():
+            if not (self.path / name).exists():
                 continue
-            rows = [r for r in read_jsonl(self.path / name) if r.get(key, 0) <= step]
+            rows = [r for r in read_jsonl(self.path / name) if r[key] <= step]
             atomic_write_text(self.path / name, "".join(json.dumps(r) + "\n" for r in rows))
 
     def log(self, row: dict, file: str = "metrics.jsonl", tensorboard: bool = True) -> None:

@@ -126,7 +126,6 @@ def evaluate(parts: Parts, max_tokens: int) -> float:
     if not parts.held_out:
         return float("nan")
     prompts = [parts.encoder.encode(e.prompt) for e in parts.held_out]
-    parts.llm.tracer.tags = {"call": "eval"}
     outs = parts.llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens))
     scores = [parts.reward(parts.encoder.decode(o.outputs[0].token_ids), e.answer, e.prompt)
               for o, e in zip(outs, parts.held_out)]
@@ -202,6 +201,7 @@ def _one_step(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepP
 
 def _eval(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepProgress) -> float:
     t0 = time.perf_counter()
+    parts.llm.tracer.tags = {"rl_step": step, "call": "eval"}  # after step `step`, so resume can truncate it
     acc = evaluate(parts, cfg.data.eval_max_tokens)
     run.log({"step": step, "accuracy": acc, "eval_s": time.perf_counter() - t0, "problems": len(parts.held_out)},
             "eval.jsonl")

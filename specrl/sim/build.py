@@ -80,16 +80,14 @@ def default_draft_frac(method: str, model) -> float:
 def config_from_args(a: argparse.Namespace) -> SimConfig:
     hw = get_hardware(a.hardware, a.calibration)
     model = get_model(a.model)
-    mfu = a.mfu
-    if mfu is None and (a.hardware == "cpu-local" or a.calibration):
+    calib = None
+    if a.hardware == "cpu-local" or a.calibration:  # get_hardware has checked that the file exists
         calib = json.loads(Path(a.calibration or "calibration.json").read_text())
-        mfu = calib.get("pipeline", {}).get("mfu")
-    mfu = 0.35 if mfu is None else mfu
+    mfu = a.mfu if a.mfu is not None else (calib or {}).get("pipeline", {}).get("mfu", 0.35)
     sd = None
     if a.sd_method != "none":
         draft_frac = a.draft_frac
-        if a.hardware == "cpu-local" or a.calibration:
-            calib = json.loads(Path(a.calibration or "calibration.json").read_text())
+        if calib is not None:
             hw, fitted = with_drafter(hw, calib, a.sd_method)
             draft_frac = fitted if draft_frac is None else draft_frac
         if draft_frac is None:

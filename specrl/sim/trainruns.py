@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.pipeline.run_dir import TRACE_FILE, WORKLOAD_FILE, read_jsonl
 from specrl.sim import cost
 from specrl.sim.calibrate import nnls, with_drafter
 from specrl.sim.hardware import hardware_from_dict
@@ -23,7 +24,6 @@ from specrl.sim.pipeline import SimConfig, simulate_step, train_tokens
 from specrl.sim.validate import PREDICT_SEEDS, Run, pct, sd_for
 from specrl.sim.workload import Empirical, Workload
 
-TRACE_FILE, WORKLOAD_FILE = "rollout_trace.jsonl", "rollout_workload.jsonl"  # as pipeline.run_dir writes
 CLOCKS = ("cpu", "wall")
 PARTS = ("rollout", "train", "sync", "step")
 
@@ -65,11 +65,6 @@ class TrainRun:
         return float(sum(s.measured[part] for s in self.steps))
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    import json
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def load_train_run(path: str | Path, clock: str = "cpu", skip_steps: int = 1,
                    heldout: bool = True) -> TrainRun:
     """A traced run directory; the first `skip_steps` steps (warm-up: lazy init, first allocations) are
@@ -82,9 +77,9 @@ def load_train_run(path: str | Path, clock: str = "cpu", skip_steps: int = 1,
         if not (path / name).is_file():
             raise FileNotFoundError(f"{str(path / name)!r} not found: record the run with `specrl train "
                                     "rollout.trace=true ...`")
-    work = _read_jsonl(path / WORKLOAD_FILE)
+    work = read_jsonl(path / WORKLOAD_FILE)
     trace: dict[int, list[dict]] = {}
-    for r in _read_jsonl(path / TRACE_FILE):
+    for r in read_jsonl(path / TRACE_FILE):
         if r.get("call") == "rollout":
             trace.setdefault(int(r["rl_step"]), []).append(r)
     if len(work) <= skip_steps:

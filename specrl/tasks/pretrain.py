@@ -46,8 +46,8 @@ class PretrainConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     bf16_autocast: bool = False       # pays off only for wide layers; this model is narrow
-    num_threads: int = 1              # the shipped policy was built with 1 (CPU kernels are not bit-reproducible
-    # across processes, and a phase change amplifies round-off: a rebuild lands near, not on, the shipped weights)
+    num_threads: int = 1              # the shipped policy was built with 1. Runs are not bit-reproducible (three
+    # runs of the defaults: 0.67, 0.645, 0.685 held-out; cause not established), so a rebuild is another draw
     # model trained: Qwen3-style, 2 layers, 0.4M parameters. Small enough for thousands of CPU steps, which is
     # what it takes: the skills appear as phase changes. On the default mix (one run, 1 thread): lookups and
     # hop counting on 2-7-hop chains by step 1200, the stop after 1 hop abruptly between steps 1600 and 1700,
@@ -140,6 +140,10 @@ def accuracy_by_ops(problems, completions) -> dict[str, float]:
 
 
 def train_loop(model, cfg: PretrainConfig, tok, ids, on_step: Callable[[int, dict], None] | None) -> dict:
+    """Next-token training on the task's worked solutions. It is close to `train.drafter_data.fit`, but
+    routing it through `fit` (warmup, then cosine over whole steps) moves the phase changes: the defaults
+    then reached only 0.285 held-out at step 1200 (twice, 2026-11-22) against 0.645-0.685 here, so
+    the recipe of the shipped policy keeps this loop and its schedule (`lr_at`)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(

@@ -1,6 +1,8 @@
 import json
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from specrl.sim.cli import main
 from specrl.sim.des import Engine
@@ -55,7 +57,18 @@ def test_calibrate_validate_then_simulate_cpu_local(tmp_path, capsys):
     assert abs(rows[0]["err_time_pct"]) < 5
     assert main(["step", "--hardware", "cpu-local", "--calibration", cal, "--model",
                  str(tmp_path / "config.json"), "--gpus", "2", "--sd-method", "ngram", *SMALL_WL]) == 0
-    assert _lines(capsys)[-1]["kind"] == "speedup"
+    rows = _lines(capsys)
+    assert rows[-1]["kind"] == "speedup"
+    # a calibration fitted on `specrl train` runs carries the training MFU; `step` uses it unless --mfu is given
+    calib = json.loads(Path(cal).read_text())
+    calib["pipeline"] = {"mfu": 0.35 / 2}
+    Path(cal).write_text(json.dumps(calib))
+    args = ["step", "--hardware", "cpu-local", "--calibration", cal, "--model", str(tmp_path / "config.json"),
+            "--gpus", "2", "--sd-method", "ngram", *SMALL_WL]
+    assert main(args) == 0
+    assert _lines(capsys)[0]["train_s"] == pytest.approx(2 * rows[0]["train_s"])
+    assert main(args + ["--mfu", "0.35"]) == 0
+    assert _lines(capsys)[0]["train_s"] == pytest.approx(rows[0]["train_s"])
 
 
 def test_sweep_writes_plots(tmp_path, capsys):

@@ -40,6 +40,7 @@ def test_trace_rows_are_tagged_with_their_rl_step_and_match_the_logged_lengths(t
     work = read_jsonl(runs["suffix"] / "rollout_workload.jsonl")
     assert [w["step"] for w in work] == [1, 2, 3]
     assert {r["call"] for r in trace} == {"rollout", "eval"}
+    assert sorted({r["rl_step"] for r in trace if r["call"] == "eval"}) == [0, 2, 3]  # eval_every=2, and the end
     for w in work:
         rows = [r for r in trace if r.get("rl_step") == w["step"] and r["call"] == "rollout"]
         assert len(w["response_lengths"]) == 3 * 4 == len(w["prompt_lens"])  # prompts_per_step x n
@@ -84,13 +85,18 @@ def test_an_untraced_run_gets_an_error_that_names_the_switch(tmp_path):
 
 
 def test_resume_truncates_the_trace_past_the_checkpoint(tmp_path):
-    (tmp_path / "rollout_trace.jsonl").write_text("".join(
-        json.dumps({"rl_step": s, "call": "rollout"}) + "\n" for s in (1, 2, 3)) + json.dumps({"call": "eval"}) + "\n")
+    rows = [{"rl_step": s, "call": c} for s, c in ((0, "eval"), (1, "rollout"), (2, "rollout"), (2, "eval"),
+                                                     (3, "rollout"), (3, "eval"))]
+    (tmp_path / "rollout_trace.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "rollout_workload.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
     (tmp_path / "metrics.jsonl").touch()
     RunDir(tmp_path, tensorboard=False).truncate(2)
-    assert [r.get("rl_step") for r in read_jsonl(tmp_path / "rollout_trace.jsonl")] == [1, 2, None]
+    assert [(r["rl_step"], r["call"]) for r in read_jsonl(tmp_path / "rollout_trace.jsonl")] == rows_kept(rows, 2)
     assert [r["step"] for r in read_jsonl(tmp_path / "rollout_workload.jsonl")] == [1, 2]
+
+
+def rows_kept(rows, step):
+    return [(r["rl_step"], r["call"]) for r in rows if r["rl_step"] <= step]
 
 
 def test_train_tokens_pads_length_sorted_micro_batches():
