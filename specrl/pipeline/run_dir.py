@@ -135,6 +135,12 @@ def _draw_acceptance(ax, steps, rows, evals):
 
 
 def _draw_step_time(ax, steps, rows, evals):
+    if any("policy_lag" in r for r in rows):  # async: the stages overlap, so they are not stacked
+        for key in ("step_s", "rollout_s", "train_s"):
+            ax.plot(steps, [r.get(key, 0.0) for r in rows], "o-", label=key.removesuffix("_s"))
+        ax.set_ylabel("seconds per step (async: rollout and train overlap)")
+        ax.legend()
+        return
     bottom = [0.0] * len(rows)
     for key in TIME_KEYS:
         vals = [r.get(key, 0.0) for r in rows]

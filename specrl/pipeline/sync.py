@@ -64,10 +64,22 @@ def build_parts(cfg: TrainConfig, policy: CausalLM, source: PromptSource, held_o
                  0 if pad is None else pad)
 
 
-def rl_step(step: int, parts: Parts, cfg: TrainConfig) -> dict:
-    """One synchronous RL step; returns its metrics row. `step` counts completed steps before this one."""
-    ro, t0, c0 = cfg.rollout, time.perf_counter(), time.process_time()
-    # step 1: sample prompts and roll out n per prompt; per-prompt seeds make the step reproducible
+@dataclass
+class Rollout:
+    """One step's samples and what generating them cost."""
+    step: int  # the RL step they train (0-based)
+    version: int  # the policy version (completed training steps) whose weights sampled them
+    examples: list[Example]
+    outputs: list  # RequestOutput per prompt, n completions each
+    stats: dict  # the engine's counters over this generate() call
+    wall_s: float
+    cpu_s: float
+
+
+def generate_rollouts(step: int, parts: Parts, cfg: TrainConfig, version: int,
+                      cpu_clock: Callable[[], float] = time.process_time) -> Rollout:
+    """Samples prompts and rolls out n per prompt; per-prompt seeds make the step reproducible."""
+    ro, t0, c0 = cfg.rollout, time.perf_counter(), cpu_clock()
     examples = parts.source.batch(step, ro.prompts_per_step)
     prompts = [parts.encoder.encode(e.prompt) for e in examples]
     params = [SamplingParams(n=ro.n, temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
@@ -76,57 +88,75 @@ def rl_step(step: int, parts: Parts, cfg: TrainConfig) -> dict:
     parts.llm.reset_stats()
     parts.llm.tracer.tags = {"rl_step": step + 1, "call": "rollout"}
     outs = parts.llm.generate(prompts, params)
-    stats = parts.llm.stats
-    t1, c1 = time.perf_counter(), time.process_time()
-    # step 2: rewards and group-relative advantages
+    return Rollout(step, version, examples, outs, dict(parts.llm.stats), time.perf_counter() - t0, cpu_clock() - c0)
+
+
+def learn(rollout: Rollout, parts: Parts, cfg: TrainConfig,
+          cpu_clock: Callable[[], float] = time.process_time) -> tuple[dict, dict]:
+    """Rewards, group-relative advantages and the policy update on one step's rollouts. Samples from an
+    older policy version are off-policy: their tokens' loss gets the truncated importance ratio.
+    Returns the metrics row (without the step's timings) and the reward/train seconds on both clocks."""
+    ro, examples, outs = cfg.rollout, rollout.examples, rollout.outputs
+    t0, c0 = time.perf_counter(), cpu_clock()
     samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs]
     rewards = torch.tensor([parts.reward(parts.encoder.decode(c.token_ids), examples[r.request_id].answer,
                                          examples[r.request_id].prompt)
                             for r in outs for c in r.outputs], dtype=torch.float32)  # [N]
     advantages = compute_advantages(cfg.algorithm.advantage, rewards, group_size=ro.n)  # [N]
-    t2, c2 = time.perf_counter(), time.process_time()
-    # step 3: train on the rollouts
+    t1, c1 = time.perf_counter(), cpu_clock()
     batch = collate([p for p, _ in samples], [c.token_ids for _, c in samples], [c.logprobs for _, c in samples],
                     advantages, parts.pad_id)
-    train_metrics = parts.trainer.step(batch)
-    t3, c3 = time.perf_counter(), time.process_time()
-    # step 4: the engine gets the new weights
-    sync_weights(parts.policy, parts.llm)
-    t4, c4 = time.perf_counter(), time.process_time()
+    off_policy = rollout.version < rollout.step
+    train_metrics = parts.trainer.step(batch, is_cap=cfg.algorithm.is_cap if off_policy else None)
+    t2, c2 = time.perf_counter(), cpu_clock()
     lens = np.array([len(c.token_ids) for _, c in samples])
+    stats, gen_s = rollout.stats, rollout.wall_s
+    row = {"step": rollout.step + 1, "reward_mean": float(rewards.mean()),
+           "accuracy": float((rewards >= 1.0).float().mean()),
+           "response_len_p50": float(np.percentile(lens, 50)), "response_len_p99": float(np.percentile(lens, 99)),
+           "gen_tokens_per_s": stats["generated_tokens"] / max(gen_s, 1e-9),
+           "acceptance_length": stats["acceptance_length"], "acceptance_rate": stats["acceptance_rate"],
+           "target_forwards": stats["target_forwards"], "generated_tokens": stats["generated_tokens"],
+           **train_metrics}
+    times = {"rollout_s": gen_s, "rollout_cpu_s": rollout.cpu_s, "reward_s": t1 - t0, "reward_cpu_s": c1 - c0,
+             "train_s": t2 - t1, "train_cpu_s": c2 - c1}
+    return row, times
+
+
+def rl_step(step: int, parts: Parts, cfg: TrainConfig) -> dict:
+    """One synchronous RL step; returns its metrics row. `step` counts completed steps before this one."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    rollout = generate_rollouts(step, parts, cfg, version=step)
+    row, times = learn(rollout, parts, cfg)
+    t1, c1 = time.perf_counter(), time.process_time()
+    sync_weights(parts.policy, parts.llm)  # the engine gets the new weights
+    t2, c2 = time.perf_counter(), time.process_time()
+    times.update(sync_s=t2 - t1, sync_cpu_s=c2 - c1, step_s=t2 - t0, step_cpu_s=c2 - c0)
     if parts.workload_log is not None:  # what the simulator needs to replay this step (cfg.rollout.trace)
-        parts.workload_log(_workload_row(step, cfg, [len(p) for p, _ in samples], lens.tolist(),
-                                         (t0, t1, t2, t3, t4), (c0, c1, c2, c3, c4)))
-    return {"step": step + 1, "reward_mean": float(rewards.mean()), "accuracy": float((rewards >= 1.0).float().mean()),
-            "response_len_p50": float(np.percentile(lens, 50)), "response_len_p99": float(np.percentile(lens, 99)),
-            "rollout_s": t1 - t0, "reward_s": t2 - t1, "train_s": t3 - t2, "sync_s": t4 - t3, "step_s": t4 - t0,
-            "gen_tokens_per_s": stats["generated_tokens"] / max(t1 - t0, 1e-9),
-            "acceptance_length": stats["acceptance_length"], "acceptance_rate": stats["acceptance_rate"],
-            "target_forwards": stats["target_forwards"], "generated_tokens": stats["generated_tokens"],
-            **train_metrics}
+        parts.workload_log(workload_row(rollout, cfg, times))
+    return {**row, **{k: v for k, v in times.items() if not k.endswith("_cpu_s")}}
 
 
-def _workload_row(step: int, cfg: TrainConfig, prompt_lens: list[int], response_lengths: list[int],
-                  wall: tuple[float, ...], cpu: tuple[float, ...]) -> dict:
+def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict, **extra) -> dict:
     """One rollout_workload.jsonl row: the step's shape and lengths, and its wall and process-CPU seconds
-    from the clock readings at the start, after rollout, reward, training and weight sync."""
+    of rollout, reward, training, weight sync and the whole step."""
     ro = cfg.rollout
-    row = {"step": step + 1, "prompt_lens": prompt_lens, "response_lengths": response_lengths, "n": ro.n,
-           "max_num_seqs": ro.max_num_seqs, "micro_batch_size": cfg.optim.micro_batch_size,
-           "method": ro.spec.method if ro.spec.enabled else None,
-           "k": ro.spec.num_speculative_tokens if ro.spec.enabled else 0}
-    for suffix, (t0, t1, t2, t3, t4) in (("_s", wall), ("_cpu_s", cpu)):
-        row.update({"rollout" + suffix: t1 - t0, "reward" + suffix: t2 - t1, "train" + suffix: t3 - t2,
-                    "sync" + suffix: t4 - t3, "step" + suffix: t4 - t0})
-    return row
+    samples = [(r.prompt_token_ids, c) for r in rollout.outputs for c in r.outputs]
+    return {"step": rollout.step + 1, "prompt_lens": [len(p) for p, _ in samples],
+            "response_lengths": [len(c.token_ids) for _, c in samples], "n": ro.n,
+            "max_num_seqs": ro.max_num_seqs, "micro_batch_size": cfg.optim.micro_batch_size,
+            "method": ro.spec.method if ro.spec.enabled else None,
+            "k": ro.spec.num_speculative_tokens if ro.spec.enabled else 0,
+            "mode": cfg.pipeline.mode, "max_policy_lag": cfg.pipeline.max_policy_lag if cfg.pipeline.mode == "async"
+            else 0, "version": rollout.version, **times, **extra}
 
 
-def evaluate(parts: Parts, max_tokens: int) -> float:
+def evaluate(parts: Parts, max_tokens: int, llm: LLM | None = None) -> float:
     """Greedy accuracy on the held-out examples (greedy + lossless SD = the same tokens as without SD)."""
     if not parts.held_out:
         return float("nan")
     prompts = [parts.encoder.encode(e.prompt) for e in parts.held_out]
-    outs = parts.llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens))
+    outs = (llm or parts.llm).generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens))
     scores = [parts.reward(parts.encoder.decode(o.outputs[0].token_ids), e.answer, e.prompt)
               for o, e in zip(outs, parts.held_out)]
     return sum(s >= 1.0 for s in scores) / len(scores)
@@ -169,10 +199,15 @@ def train(cfg: TrainConfig) -> dict:
     sched = cfg.schedule
     bar = StepProgress(sched.max_steps, start, cfg.progress)
     try:
-        if start == 0:
-            _eval(run, parts, cfg, 0, bar)
-        for step in range(start, sched.max_steps):
-            _one_step(run, parts, cfg, step, bar)
+        if cfg.pipeline.mode == "async":
+            from .asynchronous import run_async
+            run_async(run, parts, cfg, start, bar)
+        else:
+            if start == 0:
+                _eval(run, parts, cfg, 0, bar)
+            for step in range(start, sched.max_steps):
+                row = _checked(rl_step, run, step, parts, cfg)
+                finish_step(run, parts, cfg, row, bar, parts.llm, _stateful_drafter(parts.llm))
     finally:
         bar.close()
         run.close()
@@ -181,28 +216,35 @@ def train(cfg: TrainConfig) -> dict:
     return _summary(run)
 
 
-def _one_step(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepProgress) -> None:
-    sched, done = cfg.schedule, step + 1
+def _checked(fn: Callable, run: RunDir, step: int, *args):
+    """fn(step, *args), with a NaN loss turned into RunStopped naming the last good checkpoint."""
     try:
-        row = rl_step(step, parts, cfg)
+        return fn(step, *args)
     except NonFiniteLossError as e:
         last = latest_checkpoint(run.path)
-        raise RunStopped(f"step {done}: {e}. The run stopped; the last good checkpoint is "
+        raise RunStopped(f"step {step + 1}: {e}. The run stopped; the last good checkpoint is "
                          f"{str(last) if last else 'none (no step was saved yet)'}. Lower optim.lr or "
                          "optim.grad_clip and resume, or check the rewards for NaN") from e
+
+
+def finish_step(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: StepProgress, eval_llm: LLM,
+                drafter) -> None:
+    """After a step's update: the held-out evaluation when due, the metrics row, and the checkpoint."""
+    sched, done = cfg.schedule, row["step"]
     if done == sched.max_steps or (sched.eval_every and done % sched.eval_every == 0):
-        row["eval_accuracy"] = _eval(run, parts, cfg, done, bar)
+        row["eval_accuracy"] = _eval(run, parts, cfg, done, bar, eval_llm)
     run.log(row)
     bar.update(row)
     if done == sched.max_steps or done % sched.save_every == 0:
         save_checkpoint(run.path, done, parts.policy, parts.trainer.state_dict(), {"seed": cfg.seed},
-                        sched.keep_last, tokenizer_dir=model_dir(cfg), drafter=_stateful_drafter(parts.llm))
+                        sched.keep_last, tokenizer_dir=model_dir(cfg), drafter=drafter)
 
 
-def _eval(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepProgress) -> float:
+def _eval(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepProgress, llm: LLM | None = None) -> float:
     t0 = time.perf_counter()
-    parts.llm.tracer.tags = {"rl_step": step, "call": "eval"}  # after step `step`, so resume can truncate it
-    acc = evaluate(parts, cfg.data.eval_max_tokens)
+    llm = llm or parts.llm
+    llm.tracer.tags = {"rl_step": step, "call": "eval"}  # after step `step`, so resume can truncate it
+    acc = evaluate(parts, cfg.data.eval_max_tokens, llm)
     run.log({"step": step, "accuracy": acc, "eval_s": time.perf_counter() - t0, "problems": len(parts.held_out)},
             "eval.jsonl")
     bar.log(f"step {step}: held-out greedy accuracy {acc:.3f} on {len(parts.held_out)} problems")

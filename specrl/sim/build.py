@@ -31,6 +31,9 @@ def add_system_args(p: argparse.ArgumentParser) -> None:
                    help="default: colocated for sync, split for async")
     g.add_argument("--rollout-frac", type=float, default=0.5)
     g.add_argument("--max-lag", type=int, default=1)
+    g.add_argument("--per-step-batches", action="store_true",
+                   help="async: generate each step's batch on its own (specrl's in-process async pipeline) "
+                        "instead of streaming lag+1 steps through continuous batching")
     g.add_argument("--mfu", type=float, default=None,
                    help="training MFU (default: the calibration's fitted value, else 0.35)")
     g.add_argument("--max-num-seqs", type=int, default=256)
@@ -96,4 +99,5 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
     workload = Workload(a.prompts, a.n, a.prompt_len, parse_lengths(a.lengths), a.max_tokens)
     colocated = (a.placement or ("colocated" if a.mode == "sync" else "split")) == "colocated"
     return SimConfig(hw, model, workload, a.gpus, a.tp, a.mode, a.max_lag, colocated,
-                     a.rollout_frac, sd, mfu, a.max_num_seqs, not a.no_drafter_train, a.seed)
+                     a.rollout_frac, sd, mfu, a.max_num_seqs, not a.no_drafter_train, a.seed,
+                     stream=not a.per_step_batches)

@@ -33,6 +33,9 @@ class SimConfig:
     seed: int = 0
     share_prompt: bool = True  # a group's n samples prefill their prompt once (prefix caching)
     train_micro_batch: int | None = None  # pad length-sorted micro-batches (specrl's trainer); None: packed
+    # async: the rollout engines stream lag+1 steps' prompts through continuous batching (NeMo-RL);
+    # False generates each step's batch on its own, as specrl's in-process async pipeline does
+    stream: bool = True
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -60,7 +63,7 @@ def simulate_step(cfg: SimConfig, lengths: np.ndarray | None = None) -> dict:
     """Step-time breakdown (seconds) and rollout statistics of one steady-state RL step. `lengths`
     [N * steps] replays recorded response lengths instead of sampling the workload's distribution."""
     rng = np.random.default_rng(cfg.seed)
-    steps = 1 if cfg.mode == "sync" else 1 + cfg.max_lag  # async streams lag+1 steps' prompts
+    steps = 1 + cfg.max_lag if cfg.mode == "async" and cfg.stream else 1  # async streams lag+1 steps' prompts
     if lengths is None:
         lengths = np.concatenate([cfg.workload.sample_lengths(rng) for _ in range(steps)])  # [N*steps]
     ctx = cfg.workload.prompt_len + float(lengths.mean())  # KV blocks are allocated on demand

@@ -47,14 +47,17 @@ class TrainRun:
     micro_batch: int | None
     steps: list[TrainStep]
     heldout: bool = True
+    mode: str = "sync"
+    lag: int = 0  # async: max_policy_lag
 
     @property
     def key(self) -> tuple:
         return (self.method, self.k)
 
     @property
-    def shape(self) -> tuple[int, int]:
-        return (self.prompts, self.n)
+    def shape(self) -> tuple:
+        """What an SD-off run must share to be this run's baseline."""
+        return (self.prompts, self.n, self.max_num_seqs, self.mode, self.lag)
 
     def as_run(self) -> Run:
         """The engine-level view (all rollout rows), for acceptance and verify length."""
@@ -89,10 +92,13 @@ def load_train_run(path: str | Path, clock: str = "cpu", skip_steps: int = 1,
     first = work[0]
     n = int(first["n"])
     return TrainRun(path.name, first["method"], int(first["k"]), len(first["response_lengths"]) // n, n,
-                    int(first["max_num_seqs"]), first.get("micro_batch_size"), steps, heldout)
+                    int(first["max_num_seqs"]), first.get("micro_batch_size"), steps, heldout,
+                    first.get("mode", "sync"), int(first.get("max_policy_lag", 0)))
 
 
 def _step(w: dict, rows: list[dict], clock: str, path: Path) -> TrainStep:
+    """An async step's `step` time is the wall interval between two policy updates on either clock (its
+    stages overlap); its rollout and training CPU times are those of their own threads."""
     if not rows:
         raise ValueError(f"run {str(path)!r}: step {w['step']} has no engine-trace rows in {TRACE_FILE}")
     suffix = "_cpu_s" if clock == "cpu" else "_s"
@@ -138,12 +144,21 @@ def predict_run(calib: dict, model: ModelSpec, run: TrainRun, fit_runs: list[Tra
         work = Workload(run.prompts, run.n, int(round(s.prompt_len)), Empirical(tuple(s.lengths.tolist())),
                         int(s.lengths.max()))
         for seed in range(PREDICT_SEEDS):
-            cfg = SimConfig(hw, model, work, gpus=1, sd=sd, mfu=mfu, max_num_seqs=run.max_num_seqs,
-                            drafter_train=False, seed=seed, train_micro_batch=run.micro_batch)
+            cfg = SimConfig(hw, model, work, sd=sd, mfu=mfu, max_num_seqs=run.max_num_seqs, drafter_train=False,
+                            seed=seed, train_micro_batch=run.micro_batch, **placement(run))
             r = simulate_step(cfg, s.lengths)
             for p in PARTS:
                 out[p] += r[p + "_s"] / PREDICT_SEEDS
     return out
+
+
+def placement(run: TrainRun) -> dict:
+    """The fit's unit of hardware is what one sync run used (one CPU core at num_threads=1). An async
+    run puts its rollout worker and its trainer on one such unit each, and generates step by step."""
+    if run.mode == "async":
+        return {"gpus": 2, "mode": "async", "max_lag": run.lag, "colocated": False, "rollout_frac": 0.5,
+                "stream": False}
+    return {"gpus": 1}
 
 
 def validate_train(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> list[dict]:
@@ -152,11 +167,12 @@ def validate_train(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> list[
     fit = [r for r in runs if not r.heldout]
     pred = {r.name: predict_run(calib, model, r, fit) for r in runs}
     base = {r.shape: r for r in runs if r.k == 0}
+    sync = {(r.prompts, r.n, r.max_num_seqs, r.key): r for r in runs if r.mode == "sync"}
     out = []
     for r in (r for r in runs if r.heldout):
         p, steps = pred[r.name], len(r.steps)
-        row = {"run": r.name, "mode": "sync", "method": r.method, "k": r.k, "prompts": r.prompts, "n": r.n,
-               "steps": steps}
+        row = {"run": r.name, "mode": r.mode, "lag": r.lag, "method": r.method, "k": r.k, "prompts": r.prompts,
+               "n": r.n, "max_num_seqs": r.max_num_seqs, "steps": steps}
         for part in ("step", "rollout"):
             m = r.total(part)
             row.update({f"measured_{part}_s": m / steps, f"predicted_{part}_s": p[part] / steps,
@@ -168,6 +184,12 @@ def validate_train(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> list[
                 prd = (pred[b.name][part] / len(b.steps)) / (p[part] / steps)
                 row.update({f"measured_{part}_speedup": meas, f"predicted_{part}_speedup": prd,
                             f"err_{part}_speedup_pct": pct(prd, meas)})
+        s = sync.get((r.prompts, r.n, r.max_num_seqs, r.key))
+        if r.mode == "async" and s is not None:  # async against the sync run of the same workload and method
+            meas = (s.total("step") / len(s.steps)) / (r.total("step") / steps)
+            prd = (pred[s.name]["step"] / len(s.steps)) / (p["step"] / steps)
+            row.update(measured_async_speedup=meas, predicted_async_speedup=prd,
+                       err_async_speedup_pct=pct(prd, meas))
         out.append(row)
     return out
 
@@ -177,6 +199,7 @@ def summary_train(report: list[dict]) -> dict:
         v = np.abs([r[key] for r in report if key in r])
         return (float(v.mean()), float(v.max())) if v.size else (None, None)
     out = {"summary": True, "heldout_runs": len(report)}
-    for key in ("err_step_pct", "err_rollout_pct", "err_step_speedup_pct", "err_rollout_speedup_pct"):
+    for key in ("err_step_pct", "err_rollout_pct", "err_step_speedup_pct", "err_rollout_speedup_pct",
+                "err_async_speedup_pct"):
         out["mean_abs_" + key], out["max_abs_" + key] = stat(key)
     return out

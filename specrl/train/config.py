@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from ..config import ConfigError, require
 from ..spec.config import SpecConfig
 
-__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "OptimConfig", "RewardConfig", "RolloutConfig",
-           "ScheduleConfig", "TrainConfig"]
+__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "OptimConfig", "PipelineConfig", "RewardConfig",
+           "RolloutConfig", "ScheduleConfig", "TrainConfig"]
 
 
 @dataclass
@@ -76,6 +76,8 @@ class AlgorithmConfig:
     kl_estimator: str = "k3"
     updates_per_step: int = 1  # optimizer steps per RL step (mini-batches); > 1 makes the clip active
     mtp_coef: float = 0.1  # weight of the MTP modules' next-next-token loss, when the policy has them
+    # async pipeline: the loss of a token sampled by older weights is scaled by min(pi_old / pi_gen, is_cap)
+    is_cap: float = 2.0
 
     def validate(self) -> None:
         from ..rl import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS
@@ -86,6 +88,7 @@ class AlgorithmConfig:
         require(self.clip_high >= 0, "clip_high", self.clip_high, ">= 0")
         require(self.kl_coef >= 0, "kl_coef", self.kl_coef, ">= 0")
         require(self.updates_per_step >= 1, "updates_per_step", self.updates_per_step, ">= 1")
+        require(self.is_cap > 0, "is_cap", self.is_cap, "> 0", "a typical value is 2.0")
 
 
 @dataclass
@@ -119,6 +122,26 @@ class ScheduleConfig:
         require(self.keep_last >= 1, "keep_last", self.keep_last, ">= 1", "at least the last checkpoint is kept")
 
 
+PIPELINE_MODES = ("sync", "async")
+
+
+@dataclass
+class PipelineConfig:
+    # "sync": rollout, then train, then weight sync. "async": a rollout worker generates the next steps
+    # with weights at most max_policy_lag versions old while the trainer trains (specrl.pipeline.asynchronous)
+    mode: str = "sync"
+    max_policy_lag: int = 1
+    # async on a CPU: torch threads per stage (rollout worker, trainer); 0 splits num_threads (or torch's
+    # default) between the two
+    stage_threads: int = 0
+
+    def validate(self) -> None:
+        require(self.mode in PIPELINE_MODES, "mode", self.mode, f"one of {list(PIPELINE_MODES)}")
+        require(self.max_policy_lag >= 0, "max_policy_lag", self.max_policy_lag, ">= 0",
+                "0 makes async wait for every update (the sync schedule); 1 overlaps one step")
+        require(self.stage_threads >= 0, "stage_threads", self.stage_threads, ">= 0")
+
+
 @dataclass
 class TrainConfig:
     model: str | None = None  # HF checkpoint dir; None: the shipped embedded arithmetic policy
@@ -128,6 +151,7 @@ class TrainConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     out_dir: str = "runs/train"
     seed: int = 0
     resume: str | None = None  # a run directory to continue from its last checkpoint

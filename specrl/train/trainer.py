@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..model import CausalLM
-from ..rl import aggregate, aggregate_denom, clipped_policy_loss, entropy_from_logits, kl_penalty, token_logprobs
+from ..rl import (aggregate, aggregate_denom, clipped_policy_loss, entropy_from_logits, kl_penalty, token_logprobs,
+                  truncated_importance_ratio)
 from .config import AlgorithmConfig, OptimConfig
 from .optim import build_optimizer, clip_grad, warmup_cosine_scheduler
 
@@ -98,8 +99,10 @@ class PolicyTrainer:
             out[idx, :mb.input_ids.shape[1]] = token_logprobs(logits, mb.targets, self.temperature).cpu()
         return out
 
-    def step(self, batch: TrainBatch) -> dict[str, float]:
-        """One RL step: `updates_per_step` optimizer steps over mini-batches of the rollouts."""
+    def step(self, batch: TrainBatch, is_cap: float | None = None) -> dict[str, float]:
+        """One RL step: `updates_per_step` optimizer steps over mini-batches of the rollouts. With `is_cap`
+        the rollouts are off-policy (sampled by older weights, async pipeline): each token's loss is scaled
+        by the truncated importance ratio min(pi_old / pi_gen, is_cap)."""
         self.model.train()
         # step 1: pi_old. With one update, pi_old is the model before it, so the update's own forward gives it.
         old = self.score(self.model, batch) if self.algo.updates_per_step > 1 else None
@@ -107,7 +110,7 @@ class PolicyTrainer:
         seen = torch.zeros_like(batch.gen_logp) if old is None else old  # [N, T] trainer logprobs, for the audit
         sums: dict[str, float] = defaultdict(float)
         for rows in torch.arange(batch.num_rows).chunk(self.algo.updates_per_step):
-            self._update(batch, rows, old, ref, seen, sums)
+            self._update(batch, rows, old, ref, seen, sums, is_cap)
         self.model.eval()
         n_tok = batch.mask.sum().clamp(min=1)
         diff = (seen - batch.gen_logp).abs() * batch.mask  # [N, T]
@@ -116,7 +119,7 @@ class PolicyTrainer:
         return metrics
 
     def _update(self, batch: TrainBatch, rows: Tensor, old: Tensor | None, ref: Tensor | None,
-                seen: Tensor, sums: dict[str, float]) -> None:
+                seen: Tensor, sums: dict[str, float], is_cap: float | None = None) -> None:
         mode = self.algo.loss_agg
         denom = aggregate_denom(batch.mask[rows], mode)  # the whole mini-batch's count: accumulation = one batch
         n_tok = batch.mask[rows].sum().clamp(min=1)
@@ -132,7 +135,11 @@ class PolicyTrainer:
             if old is None:
                 seen[idx, :T] = logp.detach().cpu()
             old_mb = old[idx, :T].to(self.device) if old is not None else logp.detach()  # [b, T]
-            pl = clipped_policy_loss(logp, old_mb, mb.advantages, self.algo.clip_low, self.algo.clip_high)
+            weights = None
+            if is_cap is not None:
+                weights = truncated_importance_ratio(old_mb, mb.gen_logp, is_cap) * mb.mask  # [b, T]
+                sums["is_ratio"] += float(weights.sum() / n_tok)
+            pl = clipped_policy_loss(logp, old_mb, mb.advantages, self.algo.clip_low, self.algo.clip_high, weights)
             loss = aggregate(pl.loss, mb.mask, mode, self.norm_len, denom)
             if ref is not None:
                 kl = kl_penalty(self.algo.kl_estimator, logp, ref[idx, :T].to(self.device))  # [b, T]

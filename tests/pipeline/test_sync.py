@@ -118,6 +118,8 @@ def test_full_disk_while_checkpointing_keeps_the_previous_one(setup, tmp_path, m
     (["rollout.nn=4"], "did you mean 'rollout.n'"),
     (["reward.name=nope"], "name='nope' is invalid: expected one of ['arith', 'boxed'"),
     (["resume=/nonexistent/run"], "is not a run directory"),
+    (["pipeline.mode=asynchronous"], "mode='asynchronous' is invalid: expected one of ['sync', 'async']"),
+    (["pipeline.max_policy_lag=-1"], "max_policy_lag=-1 is invalid: expected >= 0"),
 ])
 def test_bad_input_gets_a_clear_error(args, message, capsys):
     assert main(args) == 2

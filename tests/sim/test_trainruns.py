@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from specrl.sim.des import Engine, simulate_replica
 from specrl.sim.hardware import hardware_to_dict
 from specrl.sim.models import from_hf_config
 from specrl.sim.pipeline import train_tokens
-from specrl.sim.trainruns import TrainRun, TrainStep, fit_pipeline, load_train_run
+from specrl.sim.trainruns import TrainRun, TrainStep, fit_pipeline, load_train_run, predict_run, validate_train
 from specrl.train.train_cli import main as train_main
 from tests.pipeline.fixtures import make_setup, overrides
 from tests.sim.helpers import TINY, toy_hw
@@ -25,10 +26,11 @@ def traced_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("traced")
     model, data = make_setup(tmp)
     runs = {}
-    for name, method in (("off", "null"), ("suffix", "suffix")):
+    for name, method, extra in (("off", "null", {}), ("suffix", "suffix", {}),
+                                ("async_off", "null", {"pipeline.mode": "async", "pipeline.stage_threads": 1})):
         out = tmp / name
         args = overrides(model, data, out, **{"rollout.trace": "true", "rollout.spec.method": method,
-                                               "schedule.max_steps": 3, "num_threads": 1})
+                                               "schedule.max_steps": 3, "num_threads": 1, **extra})
         assert train_main(args) == 0
         runs[name] = out
     return model, runs
@@ -76,6 +78,30 @@ def test_calibrate_and_validate_on_train_runs_through_the_cli(traced_runs, tmp_p
     row = rows[0]
     assert row["run"] == "suffix" and row["predicted_step_s"] > 0 and "err_step_speedup_pct" in row
     assert rows[-1]["summary"] and rows[-1]["heldout_runs"] == 1
+
+
+def test_an_async_run_is_predicted_with_overlapped_stages(traced_runs, tmp_path):
+    """The same workload as a sync step predicts rollout + train + sync; as an async step (one unit of
+    the fit's hardware per stage), the slower stage alone; against the sync run it is an async speedup."""
+    model, runs = traced_runs
+    hw_model = from_hf_config(json.loads((model / "config.json").read_text()))
+    off, a = load_train_run(runs["off"], "cpu", heldout=False), load_train_run(runs["async_off"], "cpu")
+    cal = calibrate(off.as_run().rows, hw_model)
+    assert (a.mode, a.lag, off.mode, off.lag) == ("async", 1, "sync", 0)
+    fit_pipeline(cal, hw_model, [off])
+    pred_async = predict_run(cal, hw_model, a, [off])
+    pred_sync = predict_run(cal, hw_model, replace(a, mode="sync", lag=0), [off])
+    assert pred_sync["step"] == pytest.approx(pred_sync["rollout"] + pred_sync["train"] + pred_sync["sync"])
+    # summed over steps and seeds of max(rollout + sync, train) per step
+    overlapped = pred_async["rollout"] + pred_async["sync"], pred_async["train"]
+    assert max(overlapped) - 1e-12 <= pred_async["step"] <= sum(overlapped) * (1 - 1e-3)
+    assert pred_async["step"] < pred_sync["step"]
+    row = validate_train(cal, hw_model, [off, a])[0]
+    assert row["mode"] == "async" and row["lag"] == 1
+    sync_step = predict_run(cal, hw_model, off, [off])["step"] / len(off.steps)
+    assert row["predicted_async_speedup"] == pytest.approx(sync_step / (pred_async["step"] / len(a.steps)))
+    assert row["measured_async_speedup"] == pytest.approx(off.total("step") / len(off.steps) /
+                                                          (a.total("step") / len(a.steps)))
 
 
 def test_an_untraced_run_gets_an_error_that_names_the_switch(tmp_path):

@@ -107,3 +107,22 @@ def test_weight_sync_copies_into_a_separate_engine_model():
     sync_weights(policy, llm)
     assert weights_equal(policy, llm.model)  # MTP modules included
     assert llm.model.model.embed_tokens.weight.data_ptr() != policy.model.embed_tokens.weight.data_ptr()
+
+
+def test_off_policy_tokens_are_weighted_by_the_truncated_importance_ratio():
+    """Rollouts sampled by weights twice as likely (pi_gen = 2 pi_old) get half the loss and half the
+    gradient; a cap below the ratio binds instead."""
+    model = tiny_model(seed=6)
+    on = _rollouts(model)
+    exact = _trainer(copy.deepcopy(model)).score(model, on)  # [N, T] pi_old of every target
+    half = on._replace(gen_logp=(exact + torch.log(torch.tensor(2.0))) * on.mask)
+    double = on._replace(gen_logp=(exact - torch.log(torch.tensor(2.0))) * on.mask)
+    base = _trainer(copy.deepcopy(model)).step(on._replace(gen_logp=exact * on.mask), is_cap=2.0)
+    m_half = _trainer(copy.deepcopy(model)).step(half, is_cap=2.0)
+    m_cap = _trainer(copy.deepcopy(model)).step(double, is_cap=1.5)
+    assert base["is_ratio"] == pytest.approx(1.0, abs=1e-5)
+    assert m_half["is_ratio"] == pytest.approx(0.5, rel=1e-5) and m_cap["is_ratio"] == pytest.approx(1.5, rel=1e-5)
+    assert m_half["loss"] == pytest.approx(0.5 * base["loss"], rel=1e-4)
+    assert m_half["grad_norm"] == pytest.approx(0.5 * base["grad_norm"], rel=1e-4)
+    assert m_cap["loss"] == pytest.approx(1.5 * base["loss"], rel=1e-4)
+    assert "is_ratio" not in _trainer(copy.deepcopy(model)).step(on)  # on-policy: no weights at all

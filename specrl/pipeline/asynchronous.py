@@ -1,0 +1,174 @@
+"""The asynchronous GRPO pipeline: rollouts overlap training, with bounded staleness.
+
+A rollout worker (a thread) generates step s's samples with the policy weights of version
+max(start, s - max_policy_lag), where version v is the policy after v training steps, while the trainer
+(the calling thread) trains on the steps before. Tokens sampled by older weights are off-policy; their
+loss gets the truncated importance ratio min(pi_old / pi_gen, is_cap) (NeMo-RL's async GRPO). Which
+version samples which step is fixed by the step number, not by timing, so an async run is as
+reproducible as a sync one, and max_policy_lag=0 reproduces the sync run exactly.
+
+On a CPU both stages live in one process and split the cores (`pipeline.stage_threads` each): torch
+kernels release the GIL, so generation and the policy update run at the same time. The trainer hands
+weights over as snapshots (`PolicyVersions`); the worker loads the version it needs before a step.
+
+Failures stop both sides: a worker exception reaches the trainer, which raises `RunStopped` with the
+last good checkpoint intact; a trainer exception (or Ctrl-C) closes the snapshots and the worker exits.
+A resumed async run restarts the pipeline from the checkpoint's weights: its first steps are sampled
+by that version (lag below the bound), so it is not bit-identical to an uninterrupted run. The suffix
+drafter's pools are not checkpointed in async mode (the worker is mid-way through later steps when a
+checkpoint is written); a resumed run rebuilds them, which changes speed, not the samples' distribution.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import torch
+
+from ..engine import LLM
+from ..train.config import TrainConfig
+from ..train.weight_sync import engine_copy, sync_weights
+from .progress import StepProgress
+from .run_dir import RunDir
+from .sync import Parts, Rollout, RunStopped, _checked, _eval, finish_step, generate_rollouts, learn, workload_row
+
+POLL_S = 0.2  # how often a blocked side checks whether the other one stopped
+
+
+class PolicyVersions:
+    """Weight snapshots by version, handed from the trainer to the rollout worker."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._states: dict[int, dict[str, torch.Tensor]] = {}
+        self._closed = False
+
+    @torch.no_grad()
+    def publish(self, version: int, policy: torch.nn.Module) -> None:
+        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+        with self._cond:
+            self._states[version] = state
+            self._cond.notify_all()
+
+    def take(self, version: int) -> dict[str, torch.Tensor] | None:
+        """Blocks until `version` is published; drops older snapshots. None once closed."""
+        with self._cond:
+            self._cond.wait_for(lambda: version in self._states or self._closed)
+            if self._closed:
+                return None
+            for v in [v for v in self._states if v < version]:
+                del self._states[v]
+            return self._states[version]
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class RolloutWorker(threading.Thread):
+    """Generates the steps [start, max_steps) in order, each with the weights of its version."""
+
+    def __init__(self, parts: Parts, cfg: TrainConfig, start: int, versions: PolicyVersions, threads: int):
+        super().__init__(name="specrl-rollout", daemon=True)
+        self.parts, self.cfg, self.first, self.versions, self.threads = parts, cfg, start, versions, threads
+        self.out: queue.Queue = queue.Queue()  # (Rollout, load timings) or the exception that stopped the worker
+
+    def version_for(self, step: int) -> int:
+        return max(self.first, step - self.cfg.pipeline.max_policy_lag)
+
+    def run(self) -> None:
+        torch.set_num_threads(self.threads)
+        loaded = self.first  # the engine starts with the weights the run starts from
+        try:
+            for step in range(self.first, self.cfg.schedule.max_steps):
+                version = self.version_for(step)
+                t0 = time.perf_counter()
+                if version != loaded:
+                    state = self.versions.take(version)
+                    if state is None:
+                        return  # the trainer stopped
+                    t1, c1 = time.perf_counter(), time.thread_time()
+                    self.parts.llm.update_weights(state)
+                    loaded = version
+                else:
+                    t1, c1 = t0, time.thread_time()
+                load = {"wait_weights_s": t1 - t0, "load_s": time.perf_counter() - t1,
+                        "load_cpu_s": time.thread_time() - c1}
+                self.out.put((generate_rollouts(step, self.parts, self.cfg, version, time.thread_time), load))
+        except BaseException as e:  # noqa: BLE001 - handed to the trainer, which raises it as RunStopped
+            self.out.put(e)
+
+
+def stage_threads(cfg: TrainConfig) -> int:
+    return cfg.pipeline.stage_threads or max(1, torch.get_num_threads() // 2)
+
+
+def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: StepProgress) -> None:
+    """Trains steps [start, max_steps) on rollouts from a worker thread (see the module docstring)."""
+    threads = stage_threads(cfg)
+    torch.set_num_threads(threads)
+    # evaluation runs on the trainer's side with its own engine, so the worker's never pauses for it
+    eval_llm = LLM(engine_copy(parts.policy), spec=cfg.rollout.spec, max_num_seqs=cfg.rollout.max_num_seqs,
+                   seed=cfg.seed)
+    if start == 0:
+        _eval(run, parts, cfg, 0, bar, eval_llm)
+    versions = PolicyVersions()
+    worker = RolloutWorker(parts, cfg, start, versions, threads)
+    worker.start()
+    try:
+        last = time.perf_counter()
+        for step in range(start, cfg.schedule.max_steps):
+            t0 = time.perf_counter()
+            rollout, load = _next(worker, run, step)
+            wait = time.perf_counter() - t0  # the trainer idles: rollout is the slower stage
+            row, times = _checked(_learn_and_publish, run, step, rollout, parts, cfg, versions, worker)
+            now = time.perf_counter()
+            times.update(step_s=now - last, step_cpu_s=now - last, wait_rollout_s=wait, **load)  # overlapped stages: a step is wall time
+            row.update(rollout_s=times["rollout_s"], reward_s=times["reward_s"], train_s=times["train_s"],
+                       sync_s=times["sync_s"], step_s=times["step_s"], wait_rollout_s=times["wait_rollout_s"],
+                       policy_lag=step - rollout.version)
+            if parts.workload_log is not None:
+                parts.workload_log(workload_row(rollout, cfg, times))
+            if step + 1 == cfg.schedule.max_steps or (cfg.schedule.eval_every and
+                                                      (step + 1) % cfg.schedule.eval_every == 0):
+                sync_weights(parts.policy, eval_llm)
+            finish_step(run, parts, cfg, row, bar, eval_llm, None)
+            last = time.perf_counter()  # evaluation and checkpoints are not part of the next step's time
+    finally:
+        versions.close()
+        worker.join(timeout=60)
+
+
+def _next(worker: RolloutWorker, run: RunDir, step: int) -> tuple[Rollout, dict]:
+    """The worker's rollouts for `step`, waiting for them; a worker failure stops the run."""
+    while True:
+        try:
+            item = worker.out.get(timeout=POLL_S)
+            break
+        except queue.Empty:
+            if not worker.is_alive():
+                item = RuntimeError("the rollout worker exited without producing this step")
+                break
+    if isinstance(item, BaseException):
+        if isinstance(item, KeyboardInterrupt):
+            raise item
+        from ..train.checkpoint import latest_checkpoint
+        last = latest_checkpoint(run.path)
+        where = str(last) if last else "none (no step was saved yet)"
+        raise RunStopped(f"step {step + 1}: the rollout worker failed: {type(item).__name__}: {item}. The run "
+                         f"stopped; the last good checkpoint is {where}: fix the cause and resume from it") from item
+    rollout, load = item
+    assert rollout.step == step, f"rollout of step {rollout.step + 1} arrived for step {step + 1}"
+    return rollout, load
+
+
+def _learn_and_publish(step: int, rollout: Rollout, parts: Parts, cfg: TrainConfig, versions: PolicyVersions,
+                       worker: RolloutWorker) -> tuple[dict, dict]:
+    row, times = learn(rollout, parts, cfg, time.thread_time)
+    t1, c1 = time.perf_counter(), time.thread_time()
+    if any(worker.version_for(s) == step + 1 for s in range(step + 1, cfg.schedule.max_steps)):
+        versions.publish(step + 1, parts.policy)  # a later rollout samples from these weights
+    times.update(sync_s=time.perf_counter() - t1, sync_cpu_s=time.thread_time() - c1)
+    return row, times
