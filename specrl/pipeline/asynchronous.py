@@ -5,11 +5,13 @@ max(start, s - max_policy_lag), where version v is the policy after v training s
 (the calling thread) trains on the steps before. Tokens sampled by older weights are off-policy; their
 loss gets the truncated importance ratio min(pi_old / pi_gen, is_cap) (NeMo-RL's async GRPO). Which
 version samples which step is fixed by the step number, not by timing, so an async run is as
-reproducible as a sync one, and max_policy_lag=0 reproduces the sync run exactly.
+reproducible as a sync one, and max_policy_lag=0 reproduces the sync run exactly (at the same torch
+thread count).
 
-On a CPU both stages live in one process and split the cores (`pipeline.stage_threads` each): torch
-kernels release the GIL, so generation and the policy update run at the same time. The trainer hands
-weights over as snapshots (`PolicyVersions`); the worker loads the version it needs before a step.
+On a CPU both stages live in one process and split the cores (`pipeline.rollout_threads` and
+`pipeline.train_threads`): torch kernels release the GIL, so generation and the policy update run at the
+same time. The trainer hands weights over as snapshots (`PolicyVersions`); the worker loads the version
+it needs before a step.
 
 Failures stop both sides: a worker exception reaches the trainer, which raises `RunStopped` with the
 last good checkpoint intact; a trainer exception (or Ctrl-C) closes the snapshots and the worker exits.
@@ -61,6 +63,10 @@ class PolicyVersions:
                 del self._states[v]
             return self._states[version]
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -83,6 +89,8 @@ class RolloutWorker(threading.Thread):
         loaded = self.first  # the engine starts with the weights the run starts from
         try:
             for step in range(self.first, self.cfg.schedule.max_steps):
+                if self.versions.closed:
+                    return  # the trainer stopped
                 version = self.version_for(step)
                 t0 = time.perf_counter()
                 if version != loaded:
@@ -101,21 +109,23 @@ class RolloutWorker(threading.Thread):
             self.out.put(e)
 
 
-def stage_threads(cfg: TrainConfig) -> int:
-    return cfg.pipeline.stage_threads or max(1, torch.get_num_threads() // 2)
+def stage_threads(cfg: TrainConfig) -> tuple[int, int]:
+    """Torch threads of the rollout worker and of the trainer."""
+    half = max(1, torch.get_num_threads() // 2)
+    return cfg.pipeline.rollout_threads or half, cfg.pipeline.train_threads or half
 
 
 def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: StepProgress) -> None:
     """Trains steps [start, max_steps) on rollouts from a worker thread (see the module docstring)."""
-    threads = stage_threads(cfg)
-    torch.set_num_threads(threads)
+    rollout_threads, train_threads = stage_threads(cfg)
+    torch.set_num_threads(train_threads)
     # evaluation runs on the trainer's side with its own engine, so the worker's never pauses for it
     eval_llm = LLM(engine_copy(parts.policy), spec=cfg.rollout.spec, max_num_seqs=cfg.rollout.max_num_seqs,
                    seed=cfg.seed)
     if start == 0:
         _eval(run, parts, cfg, 0, bar, eval_llm)
     versions = PolicyVersions()
-    worker = RolloutWorker(parts, cfg, start, versions, threads)
+    worker = RolloutWorker(parts, cfg, start, versions, rollout_threads)
     worker.start()
     try:
         last = time.perf_counter()

@@ -131,15 +131,17 @@ class PipelineConfig:
     # with weights at most max_policy_lag versions old while the trainer trains (specrl.pipeline.asynchronous)
     mode: str = "sync"
     max_policy_lag: int = 1
-    # async on a CPU: torch threads per stage (rollout worker, trainer); 0 splits num_threads (or torch's
-    # default) between the two
-    stage_threads: int = 0
+    # async on a CPU: torch threads of the rollout worker and of the trainer; 0 gives each half of
+    # num_threads (or of torch's default), at least 1
+    rollout_threads: int = 0
+    train_threads: int = 0
 
     def validate(self) -> None:
         require(self.mode in PIPELINE_MODES, "mode", self.mode, f"one of {list(PIPELINE_MODES)}")
         require(self.max_policy_lag >= 0, "max_policy_lag", self.max_policy_lag, ">= 0",
                 "0 makes async wait for every update (the sync schedule); 1 overlaps one step")
-        require(self.stage_threads >= 0, "stage_threads", self.stage_threads, ">= 0")
+        for key in ("rollout_threads", "train_threads"):
+            require(getattr(self, key) >= 0, key, getattr(self, key), ">= 0")
 
 
 @dataclass

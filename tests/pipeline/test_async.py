@@ -17,7 +17,7 @@ from specrl.train.train_cli import build_config, main
 from specrl.model import load_model
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 
-ASYNC = {"pipeline.mode": "async", "pipeline.stage_threads": 1}
+ASYNC = {"pipeline.mode": "async", "pipeline.rollout_threads": 1, "pipeline.train_threads": 1}
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ def traced_runs(tmp_path_factory):
     model, data = make_setup(tmp)
     runs = {}
     for name, method, extra in (("off", "null", {}), ("suffix", "suffix", {}),
-                                ("async_off", "null", {"pipeline.mode": "async", "pipeline.stage_threads": 1})):
+                                ("async_off", "null", {"pipeline.mode": "async", "pipeline.rollout_threads": 1, "pipeline.train_threads": 1})):
         out = tmp / name
         args = overrides(model, data, out, **{"rollout.trace": "true", "rollout.spec.method": method,
                                                "schedule.max_steps": 3, "num_threads": 1, **extra})
