@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -25,6 +26,10 @@ def mix_seed(seed: int, index: int) -> int:
     x = (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9 + 1) & ((1 << 64) - 1)
     x ^= x >> 31
     return (x * 0x94D049BB133111EB) & _MASK63
+
+
+class GenerationCancelled(RuntimeError):
+    """`LLM.should_stop` returned True between two engine steps; the generate() call returns nothing."""
 
 
 class LLM:
@@ -53,6 +58,8 @@ class LLM:
         self.runner = ModelRunner(self.model, max_num_seqs, self.max_model_len, hidden_layers)
         self.stats_acc = EngineStats()
         self.tracer = Tracer(trace_path, self.spec.method, cfg.num_params)
+        # checked between engine steps: True cancels the running generate() (e.g. from another thread)
+        self.should_stop: Callable[[], bool] | None = None
         self._rng = random.Random(seed)
         self._next_seq_id = 0
 
@@ -126,13 +133,17 @@ class LLM:
         scheduler = Scheduler(self.max_num_seqs)
         scheduler.add(seqs)
         bar = _progress(progress, len(seqs))
-        while not scheduler.done:
-            self.step(scheduler)
+        try:
+            while not scheduler.done:
+                if self.should_stop is not None and self.should_stop():
+                    raise GenerationCancelled("generate() was cancelled by LLM.should_stop")
+                self.step(scheduler)
+                if bar is not None:
+                    bar[0].update(bar[1], completed=sum(s.status is Status.FINISHED for s in seqs))
+        finally:
             if bar is not None:
-                bar[0].update(bar[1], completed=sum(s.status is Status.FINISHED for s in seqs))
-        if bar is not None:
-            bar[0].stop()
-        self.tracer.close()
+                bar[0].stop()
+            self.tracer.close()
 
     def step(self, scheduler: Scheduler) -> None:
         t0 = time.perf_counter()

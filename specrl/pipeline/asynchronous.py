@@ -19,16 +19,23 @@ A resumed async run restarts the pipeline from the checkpoint's weights: its fir
 by that version (lag below the bound), so it is not bit-identical to an uninterrupted run. The suffix
 drafter's pools are not checkpointed in async mode (the worker is mid-way through later steps when a
 checkpoint is written); a resumed run rebuilds them, which changes speed, not the samples' distribution.
+
+Evaluation runs on the trainer's side with a second engine (one more copy of the policy and its cache),
+so generation never pauses for it; the step after an evaluation looks faster, because the worker ran
+ahead meanwhile. A step's `step_s` is the wall interval between two updates, excluding evaluation and
+checkpointing; there is no process-CPU step time, since the stages overlap.
 """
 from __future__ import annotations
 
 import queue
 import threading
 import time
+import warnings
 
 import torch
 
 from ..engine import LLM
+from ..engine.llm import GenerationCancelled
 from ..train.config import TrainConfig
 from ..train.weight_sync import engine_copy, sync_weights
 from .progress import StepProgress
@@ -54,14 +61,15 @@ class PolicyVersions:
             self._cond.notify_all()
 
     def take(self, version: int) -> dict[str, torch.Tensor] | None:
-        """Blocks until `version` is published; drops older snapshots. None once closed."""
+        """Blocks until `version` is published and hands it over (each version is loaded once); drops
+        older snapshots. None once closed."""
         with self._cond:
             self._cond.wait_for(lambda: version in self._states or self._closed)
             if self._closed:
                 return None
             for v in [v for v in self._states if v < version]:
                 del self._states[v]
-            return self._states[version]
+            return self._states.pop(version)
 
     @property
     def closed(self) -> bool:
@@ -86,6 +94,7 @@ class RolloutWorker(threading.Thread):
 
     def run(self) -> None:
         torch.set_num_threads(self.threads)
+        self.parts.llm.should_stop = lambda: self.versions.closed  # a stopped trainer cancels a generate()
         loaded = self.first  # the engine starts with the weights the run starts from
         try:
             for step in range(self.first, self.cfg.schedule.max_steps):
@@ -105,8 +114,12 @@ class RolloutWorker(threading.Thread):
                 load = {"wait_weights_s": t1 - t0, "load_s": time.perf_counter() - t1,
                         "load_cpu_s": time.thread_time() - c1}
                 self.out.put((generate_rollouts(step, self.parts, self.cfg, version, time.thread_time), load))
+        except GenerationCancelled:
+            return  # the trainer stopped mid-generation
         except BaseException as e:  # noqa: BLE001 - handed to the trainer, which raises it as RunStopped
             self.out.put(e)
+        finally:
+            self.parts.llm.should_stop = None
 
 
 def stage_threads(cfg: TrainConfig) -> tuple[int, int]:
@@ -118,6 +131,7 @@ def stage_threads(cfg: TrainConfig) -> tuple[int, int]:
 def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: StepProgress) -> None:
     """Trains steps [start, max_steps) on rollouts from a worker thread (see the module docstring)."""
     rollout_threads, train_threads = stage_threads(cfg)
+    caller_threads = torch.get_num_threads()
     torch.set_num_threads(train_threads)
     # evaluation runs on the trainer's side with its own engine, so the worker's never pauses for it
     eval_llm = LLM(engine_copy(parts.policy), spec=cfg.rollout.spec, max_num_seqs=cfg.rollout.max_num_seqs,
@@ -135,7 +149,9 @@ def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: Step
             wait = time.perf_counter() - t0  # the trainer idles: rollout is the slower stage
             row, times = _checked(_learn_and_publish, run, step, rollout, parts, cfg, versions, worker)
             now = time.perf_counter()
-            times.update(step_s=now - last, step_cpu_s=now - last, wait_rollout_s=wait, **load)  # overlapped stages: a step is wall time
+            # the stages overlap, so a step is the wall interval between two updates (no step_cpu_s)
+            times.update(step_s=now - last, wait_rollout_s=wait, rollout_threads=rollout_threads,
+                         train_threads=train_threads, **load)
             row.update(rollout_s=times["rollout_s"], reward_s=times["reward_s"], train_s=times["train_s"],
                        sync_s=times["sync_s"], step_s=times["step_s"], wait_rollout_s=times["wait_rollout_s"],
                        policy_lag=step - rollout.version)
@@ -147,8 +163,12 @@ def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: Step
             finish_step(run, parts, cfg, row, bar, eval_llm, None)
             last = time.perf_counter()  # evaluation and checkpoints are not part of the next step's time
     finally:
-        versions.close()
+        versions.close()  # a worker blocked on weights or mid-generation stops at its next engine step
         worker.join(timeout=60)
+        torch.set_num_threads(caller_threads)
+        if worker.is_alive():
+            warnings.warn("the rollout worker did not stop within 60 s of the trainer; it is a daemon "
+                          "thread and ends with the process")
 
 
 def _next(worker: RolloutWorker, run: RunDir, step: int) -> tuple[Rollout, dict]:
@@ -159,18 +179,20 @@ def _next(worker: RolloutWorker, run: RunDir, step: int) -> tuple[Rollout, dict]
             break
         except queue.Empty:
             if not worker.is_alive():
-                item = RuntimeError("the rollout worker exited without producing this step")
+                try:  # it may have put its last item just before exiting
+                    item = worker.out.get_nowait()
+                except queue.Empty:
+                    item = RuntimeError("the rollout worker exited without producing this step")
                 break
     if isinstance(item, BaseException):
-        if isinstance(item, KeyboardInterrupt):
-            raise item
         from ..train.checkpoint import latest_checkpoint
         last = latest_checkpoint(run.path)
         where = str(last) if last else "none (no step was saved yet)"
         raise RunStopped(f"step {step + 1}: the rollout worker failed: {type(item).__name__}: {item}. The run "
                          f"stopped; the last good checkpoint is {where}: fix the cause and resume from it") from item
     rollout, load = item
-    assert rollout.step == step, f"rollout of step {rollout.step + 1} arrived for step {step + 1}"
+    if rollout.step != step:
+        raise RuntimeError(f"internal error: the rollouts of step {rollout.step + 1} arrived for step {step + 1}")
     return rollout, load
 
 
@@ -178,7 +200,7 @@ def _learn_and_publish(step: int, rollout: Rollout, parts: Parts, cfg: TrainConf
                        worker: RolloutWorker) -> tuple[dict, dict]:
     row, times = learn(rollout, parts, cfg, time.thread_time)
     t1, c1 = time.perf_counter(), time.thread_time()
-    if any(worker.version_for(s) == step + 1 for s in range(step + 1, cfg.schedule.max_steps)):
+    if step + 1 + cfg.pipeline.max_policy_lag < cfg.schedule.max_steps:  # = version_for(that step)
         versions.publish(step + 1, parts.policy)  # a later rollout samples from these weights
     times.update(sync_s=time.perf_counter() - t1, sync_cpu_s=time.thread_time() - c1)
     return row, times

@@ -137,7 +137,7 @@ def rl_step(step: int, parts: Parts, cfg: TrainConfig) -> dict:
     return {**row, **{k: v for k, v in times.items() if not k.endswith("_cpu_s")}}
 
 
-def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict, **extra) -> dict:
+def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict) -> dict:
     """One rollout_workload.jsonl row: the step's shape and lengths, and its wall and process-CPU seconds
     of rollout, reward, training, weight sync and the whole step."""
     ro = cfg.rollout
@@ -148,7 +148,7 @@ def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict, **extra) -> di
             "method": ro.spec.method if ro.spec.enabled else None,
             "k": ro.spec.num_speculative_tokens if ro.spec.enabled else 0,
             "mode": cfg.pipeline.mode, "max_policy_lag": cfg.pipeline.max_policy_lag if cfg.pipeline.mode == "async"
-            else 0, "version": rollout.version, **times, **extra}
+            else 0, "version": rollout.version, **times}
 
 
 def evaluate(parts: Parts, max_tokens: int, llm: LLM | None = None) -> float:

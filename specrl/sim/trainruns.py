@@ -34,6 +34,7 @@ class TrainStep:
     prompt_len: float  # mean prompt tokens per sequence
     measured: dict[str, float]  # PARTS -> seconds on the run's clock
     rows: list[dict]  # engine-trace rows of this step's rollout, on the same clock
+    wall_step: float  # the step's wall seconds (async speedups compare these)
 
 
 @dataclass
@@ -90,6 +91,11 @@ def load_train_run(path: str | Path, clock: str = "cpu", skip_steps: int = 1,
                          "(the first is warm-up): raise max_steps")
     steps = [_step(w, trace.get(int(w["step"]), []), clock, path) for w in work[skip_steps:]]
     first = work[0]
+    if first.get("mode", "sync") == "async" and (first.get("rollout_threads"), first.get("train_threads")) != (1, 1):
+        raise ValueError(f"async run {str(path)!r} used {first.get('rollout_threads')} rollout and "
+                         f"{first.get('train_threads')} training threads; the simulator replays async runs "
+                         "with one core per stage: record them with pipeline.rollout_threads=1 "
+                         "pipeline.train_threads=1")
     n = int(first["n"])
     return TrainRun(path.name, first["method"], int(first["k"]), len(first["response_lengths"]) // n, n,
                     int(first["max_num_seqs"]), first.get("micro_batch_size"), steps, heldout,
@@ -102,19 +108,23 @@ def _step(w: dict, rows: list[dict], clock: str, path: Path) -> TrainStep:
     if not rows:
         raise ValueError(f"run {str(path)!r}: step {w['step']} has no engine-trace rows in {TRACE_FILE}")
     suffix = "_cpu_s" if clock == "cpu" else "_s"
-    measured = {p: float(w[p + suffix]) for p in PARTS}
+    measured = {p: float(w.get(p + suffix, w[p + "_s"])) for p in PARTS}  # async rows have no step_cpu_s
     if clock == "cpu":
         total = sum(r["draft_s"] + r["verify_s"] + r["other_s"] for r in rows)
         scale = measured["rollout"] / max(total, 1e-12)
         rows = [{**r, **{k: r[k] * scale for k in ("draft_s", "verify_s", "other_s")}} for r in rows]
     return TrainStep(np.asarray(w["response_lengths"], dtype=np.int64), float(np.mean(w["prompt_lens"])),
-                     measured, rows)
+                     measured, rows, float(w["step_s"]))
 
 
 def fit_pipeline(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> dict:
     """Fits the step model's training and sync terms on the fit runs' steps, in place:
     train = train_step_s + 6 N tokens / (peak * mfu), sync = sync_fixed_s + weight bytes / bw."""
     hw = hardware_from_dict(calib["hardware"])
+    overlapped = [r.name for r in runs if r.mode == "async"]
+    if overlapped:
+        raise ValueError(f"fit runs {overlapped} are async: their stages overlap and their sync time is a "
+                         "snapshot copy, so fit on sync runs and hold async runs out")
     steps = [(s, r.micro_batch) for r in runs for s in r.steps]
     if not steps:
         raise ValueError("no fit train-run steps: pass at least one traced `specrl train` run to fit on")
@@ -154,8 +164,9 @@ def predict_run(calib: dict, model: ModelSpec, run: TrainRun, fit_runs: list[Tra
 
 def placement(run: TrainRun) -> dict:
     """The fit's unit of hardware is what one sync run used (one CPU core at num_threads=1). An async
-    run puts its rollout worker and its trainer on one such unit each, and generates step by step."""
-    if run.mode == "async":
+    run puts its rollout worker and its trainer on one such unit each, and generates step by step; at
+    lag 0 its stages take turns, as in a sync run."""
+    if run.mode == "async" and run.lag > 0:
         return {"gpus": 2, "mode": "async", "max_lag": run.lag, "colocated": False, "rollout_frac": 0.5,
                 "stream": False}
     return {"gpus": 1}
@@ -167,7 +178,9 @@ def validate_train(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> list[
     fit = [r for r in runs if not r.heldout]
     pred = {r.name: predict_run(calib, model, r, fit) for r in runs}
     base = {r.shape: r for r in runs if r.k == 0}
-    sync = {(r.prompts, r.n, r.max_num_seqs, r.key): r for r in runs if r.mode == "sync"}
+    sync: dict[tuple, TrainRun] = {}
+    for r in sorted((r for r in runs if r.mode == "sync"), key=lambda r: r.heldout):  # fit runs first
+        sync.setdefault((r.prompts, r.n, r.max_num_seqs, r.key), r)
     out = []
     for r in (r for r in runs if r.heldout):
         p, steps = pred[r.name], len(r.steps)
@@ -186,7 +199,7 @@ def validate_train(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> list[
                             f"err_{part}_speedup_pct": pct(prd, meas)})
         s = sync.get((r.prompts, r.n, r.max_num_seqs, r.key))
         if r.mode == "async" and s is not None:  # async against the sync run of the same workload and method
-            meas = (s.total("step") / len(s.steps)) / (r.total("step") / steps)
+            meas = np.mean([x.wall_step for x in s.steps]) / np.mean([x.wall_step for x in r.steps])  # one clock
             prd = (pred[s.name]["step"] / len(s.steps)) / (p["step"] / steps)
             row.update(measured_async_speedup=meas, predicted_async_speedup=prd,
                        err_async_speedup_pct=pct(prd, meas))

@@ -71,14 +71,19 @@ def test_the_worker_samples_each_step_with_its_versions_weights(setup, tmp_path)
         return build_parts(cfg, policy, source, held_out)
 
     v1 = parts_with().policy
+    gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in v1.parameters():
-            p.add_(0.3 * torch.randn_like(p))
+            p.add_(0.3 * torch.randn(p.shape, generator=gen))
     versions = asynchronous.PolicyVersions()
     versions.publish(1, v1)
     worker = asynchronous.RolloutWorker(parts_with(), cfg, 0, versions, threads=1)
     worker.cfg.schedule.max_steps = 3
-    worker.run()  # in this thread: steps 0, 1, 2
+    threads = torch.get_num_threads()
+    try:
+        worker.run()  # in this thread: steps 0, 1, 2
+    finally:
+        torch.set_num_threads(threads)
     got = [worker.out.get_nowait() for _ in range(3)]
     assert [ro.version for ro, _ in got] == [0, 0, 1]
 
@@ -118,6 +123,39 @@ def test_a_trainer_failure_stops_the_worker(setup, tmp_path, monkeypatch, capsys
     assert main(overrides(*setup, out, **ASYNC)) == 1
     assert "is not finite" in capsys.readouterr().err
     assert not _worker_alive()
+
+
+def test_a_stopped_trainer_cancels_a_generation_in_flight(setup, tmp_path, monkeypatch):
+    """The trainer fails while the worker is inside generate(): the worker stops at its next engine step
+    instead of finishing the batch, and the torch thread count of the caller is restored."""
+    import specrl.pipeline.sync as sync
+    started, real = threading.Event(), sync.learn
+
+    def slow_generate(self, *args, **kw):  # a generate() that only ends when cancelled
+        started.set()
+        while not (self.should_stop and self.should_stop()):
+            threading.Event().wait(0.01)
+        raise asynchronous.GenerationCancelled("cancelled")
+
+    def failing_learn(rollout, *args, **kw):
+        if rollout.step == 1:
+            assert started.wait(10)  # the worker is generating step 2 (lag 1: it runs ahead)
+            raise RuntimeError("trainer exploded")
+        return real(rollout, *args, **kw)
+
+    real_generate = asynchronous.generate_rollouts
+
+    def generate(step, parts, *args, **kw):
+        if step == 2:
+            monkeypatch.setattr(type(parts.llm), "generate", slow_generate)
+        return real_generate(step, parts, *args, **kw)
+    monkeypatch.setattr(asynchronous, "generate_rollouts", generate)
+    monkeypatch.setattr(asynchronous, "learn", failing_learn)
+    threads = torch.get_num_threads()
+    with pytest.raises(RuntimeError, match="trainer exploded"):
+        main(overrides(*setup, tmp_path / "cancel", **{**ASYNC, "pipeline.train_threads": 2}))
+    assert not _worker_alive()
+    assert torch.get_num_threads() == threads
 
 
 def test_resume_restarts_the_pipeline_from_the_checkpoint(setup, tmp_path):
