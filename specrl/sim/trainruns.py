@@ -178,9 +178,10 @@ def validate_train(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> list[
     fit = [r for r in runs if not r.heldout]
     pred = {r.name: predict_run(calib, model, r, fit) for r in runs}
     base = {r.shape: r for r in runs if r.k == 0}
-    sync: dict[tuple, TrainRun] = {}
-    for r in sorted((r for r in runs if r.mode == "sync"), key=lambda r: r.heldout):  # fit runs first
-        sync.setdefault((r.prompts, r.n, r.max_num_seqs, r.key), r)
+    sync: dict[tuple, list[TrainRun]] = {}  # every sync run of a workload and method (repeats average)
+    for r in runs:
+        if r.mode == "sync":
+            sync.setdefault((r.prompts, r.n, r.max_num_seqs, r.key), []).append(r)
     out = []
     for r in (r for r in runs if r.heldout):
         p, steps = pred[r.name], len(r.steps)
@@ -197,10 +198,10 @@ def validate_train(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> list[
                 prd = (pred[b.name][part] / len(b.steps)) / (p[part] / steps)
                 row.update({f"measured_{part}_speedup": meas, f"predicted_{part}_speedup": prd,
                             f"err_{part}_speedup_pct": pct(prd, meas)})
-        s = sync.get((r.prompts, r.n, r.max_num_seqs, r.key))
-        if r.mode == "async" and s is not None:  # async against the sync run of the same workload and method
-            meas = np.mean([x.wall_step for x in s.steps]) / np.mean([x.wall_step for x in r.steps])  # one clock
-            prd = (pred[s.name]["step"] / len(s.steps)) / (p["step"] / steps)
+        same = sync.get((r.prompts, r.n, r.max_num_seqs, r.key))
+        if r.mode == "async" and same:  # async against the sync runs of the same workload and method
+            meas = np.mean([x.wall_step for s in same for x in s.steps]) / np.mean([x.wall_step for x in r.steps])
+            prd = (sum(pred[s.name]["step"] for s in same) / sum(len(s.steps) for s in same)) / (p["step"] / steps)
             row.update(measured_async_speedup=meas, predicted_async_speedup=prd,
                        err_async_speedup_pct=pct(prd, meas))
         out.append(row)
