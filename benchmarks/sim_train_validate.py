@@ -16,6 +16,9 @@ record them on an otherwise idle machine. They are predicted with the fit of the
 also compared with the sync run of the same workload and method (the async speedup).
 
     python benchmarks/sim_train_validate.py [--out runs/sim_train_validation] [--steps 4]
+
+On a shared machine, `--steps 8` averages out more of its noise (docs/simulator.md: the six runs with the
+largest step-time errors at 4 steps came to 2.5% at 8).
 """
 from __future__ import annotations
 
