@@ -40,3 +40,20 @@ def test_shipped_default_yaml_matches_the_dataclass_defaults():
     from specrl.train.train_cli import build_config
     path = Path(__file__).parents[2] / "configs" / "default.yaml"
     assert build_config(str(path), []) == TrainConfig()
+
+
+def test_async_step_times_are_drawn_as_lines_not_stacked(tmp_path, monkeypatch):
+    """Async stages overlap: stacking rollout on train would show a step twice as long as it was."""
+    import specrl.pipeline.run_dir as run_dir_mod
+    calls = []
+    real = run_dir_mod._draw_step_time
+
+    def spy(ax, steps, rows, evals):
+        real(ax, steps, rows, evals)
+        calls.append((len(ax.lines), len(ax.patches)))
+    monkeypatch.setattr(run_dir_mod, "_draw_step_time", spy)
+    run = RunDir.create(tmp_path / "run", TrainConfig(), tensorboard=False)
+    for s in (1, 2, 3):
+        run.log({**_row(s), "policy_lag": min(s - 1, 1)})
+    assert len(run.plot()) == 3
+    assert calls == [(3, 0)]  # step, rollout and train lines; no stacked bars
