@@ -58,7 +58,8 @@ def run_train(out: Path, name: str, method: str | None, k: int, prompts: int, n:
     run = out / name
     if lag is not None:
         steps = max(steps, ASYNC_STEPS)
-        extra = ["pipeline.mode=async", f"pipeline.max_policy_lag={lag}", "pipeline.rollout_threads=1", "pipeline.train_threads=1", *extra]
+        extra = ["pipeline.mode=async", f"pipeline.max_policy_lag={lag}", "pipeline.rollout_threads=1",
+                 "pipeline.train_threads=1", *extra]
     if (run / "rollout_workload.jsonl").is_file() and \
             len((run / "rollout_workload.jsonl").read_text().splitlines()) >= steps:
         return run  # already recorded (re-running the script only refits)

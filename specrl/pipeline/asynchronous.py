@@ -37,10 +37,11 @@ import torch
 from ..engine import LLM
 from ..engine.llm import GenerationCancelled
 from ..train.config import TrainConfig
-from ..train.weight_sync import engine_copy, sync_weights
+from ..train.weight_sync import engine_copy
 from .progress import StepProgress
 from .run_dir import RunDir
-from .sync import Parts, Rollout, RunStopped, _checked, _eval, finish_step, generate_rollouts, learn, workload_row
+from .sync import (Parts, Rollout, _checked, _eval, finish_step, generate_rollouts, learn, row_times, stopped,
+                   workload_row)
 
 POLL_S = 0.2  # how often a blocked side checks whether the other one stopped
 
@@ -98,21 +99,16 @@ class RolloutWorker(threading.Thread):
         loaded = self.first  # the engine starts with the weights the run starts from
         try:
             for step in range(self.first, self.cfg.schedule.max_steps):
-                if self.versions.closed:
-                    return  # the trainer stopped
                 version = self.version_for(step)
                 t0 = time.perf_counter()
-                if version != loaded:
-                    state = self.versions.take(version)
-                    if state is None:
-                        return  # the trainer stopped
-                    t1, c1 = time.perf_counter(), time.thread_time()
+                state = self.versions.take(version) if version != loaded else None
+                if self.versions.closed:
+                    return  # the trainer stopped
+                t1 = time.perf_counter()
+                if state is not None:
                     self.parts.llm.update_weights(state)
                     loaded = version
-                else:
-                    t1, c1 = t0, time.thread_time()
-                load = {"wait_weights_s": t1 - t0, "load_s": time.perf_counter() - t1,
-                        "load_cpu_s": time.thread_time() - c1}
+                load = {"wait_weights_s": t1 - t0, "load_s": time.perf_counter() - t1}
                 self.out.put((generate_rollouts(step, self.parts, self.cfg, version, time.thread_time), load))
         except GenerationCancelled:
             return  # the trainer stopped mid-generation
@@ -147,19 +143,14 @@ def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: Step
             t0 = time.perf_counter()
             rollout, load = _next(worker, run, step)
             wait = time.perf_counter() - t0  # the trainer idles: rollout is the slower stage
-            row, times = _checked(_learn_and_publish, run, step, rollout, parts, cfg, versions, worker)
+            row, times = _checked(_learn_and_publish, run, step, rollout, parts, cfg, versions)
             now = time.perf_counter()
             # the stages overlap, so a step is the wall interval between two updates (no step_cpu_s)
             times.update(step_s=now - last, wait_rollout_s=wait, rollout_threads=rollout_threads,
                          train_threads=train_threads, **load)
-            row.update(rollout_s=times["rollout_s"], reward_s=times["reward_s"], train_s=times["train_s"],
-                       sync_s=times["sync_s"], step_s=times["step_s"], wait_rollout_s=times["wait_rollout_s"],
-                       policy_lag=step - rollout.version)
+            row.update(row_times(times), wait_rollout_s=wait, policy_lag=step - rollout.version)
             if parts.workload_log is not None:
                 parts.workload_log(workload_row(rollout, cfg, times))
-            if step + 1 == cfg.schedule.max_steps or (cfg.schedule.eval_every and
-                                                      (step + 1) % cfg.schedule.eval_every == 0):
-                sync_weights(parts.policy, eval_llm)
             finish_step(run, parts, cfg, row, bar, eval_llm, None)
             last = time.perf_counter()  # evaluation and checkpoints are not part of the next step's time
     finally:
@@ -185,19 +176,16 @@ def _next(worker: RolloutWorker, run: RunDir, step: int) -> tuple[Rollout, dict]
                     item = RuntimeError("the rollout worker exited without producing this step")
                 break
     if isinstance(item, BaseException):
-        from ..train.checkpoint import latest_checkpoint
-        last = latest_checkpoint(run.path)
-        where = str(last) if last else "none (no step was saved yet)"
-        raise RunStopped(f"step {step + 1}: the rollout worker failed: {type(item).__name__}: {item}. The run "
-                         f"stopped; the last good checkpoint is {where}: fix the cause and resume from it") from item
+        raise stopped(run, step, f"the rollout worker failed: {type(item).__name__}: {item}",
+                      "Fix the cause and resume from it") from item
     rollout, load = item
     if rollout.step != step:
         raise RuntimeError(f"internal error: the rollouts of step {rollout.step + 1} arrived for step {step + 1}")
     return rollout, load
 
 
-def _learn_and_publish(step: int, rollout: Rollout, parts: Parts, cfg: TrainConfig, versions: PolicyVersions,
-                       worker: RolloutWorker) -> tuple[dict, dict]:
+def _learn_and_publish(step: int, rollout: Rollout, parts: Parts, cfg: TrainConfig,
+                       versions: PolicyVersions) -> tuple[dict, dict]:
     row, times = learn(rollout, parts, cfg, time.thread_time)
     t1, c1 = time.perf_counter(), time.thread_time()
     if step + 1 + cfg.pipeline.max_policy_lag < cfg.schedule.max_steps:  # = version_for(that step)

@@ -25,7 +25,7 @@ from ..train.rewards import RewardFn, get_reward
 from ..train.trainer import NonFiniteLossError, PolicyTrainer, collate
 from ..train.weight_sync import engine_copy, sync_weights
 from .progress import StepProgress
-from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
+from .run_dir import TIME_KEYS, TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
 
 
 class RunStopped(RuntimeError):
@@ -134,7 +134,12 @@ def rl_step(step: int, parts: Parts, cfg: TrainConfig) -> dict:
     times.update(sync_s=t2 - t1, sync_cpu_s=c2 - c1, step_s=t2 - t0, step_cpu_s=c2 - c0)
     if parts.workload_log is not None:  # what the simulator needs to replay this step (cfg.rollout.trace)
         parts.workload_log(workload_row(rollout, cfg, times))
-    return {**row, **{k: v for k, v in times.items() if not k.endswith("_cpu_s")}}
+    return {**row, **row_times(times)}
+
+
+def row_times(times: dict) -> dict:
+    """The wall seconds a metrics row carries (the CPU times go to rollout_workload.jsonl only)."""
+    return {k: times[k] for k in (*TIME_KEYS, "step_s")}
 
 
 def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict) -> dict:
@@ -151,12 +156,12 @@ def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict) -> dict:
             else 0, "version": rollout.version, **times}
 
 
-def evaluate(parts: Parts, max_tokens: int, llm: LLM | None = None) -> float:
+def evaluate(parts: Parts, max_tokens: int, llm: LLM) -> float:
     """Greedy accuracy on the held-out examples (greedy + lossless SD = the same tokens as without SD)."""
     if not parts.held_out:
         return float("nan")
     prompts = [parts.encoder.encode(e.prompt) for e in parts.held_out]
-    outs = (llm or parts.llm).generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens))
+    outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens))
     scores = [parts.reward(parts.encoder.decode(o.outputs[0].token_ids), e.answer, e.prompt)
               for o, e in zip(outs, parts.held_out)]
     return sum(s >= 1.0 for s in scores) / len(scores)
@@ -204,7 +209,7 @@ def train(cfg: TrainConfig) -> dict:
             run_async(run, parts, cfg, start, bar)
         else:
             if start == 0:
-                _eval(run, parts, cfg, 0, bar)
+                _eval(run, parts, cfg, 0, bar, parts.llm)
             for step in range(start, sched.max_steps):
                 row = _checked(rl_step, run, step, parts, cfg)
                 finish_step(run, parts, cfg, row, bar, parts.llm, _stateful_drafter(parts.llm))
@@ -216,22 +221,30 @@ def train(cfg: TrainConfig) -> dict:
     return _summary(run)
 
 
+def stopped(run: RunDir, step: int, cause: str, fix: str) -> RunStopped:
+    """The error that ends a run at `step` (0-based), naming the last good checkpoint."""
+    last = latest_checkpoint(run.path)
+    return RunStopped(f"step {step + 1}: {cause}. The run stopped; the last good checkpoint is "
+                      f"{str(last) if last else 'none (no step was saved yet)'}. {fix}")
+
+
 def _checked(fn: Callable, run: RunDir, step: int, *args):
-    """fn(step, *args), with a NaN loss turned into RunStopped naming the last good checkpoint."""
+    """fn(step, *args), with a NaN loss turned into RunStopped."""
     try:
         return fn(step, *args)
     except NonFiniteLossError as e:
-        last = latest_checkpoint(run.path)
-        raise RunStopped(f"step {step + 1}: {e}. The run stopped; the last good checkpoint is "
-                         f"{str(last) if last else 'none (no step was saved yet)'}. Lower optim.lr or "
-                         "optim.grad_clip and resume, or check the rewards for NaN") from e
+        raise stopped(run, step, str(e), "Lower optim.lr or optim.grad_clip and resume, or check the rewards "
+                      "for NaN") from e
 
 
 def finish_step(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: StepProgress, eval_llm: LLM,
                 drafter) -> None:
-    """After a step's update: the held-out evaluation when due, the metrics row, and the checkpoint."""
+    """After a step's update: the held-out evaluation when due (an `eval_llm` other than the rollout
+    engine gets the new weights first), the metrics row, and the checkpoint."""
     sched, done = cfg.schedule, row["step"]
     if done == sched.max_steps or (sched.eval_every and done % sched.eval_every == 0):
+        if eval_llm is not parts.llm:
+            sync_weights(parts.policy, eval_llm)
         row["eval_accuracy"] = _eval(run, parts, cfg, done, bar, eval_llm)
     run.log(row)
     bar.update(row)
@@ -240,9 +253,8 @@ def finish_step(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: Ste
                         sched.keep_last, tokenizer_dir=model_dir(cfg), drafter=drafter)
 
 
-def _eval(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepProgress, llm: LLM | None = None) -> float:
+def _eval(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepProgress, llm: LLM) -> float:
     t0 = time.perf_counter()
-    llm = llm or parts.llm
     llm.tracer.tags = {"rl_step": step, "call": "eval"}  # after step `step`, so resume can truncate it
     acc = evaluate(parts, cfg.data.eval_max_tokens, llm)
     run.log({"step": step, "accuracy": acc, "eval_s": time.perf_counter() - t0, "problems": len(parts.held_out)},

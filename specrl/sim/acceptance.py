@@ -98,8 +98,8 @@ def sequence_steps(response_lens, spec_active) -> tuple[np.ndarray, np.ndarray]:
     the active count of every SD step; a_j sequences took more than j steps, so the r-th most stepped
     sequence took #{j : a_j > r} steps. Steps and lengths are paired by rank (longest with most)."""
     lens = np.sort(np.asarray(response_lens, dtype=np.int64))[::-1]  # [S]
-    active = np.asarray(spec_active, dtype=np.int64)  # [J]
-    steps = np.array([(active > r).sum() for r in range(lens.size)], dtype=np.int64)  # [S], descending
+    active = np.sort(np.asarray(spec_active, dtype=np.int64))  # [J]
+    steps = active.size - np.searchsorted(active, np.arange(lens.size), side="right")  # [S], descending
     return lens, steps
 
 
