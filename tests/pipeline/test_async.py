@@ -166,3 +166,17 @@ def test_resume_restarts_the_pipeline_from_the_checkpoint(setup, tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert [r["policy_lag"] for r in rows] == [0, 1, 0, 1]  # step 3 is sampled by the checkpoint's weights
     assert [e["step"] for e in read_jsonl(out / "eval.jsonl")] == [0, 2, 4]
+
+
+def test_evaluation_sees_the_weights_of_the_step_it_reports(setup, tmp_path, monkeypatch):
+    """Async evaluation runs on its own engine; it must hold the trainer's latest weights each time."""
+    import specrl.pipeline.sync as sync
+    from specrl.train.weight_sync import weights_equal
+    real, seen = sync.evaluate, []
+
+    def spy(parts, max_tokens, llm):
+        seen.append(llm is not parts.llm and weights_equal(parts.policy, llm.model))
+        return real(parts, max_tokens, llm)
+    monkeypatch.setattr(sync, "evaluate", spy)
+    assert main(overrides(*setup, tmp_path / "eval", **ASYNC)) == 0
+    assert seen == [True, True, True]  # steps 0, 2 and 4
