@@ -41,3 +41,10 @@ def save_tiny(path: Path, seed=0, **kw) -> Path:
     save_model(model, path)
     (Path(path) / "tokenizer.json").write_text(char_tokenizer_json(model.config.vocab_size))
     return Path(path)
+
+
+@torch.no_grad()
+def weights_equal(a, b) -> bool:
+    """Bitwise equality of two models' state dicts (an audit after a weight sync)."""
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)

@@ -39,6 +39,20 @@ class Drafter(Protocol):
         """The sequence finished; its slot will be reused."""
 
 
+class StatefulDrafter(Drafter, Protocol):
+    """A drafter whose cross-step state outlives generate() calls (suffix pools of earlier rollouts, drafter
+    weights trained online). The state is a tree of tensors, numbers, strings, lists and dicts: checkpoints
+    store it as safetensors + JSON (specrl.state_files), never as a pickle."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+def has_state(drafter) -> bool:
+    return drafter is not None and callable(getattr(drafter, "state_dict", None))
+
+
 def blank_proposal(k: list[int], device) -> Proposal:
     """Point drafts to fill in: zero tokens [B, max k] and lengths k. Model drafters write `tokens` in place."""
     K = max(k, default=0)

@@ -34,14 +34,13 @@ import warnings
 
 import torch
 
-from ..engine import LLM
 from ..engine.llm import GenerationCancelled
 from ..train.config import TrainConfig
-from ..train.weight_sync import engine_copy
 from .progress import StepProgress
 from .run_dir import RunDir
-from .sync import (Parts, Rollout, _checked, _eval, finish_step, generate_rollouts, learn, row_times, stopped,
-                   workload_row)
+from .seam import Learner, NamedTensors
+from .steps import (Parts, Rollout, checked, finish_step, generate_rollouts, learn, row_times, run_eval, stopped,
+                    workload_row)
 
 POLL_S = 0.2  # how often a blocked side checks whether the other one stopped
 
@@ -55,8 +54,8 @@ class PolicyVersions:
         self._closed = False
 
     @torch.no_grad()
-    def publish(self, version: int, policy: torch.nn.Module) -> None:
-        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+    def publish(self, version: int, weights: NamedTensors) -> None:
+        state = {k: v.detach().clone() for k, v in weights}
         with self._cond:
             self._states[version] = state
             self._cond.notify_all()
@@ -95,7 +94,6 @@ class RolloutWorker(threading.Thread):
 
     def run(self) -> None:
         torch.set_num_threads(self.threads)
-        self.parts.llm.should_stop = lambda: self.versions.closed  # a stopped trainer cancels a generate()
         loaded = self.first  # the engine starts with the weights the run starts from
         try:
             for step in range(self.first, self.cfg.schedule.max_steps):
@@ -106,16 +104,14 @@ class RolloutWorker(threading.Thread):
                     return  # the trainer stopped
                 t1 = time.perf_counter()
                 if state is not None:
-                    self.parts.llm.update_weights(state)
+                    self.parts.rollout.backend.update_weights(state.items(), version)
                     loaded = version
                 load = {"wait_weights_s": t1 - t0, "load_s": time.perf_counter() - t1}
-                self.out.put((generate_rollouts(step, self.parts, self.cfg, version, time.thread_time), load))
+                self.out.put((generate_rollouts(step, self.parts.rollout, self.cfg, version, time.thread_time), load))
         except GenerationCancelled:
             return  # the trainer stopped mid-generation
         except BaseException as e:  # noqa: BLE001 - handed to the trainer, which raises it as RunStopped
             self.out.put(e)
-        finally:
-            self.parts.llm.should_stop = None
 
 
 def stage_threads(cfg: TrainConfig) -> tuple[int, int]:
@@ -129,11 +125,11 @@ def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: Step
     rollout_threads, train_threads = stage_threads(cfg)
     caller_threads = torch.get_num_threads()
     torch.set_num_threads(train_threads)
-    # evaluation runs on the trainer's side with its own engine, so the worker's never pauses for it
-    eval_llm = LLM(engine_copy(parts.policy), spec=cfg.rollout.spec, max_num_seqs=cfg.rollout.max_num_seqs,
-                   seed=cfg.seed)
+    if parts.eval_backend is None:
+        raise ValueError("the async pipeline evaluates on its own backend (Parts.eval_backend), so the rollout "
+                         "worker never pauses for it; build the parts with one")
     if start == 0:
-        _eval(run, parts, cfg, 0, bar, eval_llm)
+        run_eval(run, parts, cfg, 0, bar)
     versions = PolicyVersions()
     worker = RolloutWorker(parts, cfg, start, versions, rollout_threads)
     worker.start()
@@ -143,7 +139,7 @@ def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: Step
             t0 = time.perf_counter()
             rollout, load = _next(worker, run, step)
             wait = time.perf_counter() - t0  # the trainer idles: rollout is the slower stage
-            row, times = _checked(_learn_and_publish, run, step, rollout, parts, cfg, versions)
+            row, times = checked(learn_and_publish, run, step, rollout, parts, cfg, versions)
             now = time.perf_counter()
             # the stages overlap, so a step is the wall interval between two updates (no step_cpu_s)
             times.update(step_s=now - last, wait_rollout_s=wait, rollout_threads=rollout_threads,
@@ -151,10 +147,11 @@ def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: Step
             row.update(row_times(times), wait_rollout_s=wait, policy_lag=step - rollout.version)
             if parts.workload_log is not None:
                 parts.workload_log(workload_row(rollout, cfg, times))
-            finish_step(run, parts, cfg, row, bar, eval_llm, None)
+            finish_step(run, parts, cfg, row, bar, save_drafter=False)
             last = time.perf_counter()  # evaluation and checkpoints are not part of the next step's time
     finally:
-        versions.close()  # a worker blocked on weights or mid-generation stops at its next engine step
+        versions.close()  # a worker blocked on weights stops; one mid-generation at its next engine step
+        parts.rollout.backend.cancel()
         worker.join(timeout=60)
         torch.set_num_threads(caller_threads)
         if worker.is_alive():
@@ -184,11 +181,12 @@ def _next(worker: RolloutWorker, run: RunDir, step: int) -> tuple[Rollout, dict]
     return rollout, load
 
 
-def _learn_and_publish(step: int, rollout: Rollout, parts: Parts, cfg: TrainConfig,
-                       versions: PolicyVersions) -> tuple[dict, dict]:
-    row, times = learn(rollout, parts, cfg, time.thread_time)
+def learn_and_publish(step: int, rollout: Rollout, parts: Parts, cfg: TrainConfig,
+                      versions: PolicyVersions) -> tuple[dict, dict]:
+    row, times = learn(rollout, parts.learner, cfg, time.thread_time)
     t1, c1 = time.perf_counter(), time.thread_time()
+    learner: Learner = parts.learner.learner
     if step + 1 + cfg.pipeline.max_policy_lag < cfg.schedule.max_steps:  # = version_for(that step)
-        versions.publish(step + 1, parts.policy)  # a later rollout samples from these weights
+        versions.publish(step + 1, learner.named_weights())  # a later rollout samples from these weights
     times.update(sync_s=time.perf_counter() - t1, sync_cpu_s=time.thread_time() - c1)
     return row, times

@@ -88,6 +88,16 @@ class AutoDrafter:
     def release(self, seq: Sequence) -> None:
         self.inner.release(seq)
 
+    def state_dict(self) -> dict:
+        """Its acceptance average (it picks k) and the inner drafter's state, when that has any."""
+        inner = self.inner.state_dict() if hasattr(self.inner, "state_dict") else None
+        return {"drafted": self.drafted, "accepted": self.accepted, "last_k": self.last_k, "inner": inner}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.drafted, self.accepted, self.last_k = float(state["drafted"]), float(state["accepted"]), int(state["last_k"])
+        if state["inner"] is not None:
+            self.inner.load_state_dict(state["inner"])
+
 
 def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> AutoDrafter:
     name = spec.auto_methods[0] if spec.auto_methods else None

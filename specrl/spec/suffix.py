@@ -78,6 +78,15 @@ class SuffixDrafter:
             drafts.append(state.pool.trie.draft(state.tail, ki, spec.ngram_min, spec.suffix_scale, self.min_prob))
         return pad_drafts(drafts, self.device)
 
+    def state_dict(self) -> dict:
+        """The cross-step state an exact resume needs: the pools of earlier rollouts (rejection sampling
+        makes the realised tokens depend on the drafts). Taken between generate() calls."""
+        return {"store": self.store.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.store.load_state_dict(state["store"])
+        self.slots.clear()
+
     def release(self, seq: Sequence) -> None:
         state = self.slots.get(seq.slot)
         if state is None or state.seq is not seq:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 
+import torch
+
 
 class _Node:
     """One context: the counts of the tokens that followed it, and the longer contexts that end with it.
@@ -130,6 +132,55 @@ class ContextTrie:
         return out
 
 
+def trie_state(trie: ContextTrie) -> dict:
+    """The trie as flat tensors (nodes in depth-first order, each after its parent), for checkpoints. The
+    order of every node's counts is kept: it decides ties when a count is forgotten."""
+    parent, key, total, best, has_best, best_count, has_counts = [], [], [], [], [], [], []
+    c_node, c_tok, c_cnt = [], [], []
+    stack = [(trie.root, 0, 0)]
+    while stack:
+        node, par, tok = stack.pop()
+        idx = len(parent)
+        parent.append(par)
+        key.append(tok)
+        total.append(node.total)
+        has_best.append(node.best is not None)
+        best.append(node.best if node.best is not None else 0)
+        best_count.append(node.best_count)
+        has_counts.append(node.counts is not None)
+        for t, c in (node.counts or {}).items():
+            c_node.append(idx)
+            c_tok.append(t)
+            c_cnt.append(c)
+        stack.extend((child, idx, t) for t, child in reversed(list((node.children or {}).items())))
+    long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    return {"depth": trie.depth, "num_tokens": trie.num_tokens, "parent": long(parent), "key": long(key),
+            "total": long(total), "best": long(best), "has_best": torch.tensor(has_best), "best_count": long(best_count),
+            "has_counts": torch.tensor(has_counts), "count_node": long(c_node), "count_token": long(c_tok),
+            "count": long(c_cnt)}
+
+
+def trie_from_state(state: dict) -> ContextTrie:
+    trie = ContextTrie(int(state["depth"]))
+    trie.num_tokens = int(state["num_tokens"])
+    cols = [state[k].tolist() for k in ("parent", "key", "total", "best", "has_best", "best_count", "has_counts")]
+    nodes = []
+    for i, (par, tok, total, best, has_best, best_count, has_counts) in enumerate(zip(*cols)):
+        node = trie.root if i == 0 else _Node()
+        node.total, node.best_count = total, best_count
+        node.best = best if has_best else None
+        node.counts = {} if has_counts else None
+        if i > 0:
+            parent = nodes[par]
+            if parent.children is None:
+                parent.children = {}
+            parent.children[tok] = node
+        nodes.append(node)
+    for n, t, c in zip(state["count_node"].tolist(), state["count_token"].tolist(), state["count"].tolist()):
+        nodes[n].counts[t] = c
+    return trie
+
+
 class PromptPool:
     """Everything indexed for one prompt: the prompt, live outputs, and recent finished outputs."""
 
@@ -174,6 +225,27 @@ class SuffixStore:
         while len(pool.finished) > self.max_rollouts:
             pool.forget_oldest()
         self._evict()
+
+    def state_dict(self) -> dict:
+        """The pools between generate() calls (no sequence running), in least-recently-used order."""
+        if any(p.active for p in self.pools.values()):
+            raise RuntimeError("SuffixStore.state_dict() while sequences are running: save between generate() calls")
+        return {"depth": self.depth, "max_rollouts": self.max_rollouts, "max_tokens": self.max_tokens,
+                "pools": [{"prompt": torch.tensor(key, dtype=torch.long), "trie": trie_state(pool.trie),
+                           "finished": [torch.tensor(o, dtype=torch.long) for o in pool.finished]}
+                          for key, pool in self.pools.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if int(state["depth"]) != self.depth:
+            raise ValueError(f"suffix state has depth {state['depth']} but this drafter matches up to {self.depth} "
+                             "tokens (rollout.spec.ngram_max): resume with the run's own config")
+        self.pools = OrderedDict()
+        for entry in state["pools"]:
+            key = tuple(entry["prompt"].tolist())
+            pool = PromptPool.__new__(PromptPool)
+            pool.prompt, pool.trie, pool.active = key, trie_from_state(entry["trie"]), 0
+            pool.finished = deque(o.tolist() for o in entry["finished"])
+            self.pools[key] = pool
 
     def _evict(self) -> None:
         total = self.num_tokens

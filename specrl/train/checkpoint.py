@@ -1,30 +1,33 @@
 """Training checkpoints: `RUN_DIR/checkpoints/step_NNNNNN/` holding everything an exact resume needs.
 
-    model/        the policy as a Hugging Face directory (fp32 safetensors, config, tokenizer): usable as is
-    trainer.pt    optimizer + LR schedule (+ KL reference), torch RNG (tensors only, loaded weights_only)
-    drafter.pkl   a model-free drafter's cross-step state (suffix pools of earlier rollouts), when there is one:
-                  rejection sampling makes the realised tokens depend on the drafts, so an exact resume needs it
+    model/        the policy as a Hugging Face directory (safetensors, config, tokenizer): usable as is
+    trainer.*     optimizer + LR schedule (+ KL reference) and the torch RNG (the learner's part)
+    drafter.*     the rollout drafter's cross-step state, when it has any (suffix pools of earlier rollouts;
+                  drafter weights trained online): rejection sampling makes the realised tokens depend on
+                  the drafts, so an exact resume needs it
     state.json    step, Python RNG state, run bookkeeping; written last
 
-A checkpoint directory is written to a temporary name and renamed into place, so a crash or a full disk
-leaves the previous checkpoints untouched; only then are checkpoints older than the last K removed.
+Every file is safetensors or JSON (specrl.state_files): a run directory from elsewhere is read without
+unpickling anything. A checkpoint directory is written to a temporary name and renamed into place, so a
+crash or a full disk leaves the previous checkpoints untouched; only then are checkpoints older than the
+last K removed.
 """
 from __future__ import annotations
 
 import json
-import pickle
 import random
 import re
 import shutil
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
-import torch
+from safetensors import SafetensorError
 
 from ..io import atomic_dir
-from ..model import CausalLM, load_model, save_model
+from ..state_files import StateFileError, has_state, load_state, save_state
 
 CKPT_DIR = "checkpoints"
+DRAFTER_STATE = "drafter"
 _NAME = re.compile(r"^step_(\d{6,})$")
 
 
@@ -36,8 +39,11 @@ class Checkpoint(NamedTuple):
     path: Path
     step: int  # RL steps completed
     state: dict  # state.json
-    trainer: dict  # trainer.pt
-    drafter: object | None  # drafter.pkl
+    drafter: dict | None  # the drafter's state tree, when the run had one
+
+    @property
+    def model_dir(self) -> Path:
+        return self.path / "model"
 
 
 def checkpoint_paths(run_dir: str | Path) -> list[tuple[int, Path]]:
@@ -55,19 +61,18 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return paths[-1][1] if paths else None
 
 
-def save_checkpoint(run_dir: str | Path, step: int, policy: CausalLM, trainer_state: dict, state: dict,
-                    keep_last: int, tokenizer_dir: str | Path | None = None, drafter: object | None = None) -> Path:
-    """Writes step `step` atomically, then prunes to the newest `keep_last`. Raises CheckpointError on an
-    OS error (a full disk), with the previous checkpoints intact."""
+def save_checkpoint(run_dir: str | Path, step: int, save_learner: Callable[[Path], None], drafter: dict | None,
+                    state: dict, keep_last: int) -> Path:
+    """Writes step `step` atomically (`save_learner(dir)` writes the policy and optimizer parts), then
+    prunes to the newest `keep_last`. Raises CheckpointError on an OS error (a full disk), with the previous
+    checkpoints intact."""
     path = Path(run_dir) / CKPT_DIR / f"step_{step:06d}"
-    rng = {"torch_rng": torch.get_rng_state()}
     full_state = {**state, "step": step, "python_rng": _jsonable(random.getstate())}
     try:
         with atomic_dir(path) as tmp:
-            save_model(policy, tmp / "model", tokenizer_dir=tokenizer_dir)
-            torch.save({**trainer_state, **rng}, tmp / "trainer.pt")
+            save_learner(tmp)
             if drafter is not None:
-                (tmp / "drafter.pkl").write_bytes(pickle.dumps(drafter))
+                save_state(tmp, DRAFTER_STATE, drafter)
             (tmp / "state.json").write_text(json.dumps(full_state))
     except OSError as e:
         prev = latest_checkpoint(run_dir)
@@ -79,21 +84,29 @@ def save_checkpoint(run_dir: str | Path, step: int, policy: CausalLM, trainer_st
     return path
 
 
-def load_checkpoint(path: str | Path, device: str = "cpu", dtype=torch.float32) -> tuple[Checkpoint, CausalLM]:
-    """The checkpoint's bookkeeping and its policy. Restores the Python and torch RNGs."""
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """The checkpoint's bookkeeping and drafter state; restores the Python RNG. The learner restores the
+    policy, optimizer and torch RNG from the same directory (`Learner.load`)."""
     path = Path(path)
+    if (path / "drafter.pkl").exists():
+        raise CheckpointError(f"checkpoint {str(path)!r} holds a pickled drafter (drafter.pkl, written before "
+                              "specrl 0.2): specrl never unpickles files; delete drafter.pkl to resume without "
+                              "the suffix pools (same distribution, slower first steps)")
     try:
         state = json.loads((path / "state.json").read_text())
-        trainer = torch.load(path / "trainer.pt", map_location=device, weights_only=True)
-        policy = load_model(path / "model", device=device, dtype=dtype)
-        # our own file, written by save_checkpoint above (HF weights are never unpickled)
-        drafter = pickle.loads((path / "drafter.pkl").read_bytes()) if (path / "drafter.pkl").is_file() else None
-    except (OSError, ValueError, RuntimeError, pickle.UnpicklingError) as e:
-        raise CheckpointError(f"checkpoint {str(path)!r} is unreadable ({e}); delete it to resume from the "
-                              "one before") from e
+        drafter = load_state(path, DRAFTER_STATE) if has_state(path, DRAFTER_STATE) else None
+    except (OSError, ValueError, StateFileError) as e:
+        raise unreadable(path, e) from e
     random.setstate(_tuplify(state["python_rng"]))
-    torch.set_rng_state(trainer.pop("torch_rng"))
-    return Checkpoint(path, int(state["step"]), state, trainer, drafter), policy
+    return Checkpoint(path, int(state["step"]), state, drafter)
+
+
+def unreadable(path: Path, cause: Exception) -> CheckpointError:
+    return CheckpointError(f"checkpoint {str(path)!r} is unreadable ({type(cause).__name__}: {cause}); delete it "
+                           "to resume from the one before")
+
+
+READ_ERRORS = (OSError, ValueError, RuntimeError, KeyError, SafetensorError, StateFileError)
 
 
 def _jsonable(x):

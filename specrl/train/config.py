@@ -56,6 +56,9 @@ class RolloutConfig:
     # write the engine's per-step trace (rollout_trace.jsonl) and each step's workload and process-CPU
     # times (rollout_workload.jsonl) to the run directory: the input of `specrl simulate calibrate --train-runs`
     trace: bool = False
+    # the rollout engine behind the pipeline's seam (specrl.pipeline.seam.BACKENDS): "local" is an
+    # in-process engine; the name is checked against the registry before the run directory is touched
+    backend: str = "local"
 
     def validate(self) -> None:
         require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, ">= 1")

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="YAML file (see configs/default.yaml)")
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. optim.lr=1e-5")
     args = parser.parse_args(argv)
-    from ..pipeline.sync import RunStopped, train
+    from ..pipeline.run import RunStopped, train
     from .checkpoint import CheckpointError
     try:
         cfg = build_config(args.config, args.overrides)

@@ -10,11 +10,14 @@ import torch
 import specrl.pipeline.asynchronous as asynchronous
 import specrl.train.trainer as trainer_mod
 from specrl.pipeline.run_dir import WORKLOAD_FILE, read_jsonl
-from specrl.pipeline.sync import build_parts, generate_rollouts
+import specrl.pipeline.steps as steps
+from specrl.pipeline.run import build_parts
+from specrl.pipeline.steps import generate_rollouts
 from specrl.train.checkpoint import checkpoint_paths
 from specrl.train.data import build_sources
 from specrl.train.train_cli import build_config, main
 from specrl.model import load_model
+from tests.helpers import weights_equal
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 
 ASYNC = {"pipeline.mode": "async", "pipeline.rollout_threads": 1, "pipeline.train_threads": 1}
@@ -65,18 +68,15 @@ def test_the_worker_samples_each_step_with_its_versions_weights(setup, tmp_path)
     source, held_out = build_sources(cfg.data, cfg.seed)
 
     def parts_with(version_weights=None):
-        policy = load_model(setup[0])
+        parts = build_parts(cfg, setup[0], source, held_out)
         if version_weights is not None:
-            policy.load_state_dict(version_weights)
-        return build_parts(cfg, policy, source, held_out)
+            parts.rollout.backend.update_weights(version_weights.items(), 1)
+        return parts
 
-    v1 = parts_with().policy
     gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in v1.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=gen))
+    v1 = {k: v + 0.3 * torch.randn(v.shape, generator=gen) for k, v in load_model(setup[0]).state_dict().items()}
     versions = asynchronous.PolicyVersions()
-    versions.publish(1, v1)
+    versions.publish(1, v1.items())
     worker = asynchronous.RolloutWorker(parts_with(), cfg, 0, versions, threads=1)
     worker.cfg.schedule.max_steps = 3
     threads = torch.get_num_threads()
@@ -89,9 +89,9 @@ def test_the_worker_samples_each_step_with_its_versions_weights(setup, tmp_path)
 
     def tokens(ro):
         return [c.token_ids for r in ro.outputs for c in r.outputs]
-    assert tokens(got[2][0]) == tokens(generate_rollouts(2, parts_with(v1.state_dict()), cfg, 1))
-    assert tokens(got[2][0]) != tokens(generate_rollouts(2, parts_with(), cfg, 0))
-    assert tokens(got[0][0]) == tokens(generate_rollouts(0, parts_with(), cfg, 0))
+    assert tokens(got[2][0]) == tokens(generate_rollouts(2, parts_with(v1).rollout, cfg, 1))
+    assert tokens(got[2][0]) != tokens(generate_rollouts(2, parts_with().rollout, cfg, 0))
+    assert tokens(got[0][0]) == tokens(generate_rollouts(0, parts_with().rollout, cfg, 0))
 
 
 def test_a_worker_failure_stops_the_run_and_keeps_the_checkpoint(setup, tmp_path, monkeypatch, capsys):
@@ -128,8 +128,7 @@ def test_a_trainer_failure_stops_the_worker(setup, tmp_path, monkeypatch, capsys
 def test_a_stopped_trainer_cancels_a_generation_in_flight(setup, tmp_path, monkeypatch):
     """The trainer fails while the worker is inside generate(): the worker stops at its next engine step
     instead of finishing the batch, and the torch thread count of the caller is restored."""
-    import specrl.pipeline.sync as sync
-    started, real = threading.Event(), sync.learn
+    started, real = threading.Event(), asynchronous.learn
 
     def slow_generate(self, *args, **kw):  # a generate() that only ends when cancelled
         started.set()
@@ -145,10 +144,10 @@ def test_a_stopped_trainer_cancels_a_generation_in_flight(setup, tmp_path, monke
 
     real_generate = asynchronous.generate_rollouts
 
-    def generate(step, parts, *args, **kw):
+    def generate(step, side, *args, **kw):
         if step == 2:
-            monkeypatch.setattr(type(parts.llm), "generate", slow_generate)
-        return real_generate(step, parts, *args, **kw)
+            monkeypatch.setattr(type(side.backend.llm), "generate", slow_generate)
+        return real_generate(step, side, *args, **kw)
     monkeypatch.setattr(asynchronous, "generate_rollouts", generate)
     monkeypatch.setattr(asynchronous, "learn", failing_learn)
     threads = torch.get_num_threads()
@@ -170,13 +169,12 @@ def test_resume_restarts_the_pipeline_from_the_checkpoint(setup, tmp_path):
 
 def test_evaluation_sees_the_weights_of_the_step_it_reports(setup, tmp_path, monkeypatch):
     """Async evaluation runs on its own engine; it must hold the trainer's latest weights each time."""
-    import specrl.pipeline.sync as sync
-    from specrl.train.weight_sync import weights_equal
-    real, seen = sync.evaluate, []
+    real, seen = steps.evaluate, []
 
-    def spy(parts, max_tokens, llm):
-        seen.append(llm is not parts.llm and weights_equal(parts.policy, llm.model))
-        return real(parts, max_tokens, llm)
-    monkeypatch.setattr(sync, "evaluate", spy)
+    def spy(parts, max_tokens, backend):
+        seen.append(backend is not parts.rollout.backend
+                    and weights_equal(parts.learner.learner.policy, backend.llm.model))
+        return real(parts, max_tokens, backend)
+    monkeypatch.setattr(steps, "evaluate", spy)
     assert main(overrides(*setup, tmp_path / "eval", **ASYNC)) == 0
     assert seen == [True, True, True]  # steps 0, 2 and 4

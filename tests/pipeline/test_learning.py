@@ -6,7 +6,6 @@ from specrl import LLM, SamplingParams, SpecConfig
 from specrl.rl import compute_advantages
 from specrl.train.config import AlgorithmConfig, OptimConfig
 from specrl.train.trainer import PolicyTrainer, collate
-from specrl.train.weight_sync import sync_weights
 from tests.helpers import tiny_model
 
 PROMPT, GOOD = [0, 3, 4], 5
@@ -32,7 +31,7 @@ def test_grpo_raises_the_rewarded_tokens_probability():
                         advantages, pad_id=0)
         metrics = trainer.step(batch)
         assert metrics["logprob_diff"] < 1e-4  # the engine sampled from the policy it was synced with
-        sync_weights(policy, engine)
+        engine.update_weights(policy.state_dict())
     after = prob_of_good(policy)
     # before ~1/16; 15 steps at lr 3e-2 push it far up (observed > 0.5)
     assert after > before + 0.3, (before, after)

@@ -8,9 +8,12 @@ import pytest
 import torch
 
 import specrl.pipeline.sync as sync
+import specrl.train.learner as learner_mod
+from specrl.model import load_model
+from specrl.pipeline.run import train
+from specrl.state_files import load_state
 import specrl.train.trainer as trainer_mod
 from specrl.pipeline.run_dir import read_jsonl
-from specrl.train import checkpoint as ckpt_mod
 from specrl.train.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint
 from specrl.train.config import TrainConfig
 from specrl.train.train_cli import build_config, main
@@ -65,8 +68,8 @@ def test_resume_reproduces_the_uninterrupted_run(setup, straight_run, tmp_path, 
     assert main([f"resume={out}", "progress=false"]) == 0
     assert strip_timings(read_jsonl(out / "metrics.jsonl")) == strip_timings(read_jsonl(straight_run / "metrics.jsonl"))
     assert strip_timings(read_jsonl(out / "eval.jsonl")) == strip_timings(read_jsonl(straight_run / "eval.jsonl"))
-    a = torch.load(out / "checkpoints/step_000004/trainer.pt", weights_only=True)["optimizer"]["state"]
-    b = torch.load(straight_run / "checkpoints/step_000004/trainer.pt", weights_only=True)["optimizer"]["state"]
+    a = load_state(out / "checkpoints/step_000004", "trainer")["optimizer"]["state"]
+    b = load_state(straight_run / "checkpoints/step_000004", "trainer")["optimizer"]["state"]
     assert all(torch.equal(a[k]["exp_avg"], b[k]["exp_avg"]) for k in a)
 
 
@@ -87,25 +90,26 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(setup, tmp_pa
     assert "step 3" in capsys.readouterr().err
     assert [s for s, _ in checkpoint_paths(out)] == [2]
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
-    ckpt, policy = load_checkpoint(out / "checkpoints/step_000002")
+    ckpt = load_checkpoint(out / "checkpoints/step_000002")
+    policy = load_model(ckpt.model_dir)
     assert ckpt.step == 2 and all(torch.isfinite(p).all() for p in policy.parameters())
 
 
 def test_full_disk_while_checkpointing_keeps_the_previous_one(setup, tmp_path, monkeypatch):
-    real_save, calls = torch.save, []
+    real_save, calls = learner_mod.save_state, []
 
-    def save_then_disk_full(obj, path, *a, **kw):
-        calls.append(path)
+    def save_then_disk_full(directory, name, tree):
+        calls.append(directory)
         if len(calls) == 2:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_save(obj, path, *a, **kw)
-    monkeypatch.setattr(ckpt_mod.torch, "save", save_then_disk_full)
+        return real_save(directory, name, tree)
+    monkeypatch.setattr(learner_mod, "save_state", save_then_disk_full)
     out = tmp_path / "full"
     with pytest.raises(CheckpointError, match="No space left on device.*step_000001.*intact"):
-        sync.train(build_config(None, overrides(*setup, out, **{"schedule.save_every": 1})))
+        train(build_config(None, overrides(*setup, out, **{"schedule.save_every": 1})))
     monkeypatch.undo()
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000001"]  # no temp dir left
-    ckpt, _ = load_checkpoint(out / "checkpoints/step_000001")
+    ckpt = load_checkpoint(out / "checkpoints/step_000001")
     assert ckpt.step == 1
     rows = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
@@ -155,4 +159,6 @@ def test_resume_with_the_adaptive_drafter_reproduces_the_uninterrupted_run(setup
     monkeypatch.undo()
     assert main([f"resume={out}", "progress=false"]) == 0
     assert strip_timings(read_jsonl(out / "metrics.jsonl")) == strip_timings(read_jsonl(straight / "metrics.jsonl"))
-    assert (out / "checkpoints" / "step_000004" / "drafter.pkl").is_file()  # the suffix pools travel with it
+    ckpt = out / "checkpoints" / "step_000004"
+    assert (ckpt / "drafter.safetensors").is_file() and (ckpt / "drafter.json").is_file()  # the suffix pools
+    assert not list(ckpt.rglob("*.pkl")) and not list(ckpt.rglob("*.pt"))  # nothing to unpickle

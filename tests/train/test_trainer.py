@@ -10,8 +10,8 @@ import specrl.train.trainer as trainer_mod
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.train.config import AlgorithmConfig, OptimConfig
 from specrl.train.trainer import NonFiniteLossError, PolicyTrainer, collate
-from specrl.train.weight_sync import engine_copy, sync_weights, weights_equal
-from tests.helpers import tiny_model
+from specrl.pipeline.local import LocalBackend
+from tests.helpers import tiny_model, weights_equal
 
 
 def _trainer(model, micro=32, updates=1, lr=1e-2, **algo):
@@ -21,7 +21,7 @@ def _trainer(model, micro=32, updates=1, lr=1e-2, **algo):
 
 
 def _rollouts(model, spec=None, n=3):
-    llm = LLM(engine_copy(model), spec=spec, max_num_seqs=16)
+    llm = LLM(copy.deepcopy(model), spec=spec, max_num_seqs=16)
     prompts = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
     outs = llm.generate(prompts, SamplingParams(n=n, temperature=1.0, max_tokens=8, seed=1))
     samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs]
@@ -99,13 +99,15 @@ def test_mtp_modules_train_with_the_policy_without_changing_it():
 
 def test_weight_sync_copies_into_a_separate_engine_model():
     policy = tiny_model(seed=7, num_mtp_modules=1)
-    llm = LLM(engine_copy(policy), max_num_seqs=4)
+    llm = LLM(copy.deepcopy(policy), max_num_seqs=4)
+    backend = LocalBackend(llm)
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.01)
     assert not weights_equal(policy, llm.model)  # training never touches the engine's weights by itself
-    sync_weights(policy, llm)
+    backend.update_weights(policy.state_dict().items(), version=3)
     assert weights_equal(policy, llm.model)  # MTP modules included
+    assert backend.weights_version == 3
     assert llm.model.model.embed_tokens.weight.data_ptr() != policy.model.embed_tokens.weight.data_ptr()
 
 

@@ -1,0 +1,110 @@
+"""`specrl train`: builds the two sides of the pipeline through the seam and runs the driver the config picks."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+
+from ..config import dump_yaml
+from ..train.checkpoint import READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
+from ..train.config import TrainConfig
+from ..train.data import Example, PromptEncoder, PromptSource, build_sources
+from ..train.learner import LocalLearner
+from ..train.rewards import get_reward
+from .progress import StepProgress
+from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
+from .seam import backend_factory
+from .steps import LearnerSide, Parts, RolloutSide, RunStopped  # noqa: F401 - RunStopped is part of the API
+
+DRIVERS = ("sync", "async")
+
+
+def model_dir(cfg: TrainConfig) -> Path:
+    if cfg.model is not None:
+        return Path(cfg.model)
+    from ..tasks import default_policy_path
+    return default_policy_path()
+
+
+def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_out: list[Example],
+                version: int = 0, trace_path: Path | None = None) -> Parts:
+    """Both sides over the weights in `weights_dir` (the base policy, or a checkpoint's model/)."""
+    make_backend = backend_factory(cfg.rollout.backend)
+    encoder = PromptEncoder(model_dir(cfg), cfg.data.chat_template)
+    learner = LocalLearner.build(weights_dir, cfg, version, tokenizer_dir=model_dir(cfg))
+    backend = make_backend(weights_dir, cfg, trace_path)
+    backend.weights_version = version
+    # async: evaluation runs on the trainer's side with its own engine, so the rollout worker never pauses
+    eval_backend = make_backend(weights_dir, cfg) if cfg.pipeline.mode == "async" else None
+    return Parts(RolloutSide(backend, source, encoder),
+                 LearnerSide(learner, get_reward(cfg.reward.name), encoder, learner.pad_id), held_out, eval_backend)
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Runs `specrl train`; returns a summary (initial/final held-out accuracy, steps, run dir)."""
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    get_reward(cfg.reward.name)  # bad names and bad data fail before the run directory is touched
+    backend_factory(cfg.rollout.backend)
+    source, held_out = build_sources(cfg.data, cfg.seed)
+    run, ckpt = _start(cfg)
+    start = 0 if ckpt is None else ckpt.step
+    parts = build_parts(cfg, model_dir(cfg) if ckpt is None else ckpt.model_dir, source, held_out, start,
+                        run.path / TRACE_FILE if cfg.rollout.trace else None)
+    if cfg.rollout.trace:
+        parts.workload_log = lambda row: run.log(row, WORKLOAD_FILE, tensorboard=False)
+    if ckpt is not None:
+        _restore(parts, ckpt)
+    bar = StepProgress(cfg.schedule.max_steps, start, cfg.progress)
+    try:
+        if cfg.pipeline.mode == "async":
+            from .asynchronous import run_async
+            run_async(run, parts, cfg, start, bar)
+        else:
+            from .sync import run_sync
+            run_sync(run, parts, cfg, start, bar)
+    finally:
+        bar.close()
+        run.close()
+        for backend in {id(b): b for b in (parts.rollout.backend, parts.evaluator)}.values():
+            backend.close()
+        if cfg.plots:
+            run.plot()
+    return _summary(run)
+
+
+def _start(cfg: TrainConfig) -> tuple[RunDir, Checkpoint | None]:
+    """The run directory and the checkpoint to restore (None for a new run)."""
+    if cfg.resume is None:
+        return RunDir.create(cfg.out_dir, cfg, cfg.tensorboard), None
+    run = RunDir.open(cfg.resume, cfg.tensorboard)
+    path = latest_checkpoint(run.path)
+    if path is None:
+        raise FileNotFoundError(f"run {cfg.resume!r} has no complete checkpoint to resume from; start a new run "
+                                "(or lower schedule.save_every next time)")
+    ckpt = load_checkpoint(path)
+    run.truncate(ckpt.step)
+    dump_yaml(cfg, run.path / "config.yaml")  # e.g. a raised max_steps
+    return run, ckpt
+
+
+def _restore(parts: Parts, ckpt: Checkpoint) -> None:
+    """The optimizer state and torch RNG into the learner, the drafter's state into the rollout engine."""
+    try:
+        parts.learner.learner.load(ckpt.path)
+    except READ_ERRORS as e:
+        raise unreadable(ckpt.path, e) from e
+    if ckpt.drafter is not None and parts.rollout.backend.drafter_state() is not None:
+        parts.rollout.backend.load_drafter_state(ckpt.drafter)
+
+
+def _summary(run: RunDir) -> dict:
+    evals = read_jsonl(run.path / "eval.jsonl")
+    rows = read_jsonl(run.path / "metrics.jsonl")
+    return {"run_dir": str(run.path), "steps": rows[-1]["step"] if rows else 0,
+            "eval_accuracy_initial": evals[0]["accuracy"] if evals else None,
+            "eval_accuracy_final": evals[-1]["accuracy"] if evals else None,
+            "train_s": sum(r["step_s"] for r in rows), "eval_s": sum(e["eval_s"] for e in evals)}

@@ -1,0 +1,198 @@
+"""The per-step pieces both drivers are made of: rollout, reward + learn, evaluate, finish, stop.
+
+They reach the engine and the trainer only through the seam (`RolloutBackend`, `Learner`). `Parts` is split
+the way a multi-process run splits: the rollout side (engine and prompts) and the learner side (trainer and
+reward); the pipeline moves prompts, samples and weights between them.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..engine import SamplingParams
+from ..rl import compute_advantages
+from ..train.checkpoint import latest_checkpoint, save_checkpoint
+from ..train.config import TrainConfig
+from ..train.data import Example, PromptEncoder, PromptSource, step_seed
+from ..train.rewards import RewardFn
+from ..train.trainer import NonFiniteLossError, collate
+from .progress import StepProgress
+from .run_dir import TIME_KEYS, RunDir
+from .seam import Learner, RolloutBackend
+
+
+class RunStopped(RuntimeError):
+    """The run stopped early (e.g. a NaN loss); the run directory and last good checkpoint are intact."""
+
+
+@dataclass
+class RolloutSide:
+    backend: RolloutBackend
+    source: PromptSource
+    encoder: PromptEncoder
+
+
+@dataclass
+class LearnerSide:
+    learner: Learner
+    reward: RewardFn
+    encoder: PromptEncoder
+    pad_id: int
+
+
+@dataclass
+class Parts:
+    rollout: RolloutSide
+    learner: LearnerSide
+    held_out: list[Example]
+    eval_backend: RolloutBackend | None = None  # None: evaluate on the rollout backend
+    workload_log: Callable[[dict], None] | None = None  # rollout.trace: rows of rollout_workload.jsonl
+
+    @property
+    def evaluator(self) -> RolloutBackend:
+        return self.eval_backend if self.eval_backend is not None else self.rollout.backend
+
+
+@dataclass
+class Rollout:
+    """One step's samples and what generating them cost."""
+    step: int  # the RL step they train (0-based)
+    version: int  # the policy version (completed training steps) whose weights sampled them
+    examples: list[Example]
+    outputs: list  # RequestOutput per prompt, n completions each
+    stats: dict  # the engine's counters over this generate() call
+    wall_s: float
+    cpu_s: float
+
+
+def generate_rollouts(step: int, side: RolloutSide, cfg: TrainConfig, version: int,
+                      cpu_clock: Callable[[], float] = time.process_time) -> Rollout:
+    """Samples prompts and rolls out n per prompt; per-prompt seeds make the step reproducible."""
+    ro, t0, c0 = cfg.rollout, time.perf_counter(), cpu_clock()
+    examples = side.source.batch(step, ro.prompts_per_step)
+    prompts = [side.encoder.encode(e.prompt) for e in examples]
+    params = [SamplingParams(n=ro.n, temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
+                             max_tokens=ro.max_tokens, seed=step_seed(cfg.seed, step, salt=i + 1))
+              for i in range(len(prompts))]
+    side.backend.reset_stats()
+    side.backend.set_trace_tags({"rl_step": step + 1, "call": "rollout"})
+    outs = side.backend.generate(prompts, params)
+    return Rollout(step, version, examples, outs, side.backend.stats(), time.perf_counter() - t0,
+                   cpu_clock() - c0)
+
+
+def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
+          cpu_clock: Callable[[], float] = time.process_time) -> tuple[dict, dict]:
+    """Rewards, group-relative advantages and the policy update on one step's rollouts. Samples from an
+    older policy version are off-policy: their tokens' loss gets the truncated importance ratio.
+    Returns the metrics row (without the step's timings) and the reward/train seconds on both clocks."""
+    examples, outs = rollout.examples, rollout.outputs
+    t0, c0 = time.perf_counter(), cpu_clock()
+    samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs]
+    rewards = torch.tensor([side.reward(side.encoder.decode(c.token_ids), examples[r.request_id].answer,
+                                        examples[r.request_id].prompt)
+                            for r in outs for c in r.outputs], dtype=torch.float32)  # [N]
+    advantages = compute_advantages(cfg.algorithm.advantage, rewards, group_size=cfg.rollout.n)  # [N]
+    t1, c1 = time.perf_counter(), cpu_clock()
+    batch = collate([p for p, _ in samples], [c.token_ids for _, c in samples], [c.logprobs for _, c in samples],
+                    advantages, side.pad_id)
+    off_policy = rollout.version < rollout.step
+    train_metrics = side.learner.step(batch, is_cap=cfg.algorithm.is_cap if off_policy else None)
+    t2, c2 = time.perf_counter(), cpu_clock()
+    lens = np.array([len(c.token_ids) for _, c in samples])
+    stats, gen_s = rollout.stats, rollout.wall_s
+    row = {"step": rollout.step + 1, "reward_mean": float(rewards.mean()),
+           "accuracy": float((rewards >= 1.0).float().mean()),
+           "response_len_p50": float(np.percentile(lens, 50)), "response_len_p99": float(np.percentile(lens, 99)),
+           "gen_tokens_per_s": stats["generated_tokens"] / max(gen_s, 1e-9),
+           "acceptance_length": stats["acceptance_length"], "acceptance_rate": stats["acceptance_rate"],
+           "target_forwards": stats["target_forwards"], "generated_tokens": stats["generated_tokens"],
+           **train_metrics}
+    times = {"rollout_s": gen_s, "rollout_cpu_s": rollout.cpu_s, "reward_s": t1 - t0, "reward_cpu_s": c1 - c0,
+             "train_s": t2 - t1, "train_cpu_s": c2 - c1}
+    return row, times
+
+
+def sync_weights(learner: Learner, backend: RolloutBackend) -> None:
+    """The backend takes the learner's current weights, tagged with its version."""
+    backend.update_weights(learner.named_weights(), learner.version)
+
+
+def row_times(times: dict) -> dict:
+    """The wall seconds a metrics row carries (the CPU times go to rollout_workload.jsonl only)."""
+    return {k: times[k] for k in (*TIME_KEYS, "step_s")}
+
+
+def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict) -> dict:
+    """One rollout_workload.jsonl row: the step's shape and lengths, and its wall and process-CPU seconds
+    of rollout, reward, training, weight sync and the whole step."""
+    ro = cfg.rollout
+    samples = [(r.prompt_token_ids, c) for r in rollout.outputs for c in r.outputs]
+    return {"step": rollout.step + 1, "prompt_lens": [len(p) for p, _ in samples],
+            "response_lengths": [len(c.token_ids) for _, c in samples], "n": ro.n,
+            "max_num_seqs": ro.max_num_seqs, "micro_batch_size": cfg.optim.micro_batch_size,
+            "method": ro.spec.method if ro.spec.enabled else None,
+            "k": ro.spec.num_speculative_tokens if ro.spec.enabled else 0,
+            "mode": cfg.pipeline.mode, "max_policy_lag": cfg.pipeline.max_policy_lag if cfg.pipeline.mode == "async"
+            else 0, "version": rollout.version, **times}
+
+
+def evaluate(parts: Parts, max_tokens: int, backend: RolloutBackend) -> float:
+    """Greedy accuracy on the held-out examples (greedy + lossless SD = the same tokens as without SD)."""
+    if not parts.held_out:
+        return float("nan")
+    enc, reward = parts.rollout.encoder, parts.learner.reward
+    prompts = [enc.encode(e.prompt) for e in parts.held_out]
+    outs = backend.generate(prompts, [SamplingParams(temperature=0.0, max_tokens=max_tokens)] * len(prompts))
+    scores = [reward(enc.decode(o.outputs[0].token_ids), e.answer, e.prompt) for o, e in zip(outs, parts.held_out)]
+    return sum(s >= 1.0 for s in scores) / len(scores)
+
+
+def run_eval(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepProgress) -> float:
+    """Held-out evaluation after `step` steps, logged to eval.jsonl."""
+    t0 = time.perf_counter()
+    backend = parts.evaluator
+    backend.set_trace_tags({"rl_step": step, "call": "eval"})  # after step `step`, so resume can truncate it
+    acc = evaluate(parts, cfg.data.eval_max_tokens, backend)
+    run.log({"step": step, "accuracy": acc, "eval_s": time.perf_counter() - t0, "problems": len(parts.held_out)},
+            "eval.jsonl")
+    bar.log(f"step {step}: held-out greedy accuracy {acc:.3f} on {len(parts.held_out)} problems")
+    return acc
+
+
+def finish_step(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: StepProgress,
+                save_drafter: bool = True) -> None:
+    """After a step's update: the held-out evaluation when due (a separate eval backend gets the new
+    weights first), the metrics row, and the checkpoint (with the drafter's state when `save_drafter`)."""
+    sched, done = cfg.schedule, row["step"]
+    learner = parts.learner.learner
+    if done == sched.max_steps or (sched.eval_every and done % sched.eval_every == 0):
+        if parts.eval_backend is not None:
+            sync_weights(learner, parts.eval_backend)
+        row["eval_accuracy"] = run_eval(run, parts, cfg, done, bar)
+    run.log(row)
+    bar.update(row)
+    if done == sched.max_steps or done % sched.save_every == 0:
+        drafter = parts.rollout.backend.drafter_state() if save_drafter else None
+        save_checkpoint(run.path, done, learner.save, drafter, {"seed": cfg.seed}, sched.keep_last)
+
+
+def stopped(run: RunDir, step: int, cause: str, fix: str) -> RunStopped:
+    """The error that ends a run at `step` (0-based), naming the last good checkpoint."""
+    last = latest_checkpoint(run.path)
+    return RunStopped(f"step {step + 1}: {cause}. The run stopped; the last good checkpoint is "
+                      f"{str(last) if last else 'none (no step was saved yet)'}. {fix}")
+
+
+def checked(fn: Callable, run: RunDir, step: int, *args):
+    """fn(step, *args), with a NaN loss turned into RunStopped."""
+    try:
+        return fn(step, *args)
+    except NonFiniteLossError as e:
+        raise stopped(run, step, str(e), "Lower optim.lr or optim.grad_clip and resume, or check the rewards "
+                      "for NaN") from e
