@@ -45,7 +45,10 @@ def reward_weights(rewards: Tensor, w_min: float = 0.0, w_max: float = 2.0, eps:
     """ReSpec's w(r): 1 + (r - mean) / std, clipped to [w_min, w_max]. rewards: [N] -> [N].
     Equal rewards give all ones (plain distillation); better trajectories weigh more."""
     r = rewards.float()
-    z = (r - r.mean()) / (r.std(unbiased=False) + eps)  # [N]
+    std = r.std(unbiased=False)
+    if std < eps:  # equal rewards (up to rounding of the mean): no signal, plain distillation
+        return torch.ones_like(r)
+    z = (r - r.mean()) / std  # [N]
     return (1.0 + z).clamp(w_min, w_max)
 
 
