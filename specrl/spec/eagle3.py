@@ -79,7 +79,7 @@ class Eagle3Drafter:
             u = hash_uniform(params[3], pos + 2 + steps, STREAM_DRAFT)  # [B, K]
         drafts, qs = [], []
         for j in range(K):  # one head forward per draft step for the whole batch
-            logits = self.target.lm_head_logits(self.head.norm(h))  # [B, 1, V]
+            logits = self.head.full_logits(h, self.target)  # [B, 1, V], -inf outside a draft vocabulary
             if params is None:
                 tok = logits.argmax(-1)  # [B, 1]
             else:  # q = the head's distribution under each row's own temperature/top-k/top-p

@@ -22,9 +22,10 @@ Checkpoint directory (HF-like, one `model.safetensors`):
 
 These are the key names of the EAGLE-3 checkpoints that vLLM (`llama_eagle3.py`, which maps `midlayer.` to
 `layers.0.`) and SGLang/SpecForge load, with the same norm placement (residual taken before `hidden_norm`).
-Differences: (1) no `lm_head.weight`, `d2t` or `t2d`: we always draft over the full target vocabulary with
-the target's lm_head (vLLM's format carries its own lm_head over a reduced `draft_vocab_size` and maps ids
-with `target = draft + d2t[draft]`); to export, add `lm_head.weight` = the target's and omit d2t/t2d.
+Differences: (1) by default no `lm_head.weight`, `d2t` or `t2d`: the head drafts over the full target
+vocabulary with the target's lm_head. With `draft_vocab_size` set it carries its own `lm_head.weight`
+[Vd, D] and `d2t` [Vd] (target id = draft id + d2t[draft id], vLLM's convention) and `full_logits` puts
+-inf outside the draft vocabulary; `specrl export-drafter` writes the public layout (docs/drafter_export.md).
 (2) `embed_tokens` is also omitted; vLLM then shares the target's, as we do. (3) `target_hidden_layers`
 index decoder-layer *outputs*; vLLM's `eagle_aux_hidden_state_layer_ids` index layer *inputs*, i.e. +1,
 and we write both.
@@ -67,12 +68,16 @@ class Eagle3Config:
     target_hidden_layers: tuple[int, ...]
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
+    draft_vocab_size: int | None = None  # None: draft over the target's vocabulary with the target's lm_head
 
     def __post_init__(self):
         self.target_hidden_layers = tuple(int(i) for i in self.target_hidden_layers)
         if len(self.target_hidden_layers) != 3:
             raise ValueError(f"target_hidden_layers={list(self.target_hidden_layers)}: EAGLE-3 fuses exactly 3 "
                              "target layers (low, mid, high), e.g. [1, 2, 3]")
+        if self.draft_vocab_size is not None and not 1 <= self.draft_vocab_size <= self.vocab_size:
+            raise ValueError(f"draft_vocab_size={self.draft_vocab_size}: expected 1..vocab_size ({self.vocab_size}) "
+                             "or None for the full vocabulary")
 
     @classmethod
     def for_target(cls, target: ModelConfig, layers: tuple[int, ...] | None = None,
@@ -97,16 +102,27 @@ class Eagle3Config:
                 "intermediate_size": self.intermediate_size, "num_attention_heads": self.num_heads,
                 "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
                 "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta,
-                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i + 1 for i in self.target_hidden_layers]}}
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i + 1 for i in self.target_hidden_layers]},
+                **({"draft_vocab_size": self.draft_vocab_size} if self.draft_vocab_size is not None else {})}
 
     @classmethod
     def from_hf(cls, hf: dict) -> "Eagle3Config":
-        if "Eagle3Head" not in hf.get("architectures", []):
-            raise ValueError(f"config.json architectures={hf.get('architectures')}: expected ['Eagle3Head'] "
-                             f"(an EAGLE-3 head written by specrl); {DEFAULT_INSTALL_HINT}")
+        """Reads our own `Eagle3Head` config or the public `LlamaForCausalLMEagle3` one (see export.py)."""
+        archs = hf.get("architectures", [])
+        if "Eagle3Head" not in archs and "LlamaForCausalLMEagle3" not in archs:
+            raise ValueError(f"config.json architectures={archs}: expected ['Eagle3Head'] (an EAGLE-3 head written "
+                             f"by specrl) or ['LlamaForCausalLMEagle3'] (`specrl export-drafter`); "
+                             f"{DEFAULT_INSTALL_HINT}")
+        layers = hf.get("target_hidden_layers")
+        if layers is None:  # the public layout counts layer inputs: ours = theirs - 1
+            layers = [i - 1 for i in hf["eagle_config"]["eagle_aux_hidden_state_layer_ids"]]
+        head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
+        dvs = hf.get("draft_vocab_size")
+        if "Eagle3Head" not in archs:  # the public layout always carries its own lm_head (vLLM's default: V)
+            dvs = dvs or hf["vocab_size"]
         return cls(hf["vocab_size"], hf["hidden_size"], hf["intermediate_size"], hf["num_attention_heads"],
-                   hf["num_key_value_heads"], hf["head_dim"], tuple(hf["target_hidden_layers"]),
-                   hf.get("rms_norm_eps", 1e-6), hf.get("rope_theta", 10000.0))
+                   hf["num_key_value_heads"], head_dim, tuple(layers), hf.get("rms_norm_eps", 1e-6),
+                   hf.get("rope_theta", 10000.0), dvs)
 
 
 class Eagle3Layer(nn.Module):
@@ -132,6 +148,32 @@ class Eagle3Head(nn.Module):
         self.fc = nn.Linear(3 * cfg.hidden_size, cfg.hidden_size, bias=False)
         self.midlayer = Eagle3Layer(cfg)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = None  # own output layer over a draft vocabulary; None: the target's lm_head
+        if cfg.draft_vocab_size is not None:
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+            # the public convention: target id = draft id + d2t[draft id]
+            self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+
+    @property
+    def target_ids(self) -> torch.Tensor | None:
+        """Target id of each draft id [Vd], or None when the head drafts over the whole target vocabulary."""
+        if self.lm_head is None:
+            return None
+        return torch.arange(len(self.d2t), device=self.d2t.device) + self.d2t
+
+    def draft_logits(self, h: torch.Tensor, target) -> torch.Tensor:
+        """Pre-norm output h [B, T, D] -> logits over the draft vocabulary [B, T, Vd] (Vd = V without one)."""
+        x = self.norm(h)
+        return target.lm_head_logits(x) if self.lm_head is None else self.lm_head(x)
+
+    def full_logits(self, h: torch.Tensor, target) -> torch.Tensor:
+        """Logits over the target vocabulary [B, T, V]: -inf outside the draft vocabulary, so q is 0 there
+        and verification stays exact."""
+        small = self.draft_logits(h, target)  # [B, T, Vd]
+        if self.lm_head is None:
+            return small
+        full = small.new_full((*small.shape[:-1], self.config.vocab_size), float("-inf"))  # [B, T, V]
+        return full.index_copy(-1, self.target_ids, small)
 
     def fuse(self, hidden: list[torch.Tensor]) -> torch.Tensor:
         """Three target layers' outputs, each [B, T, D] -> fused feature [B, T, D]."""
@@ -176,7 +218,8 @@ def init_head(cfg: Eagle3Config, seed: int = 0, std: float = 0.02) -> Eagle3Head
 
 def save_head(head: Eagle3Head, path: str | Path, dtype: torch.dtype | None = None) -> Path:
     """Writes config.json + model.safetensors atomically (`dtype`, e.g. bf16, to ship small)."""
-    state = {k: v.detach().to("cpu", dtype or v.dtype).contiguous() for k, v in head.state_dict().items()}
+    state = {k: v.detach().to("cpu", (dtype or v.dtype) if v.is_floating_point() else v.dtype).contiguous()
+             for k, v in head.state_dict().items()}
     hf = head.config.to_hf()
     hf["torch_dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")
     with atomic_dir(path) as tmp:
@@ -192,7 +235,8 @@ def load_head(path: str | Path, device="cpu", dtype: torch.dtype = torch.float32
                                 f"{DEFAULT_INSTALL_HINT}")
     cfg = Eagle3Config.from_hf(json.loads((path / "config.json").read_text()))
     head = Eagle3Head(cfg)
-    missing, unexpected = head.load_state_dict(load_file(str(path / "model.safetensors")), strict=False)
+    state = {k: v for k, v in load_file(str(path / "model.safetensors")).items() if k != "t2d"}  # t2d: from d2t
+    missing, unexpected = head.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise ValueError(f"EAGLE-3 checkpoint {str(path)!r} does not match its config: missing {missing[:5]}, "
                          f"unexpected {unexpected[:5]}")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from ..model import CausalLM, ModelConfig, load_model, save_model
+from ..model import CausalLM, load_model, save_model
+from ..spec.scratch import student_from_policy  # noqa: F401 (shared with the online cold start)
 from .drafter_data import (DrafterTrainArgs, Pair, TokenBatch, fit, pad_batch, soft_cross_entropy, teacher_forward,
                            token_batches)
 
@@ -24,20 +25,6 @@ class DraftModelOptions:
     def __post_init__(self):
         if self.num_layers is not None and self.num_layers < 1:
             raise ValueError(f"DraftModelOptions.num_layers={self.num_layers}: expected >= 1")
-
-
-def student_from_policy(policy: CausalLM, num_layers: int) -> CausalLM:
-    """Same family and vocabulary, `num_layers` layers copied from evenly spaced policy layers."""
-    cfg = ModelConfig(**{**policy.config.to_dict(), "num_layers": num_layers, "num_mtp_modules": 0})
-    student = CausalLM(cfg)
-    L, state = policy.config.num_layers, policy.state_dict()
-    picks = [round(i * (L - 1) / max(num_layers - 1, 1)) for i in range(num_layers)]
-    own = {k: v for k, v in state.items() if not k.startswith(("model.layers.", "mtp."))}
-    for i, j in enumerate(picks):
-        prefix = f"model.layers.{j}."
-        own.update({f"model.layers.{i}.{k[len(prefix):]}": v for k, v in state.items() if k.startswith(prefix)})
-    student.load_state_dict(own)
-    return student
 
 
 def distil_loss(policy: CausalLM, student: CausalLM, batch: TokenBatch) -> torch.Tensor:

@@ -60,7 +60,7 @@ def ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.
 
 def ttt_unroll(head: Eagle3Head, policy, features: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
                steps: int) -> list[torch.Tensor]:
-    """Logits [B, T, V] of each unroll step; step j at index t predicts token t+2+j. features: the three
+    """Logits [B, T, Vd] of each unroll step (over the draft vocabulary, V without one); step j at index t predicts token t+2+j. features: the three
     target layers' outputs concatenated [B, T, 3D]; ids, positions: [B, T]."""
     h = head.fc(features)  # [B, T, D]
     with torch.no_grad():
@@ -71,7 +71,7 @@ def ttt_unroll(head: Eagle3Head, policy, features: torch.Tensor, ids: torch.Tens
         keys.append(k)
         values.append(v)
         h = head.finish(h, ttt_attention(q, keys, values))  # [B, T, D] pre-norm, fed to the next step
-        logits.append(policy.lm_head_logits(head.norm(h)))  # [B, T, V]
+        logits.append(head.draft_logits(h, policy))  # [B, T, Vd] (Vd = V without a draft vocabulary)
     return logits
 
 

@@ -18,6 +18,7 @@ import torch
 from ..model import CausalLM, ModelConfig, load_model, save_model
 from ..model.mtp import MTPStack
 from ..spec.mtp import save_mtp_only
+from ..spec.scratch import init_stack
 from .drafter_data import (DrafterTrainArgs, Pair, TokenBatch, fit, pad_batch, soft_cross_entropy, teacher_forward,
                            token_batches)
 
@@ -33,19 +34,6 @@ class MTPOptions:
         if not 1 <= self.num_modules <= self.unroll or not 0 < self.decay <= 1:
             raise ValueError(f"MTPOptions num_modules={self.num_modules}, unroll={self.unroll}, decay={self.decay}: "
                              "expected 1 <= num_modules <= unroll and 0 < decay <= 1")
-
-
-def init_stack(policy: CausalLM, num_modules: int) -> MTPStack:
-    cfg = ModelConfig(**{**policy.config.to_dict(), "num_mtp_modules": num_modules})
-    stack = MTPStack(cfg)
-    with torch.no_grad():
-        for m in stack.layers:
-            m.block.load_state_dict(policy.model.layers[-1].state_dict())
-            m.eh_proj.weight.normal_(0, 0.02)
-            # residual branches start closed, so the block starts as the identity on its fused input
-            m.block.self_attn.o_proj.weight.zero_()
-            m.block.mlp.down_proj.weight.zero_()
-    return stack
 
 
 def mtp_loss(policy: CausalLM, stack: MTPStack, batch: TokenBatch, opts: MTPOptions) -> torch.Tensor:
@@ -78,7 +66,7 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
     opts = opts or MTPOptions()
     torch.manual_seed(args.seed)
     policy = load_model(policy_path).requires_grad_(False)
-    stack = init_stack(policy, opts.num_modules)
+    stack = init_stack(policy, opts.num_modules, args.seed)
     metrics = fit(stack, lambda batch: mtp_loss(policy, stack, batch, opts),
                   map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args)
     if opts.mtp_only:

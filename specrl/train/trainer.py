@@ -18,6 +18,7 @@ from ..model import CausalLM
 from ..rl import (aggregate, aggregate_denom, clipped_policy_loss, entropy_from_logits, kl_penalty, token_logprobs,
                   truncated_importance_ratio)
 from .config import AlgorithmConfig, OptimConfig
+from .drafter_capture import DrafterBatch, capture, model_layers
 from .optim import build_optimizer, clip_grad, warmup_cosine_scheduler
 
 
@@ -73,6 +74,10 @@ class PolicyTrainer:
                                                  total_steps * algo.updates_per_step, optim.min_lr_ratio)
         # the frozen reference of the KL penalty: the policy as it was when training started
         self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if algo.kl_coef > 0 else None
+        # online drafter training (drafter_capture.py): layers to capture from the update's own forward (-1:
+        # the final normed hidden); None: off. `step` leaves one DrafterBatch per micro-batch in `captured`.
+        self.capture_layers: tuple[int, ...] | None = None
+        self.captured: list[DrafterBatch] = []
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
@@ -108,6 +113,7 @@ class PolicyTrainer:
         old = self.score(self.model, batch) if self.algo.updates_per_step > 1 else None
         ref = self.score(self.ref_model, batch) if self.ref_model is not None else None
         seen = torch.zeros_like(batch.gen_logp) if old is None else old  # [N, T] trainer logprobs, for the audit
+        self.captured = []
         sums: dict[str, float] = defaultdict(float)
         for rows in torch.arange(batch.num_rows).chunk(self.algo.updates_per_step):
             self._update(batch, rows, old, ref, seen, sums, is_cap)
@@ -129,7 +135,10 @@ class PolicyTrainer:
         for idx in self.micro_batches(rows, batch.lengths):
             mb = batch.rows(idx, self.device)
             T = mb.input_ids.shape[1]
-            out = self.model(mb.input_ids)
+            layers = self.capture_layers
+            out = self.model(mb.input_ids, hidden_layers=model_layers(layers or ()))
+            if layers is not None:
+                self.captured.append(capture(out, mb.input_ids, mb.mask, idx, layers))
             logits = out.logits  # [b, T, V]
             logp = token_logprobs(logits, mb.targets, self.temperature)  # [b, T]
             if old is None:

@@ -1,0 +1,63 @@
+"""Losses of online drafter training: pure, batched tensor functions.
+
+A drafter's q is trained towards the policy's p (both temperature-scaled, since rollouts sample at a
+temperature and verification compares the scaled distributions):
+
+- `forward_kl(draft_logits, policy_logits, T)`: KL(p || q) per position, i.e. the soft cross-entropy
+  -sum_x p log q minus the constant H(p) (ReSpec's distillation term, NeMo-RL's soft-CE; same gradient);
+- `accepted_mass(...)`: sum_x min(p(x), q(x)) per position, the probability that a draft sampled from q
+  is accepted by the verifier (Leviathan et al.); training maximises it (loss 1 - mass);
+- `reward_weights(rewards)`: ReSpec's per-trajectory weight w(r), normalised to mean 1 and clipped;
+- `weighted_token_mean(values, mask, row_weights, denom)`: the token mean with per-row weights, with an
+  explicit denominator so that micro-batches accumulate to the mean over the whole batch.
+
+A reduced draft vocabulary (EAGLE-3 `draft_vocab_size`) is handled by `restrict_to(policy_logits, ids)`:
+the policy's logits gathered at the draft vocabulary's target ids, so both sides have the same width.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def restrict_to(policy_logits: Tensor, target_ids: Tensor | None) -> Tensor:
+    """policy_logits [..., V] -> [..., Vd] at the draft vocabulary's target ids (all of V when None)."""
+    return policy_logits if target_ids is None else policy_logits.index_select(-1, target_ids)
+
+
+def forward_kl(draft_logits: Tensor, policy_logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """KL(p || q) per position. draft_logits, policy_logits: [B, T, V] -> [B, T]."""
+    logp = torch.log_softmax(policy_logits.float() / temperature, dim=-1)  # [B, T, V]
+    logq = torch.log_softmax(draft_logits.float() / temperature, dim=-1)  # [B, T, V]
+    return (logp.exp() * (logp - logq)).sum(-1)
+
+
+def accepted_mass(draft_logits: Tensor, policy_logits: Tensor, temperature: float = 1.0,
+                  policy_probs: Tensor | None = None) -> Tensor:
+    """sum_x min(p(x), q(x)) per position: [B, T, V] -> [B, T]. `policy_probs` [B, T, V] overrides p
+    (a reduced draft vocabulary passes the full-vocabulary p gathered at its ids, unnormalised)."""
+    p = torch.softmax(policy_logits.float() / temperature, dim=-1) if policy_probs is None else policy_probs
+    q = torch.softmax(draft_logits.float() / temperature, dim=-1)  # [B, T, V]
+    return torch.minimum(p, q).sum(-1)
+
+
+def reward_weights(rewards: Tensor, w_min: float = 0.0, w_max: float = 2.0, eps: float = 1e-6) -> Tensor:
+    """ReSpec's w(r): 1 + (r - mean) / std, clipped to [w_min, w_max]. rewards: [N] -> [N].
+    Equal rewards give all ones (plain distillation); better trajectories weigh more."""
+    r = rewards.float()
+    std = r.std(unbiased=False)
+    if std < eps:  # equal rewards (up to rounding of the mean): no signal, plain distillation
+        return torch.ones_like(r)
+    z = (r - r.mean()) / std  # [N]
+    return (1.0 + z).clamp(w_min, w_max)
+
+
+def weighted_token_mean(values: Tensor, mask: Tensor, row_weights: Tensor | None = None,
+                        denom: Tensor | float | None = None) -> Tensor:
+    """sum_{b,t} w_b * values * mask / denom. values, mask: [B, T]; row_weights: [B]; denom defaults to
+    mask.sum() (pass the whole batch's token count when accumulating over micro-batches)."""
+    m = mask.float()
+    if row_weights is not None:
+        m = m * row_weights[:, None].float()  # [B, T]
+    d = mask.float().sum().clamp(min=1) if denom is None else denom
+    return (values * m).sum() / d

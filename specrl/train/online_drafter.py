@@ -1,0 +1,207 @@
+"""Online drafter training: keeps a model drafter (eagle3, draft_model, mtp) aligned with the policy as it trains.
+
+    online = OnlineDrafterTrainer.from_drafter(llm.drafter, policy, OnlineDrafterConfig())  # or .from_spec
+    policy_trainer.capture_layers = online.capture_layers       # the trainer's forward hands over the data
+    metrics = policy_trainer.step(batch)
+    metrics |= online.step(policy_trainer.captured, rewards)     # drafter_loss, drafter_kl, ...
+    load_drafter_weights(llm.drafter, online.named_weights(), online.version)   # spec/weights.py
+
+One `step` = `updates_per_step` AdamW steps on the trainer's own fp32 copy of the drafter, over the step's
+micro-batches (shuffled by the trainer's own generator, so that `state_dict` + `load_state_dict` resume
+exactly). Each step increments `version`. The policy is read, never trained: its embeddings and lm_head
+(which EAGLE-3 and MTP share) enter through a detached view.
+
+Loss per response position (drafter_losses.py), temperature-scaled as rollouts sample:
+    kl_coef * KL(p || q)  +  accept_coef * (1 - sum_x min(p, q))
+with p the policy's captured distribution and q the drafter's; per-trajectory ReSpec weights w(r) when
+`reward_weighting` and rewards are given. EAGLE-3 unrolls `ttt_steps` of training-time test (step j
+weighs unroll_decay^j, train_eagle3.ttt_unroll); MTP trains depths 1..mtp_depths (unroll_decay^(d-1), normalised),
+each against the policy's distribution at its own offset; the draft model reads only the tokens.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..spec.config import SpecConfig
+from ..spec.scratch import SCRATCH, model_method, scratch_module
+from .drafter_capture import LAST, DrafterBatch
+from .drafter_losses import accepted_mass, forward_kl, restrict_to, reward_weights, weighted_token_mean
+from .optim import build_optimizer, clip_grad
+from .train_eagle3 import shift_left, ttt_unroll
+
+
+@dataclass
+class OnlineDrafterConfig:
+    lr: float = 3e-4
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    updates_per_step: int = 1  # optimizer steps per RL step, each over a share of the micro-batches
+    temperature: float = 1.0  # the rollouts' sampling temperature: p and q are compared at it
+    kl_coef: float = 1.0
+    accept_coef: float = 0.0  # weight of 1 - expected accepted mass
+    reward_weighting: bool = False  # ReSpec: weight trajectories by w(r), normalised and clipped
+    reward_w_max: float = 2.0
+    ttt_steps: int = 3  # EAGLE-3 training-time-test unroll
+    unroll_decay: float = 0.8  # weight decay^j of unroll step j (EAGLE-3 TTT steps, MTP depths)
+    mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.lr <= 0 or self.temperature <= 0:
+            raise ValueError(f"OnlineDrafterConfig lr={self.lr}, temperature={self.temperature}: expected > 0 "
+                             "(temperature 0 rollouts: train at 1.0)")
+        if min(self.updates_per_step, self.ttt_steps, self.mtp_depths) < 1 or not 0 < self.unroll_decay <= 1:
+            raise ValueError(f"OnlineDrafterConfig updates_per_step={self.updates_per_step}, ttt_steps="
+                             f"{self.ttt_steps}, mtp_depths={self.mtp_depths}: expected >= 1; unroll_decay="
+                             f"{self.unroll_decay}: expected in (0, 1]")
+        if self.kl_coef < 0 or self.accept_coef < 0 or self.kl_coef + self.accept_coef == 0:
+            raise ValueError(f"kl_coef={self.kl_coef}, accept_coef={self.accept_coef}: expected >= 0, not both 0")
+
+
+class FrozenView:
+    """The policy's embeddings and lm_head as detached functions: the drafter's loss never trains the policy."""
+
+    def __init__(self, policy: nn.Module):
+        self.policy = policy
+
+    def embed(self, ids: Tensor) -> Tensor:
+        return F.embedding(ids, self.policy.model.embed_tokens.weight.detach())  # [B, T, D]
+
+    def lm_head_logits(self, h: Tensor) -> Tensor:
+        return F.linear(h, self.policy.lm_head.weight.detach())  # [B, T, V]
+
+    lm_head = lm_head_logits  # MTPStack.logits calls lm_head(x)
+
+
+def method_of(module: nn.Module) -> str:
+    from ..model import CausalLM
+    from ..model.mtp import MTPStack
+    from ..spec.eagle3_head import Eagle3Head
+    kinds = {Eagle3Head: "eagle3", CausalLM: "draft_model", MTPStack: "mtp"}
+    for cls, name in kinds.items():
+        if isinstance(module, cls):
+            return name
+    raise TypeError(f"{type(module).__name__} is not a drafter module: expected one of {sorted(kinds.values())}")
+
+
+class OnlineDrafterTrainer:
+    def __init__(self, module: nn.Module, policy: nn.Module, cfg: OnlineDrafterConfig):
+        self.method, self.cfg, self.view = method_of(module), cfg, FrozenView(policy)
+        p = next(policy.parameters())
+        self.module = module.to(device=p.device, dtype=torch.float32).train().requires_grad_(True)
+        for buf in self.module.buffers():  # d2t is data, not a parameter
+            buf.requires_grad_(False)
+        self.optimizer = build_optimizer(self.module, cfg.lr, cfg.weight_decay, betas=(0.9, 0.95))
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.version = 0
+
+    @classmethod
+    def from_drafter(cls, drafter, policy: nn.Module, cfg: OnlineDrafterConfig) -> "OnlineDrafterTrainer":
+        """Trains a copy of the engine's drafter module (so its names and shapes fit the swap)."""
+        from ..spec.weights import drafter_module
+        return cls(copy.deepcopy(drafter_module(drafter)), policy, cfg)
+
+    @classmethod
+    def from_spec(cls, spec: SpecConfig, policy: nn.Module, cfg: OnlineDrafterConfig) -> "OnlineDrafterTrainer":
+        """The drafter `spec` names: draft_model='scratch' starts it from the policy (spec/scratch.py)."""
+        method = model_method(spec, "online drafter training")
+        if spec.draft_model == SCRATCH:
+            return cls(scratch_module(method, policy, cfg.seed), policy, cfg)
+        from ..spec.registry import build_drafter
+        drafter = build_drafter(spec if spec.method != "auto" else SpecConfig(method=method,
+                                draft_model=spec.draft_model), policy, 1, policy.config.max_position_embeddings)
+        return cls.from_drafter(drafter, policy, cfg)
+
+    @property
+    def capture_layers(self) -> tuple[int, ...]:
+        """What `PolicyTrainer.capture_layers` must be set to for this drafter."""
+        if self.method == "eagle3":
+            return tuple(sorted(set(self.module.config.target_hidden_layers)))
+        return (LAST,) if self.method == "mtp" else ()
+
+    def named_weights(self) -> list[tuple[str, Tensor]]:
+        """(name, tensor) pairs for `load_drafter_weights` (detached; the engine copies them in place)."""
+        return [(k, v.detach()) for k, v in self.module.state_dict().items()]
+
+    def state_dict(self) -> dict:
+        return {"method": self.method, "module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "version": self.version, "generator": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["method"] != self.method:
+            raise ValueError(f"drafter trainer state is for method {state['method']!r}, this trainer trains "
+                             f"{self.method!r}: resume with the same spec.method")
+        self.module.load_state_dict(state["module"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        self.gen.set_state(state["generator"])
+
+    def step(self, batches: list[DrafterBatch], rewards: Tensor | None = None) -> dict[str, float]:
+        """`updates_per_step` optimizer steps over one RL step's captured micro-batches; `rewards` [N] per
+        trajectory (indexed by DrafterBatch.rows) for reward weighting."""
+        if not batches:
+            raise ValueError("no captured micro-batches: set PolicyTrainer.capture_layers = "
+                             "OnlineDrafterTrainer.capture_layers before PolicyTrainer.step")
+        weights = None
+        if self.cfg.reward_weighting and rewards is not None:
+            weights = reward_weights(rewards, 0.0, self.cfg.reward_w_max)  # [N]
+        order = torch.randperm(len(batches), generator=self.gen).tolist()
+        chunks = [c for c in torch.tensor(order).chunk(self.cfg.updates_per_step) if len(c)]
+        sums = {"drafter_loss": 0.0, "drafter_kl": 0.0, "drafter_accept_mass": 0.0, "drafter_grad_norm": 0.0}
+        for chunk in chunks:
+            self._update([batches[i] for i in chunk.tolist()], weights, sums)
+        self.version += 1
+        return {**{k: v / len(chunks) for k, v in sums.items()}, "drafter_version": self.version}
+
+    def _update(self, batches: list[DrafterBatch], weights: Tensor | None, sums: dict) -> None:
+        denom = sum(b.num_tokens for b in batches) or 1.0
+        self.optimizer.zero_grad(set_to_none=True)
+        for mb in batches:
+            row_w = weights[mb.rows].to(mb.mask.device) if weights is not None else None  # [b]
+            loss, kl, mass = self.loss(mb, row_w, denom)
+            loss.backward()
+            sums["drafter_loss"] += float(loss.detach())
+            sums["drafter_kl"] += kl
+            sums["drafter_accept_mass"] += mass
+        sums["drafter_grad_norm"] += clip_grad(self.module, self.cfg.grad_clip)
+        self.optimizer.step()
+
+    def loss(self, mb: DrafterBatch, row_w: Tensor | None, denom: float) -> tuple[Tensor, float, float]:
+        """This micro-batch's share of the update's loss, and its first-draft KL and accepted mass sums."""
+        terms = self.unrolled_logits(mb)  # [(weight, draft logits [b, t, Vd], policy logits [b, t, V], mask [b, t])]
+        ids = getattr(self.module, "target_ids", None)
+        total, kl0, mass0 = 0.0, 0.0, 0.0
+        for i, (w, draft, policy, mask) in enumerate(terms):
+            kl = forward_kl(draft, restrict_to(policy, ids), self.cfg.temperature)  # [b, t]
+            p_full = torch.softmax(policy.float() / self.cfg.temperature, dim=-1)  # [b, t, V]
+            mass = accepted_mass(draft, policy, self.cfg.temperature, restrict_to(p_full, ids))  # [b, t]
+            tok = self.cfg.kl_coef * kl + self.cfg.accept_coef * (1.0 - mass)  # [b, t]
+            total = total + w * weighted_token_mean(tok, mask, row_w, denom)
+            if i == 0:
+                kl0 = float(weighted_token_mean(kl.detach(), mask, None, denom))
+                mass0 = float(weighted_token_mean(mass.detach(), mask, None, denom))
+        return total, kl0, mass0
+
+    def unrolled_logits(self, mb: DrafterBatch) -> list[tuple[float, Tensor, Tensor, Tensor]]:
+        if self.method == "draft_model":
+            return [(1.0, self.module(mb.input_ids).logits, mb.logits, mb.mask)]
+        if self.method == "eagle3":
+            layers = self.module.config.target_hidden_layers
+            features = torch.cat([mb.hidden[i].float() for i in layers], dim=-1)  # [b, T, 3D]
+            B, T = mb.input_ids.shape
+            positions = torch.arange(T, device=mb.input_ids.device).expand(B, T)  # [b, T]
+            steps = ttt_unroll(self.module, self.view, features, mb.input_ids, positions, self.cfg.ttt_steps)
+            # step j at index t predicts token t+2+j: the policy's distribution at index t+1+j
+            return [(self.cfg.unroll_decay ** j, logits, shift_left(mb.logits, 1 + j), shift_left(mb.mask, 1 + j))
+                    for j, logits in enumerate(steps)]
+        depths = self.module.unroll(mb.hidden[LAST].float(), mb.input_ids, self.view.embed, self.view.lm_head,
+                                    self.cfg.mtp_depths)  # depth d: [b, T-d, V], entry i predicts t_{i+d+1}
+        decay = self.cfg.unroll_decay
+        norm = sum(decay ** d for d in range(len(depths))) or 1.0
+        return [(decay ** (d - 1) / norm, logits, mb.logits[:, d:d + logits.shape[1]], mb.mask[:, d:d + logits.shape[1]])
+                for d, logits in enumerate(depths, start=1)]

@@ -1,0 +1,129 @@
+"""Online drafter training: capture in the policy trainer's forward, learning, exact resume, errors."""
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+
+from specrl import LLM, SpecConfig
+from specrl.spec.weights import drafter_version, load_drafter_weights
+from specrl.train.online_drafter import OnlineDrafterConfig, OnlineDrafterTrainer
+from tests.helpers import tiny_model
+from tests.train.test_trainer import _rollouts, _trainer
+
+METHODS = ["eagle3", "draft_model", "mtp"]
+
+
+def _captured(method, seed=1):
+    """A policy, one RL step's captured micro-batches for `method`'s drafter, and the step's batch."""
+    model = tiny_model(seed=seed, layers=3)
+    batch = _rollouts(model)
+    online = OnlineDrafterTrainer.from_spec(SpecConfig(method=method, draft_model="scratch"), model,
+                                            OnlineDrafterConfig())
+    pt = _trainer(model, micro=4)
+    pt.capture_layers = online.capture_layers
+    pt.step(batch)
+    return model, pt.captured, batch
+
+
+def _fresh(method, model, **cfg):
+    return OnlineDrafterTrainer.from_spec(SpecConfig(method=method, draft_model="scratch"), model,
+                                          OnlineDrafterConfig(lr=1e-2, **cfg))
+
+
+def test_capture_leaves_the_policy_update_unchanged():
+    model = tiny_model(seed=2, layers=3)
+    batch = _rollouts(model)
+    a, b = copy.deepcopy(model), copy.deepcopy(model)
+    ta, tb = _trainer(a, micro=4), _trainer(b, micro=4)
+    tb.capture_layers = (0, 2, -1)
+    ma, mb = ta.step(batch), tb.step(batch)
+    assert ma == mb and ta.captured == []
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.equal(pa, pb)
+    # one DrafterBatch per micro-batch, covering every row once, holding what a plain forward gives
+    assert sorted(torch.cat([c.rows for c in tb.captured]).tolist()) == list(range(batch.num_rows))
+    c = tb.captured[0]
+    with torch.no_grad():
+        out = model(c.input_ids, hidden_layers=(0, 2))  # the weights before the update
+    assert torch.allclose(c.logits, out.logits, atol=1e-6)
+    assert torch.allclose(c.hidden[2], out.hidden[1], atol=1e-6)
+    assert torch.allclose(c.hidden[-1], out.last_hidden, atol=1e-6)
+    assert not c.logits.requires_grad and c.mask.shape == c.input_ids.shape
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_drafter_learns_the_policy_and_swaps_into_the_engine(method):
+    model, captured, batch = _captured(method)
+    online = _fresh(method, model, accept_coef=0.5)
+    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]  # the policy step's
+    first = online.step(captured)
+    for _ in range(6):
+        last = online.step(captured)
+    assert last["drafter_kl"] < 0.7 * first["drafter_kl"]
+    assert last["drafter_accept_mass"] > first["drafter_accept_mass"]
+    assert online.version == last["drafter_version"] == 7
+    for p, g in zip(model.parameters(), grads):  # the policy is read, never trained
+        assert (p.grad is None and g is None) or torch.equal(p.grad, g)
+    llm = LLM(copy.deepcopy(model), spec=SpecConfig(method=method, draft_model="scratch"), max_num_seqs=4)
+    load_drafter_weights(llm.drafter, online.named_weights(), online.version)
+    assert drafter_version(llm.drafter) == 7
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_resume_is_bitwise_exact(method):
+    model, captured, batch = _captured(method)
+    rewards = torch.linspace(0, 1, batch.num_rows)
+    cfg = dict(updates_per_step=2, reward_weighting=True)  # the micro-batch shuffle is part of the state
+    straight = _fresh(method, model, **cfg)
+    for _ in range(3):
+        straight.step(captured, rewards)
+    first = _fresh(method, model, **cfg)
+    for _ in range(2):
+        first.step(captured, rewards)
+    buf = io.BytesIO()
+    torch.save(first.state_dict(), buf)
+    resumed = _fresh(method, model, **{**cfg, "seed": 7})  # a different seed: the state must carry it
+    resumed.load_state_dict(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))
+    resumed.step(captured, rewards)
+    assert resumed.version == straight.version == 3
+    for (na, a), (nb, b) in zip(straight.named_weights(), resumed.named_weights()):
+        assert na == nb and torch.equal(a, b), na
+
+
+def test_equal_rewards_weigh_like_no_rewards():
+    model, captured, batch = _captured("draft_model")
+    plain = _fresh("draft_model", model).step(captured)
+    weighted = _fresh("draft_model", model, reward_weighting=True).step(captured, torch.full((batch.num_rows,), 0.3))
+    assert weighted["drafter_loss"] == pytest.approx(plain["drafter_loss"], rel=1e-6)
+    skewed = _fresh("draft_model", model, reward_weighting=True).step(captured, torch.linspace(0, 1, batch.num_rows))
+    assert skewed["drafter_loss"] != pytest.approx(plain["drafter_loss"], rel=1e-3)
+
+
+@pytest.mark.parametrize("spec", [SpecConfig(method="ngram"), SpecConfig(method="suffix"),
+                                  SpecConfig(method="auto", auto_methods=("suffix",))])
+def test_model_free_methods_cannot_train_online(spec):
+    with pytest.raises(ValueError, match="online drafter training needs a model drafter.*has no weights"):
+        OnlineDrafterTrainer.from_spec(spec, tiny_model(), OnlineDrafterConfig())
+
+
+def test_scratch_needs_a_model_drafter():
+    with pytest.raises(ValueError, match="draft_model='scratch' needs a model drafter, but method='ngram'"):
+        LLM(tiny_model(), spec=SpecConfig(method="ngram", draft_model="scratch"))
+    with pytest.raises(ValueError, match="auto over 'suffix'"):
+        LLM(tiny_model(), spec=SpecConfig(method="auto", draft_model="scratch"))
+
+
+def test_no_capture_is_a_clear_error():
+    online = _fresh("eagle3", tiny_model(layers=3))
+    with pytest.raises(ValueError, match="set PolicyTrainer.capture_layers"):
+        online.step([])
+
+
+def test_config_validates_itself():
+    with pytest.raises(ValueError, match="kl_coef=0.0, accept_coef=0.0"):
+        OnlineDrafterConfig(kl_coef=0.0)
+    with pytest.raises(ValueError, match="temperature=0"):
+        OnlineDrafterConfig(temperature=0)
