@@ -60,6 +60,8 @@ class LLM:
         self.tracer = Tracer(trace_path, self.spec.method, cfg.num_params)
         # checked between engine steps: True cancels the running generate() (e.g. from another thread)
         self.should_stop: Callable[[], bool] | None = None
+        # called between engine steps with the number of running sequences (hot swaps, long-tail work)
+        self.between_steps: Callable[[int], None] | None = None
         self._rng = random.Random(seed)
         self._next_seq_id = 0
 
@@ -137,6 +139,8 @@ class LLM:
             while not scheduler.done:
                 if self.should_stop is not None and self.should_stop():
                     raise GenerationCancelled("generate() was cancelled by LLM.should_stop")
+                if self.between_steps is not None:
+                    self.between_steps(len(scheduler.running))
                 self.step(scheduler)
                 if bar is not None:
                     bar[0].update(bar[1], completed=sum(s.status is Status.FINISHED for s in seqs))

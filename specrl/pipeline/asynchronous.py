@@ -40,7 +40,7 @@ from .progress import StepProgress
 from .run_dir import RunDir
 from .seam import Learner, NamedTensors
 from .steps import (Parts, Rollout, checked, finish_step, generate_rollouts, learn, row_times, run_eval, stopped,
-                    workload_row)
+                    sync_drafter, workload_row)
 
 POLL_S = 0.2  # how often a blocked side checks whether the other one stopped
 
@@ -128,6 +128,9 @@ def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: Step
     if parts.eval_backend is None:
         raise ValueError("the async pipeline evaluates on its own backend (Parts.eval_backend), so the rollout "
                          "worker never pauses for it; build the parts with one")
+    learner = parts.learner.learner
+    if learner.drafter_version is not None:  # the engine starts from the trainer's drafter (scratch, resume)
+        sync_drafter(learner, parts.rollout.backend, force=True)
     if start == 0:
         run_eval(run, parts, cfg, 0, bar)
     versions = PolicyVersions()
@@ -188,5 +191,9 @@ def learn_and_publish(step: int, rollout: Rollout, parts: Parts, cfg: TrainConfi
     learner: Learner = parts.learner.learner
     if step + 1 + cfg.pipeline.max_policy_lag < cfg.schedule.max_steps:  # = version_for(that step)
         versions.publish(step + 1, learner.named_weights())  # a later rollout samples from these weights
+    # beside_trainer: the drafter trained after the update on this side; the worker's engine swaps it in
+    # between two engine steps of whatever it is generating
+    if learner.drafter_version is not None:
+        row["drafter_sync_s"] = sync_drafter(learner, parts.rollout.backend)
     times.update(sync_s=time.perf_counter() - t1, sync_cpu_s=time.thread_time() - c1)
     return row, times

@@ -6,29 +6,68 @@ with it, since they are part of its state dict).
 """
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from ..engine import LLM, RequestOutput, SamplingParams
 from ..engine.drafting import has_state
+from ..spec.weights import check_fits, drafter_module, drafter_version, load_drafter_weights
 from ..train.config import TrainConfig
 from .seam import NamedTensors, register_backend
 
 
 class LocalBackend:
+    """Drafter weights that arrive while a generate() runs (from another thread, or from long-tail work)
+    are swapped in between two engine steps: no restart, no re-prefill of the policy."""
+
     def __init__(self, llm: LLM):
         self.llm = llm
         self.weights_version = 0
-        self.drafter_version = 0
         self._cancelled = False
+        self._lock = threading.Lock()
+        self._generating = False
+        self._pending_drafter: tuple[dict, int] | None = None
+        self._idle: tuple[Callable[[], None], int] | None = None  # (work, run it at most this many running)
+        self._idle_done = True  # the idle work of the running generate() already ran
+
+    @property
+    def drafter_version(self) -> int:
+        return drafter_version(self.llm.drafter)
 
     def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
         self.llm.should_stop = lambda: self._cancelled
+        self.llm.between_steps = self._between_steps
+        with self._lock:
+            self._generating = True
+        self._idle_done = False
         try:
             return self.llm.generate(prompts, params)
         finally:
-            self.llm.should_stop = None
+            with self._lock:
+                self._generating = False
+            self.llm.should_stop = self.llm.between_steps = None
+            self._swap_pending()
+
+    def set_idle_work(self, work: Callable[[], None] | None, max_running: int = 8) -> None:
+        """In-process only: `work()` runs once per generate(), between engine steps, as soon as at most
+        `max_running` sequences run (the long tail, TLT's idle capacity)."""
+        self._idle = None if work is None else (work, max_running)
+
+    def _between_steps(self, running: int) -> None:
+        idle = self._idle
+        if idle is not None and running <= idle[1] and not self._idle_done:
+            self._idle_done = True
+            idle[0]()
+        self._swap_pending()
+
+    def _swap_pending(self) -> None:
+        with self._lock:
+            pending, self._pending_drafter = self._pending_drafter, None
+        if pending is not None:
+            load_drafter_weights(self.llm.drafter, pending[0].items(), pending[1])
 
     @torch.no_grad()
     def update_weights(self, weights: NamedTensors, version: int) -> None:
@@ -36,13 +75,15 @@ class LocalBackend:
         self.weights_version = version
 
     def update_drafter(self, weights: NamedTensors, version: int) -> None:
-        drafter = self.llm.drafter
-        if drafter is None or not callable(getattr(drafter, "load_weights", None)):
-            name = self.llm.spec.method
-            raise ValueError(f"the engine's drafter ({name!r}) has no weights to update: drafter weights need "
-                             "a model drafter (rollout.spec.method=eagle3|draft_model|mtp)")
-        drafter.load_weights(dict(weights))
-        self.drafter_version = version
+        """Checked now (a misfit is refused and the old drafter keeps serving); applied now when idle, else
+        between the running generate()'s next two engine steps."""
+        named = {k: v.detach().clone() for k, v in weights}
+        check_fits(drafter_module(self.llm.drafter).state_dict(), named)
+        with self._lock:
+            self._pending_drafter = (named, version)
+            generating = self._generating
+        if not generating:
+            self._swap_pending()
 
     def stats(self) -> dict:
         return dict(self.llm.stats)

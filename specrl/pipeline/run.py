@@ -14,6 +14,7 @@ from ..train.learner import LocalLearner
 from ..train.rewards import get_reward
 from .progress import StepProgress
 from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
+from .drafter_health import DrafterHealth
 from .seam import backend_factory
 from .steps import LearnerSide, Parts, RolloutSide, RunStopped  # noqa: F401 - RunStopped is part of the API
 
@@ -37,8 +38,17 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
     backend.weights_version = version
     # async: evaluation runs on the trainer's side with its own engine, so the rollout worker never pauses
     eval_backend = make_backend(weights_dir, cfg) if cfg.pipeline.mode == "async" else None
+    d = cfg.rollout.drafter
+    health = DrafterHealth(d.alarm_window, d.alarm_max_lag) if _has_model_drafter(cfg) else None
     return Parts(RolloutSide(backend, source, encoder),
-                 LearnerSide(learner, get_reward(cfg.reward.name), encoder, learner.pad_id), held_out, eval_backend)
+                 LearnerSide(learner, get_reward(cfg.reward.name), encoder, learner.pad_id), held_out, eval_backend,
+                 health=health)
+
+
+def _has_model_drafter(cfg: TrainConfig) -> bool:
+    from ..spec.scratch import SCRATCH_METHODS
+    spec = cfg.rollout.spec
+    return spec.method in SCRATCH_METHODS or cfg.rollout.drafter.online
 
 
 def train(cfg: TrainConfig) -> dict:

@@ -58,9 +58,14 @@ class RolloutBackend(Protocol):
 class Learner(Protocol):
     """Owns the policy being trained and its optimizer."""
     version: int  # training steps applied
+    drafter_version: int | None  # online drafter updates applied; None without online drafter training
 
-    def step(self, batch: TrainBatch, is_cap: float | None = None) -> dict[str, float]:
-        """One RL update on a batch of rollouts; returns its metrics."""
+    def step(self, batch: TrainBatch, is_cap: float | None = None, rewards: torch.Tensor | None = None) -> dict[str, float]:
+        """One RL update on a batch of rollouts (rewards [N] per trajectory, for reward-weighted drafter
+        training); returns its metrics."""
+
+    def drafter_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """The online drafter's weights, for `RolloutBackend.update_drafter`."""
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The current policy weights (HF names), detached; consumers copy what they keep."""

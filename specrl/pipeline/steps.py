@@ -21,6 +21,7 @@ from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, step_seed
 from ..train.rewards import RewardFn
 from ..train.trainer import NonFiniteLossError, collate
+from .drafter_health import DrafterHealth
 from .progress import StepProgress
 from .run_dir import TIME_KEYS, RunDir
 from .seam import Learner, RolloutBackend
@@ -52,6 +53,7 @@ class Parts:
     held_out: list[Example]
     eval_backend: RolloutBackend | None = None  # None: evaluate on the rollout backend
     workload_log: Callable[[dict], None] | None = None  # rollout.trace: rows of rollout_workload.jsonl
+    health: DrafterHealth | None = None  # the drafter alarm, for runs with a model drafter
 
     @property
     def evaluator(self) -> RolloutBackend:
@@ -102,7 +104,7 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
     batch = collate([p for p, _ in samples], [c.token_ids for _, c in samples], [c.logprobs for _, c in samples],
                     advantages, side.pad_id)
     off_policy = rollout.version < rollout.step
-    train_metrics = side.learner.step(batch, is_cap=cfg.algorithm.is_cap if off_policy else None)
+    train_metrics = side.learner.step(batch, is_cap=cfg.algorithm.is_cap if off_policy else None, rewards=rewards)
     t2, c2 = time.perf_counter(), cpu_clock()
     lens = np.array([len(c.token_ids) for _, c in samples])
     stats, gen_s = rollout.stats, rollout.wall_s
@@ -121,6 +123,27 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
 def sync_weights(learner: Learner, backend: RolloutBackend) -> None:
     """The backend takes the learner's current weights, tagged with its version."""
     backend.update_weights(learner.named_weights(), learner.version)
+
+
+def sync_drafter(learner: Learner, backend: RolloutBackend, force: bool = False) -> float:
+    """Online drafter training: the backend takes the learner's drafter when it is newer; returns seconds."""
+    version = learner.drafter_version
+    if version is None or (version == backend.drafter_version and not force):
+        return 0.0
+    t0 = time.perf_counter()
+    backend.update_drafter(learner.drafter_weights(), version)
+    return time.perf_counter() - t0
+
+
+def check_health(parts: Parts, row: dict, bar: StepProgress) -> None:
+    """Adds drafter_version and drafter_alarm to the row; an alarm is also printed."""
+    if parts.health is None:
+        return
+    engine, trainer = parts.rollout.backend.drafter_version, parts.learner.learner.drafter_version
+    verdict = parts.health.check(row["acceptance_length"], engine, trainer)
+    row.update(drafter_version=engine, drafter_alarm=verdict.alarm)
+    if verdict.alarm:
+        bar.log(f"WARNING step {row['step']}: drafter alarm: {verdict.message}")
 
 
 def row_times(times: dict) -> dict:
@@ -171,6 +194,7 @@ def finish_step(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: Ste
     weights first), the metrics row, and the checkpoint (with the drafter's state when `save_drafter`)."""
     sched, done = cfg.schedule, row["step"]
     learner = parts.learner.learner
+    check_health(parts, row, bar)
     if done == sched.max_steps or (sched.eval_every and done % sched.eval_every == 0):
         if parts.eval_backend is not None:
             sync_weights(learner, parts.eval_backend)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import ConfigError, require
+from .drafter_config import DrafterConfig
 from ..spec.config import SpecConfig
 
 __all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "OptimConfig", "PipelineConfig", "RewardConfig",
@@ -59,6 +60,7 @@ class RolloutConfig:
     # the rollout engine behind the pipeline's seam (specrl.pipeline.seam.BACKENDS): "local" is an
     # in-process engine; the name is checked against the registry before the run directory is touched
     backend: str = "local"
+    drafter: DrafterConfig = field(default_factory=DrafterConfig)  # online drafter training (drafter_config.py)
 
     def validate(self) -> None:
         require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, ">= 1")
@@ -171,3 +173,18 @@ class TrainConfig:
         require(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
                 "float32, bfloat16 or float16", "float32 keeps logprob_diff ~0")
         require(self.num_threads >= 0, "num_threads", self.num_threads, ">= 0")
+        self._validate_online_drafter()
+
+    def _validate_online_drafter(self) -> None:
+        d, spec = self.rollout.drafter, self.rollout.spec
+        if not d.online:
+            return
+        from ..spec.scratch import model_method
+        try:
+            model_method(spec, "rollout.drafter.online=true")
+        except ValueError as e:
+            raise ConfigError(f"rollout.spec.method={spec.method!r}: {e}") from None
+        require(d.schedule != "beside_trainer" or self.pipeline.mode == "async", "rollout.drafter.schedule",
+                d.schedule, "after_step or long_tail in the sync pipeline", "set pipeline.mode=async")
+        require(d.schedule != "long_tail" or self.pipeline.mode == "sync", "rollout.drafter.schedule", d.schedule,
+                "after_step or beside_trainer in the async pipeline", "set pipeline.mode=sync")

@@ -1,0 +1,45 @@
+"""`rollout.drafter`: online training of the rollout engine's model drafter while the policy trains.
+
+    specrl train rollout.spec.method=eagle3 rollout.drafter.online=true                 # from the shipped head
+    specrl train rollout.spec.method=eagle3 rollout.spec.draft_model=scratch rollout.drafter.online=true
+
+Schedules (where the drafter update runs; measured in the README, Results):
+    after_step      after the policy update, on the data its forward captured (cost added to the step)
+    long_tail       during the next rollout's long tail, between engine steps, once at most
+                    `tail_max_running` sequences run (TLT's idle capacity); sync pipeline, in-process engine
+    beside_trainer  async pipeline: on the trainer's side after each policy update, while the rollout
+                    worker keeps generating
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import require
+
+SCHEDULES = ("after_step", "long_tail", "beside_trainer")
+
+
+@dataclass
+class DrafterConfig:
+    online: bool = False
+    schedule: str = "after_step"
+    tail_max_running: int = 8  # long_tail: train once this few sequences are still running
+    lr: float = 3e-4
+    kl_coef: float = 1.0  # forward KL(p || q) to the policy's distribution
+    accept_coef: float = 0.0  # 1 - expected accepted mass sum_x min(p, q)
+    reward_weighting: bool = False  # ReSpec: trajectories weighted by w(r), normalised and clipped
+    updates_per_step: int = 1
+    ttt_steps: int = 3  # EAGLE-3 training-time-test unroll
+    # health alarm: acceptance below half of its recent average, or an engine drafter older than allowed
+    alarm_window: int = 5
+    alarm_max_lag: int = 1
+
+    def validate(self) -> None:
+        require(self.schedule in SCHEDULES, "schedule", self.schedule, f"one of {list(SCHEDULES)}")
+        require(self.tail_max_running >= 1, "tail_max_running", self.tail_max_running, ">= 1")
+        require(self.lr > 0, "lr", self.lr, "> 0")
+        require(self.kl_coef >= 0 and self.accept_coef >= 0 and self.kl_coef + self.accept_coef > 0, "kl_coef",
+                self.kl_coef, ">= 0, with accept_coef >= 0 and not both 0")
+        for key in ("updates_per_step", "ttt_steps", "alarm_window"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
+        require(self.alarm_max_lag >= 0, "alarm_max_lag", self.alarm_max_lag, ">= 0")
