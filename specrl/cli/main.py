@@ -5,7 +5,7 @@ import importlib
 import sys
 
 COMMANDS = {
-    "train": ("specrl.train.train_cli", "main", "GRPO training with speculative rollouts (the main job)"),
+    "train": ("specrl.cli.train", "main", "GRPO training with speculative rollouts (the main job)"),
     "generate": ("specrl.cli.generate", "main", "generate completions to JSONL (vLLM-style sampling)"),
     "bench": ("specrl.cli.bench", "main", "benchmarks: `bench engine`, `bench spec` (JSON lines)"),
     "simulate": ("specrl.sim.cli", "main", "performance simulator: project speedups on GPU clusters"),

@@ -13,7 +13,7 @@ from specrl.pipeline.run_dir import WORKLOAD_FILE, read_jsonl
 from specrl.pipeline.sync import build_parts, generate_rollouts
 from specrl.train.checkpoint import checkpoint_paths
 from specrl.train.data import build_sources
-from specrl.train.train_cli import build_config, main
+from specrl.cli.train import build_config, main
 from specrl.model import load_model
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 

@@ -37,7 +37,7 @@ def test_open_refuses_a_directory_that_is_not_a_run(tmp_path):
 def test_shipped_default_yaml_matches_the_dataclass_defaults():
     from pathlib import Path
 
-    from specrl.train.train_cli import build_config
+    from specrl.cli.train import build_config
     path = Path(__file__).parents[2] / "configs" / "default.yaml"
     assert build_config(str(path), []) == TrainConfig()
 

@@ -13,7 +13,7 @@ from specrl.pipeline.run_dir import read_jsonl
 from specrl.train import checkpoint as ckpt_mod
 from specrl.train.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint
 from specrl.train.config import TrainConfig
-from specrl.train.train_cli import build_config, main
+from specrl.cli.train import build_config, main
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 
 REQUIRED = {"step", "reward_mean", "accuracy", "response_len_p50", "response_len_p99", "rollout_s", "reward_s",

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..config import ConfigError, load_config
-from .config import TrainConfig
+from ..train.config import TrainConfig
 
 # `max_steps=N` is what people type; it means `schedule.max_steps=N`
 SHORTCUTS = {"max_steps": "schedule.max_steps", "eval_every": "schedule.eval_every",
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. optim.lr=1e-5")
     args = parser.parse_args(argv)
     from ..pipeline.sync import RunStopped, train
-    from .checkpoint import CheckpointError
+    from ..train.checkpoint import CheckpointError
     try:
         cfg = build_config(args.config, args.overrides)
         summary = train(cfg)
