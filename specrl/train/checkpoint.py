@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
+from safetensors import SafetensorError
 
+from ..errors import UserError
 from ..io import atomic_dir
 from ..model import CausalLM, load_model, save_model
 
@@ -28,8 +30,10 @@ CKPT_DIR = "checkpoints"
 _NAME = re.compile(r"^step_(\d{6,})$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint could not be written or read; the message says which and what was kept."""
+
+    exit_code = 1
 
 
 class Checkpoint(NamedTuple):
@@ -88,9 +92,9 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype=torch.float32) 
         policy = load_model(path / "model", device=device, dtype=dtype)
         # our own file, written by save_checkpoint above (HF weights are never unpickled)
         drafter = pickle.loads((path / "drafter.pkl").read_bytes()) if (path / "drafter.pkl").is_file() else None
-    except (OSError, ValueError, RuntimeError, pickle.UnpicklingError) as e:
-        raise CheckpointError(f"checkpoint {str(path)!r} is unreadable ({e}); delete it to resume from the "
-                              "one before") from e
+    except (OSError, ValueError, RuntimeError, pickle.UnpicklingError, SafetensorError) as e:
+        raise CheckpointError(f"checkpoint {str(path)!r} is unreadable ({getattr(e, 'problem', e)}); delete it "
+                              f"(rm -r {path}) to resume from the one before") from e
     random.setstate(_tuplify(state["python_rng"]))
     torch.set_rng_state(trainer.pop("torch_rng"))
     return Checkpoint(path, int(state["step"]), state, trainer, drafter), policy
