@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 from ..config import dump_yaml
+from ..errors import UserError
 from ..io import atomic_write_text
 
 TIME_KEYS = ("rollout_s", "reward_s", "train_s", "sync_s")
@@ -53,7 +54,11 @@ class RunDir:
             shutil.rmtree(path / "tb", ignore_errors=True)
             for name in LOG_FILES[1:]:
                 (path / name).unlink(missing_ok=True)
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"out_dir={str(path)!r} cannot be created ({e.strerror or e}): pick a directory you "
+                            "can write to") from e
         dump_yaml(cfg, path / "config.yaml")
         (path / "metrics.jsonl").write_text("")
         return cls(path, tensorboard)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from specrl.errors import UserError
 from specrl.pipeline.run_dir import RunDir, is_run_dir, read_jsonl
 from specrl.train.config import TrainConfig
 
@@ -48,6 +49,12 @@ def test_create_refuses_a_directory_with_steps(tmp_path):
     with pytest.raises(FileExistsError, match="already holds a run"):
         RunDir.create(tmp_path / "run", TrainConfig(), tensorboard=False)
     assert [r["step"] for r in read_jsonl(run.path / "metrics.jsonl")] == [1]
+
+
+def test_create_names_an_out_dir_that_cannot_be_made(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(UserError, match=r"out_dir='.*a_file/run' cannot be created .*pick a directory"):
+        RunDir.create(tmp_path / "a_file" / "run", TrainConfig(), tensorboard=False)
 
 
 def test_open_refuses_a_directory_that_is_not_a_run(tmp_path):
