@@ -20,7 +20,7 @@ from pathlib import Path
 
 from specrl.pipeline.run_dir import read_jsonl
 from specrl.pipeline.run import train
-from specrl.train.train_cli import build_config
+from specrl.cli.train import build_config
 
 WARMUP_STEPS = 1  # the first step pays one-off costs (allocations, first-touch), left out of the timings
 

@@ -5,6 +5,7 @@ baseline runs first, then every method, all at temperature 1 on held-out task pr
 """
 from __future__ import annotations
 
+from ..errors import UserError
 from .bench_common import base_parser, emit, policy_path, task_prompts, timed
 
 ALL_METHODS = ("ngram", "suffix", "draft_model", "eagle3", "mtp", "auto")
@@ -25,6 +26,14 @@ def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats):
     return tokens / seconds, llm.stats
 
 
+def parse_batch_sizes(text: str) -> list[str]:
+    sizes = [s for s in text.split(",") if s]
+    if not sizes or any(s != "rl" and not (s.isdigit() and int(s) >= 1) for s in sizes):
+        raise UserError(f"--batch-sizes {text!r} is invalid: expected positive integers or 'rl', comma-separated, "
+                        "e.g. --batch-sizes 1,4,16,rl")
+    return sizes
+
+
 def main(argv: list[str]) -> int:
     ap = base_parser("specrl bench spec", __doc__)
     ap.add_argument("--methods", default=",".join(ALL_METHODS))
@@ -34,10 +43,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="batches per measurement (n=1 workloads)")
     args = ap.parse_args(argv)
     from .. import LLM, SpecConfig
+    methods = [m for m in args.methods.split(",") if m]
+    for method in methods:  # an unknown method or k fails here, before any measurement
+        SpecConfig(method=method, num_speculative_tokens=args.k)
+    batch_sizes = parse_batch_sizes(args.batch_sizes)
     path = policy_path(args.model)
     probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1)
-    methods = [m for m in args.methods.split(",") if m]
-    for bs in args.batch_sizes.split(","):
+    for bs in batch_sizes:
         rl = bs == "rl"
         batch, n = (64, 8) if rl else (int(bs), 1)
         prompts = task_prompts(probe, batch if rl else batch * args.repeats, seed=args.seed + 7)

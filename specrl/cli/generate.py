@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..errors import InputFormatError, MissingFileError
+
 
 def read_prompts(args) -> list[str]:
     if args.prompt:
@@ -13,19 +15,25 @@ def read_prompts(args) -> list[str]:
     if args.prompts:
         path = Path(args.prompts)
         if not path.is_file():
-            raise SystemExit(f"specrl generate: --prompts file {str(path)!r} does not exist")
+            raise MissingFileError(f"--prompts file {str(path)!r} does not exist; pass a .jsonl or text file")
         if path.suffix == ".jsonl":
-            rows = []
-            for i, line in enumerate(path.read_text().splitlines(), 1):
-                if line.strip():
-                    row = json.loads(line)
-                    if "prompt" not in row:
-                        raise SystemExit(f"specrl generate: {path}:{i} has no 'prompt' field")
-                    rows.append(row["prompt"])
-            return rows
+            return [_jsonl_prompt(path, i, line) for i, line in enumerate(path.read_text().splitlines(), 1)
+                    if line.strip()]
         return [line for line in path.read_text().splitlines() if line.strip()]
     from ..tasks import make_problems
     return [p.prompt for p in make_problems(args.task_prompts, seed=args.seed, split="test")]
+
+
+def _jsonl_prompt(path: Path, lineno: int, line: str):
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputFormatError(f"{path}:{lineno} is not valid JSON ({e.msg}): write one object per line, "
+                               'e.g. {"prompt": "..."}') from None
+    if not isinstance(row, dict) or "prompt" not in row:
+        raise InputFormatError(f"{path}:{lineno} has no 'prompt' field: write one object per line, "
+                               'e.g. {"prompt": "..."}')
+    return row["prompt"]
 
 
 def main(argv: list[str]) -> int:
@@ -50,12 +58,16 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     from .. import LLM, SamplingParams, SpecConfig
     from .bench_common import policy_path
+    # bad values and files fail here, before the model loads
     spec = SpecConfig(method=args.spec, num_speculative_tokens=args.k, draft_model=args.draft_model)
-    llm = LLM(policy_path(args.model), device=args.device, dtype=args.dtype, spec=spec,
-              max_num_seqs=args.max_num_seqs)
-    prompts = read_prompts(args)
     params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_tokens=args.max_tokens, seed=args.seed)
+    prompts = read_prompts(args)
+    if args.out != "-" and not Path(args.out).parent.is_dir():
+        raise MissingFileError(f"--out {args.out!r}: the directory {str(Path(args.out).parent)!r} does not "
+                               "exist; create it or write elsewhere")
+    llm = LLM(policy_path(args.model), device=args.device, dtype=args.dtype, spec=spec,
+              max_num_seqs=args.max_num_seqs)
     outs = llm.generate(prompts, params, progress=sys.stderr.isatty())
     sink = sys.stdout if args.out == "-" else open(args.out, "w")
     for r in outs:

@@ -1,11 +1,21 @@
-"""`specrl <command> ...`: each command lives in its own module and is imported only when run."""
+"""`specrl <command> ...`: each command lives in its own module and is imported only when run.
+
+This is the one error boundary of the CLI: a user error (`specrl.errors.USER_ERRORS`: a bad value, path or
+file) ends any command with one line, `specrl <command>: error: ...`, and exit code 2 (1 for a checkpoint
+that cannot be written or read); set `SPECRL_DEBUG=1` to see its traceback. Any other exception is a bug
+and keeps its traceback.
+"""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import traceback
+
+from ..errors import USER_ERRORS
 
 COMMANDS = {
-    "train": ("specrl.train.train_cli", "main", "GRPO training with speculative rollouts (the main job)"),
+    "train": ("specrl.cli.train", "main", "GRPO training with speculative rollouts (the main job)"),
     "generate": ("specrl.cli.generate", "main", "generate completions to JSONL (vLLM-style sampling)"),
     "bench": ("specrl.cli.bench", "main", "benchmarks: `bench engine`, `bench spec` (JSON lines)"),
     "simulate": ("specrl.sim.cli", "main", "performance simulator: project speedups on GPU clusters"),
@@ -38,7 +48,27 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except SystemExit as e:  # argparse's usage errors and --help, returned rather than raised
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        return _fail(name, str(e.code), 2)
+    except USER_ERRORS as e:
+        if os.environ.get("SPECRL_DEBUG", "") not in ("", "0"):
+            traceback.print_exc()
+        return _fail(name, _one_line(e), getattr(e, "exit_code", 2))
     return int(result or 0)
+
+
+def _fail(command: str, message: str, code: int) -> int:
+    print(f"specrl {command}: error: {message}", file=sys.stderr)
+    return code
+
+
+def _one_line(e: BaseException) -> str:
+    """The message on one line; an OSError without its own words names the file and the system's reason."""
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 if __name__ == "__main__":

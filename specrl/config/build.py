@@ -17,13 +17,15 @@ from typing import Any, Literal, TypeVar, Union
 
 import yaml
 
+from ..errors import UserError
+
 T = TypeVar("T")
 
 NONE_STRINGS = ("null", "none", "~", "")
 _TRUE_STRINGS = ("true", "yes", "on", "1")
 _FALSE_STRINGS = ("false", "no", "off", "0")
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value or key is wrong; the message names it, what was expected and the fix."""
 
 

@@ -9,8 +9,10 @@ import shutil
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ..errors import MissingFileError, UserError
 from ..io import atomic_dir
 from .causal_lm import CausalLM
 from .config import ModelConfig
@@ -18,6 +20,15 @@ from .config import ModelConfig
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
+
+
+class ModelFileError(UserError, ValueError):
+    """A checkpoint directory exists but its files are unreadable (truncated, corrupt) or do not fit together.
+    `problem` is the message without its fix, for callers that know a better fix (a training checkpoint)."""
+
+    def __init__(self, problem: str, fix: str = "save or copy the checkpoint again"):
+        super().__init__(f"{problem}: {fix}")
+        self.problem = problem
 
 
 def resolve_dtype(dtype) -> torch.dtype:
@@ -28,11 +39,28 @@ def resolve_dtype(dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def check_device(device: str | torch.device) -> torch.device:
+    """`device` as a torch.device, or a UserError saying why it cannot be used here and what to pass."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise UserError(f"device={str(device)!r} is not a torch device: expected 'cpu' or 'cuda[:N]'") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise UserError(f"device={str(device)!r} but CUDA is not available ({why}; torch {torch.__version__}): "
+                            "use device=cpu (`--device cpu` for generate and bench), or install a CUDA build of torch")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise UserError(f"device={str(device)!r} but only {torch.cuda.device_count()} CUDA device(s) are "
+                            "visible: pick an index below that, or check CUDA_VISIBLE_DEVICES")
+    return dev
+
+
 def check_checkpoint_dir(path: str | Path) -> Path:
     path = Path(path)
     if not (path / "config.json").is_file():
         hint = "" if path.exists() else " (the directory does not exist)"
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"no Hugging Face checkpoint at {str(path)!r}{hint}: expected config.json and *.safetensors. "
             "Pass a checkpoint directory, or run `specrl pretrain` for the embedded policy.")
     return path
@@ -47,16 +75,33 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if not files:
         pickled = [p.name for p in path.glob("*.bin")] + [p.name for p in path.glob("*.pt")]
         extra = f" Found {pickled}: specrl never unpickles weights; convert them to safetensors." if pickled else ""
-        raise FileNotFoundError(f"no *.safetensors weights in {str(path)!r}.{extra}")
+        raise MissingFileError(f"no *.safetensors weights in {str(path)!r}.{extra}")
     state = {}
     for name in files:
-        state.update(load_file(str(path / name)))
+        state.update(load_safetensors(path / name))
     return state
 
 
+def load_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    """One safetensors file; a truncated or corrupt one is a ModelFileError naming it."""
+    try:
+        return load_file(str(file))
+    except (SafetensorError, OSError) as e:
+        raise ModelFileError(f"weights file {str(file)!r} is truncated or corrupt ({e})") from e
+
+
+def read_config(path: Path) -> ModelConfig:
+    file = path / "config.json"
+    try:
+        return ModelConfig.from_hf(json.loads(file.read_text()))
+    except json.JSONDecodeError as e:
+        raise ModelFileError(f"{str(file)!r} is not valid JSON ({e})") from e
+
+
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype="float32") -> CausalLM:
+    check_device(device)
     path = check_checkpoint_dir(path)
-    cfg = ModelConfig.from_hf(json.loads((path / "config.json").read_text()))
+    cfg = read_config(path)
     state = read_state_dict(path)
     if cfg.tie_word_embeddings:
         state.pop("lm_head.weight", None)
@@ -66,8 +111,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype="floa
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
     if missing or unexpected:
-        raise ValueError(f"checkpoint {str(path)!r} does not match its config: missing {missing[:5]}, "
-                         f"unexpected {unexpected[:5]}")
+        raise ModelFileError(f"checkpoint {str(path)!r} does not match its config: missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]}", "fix config.json or save the checkpoint again")
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     model.source_path = str(path)

@@ -5,10 +5,18 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from .checkpoint import ModelFileError
+
 
 def load_tokenizer(path: str | Path) -> Tokenizer | None:
     file = Path(path) / "tokenizer.json"
-    return Tokenizer.from_file(str(file)) if file.is_file() else None
+    if not file.is_file():
+        return None
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as e:  # noqa: BLE001 - the tokenizers library raises a bare Exception on a bad file
+        raise ModelFileError(f"{str(file)!r} is not a readable tokenizer ({e})",
+                             "copy the checkpoint's tokenizer.json again") from e
 
 
 def check_tokenizer_matches(tokenizer: Tokenizer, vocab_size: int, where: str) -> None:

@@ -62,8 +62,13 @@ def train(cfg: TrainConfig) -> dict:
     source, held_out = build_sources(cfg.data, cfg.seed)
     run, ckpt = _start(cfg)
     start = 0 if ckpt is None else ckpt.step
-    parts = build_parts(cfg, model_dir(cfg) if ckpt is None else ckpt.model_dir, source, held_out, start,
-                        run.path / TRACE_FILE if cfg.rollout.trace else None)
+    try:
+        parts = build_parts(cfg, model_dir(cfg) if ckpt is None else ckpt.model_dir, source, held_out, start,
+                            run.path / TRACE_FILE if cfg.rollout.trace else None)
+    except READ_ERRORS as e:
+        if ckpt is None:
+            raise
+        raise unreadable(ckpt.path, e) from e
     if cfg.rollout.trace:
         parts.workload_log = lambda row: run.log(row, WORKLOAD_FILE, tensorboard=False)
     if ckpt is not None:

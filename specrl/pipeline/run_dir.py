@@ -12,14 +12,17 @@
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
 from pathlib import Path
 
 from ..config import dump_yaml
+from ..errors import UserError
 from ..io import atomic_write_text
 
 TIME_KEYS = ("rollout_s", "reward_s", "train_s", "sync_s")
 TRACE_FILE, WORKLOAD_FILE = "rollout_trace.jsonl", "rollout_workload.jsonl"
+LOG_FILES = ("metrics.jsonl", "eval.jsonl", WORKLOAD_FILE, TRACE_FILE)
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -41,13 +44,23 @@ class RunDir:
 
     @classmethod
     def create(cls, path: str | Path, cfg, tensorboard: bool = True) -> "RunDir":
+        """A fresh run in `path`. A directory left by an attempt killed before its first step is reused with its
+        logs emptied (a stale step-0 eval row or trace must not join the new run's); one with steps refuses."""
         path = Path(path)
-        if is_run_dir(path) and read_jsonl(path / "metrics.jsonl"):
-            raise FileExistsError(f"out_dir {str(path)!r} already holds a run: continue it with resume={path}, "
-                                  "or pick a new out_dir")
-        path.mkdir(parents=True, exist_ok=True)
+        if is_run_dir(path):
+            if read_jsonl(path / "metrics.jsonl"):
+                raise FileExistsError(f"out_dir {str(path)!r} already holds a run: continue it with "
+                                      f"resume={path}, or pick a new out_dir")
+            shutil.rmtree(path / "tb", ignore_errors=True)
+            for name in LOG_FILES[1:]:
+                (path / name).unlink(missing_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"out_dir={str(path)!r} cannot be created ({e.strerror or e}): pick a directory you "
+                            "can write to") from e
         dump_yaml(cfg, path / "config.yaml")
-        (path / "metrics.jsonl").touch()
+        (path / "metrics.jsonl").write_text("")
         return cls(path, tensorboard)
 
     @classmethod
@@ -59,8 +72,7 @@ class RunDir:
 
     def truncate(self, step: int) -> None:
         """Drops rows past `step` (written after the checkpoint a resume starts from)."""
-        for name, key in (("metrics.jsonl", "step"), ("eval.jsonl", "step"), (WORKLOAD_FILE, "step"),
-                          (TRACE_FILE, "rl_step")):
+        for name, key in zip(LOG_FILES, ("step", "step", "step", "rl_step")):
             if not (self.path / name).exists():
                 continue
             rows = [r for r in read_jsonl(self.path / name) if r[key] <= step]

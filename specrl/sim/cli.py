@@ -167,11 +167,7 @@ COMMANDS = {"step": cmd_step, "sweep": cmd_sweep, "project": cmd_project,
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    try:
-        return COMMANDS[a.cmd](a)
-    except (ValueError, FileNotFoundError, ImportError) as e:
-        print(f"specrl simulate {a.cmd}: error: {e}", file=sys.stderr)
-        return 2
+    return COMMANDS[a.cmd](a)  # a bad argument ends in specrl.cli.main's error boundary
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specrl.errors import MissingDependency
+
 
 def _pyplot():
     try:
         import matplotlib
     except ImportError as e:
-        raise ImportError("plots need matplotlib; install it with `pip install specrl[plots]` "
+        raise MissingDependency("plots need matplotlib; install it with `pip install specrl[plots]` "
                           "or drop --plot-dir") from e
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -37,11 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from ..io import atomic_dir
 from ..model import ModelConfig
+from ..model.checkpoint import load_safetensors
 from ..model.layers import MLP, Attention, RMSNorm, apply_rope, cached_attention, rope_cos_sin
 
 DEFAULT_INSTALL_HINT = "run `specrl train-drafter --method eagle3` to train one"
@@ -235,7 +236,7 @@ def load_head(path: str | Path, device="cpu", dtype: torch.dtype = torch.float32
                                 f"{DEFAULT_INSTALL_HINT}")
     cfg = Eagle3Config.from_hf(json.loads((path / "config.json").read_text()))
     head = Eagle3Head(cfg)
-    state = {k: v for k, v in load_file(str(path / "model.safetensors")).items() if k != "t2d"}  # t2d: from d2t
+    state = {k: v for k, v in load_safetensors(path / "model.safetensors").items() if k != "t2d"}  # t2d: from d2t
     missing, unexpected = head.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise ValueError(f"EAGLE-3 checkpoint {str(path)!r} does not match its config: missing {missing[:5]}, "

@@ -23,6 +23,7 @@ from typing import Callable, NamedTuple
 
 from safetensors import SafetensorError
 
+from ..errors import UserError
 from ..io import atomic_dir
 from ..state_files import StateFileError, has_state, load_state, save_state
 
@@ -31,8 +32,10 @@ DRAFTER_STATE = "drafter"
 _NAME = re.compile(r"^step_(\d{6,})$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint could not be written or read; the message says which and what was kept."""
+
+    exit_code = 1
 
 
 class Checkpoint(NamedTuple):
@@ -102,8 +105,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
 
 
 def unreadable(path: Path, cause: Exception) -> CheckpointError:
-    return CheckpointError(f"checkpoint {str(path)!r} is unreadable ({type(cause).__name__}: {cause}); delete it "
-                           "to resume from the one before")
+    return CheckpointError(f"checkpoint {str(path)!r} is unreadable ({getattr(cause, 'problem', cause)}); delete "
+                           f"it (rm -r {path}) to resume from the one before")
 
 
 READ_ERRORS = (OSError, ValueError, RuntimeError, KeyError, SafetensorError, StateFileError)

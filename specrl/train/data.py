@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from ..errors import MissingDependency
 from .config import DataConfig
 
 
@@ -94,7 +95,7 @@ def _parquet_records(path: Path):
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise ImportError(f"reading {str(path)!r} needs pyarrow: `pip install pyarrow` "
+        raise MissingDependency(f"reading {str(path)!r} needs pyarrow: `pip install pyarrow` "
                           "(or convert it to .jsonl)") from None
     for i, rec in enumerate(pq.read_table(path).to_pylist(), start=1):
         yield i, rec
@@ -144,6 +145,6 @@ def _chat_tokenizer(model_dir: Path):
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise ImportError(f"{cfg_file} has a chat_template, which needs `pip install transformers`; "
+        raise MissingDependency(f"{cfg_file} has a chat_template, which needs `pip install transformers`; "
                           "or set data.chat_template=false to feed raw prompts") from None
     return AutoTokenizer.from_pretrained(str(model_dir))

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from ..config import ConfigError
+from ..errors import UserError
 from .drafter_data import DrafterTrainArgs, collect_sequences, default_prompts
 
 TRAINERS = {
@@ -26,7 +28,7 @@ TRAINERS = {
 
 def get_trainer(method: str):
     if method not in TRAINERS:
-        raise ValueError(f"unknown drafter method {method!r}; valid: {sorted(TRAINERS)}")
+        raise ConfigError(f"unknown drafter method {method!r}; valid: {sorted(TRAINERS)}")
     return importlib.import_module(TRAINERS[method]).train
 
 
@@ -63,7 +65,7 @@ def resolve_policy(policy: str | None) -> str:
     try:
         from ..tasks import default_policy_path
     except ImportError as e:
-        raise SystemExit(f"no --policy given and the embedded policy is unavailable ({e}); pass --policy PATH")
+        raise UserError(f"no --policy given and the embedded policy is unavailable ({e}); pass --policy PATH") from e
     return str(default_policy_path())
 
 
@@ -89,12 +91,8 @@ def _log(step: int, row: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `specrl train-drafter`: 0 on success, 2 on bad input (the message says why)."""
-    try:
-        run(argv)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"specrl train-drafter: {e}", file=sys.stderr)
-        return 2
+    """Entry point of `specrl train-drafter`; bad input ends in specrl.cli.main's error boundary."""
+    run(argv)
     return 0
 
 

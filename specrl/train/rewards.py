@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..errors import MissingDependency
 from ..rl.registry import Registry
 
 
@@ -62,7 +63,7 @@ def math_verify_reward(completion: str, answer: str, prompt: str = "") -> float:
     try:
         from math_verify import parse, verify
     except ImportError:
-        raise ImportError("reward 'math_verify' needs the math-verify package: `pip install math-verify`, "
+        raise MissingDependency("reward 'math_verify' needs the math-verify package: `pip install math-verify`, "
                           "or use reward.name=boxed for exact match on \\boxed{...}") from None
     gold = parse(answer if "\\boxed" in answer or "$" in answer else f"${answer}$")
     return float(verify(gold, parse(completion)))

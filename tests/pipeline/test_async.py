@@ -15,7 +15,7 @@ from specrl.pipeline.run import build_parts
 from specrl.pipeline.steps import generate_rollouts
 from specrl.train.checkpoint import checkpoint_paths
 from specrl.train.data import build_sources
-from specrl.train.train_cli import build_config, main
+from specrl.cli.train import build_config, main
 from specrl.model import load_model
 from tests.helpers import weights_equal
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from specrl.errors import UserError
 from specrl.pipeline.run_dir import RunDir, is_run_dir, read_jsonl
 from specrl.train.config import TrainConfig
 
@@ -29,6 +30,33 @@ def test_create_log_truncate_plot(tmp_path):
     assert list((run.path / "tb").glob("events.out.tfevents.*"))
 
 
+def test_create_over_a_killed_attempt_starts_with_empty_logs(tmp_path):
+    # an attempt killed after its step-0 evaluation, before its first step: no metrics rows, stale logs
+    first = RunDir.create(tmp_path / "run", TrainConfig(), tensorboard=True)
+    first.log({"step": 0, "accuracy": 0.1, "eval_s": 1.0}, "eval.jsonl")
+    first.close()
+    for name in ("rollout_workload.jsonl", "rollout_trace.jsonl"):
+        (first.path / name).write_text('{"step": 0, "rl_step": 0}\n')
+    run = RunDir.create(tmp_path / "run", TrainConfig(), tensorboard=False)
+    assert sorted(p.name for p in run.path.iterdir()) == ["config.yaml", "metrics.jsonl"]
+    run.log({"step": 0, "accuracy": 0.2, "eval_s": 1.0}, "eval.jsonl")
+    assert read_jsonl(run.path / "eval.jsonl") == [{"step": 0, "accuracy": 0.2, "eval_s": 1.0}]
+
+
+def test_create_refuses_a_directory_with_steps(tmp_path):
+    run = RunDir.create(tmp_path / "run", TrainConfig(), tensorboard=False)
+    run.log(_row(1), tensorboard=False)
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        RunDir.create(tmp_path / "run", TrainConfig(), tensorboard=False)
+    assert [r["step"] for r in read_jsonl(run.path / "metrics.jsonl")] == [1]
+
+
+def test_create_names_an_out_dir_that_cannot_be_made(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(UserError, match=r"out_dir='.*a_file/run' cannot be created .*pick a directory"):
+        RunDir.create(tmp_path / "a_file" / "run", TrainConfig(), tensorboard=False)
+
+
 def test_open_refuses_a_directory_that_is_not_a_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="is not a run directory"):
         RunDir.open(tmp_path)
@@ -37,7 +65,7 @@ def test_open_refuses_a_directory_that_is_not_a_run(tmp_path):
 def test_shipped_default_yaml_matches_the_dataclass_defaults():
     from pathlib import Path
 
-    from specrl.train.train_cli import build_config
+    from specrl.cli.train import build_config
     path = Path(__file__).parents[2] / "configs" / "default.yaml"
     assert build_config(str(path), []) == TrainConfig()
 

@@ -16,7 +16,8 @@ import specrl.train.trainer as trainer_mod
 from specrl.pipeline.run_dir import read_jsonl
 from specrl.train.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint
 from specrl.train.config import TrainConfig
-from specrl.train.train_cli import build_config, main
+from specrl.cli.main import main as specrl_main
+from specrl.cli.train import build_config, main
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 
 REQUIRED = {"step", "reward_mean", "accuracy", "response_len_p50", "response_len_p99", "rollout_s", "reward_s",
@@ -126,7 +127,7 @@ def test_full_disk_while_checkpointing_keeps_the_previous_one(setup, tmp_path, m
     (["pipeline.max_policy_lag=-1"], "max_policy_lag=-1 is invalid: expected >= 0"),
 ])
 def test_bad_input_gets_a_clear_error(args, message, capsys):
-    assert main(args) == 2
+    assert specrl_main(["train", *args]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -135,14 +136,14 @@ def test_dataset_row_without_prompt_names_its_line_and_writes_nothing(setup, tmp
     data = tmp_path / "bad.jsonl"
     data.write_text(json.dumps({"prompt": "t4", "answer": "t7"}) + "\n\n" + json.dumps({"question": "t5"}) + "\n")
     out = tmp_path / "out"
-    assert main(overrides(model, data, out)) == 2
+    assert specrl_main(["train", *overrides(model, data, out)]) == 2
     assert f"{data}:3: row has no 'prompt' field" in capsys.readouterr().err
     assert not out.exists()
 
 
 def test_out_dir_with_a_run_is_not_overwritten(setup, straight_run, capsys):
     before = (straight_run / "metrics.jsonl").read_text()
-    assert main(overrides(*setup, straight_run)) == 2
+    assert specrl_main(["train", *overrides(*setup, straight_run)]) == 2
     assert "already holds a run" in capsys.readouterr().err
     assert (straight_run / "metrics.jsonl").read_text() == before
 

@@ -4,6 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specrl.cli.main import main as specrl_main
 from specrl.sim.cli import main
 from specrl.sim.des import Engine
 from specrl.sim.traces import meta_path, synthesize, write_jsonl
@@ -25,15 +26,15 @@ def test_step_prints_json_lines(capsys):
 
 
 def test_unknown_hardware_and_model_list_valid_names(capsys):
-    assert main(["step", "--hardware", "A100"]) == 2
+    assert specrl_main(["simulate", "step", "--hardware", "A100"]) == 2
     assert "H100" in capsys.readouterr().err
-    assert main(["step", "--model", "llama-9000"]) == 2
+    assert specrl_main(["simulate", "step", "--model", "llama-9000"]) == 2
     assert "qwen3-8b" in capsys.readouterr().err
 
 
 def test_missing_trace_is_named(tmp_path, capsys):
     missing = tmp_path / "absent_trace.jsonl"
-    assert main(["calibrate", "--traces", str(missing), "--model", "qwen3-8b"]) == 2
+    assert specrl_main(["simulate", "calibrate", "--traces", str(missing), "--model", "qwen3-8b"]) == 2
     assert "absent_trace.jsonl" in capsys.readouterr().err
 
 

@@ -16,7 +16,7 @@ from specrl.sim.hardware import hardware_to_dict
 from specrl.sim.models import from_hf_config
 from specrl.sim.pipeline import train_tokens
 from specrl.sim.trainruns import TrainRun, TrainStep, fit_pipeline, load_train_run, predict_run, validate_train
-from specrl.train.train_cli import main as train_main
+from specrl.cli.train import main as train_main
 from tests.pipeline.fixtures import make_setup, overrides
 from tests.sim.helpers import TINY, toy_hw
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from specrl import LLM, SamplingParams, SpecConfig
+from specrl.cli.main import main as specrl_main
 from specrl.spec.eagle3_head import Eagle3Config, init_head
 from specrl.train import drafter_cli
 from specrl.train.drafter_data import DrafterTrainArgs, collect_sequences, pad_batch, soft_cross_entropy
@@ -79,7 +80,7 @@ def test_cli_trains_and_the_head_loads(tmp_path, monkeypatch, one_thread):
 def test_cli_unknown_method_lists_valid(capsys):
     with pytest.raises(ValueError, match=r"valid: \['draft_model', 'eagle3', 'mtp'\]"):
         drafter_cli.run(["--method", "medusa", "--policy", "x"])
-    assert drafter_cli.main(["--method", "medusa", "--policy", "x"]) == 2
+    assert specrl_main(["train-drafter", "--method", "medusa", "--policy", "x"]) == 2
     assert "unknown drafter method 'medusa'" in capsys.readouterr().err
 
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..config import ConfigError, load_config
-from .config import TrainConfig
+from ..train.config import TrainConfig
 
 # `max_steps=N` is what people type; it means `schedule.max_steps=N`
 SHORTCUTS = {"max_steps": "schedule.max_steps", "eval_every": "schedule.eval_every",
@@ -51,14 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. optim.lr=1e-5")
     args = parser.parse_args(argv)
     from ..pipeline.run import RunStopped, train
-    from .checkpoint import CheckpointError
+    cfg = build_config(args.config, args.overrides)  # a bad config ends in specrl.cli.main's error boundary
     try:
-        cfg = build_config(args.config, args.overrides)
         summary = train(cfg)
-    except (ConfigError, FileNotFoundError, FileExistsError, ValueError, ImportError) as e:
-        print(f"specrl train: error: {e}", file=sys.stderr)
-        return 2
-    except (RunStopped, CheckpointError) as e:
+    except RunStopped as e:  # not a user error: the run ended early, its directory and checkpoints intact
         print(f"specrl train: stopped: {e}", file=sys.stderr)
         return 1
     print(json.dumps(summary))

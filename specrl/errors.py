@@ -1,0 +1,36 @@
+"""User errors: bad input (a value, a path, a file) rather than a bug in specrl.
+
+Every `specrl` command ends a user error with one line on stderr and a non-zero exit code, in one place
+(`specrl.cli.main`). Each class here also derives from the builtin type that Python API users already catch
+(`ValueError`, `FileNotFoundError`, `ImportError`), so raising one changes nothing for library callers.
+`ConfigError` (specrl.config), `CheckpointError` (specrl.train.checkpoint) and `ModelFileError`
+(specrl.model) derive from `UserError` too.
+
+By the library's convention a bad argument raises `ValueError` and a missing input `OSError`, each with a
+message that names the value, what was expected and the fix; the CLI prints those as one line as well
+(`USER_ERRORS`). Anything else is a bug and keeps its traceback; `SPECRL_DEBUG=1` shows the traceback of a
+user error too.
+"""
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input; the message names the bad value, what was expected and the fix."""
+
+    exit_code = 2
+
+
+class MissingFileError(UserError, FileNotFoundError):
+    """An input path (checkpoint, prompts file, run directory) does not exist."""
+
+
+class MissingDependency(UserError, ImportError):
+    """An optional package a chosen feature needs is not installed; the message says what to install."""
+
+
+class InputFormatError(UserError, ValueError):
+    """An input file exists but is malformed (bad JSON line, missing field)."""
+
+
+# what `specrl` prints as one line instead of a traceback
+USER_ERRORS = (UserError, ValueError, OSError)
