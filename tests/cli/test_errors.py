@@ -8,6 +8,8 @@ import sys
 import pytest
 import torch
 
+from specrl.model import save_model
+
 from specrl.cli.main import main
 from specrl.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tests.helpers import save_tiny, tiny_model
@@ -114,10 +116,12 @@ def test_train_on_cuda_without_cuda(tmp_path, no_cuda, capsys):
     assert code == 2 and "CUDA is not available" in line and "device=cpu" in line
 
 
-def test_truncated_checkpoint_weights_raise_checkpoint_error(tmp_path):
-    ckpt = save_checkpoint(tmp_path, 1, tiny_model(vocab=32, max_pos=96), {}, {}, keep_last=2)
-    truncate(ckpt / "model" / "model.safetensors")
-    with pytest.raises(CheckpointError, match=r"model\.safetensors.*truncated.*delete it .* the one before"):
+def test_truncated_checkpoint_state_raises_checkpoint_error(tmp_path):
+    model = tiny_model(vocab=32, max_pos=96)
+    ckpt = save_checkpoint(tmp_path, 1, lambda d: save_model(model, d / "model"), {"pools": [torch.arange(9)]}, {},
+                           keep_last=2)
+    truncate(ckpt / "drafter.safetensors")
+    with pytest.raises(CheckpointError, match=r"drafter.*unreadable.*delete it .* the one before"):
         load_checkpoint(ckpt)
 
 
