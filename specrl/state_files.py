@@ -22,17 +22,23 @@ class StateFileError(ValueError):
     """A state file pair is missing, truncated or not in this format."""
 
 
-def _encode(x, path: str, tensors: dict[str, torch.Tensor]):
+def _encode(x, path: str, tensors: dict[str, torch.Tensor], seen: dict | None = None):
+    seen = {} if seen is None else seen  # one copy of tensors that share memory (tied embeddings)
     if isinstance(x, torch.Tensor):
+        key = (x.device, x.data_ptr(), x.dtype, tuple(x.shape), x.stride()) if x.numel() else None
+        if key in seen:
+            return {TENSOR: seen[key]}
+        if key is not None:
+            seen[key] = path
         tensors[path] = x.detach().cpu().contiguous()
         return {TENSOR: path}
     if isinstance(x, dict):
-        items = [(k, _encode(v, f"{path}.{k}", tensors)) for k, v in x.items()]
+        items = [(k, _encode(v, f"{path}.{k}", tensors, seen)) for k, v in x.items()]
         if all(isinstance(k, str) and k not in (TENSOR, DICT) for k, _ in items):
             return dict(items)
         return {DICT: [[k, v] for k, v in items]}
     if isinstance(x, (list, tuple)):
-        return [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(x)]
+        return [_encode(v, f"{path}.{i}", tensors, seen) for i, v in enumerate(x)]
     if x is None or isinstance(x, (bool, int, float, str)):
         return x
     raise TypeError(f"state entry {path!r} has type {type(x).__name__}: a state tree holds only tensors, "

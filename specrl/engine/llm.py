@@ -60,7 +60,7 @@ class LLM:
         self.tracer = Tracer(trace_path, self.spec.method, cfg.num_params)
         # checked between engine steps: True cancels the running generate() (e.g. from another thread)
         self.should_stop: Callable[[], bool] | None = None
-        # called between engine steps with the number of running sequences (hot swaps, long-tail work)
+        # called between engine steps with the number of unfinished sequences (hot swaps, long-tail work)
         self.between_steps: Callable[[int], None] | None = None
         self._rng = random.Random(seed)
         self._next_seq_id = 0
@@ -140,7 +140,7 @@ class LLM:
                 if self.should_stop is not None and self.should_stop():
                     raise GenerationCancelled("generate() was cancelled by LLM.should_stop")
                 if self.between_steps is not None:
-                    self.between_steps(len(scheduler.running))
+                    self.between_steps(len(scheduler.running) + len(scheduler.waiting))
                 self.step(scheduler)
                 if bar is not None:
                     bar[0].update(bar[1], completed=sum(s.status is Status.FINISHED for s in seqs))

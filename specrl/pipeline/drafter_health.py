@@ -2,7 +2,9 @@
 (verification is exact) while acceptance falls to ~1 token per step, so nothing else would say so.
 
 Two signs, checked after every step:
-- acceptance length below half of its average over the last `window` steps before it;
+- acceptance below half of its average over the last `window` steps before it, where acceptance is what
+  the drafter adds: accepted drafts per target forward, acceptance length - 1 (the length itself never
+  falls below 1, the bonus token every forward emits with or without a drafter);
 - the engine's drafter older than the trainer's by more than `max_lag` versions (a sync that never came).
 """
 from __future__ import annotations
@@ -25,10 +27,10 @@ def check_drafter(history: list[float], acceptance: float, engine_version: int |
                              "the engine")
     if history:
         recent = sum(history) / len(history)
-        if acceptance < 0.5 * recent:
-            return Verdict(True, f"acceptance length {acceptance:.2f} fell below half of its recent average "
-                                 f"{recent:.2f} over {len(history)} steps: check that the drafter's weights "
-                                 "are loaded and synced")
+        if acceptance - 1.0 < 0.5 * (recent - 1.0):
+            return Verdict(True, f"acceptance length {acceptance:.2f} fell: {acceptance - 1:.2f} accepted drafts per "
+                                 f"step against {recent - 1:.2f} on average over the last {len(history)} steps; "
+                                 "check that the drafter's weights are loaded and synced")
     return Verdict(False, "")
 
 

@@ -53,12 +53,12 @@ class LocalBackend:
 
     def set_idle_work(self, work: Callable[[], None] | None, max_running: int = 8) -> None:
         """In-process only: `work()` runs once per generate(), between engine steps, as soon as at most
-        `max_running` sequences run (the long tail, TLT's idle capacity)."""
+        `max_running` sequences are left unfinished (the long tail, TLT's idle capacity)."""
         self._idle = None if work is None else (work, max_running)
 
-    def _between_steps(self, running: int) -> None:
+    def _between_steps(self, unfinished: int) -> None:
         idle = self._idle
-        if idle is not None and running <= idle[1] and not self._idle_done:
+        if idle is not None and unfinished <= idle[1] and not self._idle_done:
             self._idle_done = True
             idle[0]()
         self._swap_pending()

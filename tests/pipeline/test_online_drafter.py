@@ -1,0 +1,112 @@
+"""Online drafter training inside `specrl train`: versions flow from the trainer into the engine every step,
+a resume is exact, and the health alarm fires on a broken drafter but never on a clean run."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import specrl.pipeline.sync as sync
+from specrl.cli.main import main
+from specrl.pipeline.run_dir import read_jsonl
+from specrl.spec.weights import drafter_module
+from tests.pipeline.fixtures import make_setup, overrides, strip_timings
+
+ONLINE = {"rollout.spec.method": "draft_model", "rollout.spec.draft_model": "scratch", "rollout.drafter.online": True,
+          "rollout.drafter.lr": 1e-3}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    return make_setup(tmp_path_factory.mktemp("online"))
+
+
+def _kill_at(monkeypatch, stop: int):
+    real = sync.rl_step
+
+    def killed(step, *a):
+        if step == stop:
+            raise KeyboardInterrupt
+        return real(step, *a)
+    monkeypatch.setattr(sync, "rl_step", killed)
+
+
+@pytest.mark.parametrize("schedule", ["after_step", "long_tail"])
+def test_online_drafter_versions_reach_the_engine_and_resume_is_exact(setup, tmp_path, monkeypatch, schedule):
+    args = {**ONLINE, "rollout.drafter.schedule": schedule, "rollout.drafter.tail_max_running": 6}
+    straight = tmp_path / "straight"
+    assert main(["train", *overrides(*setup, straight, **args)]) == 0
+    rows = read_jsonl(straight / "metrics.jsonl")
+    # after_step: the step's update is in the engine when the step ends; long_tail: it is trained in the next
+    # rollout's tail, so the engine holds the version of the step before
+    lag = 0 if schedule == "after_step" else 1
+    assert not any(r["drafter_alarm"] for r in rows)
+    assert all(r["drafter_loss"] >= 0 for r in rows[lag:])
+    assert rows[-1]["drafter_loss"] > 0  # the policy moved away from the drafter it started as
+    assert [r["drafter_version"] for r in rows] == [s - lag for s in (1, 2, 3, 4)]
+    out = tmp_path / "resumed"
+    _kill_at(monkeypatch, 2)
+    assert main(["train", *overrides(*setup, out, **args)]) == 130
+    monkeypatch.undo()
+    assert main(["train", f"resume={out}", "progress=false"]) == 0
+    assert strip_timings(read_jsonl(out / "metrics.jsonl")) == strip_timings(rows)
+
+
+def test_async_beside_trainer_swaps_drafters_into_the_running_worker(setup, tmp_path):
+    args = {**ONLINE, "rollout.drafter.schedule": "beside_trainer", "pipeline.mode": "async",
+            "pipeline.rollout_threads": 1, "pipeline.train_threads": 1}
+    assert main(["train", *overrides(*setup, tmp_path / "a", **args)]) == 0
+    rows = read_jsonl(tmp_path / "a" / "metrics.jsonl")
+    # the worker's engine swaps a new drafter in at its next engine step: at most one version behind
+    versions = [r["drafter_version"] for r in rows]
+    assert versions == sorted(versions) and all(s - 1 <= v <= s for s, v in zip((1, 2, 3, 4), versions))
+    assert versions[-1] == 4  # the idle worker (all steps generated) takes it at once
+    assert not any(r["drafter_alarm"] for r in rows)
+
+
+def test_zeroed_engine_drafter_raises_the_alarm(setup, tmp_path, monkeypatch, capsys):
+    """A frozen draft model equal to the policy, at a low temperature, accepts most drafts; zeroing its weights
+    in the engine after step 2 (a lost sync) collapses acceptance to ~1, which the alarm must report."""
+    model, _ = setup
+    args = {"rollout.spec.method": "draft_model", "rollout.spec.draft_model": model, "max_steps": 6,
+            "rollout.drafter.alarm_window": 3, "optim.lr": 1e-4, "rollout.temperature": 0.3}
+    clean = tmp_path / "clean"
+    assert main(["train", *overrides(*setup, clean, **args)]) == 0
+    assert not any(r["drafter_alarm"] for r in read_jsonl(clean / "metrics.jsonl"))
+    real = sync.rl_step
+
+    def zero_after_2(step, parts, cfg):
+        if step == 2:
+            with torch.no_grad():
+                for p in drafter_module(parts.rollout.backend.llm.drafter).parameters():
+                    p.zero_()
+        return real(step, parts, cfg)
+    monkeypatch.setattr(sync, "rl_step", zero_after_2)
+    broken = tmp_path / "broken"
+    assert main(["train", *overrides(*setup, broken, **args)]) == 0
+    rows = read_jsonl(broken / "metrics.jsonl")
+    assert [r["drafter_alarm"] for r in rows[:2]] == [False, False]
+    assert any(r["drafter_alarm"] for r in rows[2:4])  # within two steps of the break
+    assert "drafter alarm" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"rollout.spec.method": "suffix", "rollout.drafter.online": True}, "needs a model drafter"),
+    ({**ONLINE, "rollout.drafter.schedule": "beside_trainer"}, "set pipeline.mode=async"),
+    ({**ONLINE, "rollout.drafter.schedule": "long_tail", "pipeline.mode": "async"}, "set pipeline.mode=sync"),
+])
+def test_online_drafter_bad_input(setup, tmp_path, capsys, args, message):
+    assert main(["train", *overrides(*setup, tmp_path / "x", **args)]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_alarm_rule_by_hand():
+    from specrl.pipeline.drafter_health import DrafterHealth, check_drafter
+    # accepted drafts per step: history 2.0, 2.2, 1.8 -> average 2.0; 0.9 < half of it, 1.1 is not
+    assert check_drafter([3.0, 3.2, 2.8], 1.9, None, None, 1).alarm
+    assert not check_drafter([3.0, 3.2, 2.8], 2.1, None, None, 1).alarm
+    assert check_drafter([3.0], 3.0, engine_version=2, trainer_version=4, max_lag=1).alarm  # sync lost
+    assert not check_drafter([3.0], 3.0, engine_version=3, trainer_version=4, max_lag=1).alarm
+    health = DrafterHealth(window=2, max_lag=1)
+    assert [health.check(a, None, None).alarm for a in (3.0, 3.1, 2.9, 1.2, 1.1, 3.0)] == [
+        False, False, False, True, True, False]  # alarming steps stay out of the average
