@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specrl import LLM, SamplingParams
-from specrl.spec import verify as verify_mod
+from specrl.engine import verify as verify_mod
 from tests.helpers import tiny_model
 from tests.spec.drafters import OracleDrafter, UniformDrafter
 from tests.stats import assert_matches, chi_square, chi_square_critical, exact_distribution
