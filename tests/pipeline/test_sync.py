@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import specrl.pipeline.sync as sync
-import specrl.train.trainer as trainer_mod
 from specrl.pipeline.run_dir import read_jsonl
+from specrl.rl import clipped_policy_loss
 from specrl.train import checkpoint as ckpt_mod
 from specrl.train.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint
 from specrl.train.config import TrainConfig
@@ -71,7 +71,7 @@ def test_resume_reproduces_the_uninterrupted_run(setup, straight_run, tmp_path, 
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(setup, tmp_path, monkeypatch, capsys):
-    real_step, real_loss = sync.rl_step, trainer_mod.clipped_policy_loss
+    real_step, real_loss = sync.rl_step, clipped_policy_loss
 
     def nan_loss(*args, **kw):
         out = real_loss(*args, **kw)
@@ -79,7 +79,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(setup, tmp_pa
 
     def step_with_nan_from_3(step, parts, cfg):
         if step == 2:
-            monkeypatch.setattr(trainer_mod, "clipped_policy_loss", nan_loss)
+            monkeypatch.setattr(parts.trainer, "policy_loss", nan_loss)
         return real_step(step, parts, cfg)
     monkeypatch.setattr(sync, "rl_step", step_with_nan_from_3)
     out = tmp_path / "nan"
