@@ -6,9 +6,8 @@ baseline runs first, then every method, all at temperature 1 on held-out task pr
 from __future__ import annotations
 
 from ..errors import UserError
+from ..engine.methods import METHODS
 from .bench_common import base_parser, emit, policy_path, task_prompts, timed
-
-ALL_METHODS = ("ngram", "suffix", "draft_model", "eagle3", "mtp", "auto")
 
 
 def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats):
@@ -36,7 +35,7 @@ def parse_batch_sizes(text: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     ap = base_parser("specrl bench spec", __doc__)
-    ap.add_argument("--methods", default=",".join(ALL_METHODS))
+    ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--batch-sizes", default="1,4,16,64,rl")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=384)

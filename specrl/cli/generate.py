@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InputFormatError, MissingFileError
+from ..engine.methods import METHODS
 
 
 def read_prompts(args) -> list[str]:
@@ -49,7 +50,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--top-k", type=int, default=-1)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--spec", default=None, help="speculative method: ngram, suffix, draft_model, eagle3, mtp, auto")
+    ap.add_argument("--spec", default=None, help=f"speculative method: {', '.join(METHODS)}")
     ap.add_argument("--k", type=int, default=4, help="draft tokens per step")
     ap.add_argument("--draft-model", default=None)
     ap.add_argument("--device", default="cpu")

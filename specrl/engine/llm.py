@@ -9,24 +9,16 @@ from typing import Callable
 import torch
 
 from ..model import CausalLM, check_tokenizer_matches, load_model, load_tokenizer, resolve_dtype
-from ..spec.config import SpecConfig
 from .drafting import Drafter
+from .methods import SpecConfig, build_drafter
 from .outputs import CompletionOutput, RequestOutput
+from .rng import mix_seed
 from .runner import ModelRunner
 from .sampling import SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence, Status
 from .stats import EngineStats, Tracer
 from .steps import decode_step, prefill_step, spec_step
-
-_MASK63 = (1 << 63) - 1
-
-
-def mix_seed(seed: int, index: int) -> int:
-    x = (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9 + 1) & ((1 << 64) - 1)
-    x ^= x >> 31
-    return (x * 0x94D049BB133111EB) & _MASK63
-
 
 class GenerationCancelled(RuntimeError):
     """`LLM.should_stop` returned True between two engine steps; the generate() call returns nothing."""
@@ -52,7 +44,6 @@ class LLM:
         self.spec = spec if spec is not None else SpecConfig()
         self.drafter: Drafter | None = drafter
         if self.drafter is None and self.spec.enabled:
-            from ..spec.registry import build_drafter
             self.drafter = build_drafter(self.spec, self.model, max_num_seqs, self.max_model_len)
         hidden_layers = tuple(self.drafter.hidden_layers) if self.drafter is not None else ()
         self.runner = ModelRunner(self.model, max_num_seqs, self.max_model_len, hidden_layers)

@@ -4,9 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..model import CausalLM, ModelOutput
-
-# Verify forwards write up to k drafts past a sequence's budget; the spare room keeps those writes in bounds.
-MAX_SPEC_TOKENS = 16
+from .methods import MAX_SPEC_TOKENS  # verify forwards write up to k drafts past a sequence's budget
 
 
 class ModelRunner:

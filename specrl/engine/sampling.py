@@ -10,9 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-# hash streams: one per use of randomness at a position
-STREAM_SAMPLE, STREAM_ACCEPT, STREAM_RESIDUAL = 0, 1, 2
-_MASK64 = (1 << 64) - 1
+from ..rl.logprobs import scaled_token_logprobs as token_logprobs  # noqa: F401 (rl owns the logprob kernel)
+from .rng import MASK64, SPLITMIX_GAMMA, SPLITMIX_MUL1, SPLITMIX_MUL2, STREAM_ACCEPT, STREAM_SAMPLE  # noqa: F401
 
 
 @dataclass
@@ -44,11 +43,11 @@ class SamplingParams:
 
 
 def _to_signed(x: int) -> int:
-    x &= _MASK64
+    x &= MASK64
     return x - (1 << 64) if x >= 1 << 63 else x
 
 
-_C1, _C2, _C3 = (_to_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+_C1, _C2, _C3 = (_to_signed(c) for c in (SPLITMIX_GAMMA, SPLITMIX_MUL1, SPLITMIX_MUL2))
 
 
 def _shr(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -58,11 +57,21 @@ def _shr(x: torch.Tensor, n: int) -> torch.Tensor:
 
 def hash_uniform(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
     """splitmix64 of (seed, position, stream) -> uniform in (0, 1), float64. seeds: [B], positions: [B, T]."""
-    x = seeds[:, None] * _C1 + positions * _C2 + _to_signed((stream + 1) * 0x94D049BB133111EB)  # [B, T] wraps mod 2^64
+    x = seeds[:, None] * _C1 + positions * _C2 + _to_signed((stream + 1) * SPLITMIX_MUL2)  # [B, T] wraps mod 2^64
     x = (x ^ _shr(x, 30)) * _C2
     x = (x ^ _shr(x, 27)) * _C3
     x = x ^ _shr(x, 31)
     return (_shr(x, 11).double() + 0.5) * (2.0 ** -53)
+
+
+def batch_params(seqs: list, device) -> tuple[torch.Tensor, ...]:
+    """Each sequence's sampling settings as tensors: temperature [B], top_k [B], top_p [B], seed [B]. Shared
+    by the engine's steps and by drafters that sample the way the target does (EAGLE-3)."""
+    temperature = torch.tensor([s.params.temperature for s in seqs], dtype=torch.float32, device=device)
+    top_k = torch.tensor([s.params.top_k for s in seqs], dtype=torch.long, device=device)
+    top_p = torch.tensor([s.params.top_p for s in seqs], dtype=torch.float32, device=device)
+    seeds = torch.tensor([s.seed for s in seqs], dtype=torch.long, device=device)
+    return temperature, top_k, top_p, seeds
 
 
 def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
@@ -103,10 +112,3 @@ def sample_from(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     # rounding can push idx past the last token with mass; fall back to that token
     last_nonzero = (probs > 0).long().cumsum(-1).argmax(-1)
     return torch.minimum(idx, last_nonzero)
-
-
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
-    """Log-prob of `tokens` [B, T] under softmax(logits / T) [B, T, V]; greedy rows use T = 1."""
-    temp = torch.where(temperature == 0, torch.ones_like(temperature), temperature)
-    logp = torch.log_softmax(logits.float() / temp[:, None, None], dim=-1)
-    return logp.gather(-1, tokens[..., None]).squeeze(-1)

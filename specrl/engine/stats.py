@@ -5,7 +5,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-MAX_POS = 16
+from .methods import MAX_SPEC_TOKENS
 
 
 @dataclass
@@ -17,8 +17,8 @@ class EngineStats:
     decode_tokens: int = 0  # tokens emitted by decode/verify forwards
     draft_tokens: int = 0
     accepted_tokens: int = 0
-    drafted_at: list[int] = field(default_factory=lambda: [0] * MAX_POS)
-    accepted_at: list[int] = field(default_factory=lambda: [0] * MAX_POS)
+    drafted_at: list[int] = field(default_factory=lambda: [0] * MAX_SPEC_TOKENS)
+    accepted_at: list[int] = field(default_factory=lambda: [0] * MAX_SPEC_TOKENS)
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0

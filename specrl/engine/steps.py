@@ -9,20 +9,13 @@ import time
 
 import torch
 
-from ..spec.verify import Verdict, draft_q, verify
 from .drafting import Drafter, TargetForward
+from .rng import STREAM_ACCEPT, STREAM_SAMPLE
 from .runner import ModelRunner
-from .sampling import STREAM_ACCEPT, STREAM_SAMPLE, hash_uniform, sample_from, target_probs, token_logprobs
+from .sampling import batch_params, hash_uniform, sample_from, target_probs, token_logprobs
 from .sequence import Sequence
 from .stats import EngineStats
-
-
-def batch_params(seqs: list[Sequence], device):
-    temperature = torch.tensor([s.params.temperature for s in seqs], dtype=torch.float32, device=device)
-    top_k = torch.tensor([s.params.top_k for s in seqs], dtype=torch.long, device=device)
-    top_p = torch.tensor([s.params.top_p for s in seqs], dtype=torch.float32, device=device)
-    seeds = torch.tensor([s.seed for s in seqs], dtype=torch.long, device=device)
-    return temperature, top_k, top_p, seeds
+from .verify import Verdict, draft_q, verify
 
 
 def prefill_step(runner: ModelRunner, groups: list[list[Sequence]], drafter: Drafter | None,

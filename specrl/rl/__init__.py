@@ -1,4 +1,6 @@
-"""RL math as pure, batched tensor functions: advantages, policy losses, KL, entropy, logprobs."""
+"""RL math as pure, batched tensor functions: advantages, policy losses, KL, entropy, logprobs.
+
+Imports nothing from the rest of specrl: the engine and the trainers import from here."""
 
 from specrl.rl.advantages import (
     ADVANTAGES,
@@ -12,6 +14,7 @@ from specrl.rl.kl import KL_ESTIMATORS, kl_penalty, register_kl, truncated_impor
 from specrl.rl.logprobs import token_logprobs
 from specrl.rl.losses import (
     AGGREGATIONS,
+    POLICY_LOSSES,
     PolicyLoss,
     aggregate,
     aggregate_denom,
@@ -20,6 +23,7 @@ from specrl.rl.losses import (
     masked_mean,
     masked_sum,
     register_aggregation,
+    register_policy_loss,
 )
 from specrl.rl.registry import Registry
 
@@ -27,6 +31,7 @@ __all__ = [
     "ADVANTAGES",
     "AGGREGATIONS",
     "KL_ESTIMATORS",
+    "POLICY_LOSSES",
     "PolicyLoss",
     "Registry",
     "aggregate",
@@ -43,6 +48,7 @@ __all__ = [
     "register_advantage",
     "register_aggregation",
     "register_kl",
+    "register_policy_loss",
     "token_logprobs",
     "truncated_importance_ratio",
 ]

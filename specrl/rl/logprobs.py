@@ -1,11 +1,21 @@
-"""Log-probabilities of sampled tokens under the temperature-scaled policy."""
+"""Log-probabilities of sampled tokens under the temperature-scaled policy.
+
+The kernel (`scaled_token_logprobs`, one temperature per row) is shared with the rollout engine, which
+imports it from here: the engine's reported logprobs and the trainer's recomputed ones are one function.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from ..engine.sampling import token_logprobs as engine_token_logprobs
+
+def scaled_token_logprobs(logits: Tensor, tokens: Tensor, temperature: Tensor) -> Tensor:
+    """Log-prob of `tokens` [B, T] under softmax(logits / T) [B, T, V], T = temperature[b] [B]; greedy rows
+    (T = 0) use T = 1."""
+    temp = torch.where(temperature == 0, torch.ones_like(temperature), temperature)  # [B]
+    logp = torch.log_softmax(logits.float() / temp[:, None, None], dim=-1)  # [B, T, V]
+    return logp.gather(-1, tokens[..., None]).squeeze(-1)  # [B, T]
 
 
 def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> Tensor:
@@ -20,4 +30,4 @@ def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> 
     if logits.shape[:-1] != tokens.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and tokens {tuple(tokens.shape)} must agree on [B, T]")
     temp = torch.full(tokens.shape[:1], float(temperature), device=logits.device)  # [B]
-    return engine_token_logprobs(logits, tokens.long(), temp)  # [B, T]
+    return scaled_token_logprobs(logits, tokens.long(), temp)  # [B, T]

@@ -1,4 +1,4 @@
-"""Clipped policy-gradient loss (PPO/GRPO with DAPO clip-higher) and loss aggregation modes.
+"""Policy losses by name (the clipped PPO/GRPO loss with DAPO clip-higher) and loss aggregation modes.
 
 Per-token losses are [B, T] with a 0/1 mask [B, T] over response tokens. How they are reduced to a
 scalar is a named choice (``aggregate``), since token-level and sequence-level averaging weight long
@@ -33,6 +33,16 @@ class PolicyLoss(NamedTuple):
     clipped: Tensor  # [B, T] bool: the clipped objective was the one taken (no gradient there)
 
 
+class PolicyLossFn(Protocol):
+    def __call__(self, logp: Tensor, logp_old: Tensor, advantages: Tensor, clip_low: float, clip_high: float,
+                 weights: Tensor | None) -> PolicyLoss: ...
+
+
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
+register_policy_loss = POLICY_LOSSES.register
+
+
+@register_policy_loss("clipped")
 def clipped_policy_loss(
     logp: Tensor,
     logp_old: Tensor,

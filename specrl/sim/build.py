@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.engine.methods import DRAFTING_METHODS
 from specrl.sim import cost
 from specrl.sim.acceptance import AcceptanceModel, fit_geometric, from_acceptance_length
 from specrl.sim.calibrate import load_trace, with_drafter
@@ -16,7 +17,7 @@ from specrl.sim.models import get_model
 from specrl.sim.pipeline import SimConfig
 from specrl.sim.workload import Workload, parse_lengths
 
-SD_METHODS = ("none", "draft_model", "eagle3", "mtp", "ngram", "suffix")
+SD_METHODS = ("none", *DRAFTING_METHODS)  # "auto" is modelled by --adaptive-max-batch
 
 
 def add_system_args(p: argparse.ArgumentParser) -> None:

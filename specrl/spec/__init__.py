@@ -1,4 +1,5 @@
-from .config import MAX_K, METHODS, SpecConfig
-from .registry import build_drafter
+"""The drafters. Their settings, the table of methods and the by-name lookup live in the engine core
+(`specrl.engine.methods`) and are re-exported here."""
+from ..engine.methods import MAX_SPEC_TOKENS, METHODS, TABLE, SpecConfig, build_drafter, get_method
 
-__all__ = ["MAX_K", "METHODS", "SpecConfig", "build_drafter"]
+__all__ = ["MAX_SPEC_TOKENS", "METHODS", "TABLE", "SpecConfig", "build_drafter", "get_method"]

@@ -26,7 +26,7 @@ import math
 
 from ..engine.drafting import Drafter, Proposal, TargetForward
 from ..engine.sequence import Sequence
-from .config import METHODS, SpecConfig
+from ..engine.methods import DRAFTING_METHODS, SpecConfig, build_drafter
 from .suffix import pad_drafts
 
 RATE_DECAY = 0.8  # weight of the past in the acceptance average: about the last 5 speculative steps
@@ -101,10 +101,9 @@ class AutoDrafter:
 
 def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> AutoDrafter:
     name = spec.auto_methods[0] if spec.auto_methods else None
-    valid = [m for m in METHODS if m != "auto"]
+    valid = list(DRAFTING_METHODS)
     if name not in valid:
         raise ValueError(f"auto_methods[0]={name!r} is not a drafter auto can run; valid: {valid} "
                          "(e.g. SpecConfig(method='auto', auto_methods=('suffix',)))")
-    from .registry import build_drafter
     inner = build_drafter(dataclasses.replace(spec, method=name), target, num_slots, max_len)
     return AutoDrafter(spec, inner, next(target.parameters()).device)

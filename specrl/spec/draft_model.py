@@ -13,12 +13,12 @@ from pathlib import Path
 import torch
 
 from ..engine.drafting import Proposal, TargetForward, blank_proposal
-from ..engine.runner import MAX_SPEC_TOKENS
+from ..engine.methods import MAX_SPEC_TOKENS, get_method
 from ..engine.sequence import Sequence
 from ..model import CausalLM, load_model, load_tokenizer
 from .config import SpecConfig
 
-DEFAULT_DIR = Path(__file__).resolve().parents[1] / "tasks" / "assets" / "drafters" / "draft_model"
+DEFAULT_DIR = get_method("draft_model").shipped_dir
 
 
 def check_same_vocab(target: CausalLM, draft: CausalLM, draft_path: str) -> None:

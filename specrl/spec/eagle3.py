@@ -20,16 +20,13 @@ from pathlib import Path
 import torch
 
 from ..engine.drafting import Proposal, TargetForward
-from ..engine.runner import MAX_SPEC_TOKENS
-from ..engine.sampling import hash_uniform, sample_from, target_probs
+from ..engine.methods import MAX_SPEC_TOKENS, SpecConfig, get_method
+from ..engine.rng import STREAM_DRAFT
+from ..engine.sampling import batch_params, hash_uniform, sample_from, target_probs
 from ..engine.sequence import Sequence
-from ..engine.steps import batch_params
-from .config import SpecConfig
 from .eagle3_head import DEFAULT_INSTALL_HINT, Eagle3Head, load_head
 
-# Counter-based RNG stream of draft sampling: independent of the engine's sample/accept/residual streams (0-2).
-STREAM_DRAFT = 7
-DEFAULT_HEAD_DIR = Path(__file__).resolve().parents[1] / "tasks" / "assets" / "drafters" / "eagle3"
+DEFAULT_HEAD_DIR = get_method("eagle3").shipped_dir
 
 
 def slot_index(slots: list[int], device) -> torch.Tensor | slice:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from ..engine.drafting import Proposal, TargetForward, blank_proposal
-from ..engine.runner import MAX_SPEC_TOKENS
+from ..engine.methods import MAX_SPEC_TOKENS, get_method
 from ..engine.sequence import Sequence
 from ..io import atomic_dir
 from ..model import CausalLM, ModelConfig, resolve_dtype
@@ -29,7 +29,7 @@ from ..model.checkpoint import read_state_dict
 from ..model.mtp import MTPStack
 from .config import SpecConfig
 
-DEFAULT_DIR = Path(__file__).resolve().parents[1] / "tasks" / "assets" / "drafters" / "mtp"
+DEFAULT_DIR = get_method("mtp").shipped_dir
 MATCH_KEYS = ("vocab_size", "hidden_size")  # what h^0, the embedding and the lm_head share with the policy
 
 

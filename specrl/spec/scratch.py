@@ -15,12 +15,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..engine.methods import SCRATCH, TRAINABLE_METHODS as SCRATCH_METHODS  # the model drafters
 from ..model import CausalLM, ModelConfig
 from ..model.mtp import MTPStack
 from .config import SpecConfig
 
-SCRATCH = "scratch"
-SCRATCH_METHODS = ("eagle3", "draft_model", "mtp")
 DRAFT_LAYERS = 2
 MTP_MODULES = 2
 

@@ -27,7 +27,9 @@ from typing import Iterable
 import torch
 from torch import nn
 
-MODEL_FREE = ("ngram", "suffix")
+from ..engine.methods import TABLE
+
+MODEL_FREE = tuple(m.name for m in TABLE if not m.model_based and not m.adaptive)
 
 
 def drafter_module(drafter) -> nn.Module:

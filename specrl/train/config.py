@@ -74,6 +74,7 @@ class RolloutConfig:
 @dataclass
 class AlgorithmConfig:
     advantage: str = "grpo"  # specrl.rl.ADVANTAGES: grpo | dr_grpo | rloo
+    policy_loss: str = "clipped"  # specrl.rl.POLICY_LOSSES; register more with specrl.rl.register_policy_loss
     loss_agg: str = "token_mean"  # specrl.rl.AGGREGATIONS
     clip_low: float = 0.2
     clip_high: float = 0.28  # DAPO clip-higher
@@ -85,9 +86,10 @@ class AlgorithmConfig:
     is_cap: float = 2.0
 
     def validate(self) -> None:
-        from ..rl import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS
+        from ..rl import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
         for key, value, reg in (("advantage", self.advantage, ADVANTAGES), ("loss_agg", self.loss_agg, AGGREGATIONS),
-                                ("kl_estimator", self.kl_estimator, KL_ESTIMATORS)):
+                                ("kl_estimator", self.kl_estimator, KL_ESTIMATORS),
+                                ("policy_loss", self.policy_loss, POLICY_LOSSES)):
             require(value in reg, key, value, f"one of {reg.names}")
         require(0 <= self.clip_low < 1, "clip_low", self.clip_low, "in [0, 1)")
         require(self.clip_high >= 0, "clip_high", self.clip_high, ">= 0")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from ..errors import MissingDependency
+from ..engine.rng import MASK64, SPLITMIX_GAMMA, SPLITMIX_MUL1, SPLITMIX_MUL2
 from .config import DataConfig
 
 
@@ -25,9 +26,9 @@ class PromptSource(Protocol):
 
 def step_seed(seed: int, step: int, salt: int = 0) -> int:
     """A 62-bit seed for (run seed, step, use): independent streams without any stored RNG state."""
-    x = (seed * 0x9E3779B97F4A7C15 + step * 0xBF58476D1CE4E5B9 + salt * 0x94D049BB133111EB + 1) % (1 << 64)
+    x = (seed * SPLITMIX_GAMMA + step * SPLITMIX_MUL1 + salt * SPLITMIX_MUL2 + 1) & MASK64
     x ^= x >> 31
-    return (x * 0xD6E8FEB86659FD93 % (1 << 64)) >> 2
+    return ((x * 0xD6E8FEB86659FD93) & MASK64) >> 2
 
 
 class ArithSource:

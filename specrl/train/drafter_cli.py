@@ -16,26 +16,23 @@ from pathlib import Path
 import torch
 
 from ..config import ConfigError
+from ..engine.methods import METHODS, TRAINABLE_METHODS, get_method
 from ..errors import UserError
 from .drafter_data import DrafterTrainArgs, collect_sequences, default_prompts
 
-TRAINERS = {
-    "eagle3": "specrl.train.train_eagle3",
-    "draft_model": "specrl.train.train_draft_model",
-    "mtp": "specrl.train.train_mtp",
-}
-
 
 def get_trainer(method: str):
-    if method not in TRAINERS:
-        raise ConfigError(f"unknown drafter method {method!r}; valid: {sorted(TRAINERS)}")
-    return importlib.import_module(TRAINERS[method]).train
+    row = get_method(method) if method in METHODS else None
+    if row is None or row.trainer is None:
+        raise ConfigError(f"unknown drafter method {method!r}; valid: {list(TRAINABLE_METHODS)} (the other "
+                         f"speculative methods have no weights to train)")
+    return importlib.import_module(row.trainer).train
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="specrl train-drafter", description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default=None, help="policy checkpoint dir (default: the embedded policy)")
-    ap.add_argument("--method", required=True, help=f"one of {sorted(TRAINERS)}")
+    ap.add_argument("--method", required=True, help=f"one of {list(TRAINABLE_METHODS)}")
     ap.add_argument("--out", default=None, help="output dir (default: the embedded drafter dir of the method)")
     ap.add_argument("--steps", type=int, default=DrafterTrainArgs.steps)
     ap.add_argument("--prompts", type=int, default=512, help="task prompts to sample responses for")
@@ -56,7 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def default_out(method: str) -> Path:
-    return Path(__file__).resolve().parents[1] / "tasks" / "assets" / "drafters" / method
+    return get_method(method).shipped_dir
 
 
 def resolve_policy(policy: str | None) -> str:

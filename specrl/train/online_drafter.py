@@ -112,7 +112,7 @@ class OnlineDrafterTrainer:
         method = model_method(spec, "online drafter training")
         if spec.draft_model == SCRATCH:
             return cls(scratch_module(method, policy, cfg.seed), policy, cfg)
-        from ..spec.registry import build_drafter
+        from ..engine.methods import build_drafter
         drafter = build_drafter(spec if spec.method != "auto" else SpecConfig(method=method,
                                 draft_model=spec.draft_model), policy, 1, policy.config.max_position_embeddings)
         return cls.from_drafter(drafter, policy, cfg)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..model import CausalLM
-from ..rl import (aggregate, aggregate_denom, clipped_policy_loss, entropy_from_logits, kl_penalty, token_logprobs,
+from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty, token_logprobs,
                   truncated_importance_ratio)
 from .config import AlgorithmConfig, OptimConfig
 from .drafter_capture import DrafterBatch, capture, model_layers
@@ -69,6 +69,7 @@ class PolicyTrainer:
         self.model, self.algo, self.optim_cfg = model, algo, optim
         self.device = next(model.parameters()).device
         self.temperature, self.norm_len = temperature, norm_len
+        self.policy_loss = POLICY_LOSSES.get(algo.policy_loss)  # "clipped": PPO/GRPO with DAPO clip-higher
         self.optimizer = build_optimizer(model, optim.lr, optim.weight_decay, tuple(optim.betas))
         self.scheduler = warmup_cosine_scheduler(self.optimizer, optim.warmup_steps,
                                                  total_steps * algo.updates_per_step, optim.min_lr_ratio)
@@ -148,7 +149,7 @@ class PolicyTrainer:
             if is_cap is not None:
                 weights = truncated_importance_ratio(old_mb, mb.gen_logp, is_cap) * mb.mask  # [b, T]
                 sums["is_ratio"] += float(weights.sum() / n_tok)
-            pl = clipped_policy_loss(logp, old_mb, mb.advantages, self.algo.clip_low, self.algo.clip_high, weights)
+            pl = self.policy_loss(logp, old_mb, mb.advantages, self.algo.clip_low, self.algo.clip_high, weights)
             loss = aggregate(pl.loss, mb.mask, mode, self.norm_len, denom)
             if ref is not None:
                 kl = kl_penalty(self.algo.kl_estimator, logp, ref[idx, :T].to(self.device))  # [b, T]

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import specrl.pipeline.asynchronous as asynchronous
-import specrl.train.trainer as trainer_mod
 from specrl.pipeline.run_dir import WORKLOAD_FILE, read_jsonl
 import specrl.pipeline.steps as steps
 from specrl.pipeline.run import build_parts
 from specrl.pipeline.steps import generate_rollouts
+from specrl.rl import POLICY_LOSSES
 from specrl.train.checkpoint import checkpoint_paths
 from specrl.train.data import build_sources
 from specrl.cli.train import build_config, main
@@ -112,13 +112,13 @@ def test_a_worker_failure_stops_the_run_and_keeps_the_checkpoint(setup, tmp_path
 
 
 def test_a_trainer_failure_stops_the_worker(setup, tmp_path, monkeypatch, capsys):
-    real_loss, calls = trainer_mod.clipped_policy_loss, []
+    real_loss, calls = POLICY_LOSSES.get("clipped"), []
 
     def nan_from_step_2(*args, **kw):
         out = real_loss(*args, **kw)
         calls.append(1)
         return out._replace(loss=out.loss * float("nan")) if len(calls) > 3 else out
-    monkeypatch.setattr(trainer_mod, "clipped_policy_loss", nan_from_step_2)
+    monkeypatch.setitem(POLICY_LOSSES._fns, "clipped", nan_from_step_2)  # the trainer looks the loss up by name
     out = tmp_path / "nan"
     assert main(overrides(*setup, out, **ASYNC)) == 1
     assert "is not finite" in capsys.readouterr().err

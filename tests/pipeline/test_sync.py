@@ -9,15 +9,15 @@ import torch
 
 import specrl.pipeline.sync as sync
 import specrl.train.learner as learner_mod
-from specrl.model import load_model
-from specrl.pipeline.run import train
-from specrl.state_files import load_state
-import specrl.train.trainer as trainer_mod
-from specrl.pipeline.run_dir import read_jsonl
-from specrl.train.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint
-from specrl.train.config import TrainConfig
 from specrl.cli.main import main as specrl_main
 from specrl.cli.train import build_config, main
+from specrl.model import load_model
+from specrl.pipeline.run import train
+from specrl.pipeline.run_dir import read_jsonl
+from specrl.rl import clipped_policy_loss
+from specrl.state_files import load_state
+from specrl.train.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint
+from specrl.train.config import TrainConfig
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 
 REQUIRED = {"step", "reward_mean", "accuracy", "response_len_p50", "response_len_p99", "rollout_s", "reward_s",
@@ -75,7 +75,7 @@ def test_resume_reproduces_the_uninterrupted_run(setup, straight_run, tmp_path, 
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(setup, tmp_path, monkeypatch, capsys):
-    real_step, real_loss = sync.rl_step, trainer_mod.clipped_policy_loss
+    real_step, real_loss = sync.rl_step, clipped_policy_loss
 
     def nan_loss(*args, **kw):
         out = real_loss(*args, **kw)
@@ -83,7 +83,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(setup, tmp_pa
 
     def step_with_nan_from_3(step, parts, cfg):
         if step == 2:
-            monkeypatch.setattr(trainer_mod, "clipped_policy_loss", nan_loss)
+            monkeypatch.setattr(parts.learner.learner.trainer, "policy_loss", nan_loss)
         return real_step(step, parts, cfg)
     monkeypatch.setattr(sync, "rl_step", step_with_nan_from_3)
     out = tmp_path / "nan"

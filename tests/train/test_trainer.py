@@ -6,8 +6,9 @@ import copy
 import pytest
 import torch
 
-import specrl.train.trainer as trainer_mod
 from specrl import LLM, SamplingParams, SpecConfig
+from specrl.config import ConfigError
+from specrl.rl import POLICY_LOSSES, clipped_policy_loss
 from specrl.train.config import AlgorithmConfig, OptimConfig
 from specrl.train.trainer import NonFiniteLossError, PolicyTrainer, collate
 from specrl.pipeline.local import LocalBackend
@@ -71,12 +72,38 @@ def test_several_updates_per_step_recompute_old_logprobs_and_clip():
 def test_nan_loss_raises_and_leaves_the_weights_alone(monkeypatch):
     model = tiny_model(seed=4)
     before = copy.deepcopy(model)
-    real = trainer_mod.clipped_policy_loss
-    monkeypatch.setattr(trainer_mod, "clipped_policy_loss",
-                        lambda *a, **k: (out := real(*a, **k))._replace(loss=out.loss * float("nan")))
+    monkeypatch.setitem(POLICY_LOSSES._fns, "nan_test",
+                        lambda *a, **k: (out := clipped_policy_loss(*a, **k))._replace(loss=out.loss * float("nan")))
     with pytest.raises(NonFiniteLossError, match="not finite"):
-        _trainer(model).step(_rollouts(model))
+        _trainer(model, policy_loss="nan_test").step(_rollouts(model))
     assert weights_equal(model, before)
+
+
+def test_policy_loss_is_looked_up_by_name(monkeypatch):
+    """The default "clipped" is `clipped_policy_loss` itself: a registered spy that calls it gives the same
+    step bit for bit, and it is the function the trainer calls (with the config's clip range)."""
+    calls = []
+
+    def spy(logp, logp_old, advantages, clip_low, clip_high, weights):
+        calls.append((clip_low, clip_high))
+        return clipped_policy_loss(logp, logp_old, advantages, clip_low, clip_high, weights)
+
+    monkeypatch.setitem(POLICY_LOSSES._fns, "spy_test", spy)
+    assert POLICY_LOSSES.get(AlgorithmConfig().policy_loss) is clipped_policy_loss
+    models = [tiny_model(seed=6), tiny_model(seed=6)]
+    batch = _rollouts(models[0])
+    m_default = _trainer(models[0]).step(batch)
+    m_spy = _trainer(models[1], policy_loss="spy_test").step(batch)
+    assert calls and set(calls) == {(0.2, 0.28)}
+    assert m_spy == m_default
+    assert weights_equal(models[0], models[1])
+
+
+def test_unknown_policy_loss_lists_the_valid_names():
+    with pytest.raises(ConfigError, match=r"policy_loss.*'nope'.*clipped"):
+        AlgorithmConfig(policy_loss="nope").validate()
+    with pytest.raises(ValueError, match="unknown policy loss 'nope'; valid names: clipped"):
+        _trainer(tiny_model(seed=1), policy_loss="nope")
 
 
 def test_kl_penalty_uses_the_frozen_initial_policy():

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..engine.sampling import sample_from
+from .sampling import sample_from
 
 
 class Verdict(NamedTuple):

@@ -1,0 +1,88 @@
+"""The one table of drafter methods, the one draft-length limit, and one definition of each shared constant."""
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+from specrl import LLM, SpecConfig
+from specrl.engine.methods import (DRAFTING_METHODS, MAX_SPEC_TOKENS, METHODS, TABLE, TRAINABLE_METHODS,
+                                   get_method)
+from specrl.engine.stats import EngineStats
+from tests.helpers import tiny_model
+
+ROOT = Path(__file__).resolve().parents[2] / "specrl"
+
+
+@pytest.mark.parametrize("row", TABLE, ids=lambda r: r.name)
+def test_every_row_points_at_a_drafter_and_its_trainer(row):
+    assert callable(importlib.import_module(row.module).build)
+    if row.trainer is not None:
+        assert callable(importlib.import_module(row.trainer).train)
+    # model-based drafters have weights: a trainer and a shipped checkpoint; the others have neither
+    assert (row.trainer is not None) == row.model_based
+    assert (row.shipped_dir / "config.json").is_file() == row.model_based
+
+
+def test_every_list_of_methods_is_the_table():
+    import specrl.spec as spec
+    from specrl.cli import bench_spec
+    from specrl.sim.build import SD_METHODS
+    from specrl.spec import auto
+    from specrl.train import drafter_cli
+    assert spec.METHODS == METHODS == ("draft_model", "eagle3", "mtp", "ngram", "suffix", "auto")
+    assert TRAINABLE_METHODS == ("draft_model", "eagle3", "mtp")
+    assert SD_METHODS == ("none", *DRAFTING_METHODS) and "auto" not in DRAFTING_METHODS
+    assert drafter_cli.default_out("eagle3") == get_method("eagle3").shipped_dir
+    assert "auto" in METHODS and bench_spec.METHODS is METHODS
+    with pytest.raises(ValueError, match=r"auto_methods\[0\]='auto'.*valid: \['draft_model', 'eagle3', 'mtp', "
+                                         r"'ngram', 'suffix'\]"):
+        auto.build(SpecConfig(method="auto", auto_methods=("auto",)), tiny_model(), 1, 8)
+
+
+def test_unknown_method_lists_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown speculative method 'medusa'; valid: \['draft_model', 'eagle3', "
+                                         r"'mtp', 'ngram', 'suffix', 'auto'\]"):
+        SpecConfig(method="medusa")
+    with pytest.raises(ValueError, match="valid: "):
+        get_method("medusa")
+
+
+def test_one_draft_length_limit():
+    SpecConfig(num_speculative_tokens=MAX_SPEC_TOKENS)
+    with pytest.raises(ValueError, match=f"must be in \\[1, {MAX_SPEC_TOKENS}\\]"):
+        SpecConfig(num_speculative_tokens=MAX_SPEC_TOKENS + 1)
+    assert len(EngineStats().drafted_at) == len(EngineStats().accepted_at) == MAX_SPEC_TOKENS
+    llm = LLM(tiny_model(), max_num_seqs=2, max_model_len=10)
+    assert llm.runner.cache[0][0].shape[2] == 10 + MAX_SPEC_TOKENS + 1  # room for a full draft past the budget
+
+
+def _modules():
+    for f in sorted(ROOT.rglob("*.py")):
+        yield str(f.relative_to(ROOT.parent)), ast.parse(f.read_text())
+
+
+@pytest.mark.parametrize("value", [0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB])
+def test_the_splitmix_constants_are_written_once(value):
+    where = sorted({rel for rel, tree in _modules() for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and node.value == value})
+    assert where == ["specrl/engine/rng.py"], f"{value:#x} is written in {where}: import it from specrl.engine.rng"
+
+
+def test_the_shipped_drafter_path_is_computed_once():
+    def segments(node):  # the string parts of a `a / "b" / "c"` path expression
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            return segments(node.left) + segments(node.right)
+        return [node.value] if isinstance(node, ast.Constant) and isinstance(node.value, str) else []
+    where = sorted({rel for rel, tree in _modules() for node in ast.walk(tree)
+                    if isinstance(node, ast.BinOp) and {"assets", "drafters"} <= set(segments(node))})
+    assert where == ["specrl/engine/methods.py"], f"the drafter asset path is computed in {where}"
+
+
+def test_the_stream_ids_are_defined_once():
+    names = {"STREAM_SAMPLE", "STREAM_ACCEPT", "STREAM_RESIDUAL", "STREAM_DRAFT"}
+    where = sorted({rel for rel, tree in _modules() for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                    for t in node.targets if isinstance(t, ast.Name) and t.id in names})
+    assert where == ["specrl/engine/rng.py"], f"RNG stream ids are assigned in {where}"
