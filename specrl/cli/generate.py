@@ -47,7 +47,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--max-num-seqs", type=int, default=64)
+    ap.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the free cores)")
     args = ap.parse_args(argv)
+    from .threads import set_threads
+    set_threads(args.threads)
     from .. import LLM, SamplingParams, SpecConfig
     from .bench_common import policy_path
     spec = SpecConfig(method=args.spec, num_speculative_tokens=args.k, draft_model=args.draft_model)
@@ -56,7 +60,10 @@ def main(argv: list[str]) -> int:
     prompts = read_prompts(args)
     params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_tokens=args.max_tokens, seed=args.seed)
-    outs = llm.generate(prompts, params, progress=sys.stderr.isatty())
+    if args.chat:
+        outs = llm.chat([[{"role": "user", "content": p}] for p in prompts], params, progress=sys.stderr.isatty())
+    else:
+        outs = llm.generate(prompts, params, progress=sys.stderr.isatty())
     sink = sys.stdout if args.out == "-" else open(args.out, "w")
     for r in outs:
         for o in r.outputs:
