@@ -84,7 +84,7 @@ def test_greedy_min_tokens_match_sd_off(method, tmp_path):
     for w, g, f in zip(want, got, free):
         a, b = w.outputs[0], g.outputs[0]
         assert (b.token_ids, b.finish_reason) == (a.token_ids, a.finish_reason)
-        assert len(a.token_ids) >= 9 and a.token_ids[:2] != f[:2] or f[1] not in a.token_ids[:9]
+        assert len(a.token_ids) >= 9 and f[1] not in a.token_ids[:9]  # the mask held the stop id back
 
 
 @torch.no_grad()
