@@ -125,7 +125,9 @@ class LLM:
 
     def _make_sequences(self, prompts: list[list[int]], params_list: list[SamplingParams]) -> list[Sequence]:
         seqs = []
-        eos = set(self.model.config.eos_token_id) | set(self.text_tokenizer.eos_token_ids if self.text_tokenizer else ())
+        eos = set(self.model.config.eos_token_id)
+        if self.text_tokenizer is not None:  # tokenizer_config.json's eos_token and generation_config's ids
+            eos |= set(self.text_tokenizer.eos_token_ids)
         for r, (prompt, sp) in enumerate(zip(prompts, params_list)):
             base = sp.seed if sp.seed is not None else self._rng.getrandbits(62)
             stop = frozenset(sp.stop_token_ids or ()) | (frozenset() if sp.ignore_eos else frozenset(eos))

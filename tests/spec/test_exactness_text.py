@@ -44,7 +44,8 @@ def _stops_from(outputs):
 def test_greedy_stop_strings_match_sd_off(method, tmp_path):
     model, tok = _greedy_model(), _tokenizer_dir(tmp_path, 32)
     base = LLM(model, tokenizer=tok, max_num_seqs=4)
-    free = [r.outputs[0] for r in base.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))]
+    free = [r.outputs[0] for r in base.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=20,
+                                                                        ignore_eos=True))]
     params = [SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True, stop=s) for s in _stops_from(free)]
     want = base.generate(PROMPTS, params)
     got = build(method, model, tmp_path, max_num_seqs=4, tokenizer=tok).generate(PROMPTS, params)

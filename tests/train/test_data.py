@@ -100,7 +100,8 @@ def test_prompt_encoder_uses_chat_template_jinja(tmp_path):
     enc = PromptEncoder(d)
     ids = enc.encode("What is 2+2?")
     text = load_text_tokenizer(d).backend.decode(ids, skip_special_tokens=False)
-    assert text == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    assert text == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+                    "<|im_end|>\n"
                     "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
     conv = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
     assert enc.encode(conv) == load_text_tokenizer(d).apply_chat_template(conv, add_generation_prompt=True)
