@@ -54,9 +54,9 @@ class SamplingParams:
             raise ValueError(f"min_tokens={self.min_tokens} must be in [0, max_tokens={self.max_tokens}]")
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError(f"logprobs={self.logprobs} must be None or >= 0 (top-N logprobs per token)")
-        if self.repetition_penalty != 1.0:
-            raise ValueError(f"repetition_penalty={self.repetition_penalty} is not supported: the engine samples "
-                             "from the policy's own distribution (1.0); leave repetition_penalty at 1.0")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty={self.repetition_penalty} must be > 0 (1.0 disables it; > 1 "
+                             "discourages tokens already in the prompt or output)")
 
     @property
     def greedy(self) -> bool:
@@ -128,6 +128,14 @@ def sample_from(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 def mask_banned(logits: torch.Tensor, banned: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
     """min_tokens: -inf on `banned` ids [B, V] at the positions where `active` [B, T]; logits [B, T, V]."""
     return logits.masked_fill(banned[:, None, :] & active[..., None], float("-inf"))
+
+
+def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """CTRL / vLLM repetition penalty: seen tokens' logits divided by `penalty` when positive, multiplied when
+    negative. logits [B, T, V], seen [B, T, V] bool (tokens in the context before each position), penalty [B]."""
+    pen = penalty[:, None, None].to(logits.dtype)
+    penalized = torch.where(logits > 0, logits / pen, logits * pen)  # [B, T, V]
+    return torch.where(seen, penalized, logits)
 
 
 def top_logprobs(logits: torch.Tensor, temperature: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:

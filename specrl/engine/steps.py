@@ -15,7 +15,7 @@ from .runner import ModelRunner
 from .sampling import STREAM_ACCEPT, STREAM_SAMPLE, hash_uniform, sample_from, target_probs, token_logprobs
 from .sequence import Sequence
 from .stats import EngineStats
-from .token_options import apply_min_tokens, top_logprob_dicts
+from .token_options import apply_min_tokens, apply_repetition_penalty, top_logprob_dicts
 
 
 def batch_params(seqs: list[Sequence], device):
@@ -38,7 +38,8 @@ def prefill_step(runner: ModelRunner, groups: list[list[Sequence]], drafter: Dra
     logits = out.logits[rep]  # [N, 1, V]
     temperature, top_k, top_p, seeds = batch_params(seqs, runner.device)
     positions = torch.tensor([[len(s.prompt)] for s in seqs], device=runner.device)  # [N, 1]
-    tokens = sample_from(target_probs(apply_min_tokens(logits, seqs), temperature, top_k, top_p),
+    shaped = apply_min_tokens(apply_repetition_penalty(logits, seqs), seqs)  # [N, 1, V]
+    tokens = sample_from(target_probs(shaped, temperature, top_k, top_p),
                          hash_uniform(seeds, positions, STREAM_SAMPLE))  # [N, 1]
     logprobs = token_logprobs(logits, tokens, temperature)  # [N, 1]
     tops = top_logprob_dicts(logits, tokens, logprobs, seqs, temperature)
@@ -65,7 +66,8 @@ def decode_step(runner: ModelRunner, seqs: list[Sequence], stats: EngineStats) -
     positions = torch.tensor([[s.num_tokens - 1] for s in seqs], device=device)  # [B, 1]
     logits = runner.forward(tokens, positions, [s.slot for s in seqs]).logits  # [B, 1, V]
     temperature, top_k, top_p, seeds = batch_params(seqs, device)
-    new = sample_from(target_probs(apply_min_tokens(logits, seqs), temperature, top_k, top_p),
+    shaped = apply_min_tokens(apply_repetition_penalty(logits, seqs), seqs)  # [B, 1, V]
+    new = sample_from(target_probs(shaped, temperature, top_k, top_p),
                       hash_uniform(seeds, positions + 1, STREAM_SAMPLE))  # [B, 1]
     logprobs = token_logprobs(logits, new, temperature)  # [B, 1]
     tops = top_logprob_dicts(logits, new, logprobs, seqs, temperature)
@@ -92,7 +94,8 @@ def spec_step(runner: ModelRunner, drafter: Drafter, seqs: list[Sequence], k: li
     positions = (start - 1)[:, None] + torch.arange(K + 1, device=device)  # [B, K+1]
     out = runner.forward(torch.cat([last, prop.tokens], dim=1), positions, [s.slot for s in seqs])
     temperature, top_k, top_p, seeds = batch_params(seqs, device)
-    p = target_probs(apply_min_tokens(out.logits, seqs), temperature, top_k, top_p)  # [B, K+1, V] masked p
+    shaped = apply_min_tokens(apply_repetition_penalty(out.logits, seqs, prop.tokens), seqs)  # [B, K+1, V]
+    p = target_probs(shaped, temperature, top_k, top_p)  # [B, K+1, V]: the same shaped p as plain decoding
     u_sample = hash_uniform(seeds, positions + 1, STREAM_SAMPLE)  # [B, K+1]
     if K == 0:  # nothing proposed (e.g. "auto" turned SD off): a plain decode step
         verdict = Verdict(torch.zeros(B, dtype=torch.long, device=device), sample_from(p, u_sample))

@@ -68,6 +68,24 @@ def test_min_tokens_masks_stop_ids_in_the_distribution(tiny_dir):
 
 
 @torch.no_grad()
+def test_repetition_penalty_divides_seen_positive_logits_and_multiplies_negative_ones(tiny_dir):
+    llm = LLM(tiny_dir)
+    plain = llm.generate([[0, 4, 9]], SamplingParams(**GREEDY))[0].outputs[0].token_ids
+    out = llm.generate([[0, 4, 9]], SamplingParams(**GREEDY, repetition_penalty=1.8))[0].outputs[0]
+    ids, ref = [0, 4, 9], []
+    while len(ref) < 20:
+        logits = llm.model(torch.tensor([ids])).logits[0, -1]
+        seen = torch.tensor(sorted(set(ids)))
+        logits[seen] = torch.where(logits[seen] > 0, logits[seen] / 1.8, logits[seen] * 1.8)
+        ref.append(int(logits.argmax()))
+        ids.append(ref[-1])
+    assert out.token_ids == ref and ref != plain
+    logp = torch.log_softmax(llm.model(torch.tensor([[0, 4, 9] + ref])).logits[0, 2:-1], -1)
+    expected = logp.gather(-1, torch.tensor(ref)[:, None])[:, 0]  # returned logprobs stay the policy's
+    assert torch.allclose(torch.tensor(out.logprobs), expected, atol=1e-5)
+
+
+@torch.no_grad()
 def test_top_logprobs_are_the_policys_top_n(tiny_dir):
     llm = LLM(tiny_dir)
     r = llm.generate([[0, 4, 9]], SamplingParams(temperature=0.7, max_tokens=6, seed=1, logprobs=3))[0]
@@ -151,8 +169,8 @@ def test_chat_without_a_template_is_a_clear_error(tmp_path):
 
 def test_sampling_params_check_text_options():
     assert SamplingParams(stop="END").stop == ["END"]
-    with pytest.raises(ValueError, match=r"repetition_penalty=1.2 is not supported"):
-        SamplingParams(repetition_penalty=1.2)
+    with pytest.raises(ValueError, match=r"repetition_penalty=0 must be > 0 \(1.0 disables it"):
+        SamplingParams(repetition_penalty=0)
     with pytest.raises(ValueError, match=r"min_tokens=20 must be in \[0, max_tokens=16\]"):
         SamplingParams(min_tokens=20)
     with pytest.raises(ValueError, match=r"logprobs=-1"):

@@ -1,4 +1,5 @@
-"""Losslessness with the text options: stop strings and min_tokens give the same results with SD as without.
+"""Losslessness with the text options: stop strings, min_tokens and repetition_penalty give the same results
+with SD as without.
 
 Greedy: identical tokens, text, finish and stop reasons, including where a multi-token accept crosses the stop
 string. Sampled: the sequences follow the exact enumerated distribution of plain decoding with the same
@@ -89,12 +90,18 @@ def test_greedy_min_tokens_match_sd_off(method, tmp_path):
 
 
 @torch.no_grad()
-def masked_distribution(model, prompt, steps, temperature, banned: list[int], min_tokens: int) -> dict:
-    """Like tests.stats.exact_distribution, with `banned` ids at probability 0 for the first min_tokens tokens."""
+def masked_distribution(model, prompt, steps, temperature, banned: list[int], min_tokens: int,
+                        penalty: float = 1.0) -> dict:
+    """Like tests.stats.exact_distribution, with `banned` ids at probability 0 for the first min_tokens tokens
+    and a repetition penalty on every token already in the context."""
     dist = {(): 1.0}
     for t in range(steps):
         prefixes = list(dist)
         logits = model(torch.tensor([prompt + list(p) for p in prefixes])).logits[:, -1:]  # [N, 1, V]
+        for i, p in enumerate(prefixes):
+            seen = torch.tensor(sorted(set(prompt + list(p))))
+            row = logits[i, 0, seen]
+            logits[i, 0, seen] = torch.where(row > 0, row / penalty, row * penalty)
         if t < min_tokens:
             logits[..., banned] = float("-inf")
         n = len(prefixes)
@@ -159,3 +166,39 @@ def test_sampled_stop_string_distribution_is_exact(method, tmp_path):
     outs = llm.generate([PROMPT], params)[0].outputs
     assert_matches([tuple(o.token_ids) for o in outs], dist)
     assert all(o.finish_reason == "stop" for o in outs if len(o.token_ids) < 3)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_repetition_penalty_matches_sd_off(method, tmp_path):
+    model = _greedy_model()
+    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True, repetition_penalty=1.5)
+    want = LLM(model, max_num_seqs=4).generate(PROMPTS, params)
+    got = build(method, model, tmp_path, max_num_seqs=4).generate(PROMPTS, params)
+    plain = LLM(model).generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))
+    assert [w.outputs[0].token_ids for w in want] != [p.outputs[0].token_ids for p in plain]  # it matters
+    for w, g in zip(want, got):
+        assert g.outputs[0].token_ids == w.outputs[0].token_ids
+
+
+def _penalty_samples(llm):
+    params = SamplingParams(n=N_SAMPLES, temperature=1.0, max_tokens=3, ignore_eos=True, repetition_penalty=3.0,
+                            seed=13)
+    return [tuple(o.token_ids) for o in llm.generate([PROMPT], params)[0].outputs]
+
+
+@pytest.mark.parametrize("method", SAMPLED)
+def test_sampled_repetition_penalty_distribution_is_exact(method, tmp_path):
+    model = peaky_model()
+    dist = masked_distribution(model, PROMPT, 3, 1.0, banned=[], min_tokens=0, penalty=3.0)
+    assert_matches(_penalty_samples(build(method, model, tmp_path, max_num_seqs=1024)), dist)
+
+
+def test_chi_square_catches_a_penalty_that_ignores_the_drafts(monkeypatch, tmp_path):
+    """Position t of a verify forward must count drafts[:t] as context; a penalty that forgets them is caught."""
+    from specrl.engine import steps
+    real = steps.apply_repetition_penalty
+    monkeypatch.setattr(steps, "apply_repetition_penalty", lambda logits, seqs, drafts=None: real(logits, seqs))
+    model = peaky_model()
+    dist = masked_distribution(model, PROMPT, 3, 1.0, banned=[], min_tokens=0, penalty=3.0)
+    stat, df = chi_square(_penalty_samples(build("uniform_q", model, tmp_path, max_num_seqs=1024)), dist)
+    assert stat > chi_square_critical(df, 3.72)
