@@ -1,9 +1,9 @@
 """What a step needs from the sequences' text options, as tensors: the min_tokens mask, the repetition penalty
 and top-N logprobs.
 
-The masked / penalised logits are what every later use of p sees (sampling, greedy argmax, acceptance, residual and bonus
-in verification), so speculative decoding samples from the same masked distribution as plain decoding.
-Returned logprobs stay the policy's unmasked temperature-scaled ones (the RL contract).
+The masked / penalised logits are what every later use of p sees (sampling, greedy argmax, acceptance, residual
+and bonus in verification), so speculative decoding samples from the same distribution as plain decoding.
+Returned logprobs stay the policy's own temperature-scaled ones, before masks and penalties (the RL contract).
 """
 from __future__ import annotations
 
