@@ -56,7 +56,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--max-num-seqs", type=int, default=64)
+    ap.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the free cores)")
     args = ap.parse_args(argv)
+    from .threads import set_threads
+    set_threads(args.threads)
     from .. import LLM, SamplingParams, SpecConfig
     from .bench_common import policy_path
     # bad values and files fail here, before the model loads
@@ -69,7 +73,10 @@ def main(argv: list[str]) -> int:
                                "exist; create it or write elsewhere")
     llm = LLM(policy_path(args.model), device=args.device, dtype=args.dtype, spec=spec,
               max_num_seqs=args.max_num_seqs)
-    outs = llm.generate(prompts, params, progress=sys.stderr.isatty())
+    if args.chat:
+        outs = llm.chat([[{"role": "user", "content": p}] for p in prompts], params, progress=sys.stderr.isatty())
+    else:
+        outs = llm.generate(prompts, params, progress=sys.stderr.isatty())
     sink = sys.stdout if args.out == "-" else open(args.out, "w")
     for r in outs:
         for o in r.outputs:

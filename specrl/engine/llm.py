@@ -8,7 +8,9 @@ from typing import Callable
 
 import torch
 
-from ..model import CausalLM, check_tokenizer_matches, load_model, load_tokenizer, resolve_dtype
+from ..model import CausalLM, check_tokenizer_matches, load_model, load_text_tokenizer, resolve_dtype
+from ..model.chat import is_conversation
+from ..model.tokenizer import TextTokenizer
 from .drafting import Drafter
 from .methods import SpecConfig, build_drafter
 from .outputs import CompletionOutput, RequestOutput
@@ -17,6 +19,7 @@ from .runner import ModelRunner
 from .sampling import SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence, Status
+from .stop import StopStrings
 from .stats import EngineStats, Tracer
 from .steps import decode_step, prefill_step, spec_step
 
@@ -36,7 +39,8 @@ class LLM:
             self.model = load_model(model, device=device, dtype=resolve_dtype(dtype))
         cfg = self.model.config
         src = tokenizer or getattr(self.model, "source_path", None)
-        self.tokenizer = load_tokenizer(src) if src else None
+        self.text_tokenizer = load_text_tokenizer(src) if src else None
+        self.tokenizer = self.text_tokenizer.backend if self.text_tokenizer is not None else None
         if self.tokenizer is not None:
             check_tokenizer_matches(self.tokenizer, cfg.vocab_size, str(src))
         self.max_model_len = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
@@ -79,8 +83,10 @@ class LLM:
     def _encode(self, prompts: list) -> list[list[int]]:
         if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
             raise ValueError("prompts is empty: pass a non-empty list of strings or of token-id lists")
+        _refuse_chat_messages(prompts, None)
         out = []
         for i, p in enumerate(prompts):
+            _refuse_chat_messages(p, i)
             if isinstance(p, str):
                 if self.tokenizer is None:
                     raise ValueError(f"prompt {i} is a string but the model has no tokenizer.json; pass token "
@@ -113,12 +119,14 @@ class LLM:
     def _make_sequences(self, prompts: list[list[int]], params_list: list[SamplingParams]) -> list[Sequence]:
         seqs = []
         eos = set(self.model.config.eos_token_id)
+        if self.text_tokenizer is not None:  # tokenizer_config.json's eos_token and generation_config's ids
+            eos |= set(self.text_tokenizer.eos_token_ids)
         for r, (prompt, sp) in enumerate(zip(prompts, params_list)):
             base = sp.seed if sp.seed is not None else self._rng.getrandbits(62)
             stop = frozenset(sp.stop_token_ids or ()) | (frozenset() if sp.ignore_eos else frozenset(eos))
             for j in range(sp.n):
                 seqs.append(Sequence(self._next_seq_id, r, j, prompt, sp, mix_seed(base, j), self.max_model_len,
-                                     stop_ids=stop))
+                                     stop_ids=stop, stop_strings=self._stop_strings(sp)))
                 self._next_seq_id += 1
         return seqs
 
@@ -176,11 +184,59 @@ class LLM:
     def _outputs(self, prompts, token_prompts, seqs) -> list[RequestOutput]:
         by_request: dict[int, list[CompletionOutput]] = {}
         for s in seqs:
-            text = self.tokenizer.decode(s.output) if self.tokenizer is not None else None
             by_request.setdefault(s.request_id, []).append(
-                CompletionOutput(s.sample_index, list(s.output), list(s.logprobs), s.finish_reason.value, text))
+                CompletionOutput(s.sample_index, list(s.output), list(s.logprobs), s.finish_reason.value,
+                                 self._text(s), list(s.top_logprobs) if s.params.logprobs is not None else None,
+                                 s.stop_reason))
         return [RequestOutput(r, p if isinstance(p, str) else None, token_prompts[r], by_request[r])
                 for r, p in enumerate(prompts)]
+
+    def _text(self, s: Sequence) -> str | None:
+        if self.text_tokenizer is None:
+            return None
+        if s.stop_strings is not None and s.stop_strings.hit is not None:
+            return s.stop_strings.output_text(s.params.include_stop_str_in_output)
+        return self.text_tokenizer.decode(s.output, skip_special_tokens=s.params.skip_special_tokens)
+
+    def _stop_strings(self, sp: SamplingParams) -> StopStrings | None:
+        if not sp.stop:
+            return None
+        if self.text_tokenizer is None:
+            raise ValueError(f"stop={sp.stop!r} needs a tokenizer to decode text, but the model has no "
+                             "tokenizer.json: pass LLM(..., tokenizer=DIR) or use stop_token_ids")
+        return StopStrings(self.text_tokenizer, sp.stop, sp.skip_special_tokens)
+
+    # ---- chat -----------------------------------------------------------------------------------------
+    def get_tokenizer(self) -> TextTokenizer:
+        """The checkpoint's tokenizer (encode, decode, apply_chat_template, special tokens), as in vLLM."""
+        if self.text_tokenizer is None:
+            raise ValueError("the model has no tokenizer.json: pass LLM(..., tokenizer=DIR)")
+        return self.text_tokenizer
+
+    def chat(self, messages: list[dict] | list[list[dict]], sampling_params: SamplingParams | list | None = None,
+             add_generation_prompt: bool = True, progress: bool = False,
+             chat_template_kwargs: dict | None = None) -> list[RequestOutput]:
+        """One conversation or a list of them, rendered with the checkpoint's chat template, then generated.
+        `chat_template_kwargs` reach the template as variables (e.g. {"enable_thinking": False}), as in vLLM."""
+        tok = self.get_tokenizer()
+        convs = [messages] if is_conversation(messages) else list(messages)
+        if not convs:
+            raise ValueError("messages is empty: pass one conversation (a list of message dicts) or a list of them")
+        texts = [tok.apply_chat_template(c, add_generation_prompt=add_generation_prompt, tokenize=False,
+                                         **(chat_template_kwargs or {})) for c in convs]
+        # the template writes the special tokens (bos included), so none are added when encoding
+        ids = [tok.encode(t, add_special_tokens=False) for t in texts]
+        outs = self.generate(ids, sampling_params, progress=progress)
+        for out, text in zip(outs, texts):
+            out.prompt = text
+        return outs
+
+
+def _refuse_chat_messages(p, i: int | None) -> None:
+    if isinstance(p, dict) or is_conversation(p):
+        where = "prompts" if i is None else f"prompt {i}"
+        raise ValueError(f"{where} is chat messages ({{'role', 'content'}} dicts); generate() takes text or "
+                         "token ids: use LLM.chat(messages, sampling_params) to apply the chat template")
 
 
 def _mean_len(seqs: list[Sequence]) -> float:

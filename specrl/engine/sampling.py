@@ -24,6 +24,12 @@ class SamplingParams:
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     seed: int | None = None
+    stop: list[str] | str | None = None  # stop strings, matched on the decoded text after every token
+    include_stop_str_in_output: bool = False
+    min_tokens: int = 0  # EOS and stop ids are masked out of the distribution until this many tokens
+    logprobs: int | None = None  # top-N logprobs per generated token (in CompletionOutput.top_logprobs)
+    skip_special_tokens: bool = True
+    repetition_penalty: float = 1.0
 
     def __post_init__(self):
         if not self.temperature >= 0:
@@ -36,6 +42,20 @@ class SamplingParams:
             raise ValueError(f"n={self.n} must be >= 1 (samples per prompt)")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens={self.max_tokens} must be >= 1")
+        self._check_text_options()
+
+    def _check_text_options(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        if self.stop is not None and not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"stop={self.stop!r} must be a list of non-empty strings")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens={self.min_tokens} must be in [0, max_tokens={self.max_tokens}]")
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError(f"logprobs={self.logprobs} must be None or >= 0 (top-N logprobs per token)")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty={self.repetition_penalty} must be > 0 (1.0 disables it; > 1 "
+                             "discourages tokens already in the prompt or output)")
 
     @property
     def greedy(self) -> bool:
@@ -112,3 +132,24 @@ def sample_from(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     # rounding can push idx past the last token with mass; fall back to that token
     last_nonzero = (probs > 0).long().cumsum(-1).argmax(-1)
     return torch.minimum(idx, last_nonzero)
+
+
+def mask_banned(logits: torch.Tensor, banned: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """min_tokens: -inf on `banned` ids [B, V] at the positions where `active` [B, T]; logits [B, T, V]."""
+    return logits.masked_fill(banned[:, None, :] & active[..., None], float("-inf"))
+
+
+def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """CTRL / vLLM repetition penalty: seen tokens' logits divided by `penalty` when positive, multiplied when
+    negative. logits [B, T, V], seen [B, T, V] bool (tokens in the context before each position), penalty [B]."""
+    pen = penalty[:, None, None].to(logits.dtype)
+    penalized = torch.where(logits > 0, logits / pen, logits * pen)  # [B, T, V]
+    return torch.where(seen, penalized, logits)
+
+
+def top_logprobs(logits: torch.Tensor, temperature: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The n most likely tokens under softmax(logits / T) (greedy rows: T = 1): values and ids, [B, T, n]."""
+    temp = torch.where(temperature == 0, torch.ones_like(temperature), temperature)
+    logp = torch.log_softmax(logits.float() / temp[:, None, None], dim=-1)  # [B, T, V]
+    return logp.topk(min(n, logp.shape[-1]), dim=-1)
+

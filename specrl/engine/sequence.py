@@ -5,6 +5,7 @@ import enum
 from dataclasses import dataclass, field
 
 from .sampling import SamplingParams
+from .stop import StopStrings
 
 
 class Status(enum.Enum):
@@ -33,6 +34,9 @@ class Sequence:
     finish_reason: FinishReason | None = None
     slot: int | None = None
     stop_ids: frozenset[int] = frozenset()
+    stop_strings: StopStrings | None = None
+    stop_reason: int | str | None = None  # the stop token id (not EOS) or stop string that ended it
+    top_logprobs: list[dict[int, float]] = field(default_factory=list)  # when params.logprobs is set
 
     @property
     def tokens(self) -> list[int]:
@@ -47,20 +51,32 @@ class Sequence:
         """How many more tokens this sequence may generate (max_tokens and the context limit)."""
         return min(self.params.max_tokens - len(self.output), self.max_len - self.num_tokens)
 
-    def append(self, tokens: list[int], logprobs: list[float]) -> int:
-        """Appends tokens until a stop token or the budget ends the sequence; returns how many were kept."""
+    def append(self, tokens: list[int], logprobs: list[float], tops: list[dict[int, float]] | None = None) -> int:
+        """Appends tokens until a stop token, a stop string or the budget ends the sequence; returns how many
+        were kept. Checked token by token, so a multi-token speculative step stops where plain decoding would."""
         kept = 0
         for tok, lp in zip(tokens, logprobs):
             self.output.append(tok)
             self.logprobs.append(lp)
+            if tops is not None and self.params.logprobs is not None:
+                self.top_logprobs.append(tops[kept])
             kept += 1
             if tok in self.stop_ids:
+                self.stop_reason = tok if tok in (self.params.stop_token_ids or ()) else None
+                self.finish(FinishReason.STOP)
+                break
+            if self.stop_strings is not None and self._hits_stop_string(tok):
                 self.finish(FinishReason.STOP)
                 break
             if self.budget <= 0:
                 self.finish(FinishReason.LENGTH)
                 break
         return kept
+
+    def _hits_stop_string(self, tok: int) -> bool:
+        # vLLM looks for stop strings only once min_tokens tokens exist
+        self.stop_reason = self.stop_strings.push(tok, check=len(self.output) >= self.params.min_tokens)
+        return self.stop_reason is not None
 
     def finish(self, reason: FinishReason) -> None:
         self.status = Status.FINISHED

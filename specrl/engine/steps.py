@@ -16,6 +16,7 @@ from .sampling import batch_params, hash_uniform, sample_from, target_probs, tok
 from .sequence import Sequence
 from .stats import EngineStats
 from .verify import Verdict, draft_q, verify
+from .token_options import apply_min_tokens, apply_repetition_penalty, top_logprob_dicts
 
 
 def prefill_step(runner: ModelRunner, groups: list[list[Sequence]], drafter: Drafter | None,
@@ -30,11 +31,13 @@ def prefill_step(runner: ModelRunner, groups: list[list[Sequence]], drafter: Dra
     logits = out.logits[rep]  # [N, 1, V]
     temperature, top_k, top_p, seeds = batch_params(seqs, runner.device)
     positions = torch.tensor([[len(s.prompt)] for s in seqs], device=runner.device)  # [N, 1]
-    tokens = sample_from(target_probs(logits, temperature, top_k, top_p),
+    shaped = apply_min_tokens(apply_repetition_penalty(logits, seqs), seqs)  # [N, 1, V]
+    tokens = sample_from(target_probs(shaped, temperature, top_k, top_p),
                          hash_uniform(seeds, positions, STREAM_SAMPLE))  # [N, 1]
     logprobs = token_logprobs(logits, tokens, temperature)  # [N, 1]
-    for s, t, lp in zip(seqs, tokens[:, 0].tolist(), logprobs[:, 0].tolist()):
-        s.append([t], [lp])
+    tops = top_logprob_dicts(logits, tokens, logprobs, seqs, temperature)
+    for b, (s, t, lp) in enumerate(zip(seqs, tokens[:, 0].tolist(), logprobs[:, 0].tolist())):
+        s.append([t], [lp], tops[b] if tops else None)
     stats.prefill_tokens += sum(len(g[0].prompt) for g in groups)
     stats.generated_tokens += len(seqs)
     stats.target_forwards += 1
@@ -56,11 +59,13 @@ def decode_step(runner: ModelRunner, seqs: list[Sequence], stats: EngineStats) -
     positions = torch.tensor([[s.num_tokens - 1] for s in seqs], device=device)  # [B, 1]
     logits = runner.forward(tokens, positions, [s.slot for s in seqs]).logits  # [B, 1, V]
     temperature, top_k, top_p, seeds = batch_params(seqs, device)
-    new = sample_from(target_probs(logits, temperature, top_k, top_p),
+    shaped = apply_min_tokens(apply_repetition_penalty(logits, seqs), seqs)  # [B, 1, V]
+    new = sample_from(target_probs(shaped, temperature, top_k, top_p),
                       hash_uniform(seeds, positions + 1, STREAM_SAMPLE))  # [B, 1]
     logprobs = token_logprobs(logits, new, temperature)  # [B, 1]
-    for s, t, lp in zip(seqs, new[:, 0].tolist(), logprobs[:, 0].tolist()):
-        s.append([t], [lp])
+    tops = top_logprob_dicts(logits, new, logprobs, seqs, temperature)
+    for b, (s, t, lp) in enumerate(zip(seqs, new[:, 0].tolist(), logprobs[:, 0].tolist())):
+        s.append([t], [lp], tops[b] if tops else None)
     stats.generated_tokens += len(seqs)
     stats.decode_tokens += len(seqs)
     stats.seq_forwards += len(seqs)
@@ -82,7 +87,8 @@ def spec_step(runner: ModelRunner, drafter: Drafter, seqs: list[Sequence], k: li
     positions = (start - 1)[:, None] + torch.arange(K + 1, device=device)  # [B, K+1]
     out = runner.forward(torch.cat([last, prop.tokens], dim=1), positions, [s.slot for s in seqs])
     temperature, top_k, top_p, seeds = batch_params(seqs, device)
-    p = target_probs(out.logits, temperature, top_k, top_p)  # [B, K+1, V]
+    shaped = apply_min_tokens(apply_repetition_penalty(out.logits, seqs, prop.tokens), seqs)  # [B, K+1, V]
+    p = target_probs(shaped, temperature, top_k, top_p)  # [B, K+1, V]: the same shaped p as plain decoding
     u_sample = hash_uniform(seeds, positions + 1, STREAM_SAMPLE)  # [B, K+1]
     if K == 0:  # nothing proposed (e.g. "auto" turned SD off): a plain decode step
         verdict = Verdict(torch.zeros(B, dtype=torch.long, device=device), sample_from(p, u_sample))
@@ -90,10 +96,12 @@ def spec_step(runner: ModelRunner, drafter: Drafter, seqs: list[Sequence], k: li
         q = draft_q(prop.tokens, prop.probs, prop.lengths, p.shape[-1])  # [B, K, V]
         verdict = verify(p, prop.tokens, q, hash_uniform(seeds, positions[:, 1:], STREAM_ACCEPT), u_sample)
     logprobs = token_logprobs(out.logits, verdict.tokens, temperature)  # [B, K+1]
+    tops = top_logprob_dicts(out.logits, verdict.tokens, logprobs, seqs, temperature)
     t2 = time.perf_counter()
-    # step 3: each sequence advances by its accepted drafts + 1, cut at a stop token or its budget
+    # step 3: each sequence advances by its accepted drafts + 1, cut at a stop token/string or its budget
     n_acc, toks, lps = verdict.num_accepted.tolist(), verdict.tokens.tolist(), logprobs.tolist()
-    kept = [s.append(toks[b][:n_acc[b] + 1], lps[b][:n_acc[b] + 1]) for b, s in enumerate(seqs)]
+    kept = [s.append(toks[b][:n_acc[b] + 1], lps[b][:n_acc[b] + 1], tops[b][:n_acc[b] + 1] if tops else None)
+            for b, s in enumerate(seqs)]
     drafter.observe(TargetForward(seqs, positions, verdict.tokens, torch.tensor(kept, device=device),
                                   out.hidden, out.last_hidden))
     lengths = prop.lengths.tolist()

@@ -1,4 +1,5 @@
-"""Prompt sets for RL: the embedded arithmetic task, or a JSONL / Parquet file of `prompt` + `answer` rows.
+"""Prompt sets for RL: the embedded arithmetic task, or a JSONL / Parquet file of `prompt` (or chat
+`messages`) + `answer` rows.
 
 A `PromptSource` hands out each step's prompts as a pure function of (seed, step), so a resumed run sees the
 same prompts as an uninterrupted one without any sampler state in the checkpoint.
@@ -15,8 +16,11 @@ from ..engine.rng import MASK64, SPLITMIX_GAMMA, SPLITMIX_MUL1, SPLITMIX_MUL2
 from .config import DataConfig
 
 
+MESSAGES_KEY = "messages"
+
+
 class Example(NamedTuple):
-    prompt: str
+    prompt: str | list[dict]  # text, or chat messages [{"role": ..., "content": ...}]
     answer: str
 
 
@@ -71,14 +75,27 @@ def read_rows(path: str | Path, prompt_key: str = "prompt", answer_key: str = "a
     rows = []
     for line, rec in records:
         where = f"{path}:{line}"
-        if not isinstance(rec, dict) or prompt_key not in rec:
+        if not isinstance(rec, dict) or (prompt_key not in rec and MESSAGES_KEY not in rec):
             keys = sorted(rec) if isinstance(rec, dict) else type(rec).__name__
             raise ValueError(f"{where}: row has no {prompt_key!r} field (has {keys}); every row needs "
-                             f"{prompt_key!r} and {answer_key!r}, or set data.prompt_key")
+                             f"{prompt_key!r} (text) or {MESSAGES_KEY!r} (chat messages) and {answer_key!r}, "
+                             "or set data.prompt_key")
         if answer_key not in rec:
             raise ValueError(f"{where}: row has no {answer_key!r} field; every row needs one, or set data.answer_key")
-        rows.append(Example(str(rec[prompt_key]), str(rec[answer_key])))
+        rows.append(Example(_row_prompt(rec, prompt_key, where), str(rec[answer_key])))
     return rows
+
+
+def _row_prompt(rec: dict, prompt_key: str, where: str) -> str | list[dict]:
+    """A text prompt, or a conversation (list of {role, content}) rendered later by the chat template."""
+    if prompt_key in rec:
+        return str(rec[prompt_key])
+    from ..model.chat import ChatTemplateError, check_conversation
+    try:
+        check_conversation(rec[MESSAGES_KEY], where=f"{MESSAGES_KEY!r}")
+    except ChatTemplateError as e:
+        raise ValueError(f"{where}: {e}") from None
+    return [dict(m) for m in rec[MESSAGES_KEY]]
 
 
 def _jsonl_records(path: Path):
@@ -116,36 +133,30 @@ def build_sources(cfg: DataConfig, seed: int) -> tuple[PromptSource, list[Exampl
 
 
 class PromptEncoder:
-    """Prompt text -> token ids, through the tokenizer's chat template when it has one."""
+    """Prompt text or chat messages -> token ids, through the checkpoint's chat template when it has one
+    (chat_template.jinja or tokenizer_config.json's key, rendered like `transformers`)."""
 
     def __init__(self, model_dir: str | Path, use_chat_template: bool = True):
-        from ..model import load_tokenizer
+        from ..model import load_text_tokenizer
         model_dir = Path(model_dir)
-        self.tokenizer = load_tokenizer(model_dir)
-        if self.tokenizer is None:
+        text = load_text_tokenizer(model_dir)
+        if text is None:
             raise FileNotFoundError(f"no tokenizer.json in {str(model_dir)!r}: the policy needs its tokenizer "
                                     "to encode prompts and decode completions")
-        self.chat = _chat_tokenizer(model_dir) if use_chat_template else None
+        self.text, self.tokenizer = text, text.backend
+        self.use_chat_template = use_chat_template and text.chat_template is not None
 
-    def encode(self, prompt: str) -> list[int]:
-        if self.chat is not None:
-            text = self.chat.apply_chat_template([{"role": "user", "content": prompt}],
-                                                 add_generation_prompt=True, tokenize=False)
-            return list(self.chat(text, add_special_tokens=False)["input_ids"])  # the template has the specials
-        return self.tokenizer.encode(prompt).ids
+    def encode(self, prompt: str | list[dict]) -> list[int]:
+        if isinstance(prompt, str) and not self.use_chat_template:
+            return self.text.encode(prompt)
+        if isinstance(prompt, str):
+            prompt = [{"role": "user", "content": prompt}]
+        elif not self.use_chat_template:
+            why = "data.chat_template=false" if self.text.chat_template is not None else \
+                f"the tokenizer in {self.text.source!r} has no chat template"
+            raise ValueError(f"a prompt is a list of chat messages but {why}: give 'prompt' text instead, or "
+                             "use a checkpoint with chat_template.jinja and data.chat_template=true")
+        return self.text.apply_chat_template(prompt, add_generation_prompt=True)  # the template has the specials
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-
-def _chat_tokenizer(model_dir: Path):
-    """`transformers`' tokenizer, loaded only when tokenizer_config.json defines a chat template."""
-    cfg_file = model_dir / "tokenizer_config.json"
-    if not cfg_file.is_file() or not json.loads(cfg_file.read_text()).get("chat_template"):
-        return None
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        raise MissingDependency(f"{cfg_file} has a chat_template, which needs `pip install transformers`; "
-                          "or set data.chat_template=false to feed raw prompts") from None
-    return AutoTokenizer.from_pretrained(str(model_dir))
+        return self.text.decode(ids, skip_special_tokens=True)

@@ -24,8 +24,20 @@ def test_jsonl_rows(tmp_path):
 
 def test_row_without_prompt_names_its_line(tmp_path):
     f = _write(tmp_path / "d.jsonl", [{"prompt": "a", "answer": "b"}, "", {"question": "c", "answer": "d"}])
-    with pytest.raises(ValueError, match=r"d\.jsonl:3: row has no 'prompt' field \(has \['answer', 'question'\]\)"):
+    with pytest.raises(ValueError, match=r"d\.jsonl:3: row has no 'prompt' field \(has \['answer', 'question'\]\); "
+                                         r"every row needs 'prompt' \(text\) or 'messages' \(chat messages\)"):
         read_rows(f)
+
+
+def test_rows_may_give_chat_messages(tmp_path):
+    conv = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1?"}]
+    rows = read_rows(_write(tmp_path / "d.jsonl", [{"messages": conv, "answer": 2}, {"prompt": "x", "answer": 1}]))
+    assert rows[0].prompt == conv and rows[1].prompt == "x"
+    bad = _write(tmp_path / "b.jsonl", [{"messages": [{"role": "user"}], "answer": 2}])
+    with pytest.raises(ValueError, match=r"b\.jsonl:1: 'messages' message 0 is .*needs a 'role' and a 'content'"):
+        read_rows(bad)
+    with pytest.raises(ValueError, match=r"b\.jsonl:1: 'messages' is str"):
+        read_rows(_write(bad, [{"messages": "hi", "answer": 2}]))
 
 
 def test_row_without_answer_and_bad_json_name_their_lines(tmp_path):
@@ -78,3 +90,23 @@ def test_prompt_encoder_plain_and_chat_template(tmp_path):
     assert enc.encode("t4 t5") == [9, 4, 5, 10, 11]  # template: t9 <content> t10, generation prompt t11
     assert PromptEncoder(d, use_chat_template=False).encode("t4 t5") == [4, 5]
     assert enc.decode([4, 5]) == "t4 t5"
+
+
+def test_prompt_encoder_uses_chat_template_jinja(tmp_path):
+    """A real checkpoint ships its template as chat_template.jinja; the encoder must not skip it."""
+    from specrl.model import load_text_tokenizer
+    from tests.model.chat_tokenizers import save_chat_tokenizer
+    d = save_chat_tokenizer(tmp_path / "smol", "smollm2")
+    enc = PromptEncoder(d)
+    ids = enc.encode("What is 2+2?")
+    text = load_text_tokenizer(d).backend.decode(ids, skip_special_tokens=False)
+    assert text == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+                    "<|im_end|>\n"
+                    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
+    conv = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    assert enc.encode(conv) == load_text_tokenizer(d).apply_chat_template(conv, add_generation_prompt=True)
+    assert enc.decode(ids).startswith("system\nYou are")  # special tokens skipped
+    plain = PromptEncoder(d, use_chat_template=False)
+    assert plain.encode("hi") == load_text_tokenizer(d).encode("hi")
+    with pytest.raises(ValueError, match="list of chat messages but data.chat_template=false"):
+        plain.encode(conv)

@@ -1,0 +1,25 @@
+"""How many torch threads a command should use: the cores that are free now, unless the user says."""
+from __future__ import annotations
+
+import os
+
+
+def free_cpus() -> int:
+    """os.cpu_count() minus the 1-minute load average (other jobs' busy cores), at least 1."""
+    total = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not available on this platform
+        load = 0.0
+    return max(1, total - int(round(load)))
+
+
+def set_threads(n: int | None) -> int:
+    """torch.set_num_threads(n or free_cpus()); returns the number used."""
+    if n is not None and n < 1:
+        raise ValueError(f"--threads {n}: expected a positive number of CPU threads (or leave it out to use "
+                         "the free cores)")
+    import torch
+    n = n or free_cpus()
+    torch.set_num_threads(n)
+    return n

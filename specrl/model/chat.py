@@ -1,0 +1,125 @@
+"""Chat templates: found beside a tokenizer and rendered with jinja2 the way `transformers` renders them.
+
+A checkpoint carries its template as `chat_template.jinja` (newer checkpoints, e.g. SmolLM2) or as the
+`chat_template` key of `tokenizer_config.json`; the .jinja file wins when both exist, as in `transformers`.
+Rendering uses the same environment as `PreTrainedTokenizerBase.apply_chat_template`: a sandbox,
+trim_blocks/lstrip_blocks, loop controls, `raise_exception`, `strftime_now`, and a `tojson` that keeps
+non-ASCII text and does not escape HTML. Templates come from the Hub and are untrusted code, hence the sandbox.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+
+TEMPLATE_FILE = "chat_template.jinja"
+Message = dict  # {"role": str, "content": str, ...}
+
+
+class ChatTemplateError(ValueError):
+    """A chat template is missing, malformed, or failed to render a conversation."""
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    source: str  # where the template came from, for error messages
+    text: str
+
+    def render(self, conversation: list[Message], add_generation_prompt: bool = False, **variables) -> str:
+        """One conversation -> prompt text. `variables` are the tokenizer's special tokens and extras."""
+        check_conversation(conversation)
+        import jinja2
+        try:
+            template = _compile(self.text)
+        except jinja2.TemplateSyntaxError as e:
+            raise ChatTemplateError(f"the chat template in {self.source} is not valid jinja (line {e.lineno}: "
+                                    f"{e.message}): fix the template or give the checkpoint a working one") from None
+        try:
+            return template.render(messages=conversation, add_generation_prompt=add_generation_prompt,
+                                   tools=None, documents=None, **variables)
+        except jinja2.TemplateError as e:
+            raise ChatTemplateError(f"the chat template in {self.source} failed to render the conversation "
+                                    f"({e}): check the messages' roles and order, or fix the template") from None
+
+
+def check_conversation(conversation, where: str = "conversation") -> None:
+    """A conversation is a list of {role, content} dicts; anything else names what was wrong."""
+    if not isinstance(conversation, (list, tuple)) or not conversation:
+        raise ChatTemplateError(f"{where} is {type(conversation).__name__} {conversation!r:.60}; expected a "
+                                "non-empty list of {'role': ..., 'content': ...} messages")
+    for i, m in enumerate(conversation):
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise ChatTemplateError(f"{where} message {i} is {m!r:.80}; every message needs a 'role' and a "
+                                    "'content', e.g. {'role': 'user', 'content': 'Hi'}")
+
+
+def is_conversation(x) -> bool:
+    """True for a list of message dicts (one chat), as opposed to text or token ids."""
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(m, dict) for m in x)
+
+
+def find_chat_template(tokenizer_dir: str | Path, tokenizer_config: dict) -> ChatTemplate | None:
+    """`chat_template.jinja` beside the tokenizer, else tokenizer_config.json's `chat_template`, else None."""
+    file = Path(tokenizer_dir) / TEMPLATE_FILE
+    if file.is_file():
+        return ChatTemplate(str(file), file.read_text(encoding="utf-8"))
+    value = tokenizer_config.get("chat_template")
+    where = f"{Path(tokenizer_dir) / 'tokenizer_config.json'} (key 'chat_template')"
+    if isinstance(value, list):  # named templates: [{"name": "default", "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        value = named.get("default")
+        if value is None:
+            raise ChatTemplateError(f"{where} lists templates {sorted(map(str, named))} but none is named "
+                                    "'default': name one 'default' or save it as chat_template.jinja")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ChatTemplateError(f"{where} is a {type(value).__name__}; expected the template text as a string")
+    return ChatTemplate(where, value)
+
+
+def _raise_exception(message):
+    import jinja2
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    # jinja's own tojson escapes HTML characters, which templates do not expect
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt):
+    return datetime.now().strftime(fmt)
+
+
+def _generation_tag():
+    """`{% generation %}...{% endgeneration %}` marks assistant text for masks; rendering keeps the body."""
+    import jinja2.ext
+    import jinja2.nodes
+
+    class GenerationTag(jinja2.ext.Extension):
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller):
+            return caller()
+
+    return GenerationTag
+
+
+@lru_cache(maxsize=16)
+def _compile(text: str):
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[_generation_tag(), jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env.from_string(text)

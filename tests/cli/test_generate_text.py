@@ -1,0 +1,43 @@
+"""`specrl generate --chat --threads N`: prompts go through the chat template; torch uses N threads."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specrl.cli.generate import main
+from specrl.cli.threads import free_cpus, set_threads
+from specrl.model import load_text_tokenizer, save_model
+from tests.helpers import tiny_model
+from tests.model.chat_tokenizers import save_chat_tokenizer
+
+
+@pytest.fixture
+def keep_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_generate_chat_applies_the_template(tmp_path, keep_threads):
+    d = save_model(tiny_model(seed=2, vocab=300, hidden=32, max_pos=256), tmp_path / "m")
+    save_chat_tokenizer(d, "smollm2")
+    out = tmp_path / "out.jsonl"
+    args = ["--model", str(d), "--prompt", "Hi there", "--temperature", "0", "--max-tokens", "3", "--out", str(out)]
+    assert main(args + ["--chat", "--threads", "1"]) == 0
+    assert torch.get_num_threads() == 1
+    row = json.loads(out.read_text())
+    conv = [{"role": "user", "content": "Hi there"}]
+    assert row["prompt"] == load_text_tokenizer(d).apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
+    assert main(args) == 0
+    assert json.loads(out.read_text())["prompt"] == "Hi there"  # without --chat the text goes in as it is
+
+
+def test_threads_default_to_the_free_cores(keep_threads):
+    assert 1 <= free_cpus() <= (torch.multiprocessing.cpu_count() or 1)
+    n = set_threads(None)  # the load may move between calls, so only the bounds are fixed
+    assert 1 <= n <= (torch.multiprocessing.cpu_count() or 1) and torch.get_num_threads() == n
+    assert set_threads(1) == 1 and torch.get_num_threads() == 1
+    with pytest.raises(ValueError, match="--threads 0: expected a positive number"):
+        set_threads(0)
