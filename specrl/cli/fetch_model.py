@@ -68,8 +68,7 @@ def convert_gguf(gguf: Path, out: str | Path, dtype: str = "float32") -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..io import atomic_dir
-    from ..model import load_model
-    from ..model.checkpoint import resolve_dtype
+    from ..model import load_model, resolve_dtype
 
     require_converters()
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
