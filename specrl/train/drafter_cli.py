@@ -36,7 +36,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="specrl train-drafter", description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default=None, help="policy checkpoint dir (default: the embedded policy)")
     ap.add_argument("--method", required=True, help=f"one of {sorted(TRAINERS)}")
-    ap.add_argument("--out", default=None, help="output dir (default: the embedded drafter dir of the method)")
+    ap.add_argument("--out", default=None, help="output dir (default, only for the embedded policy and task: the "
+                    "shipped drafter dir of the method)")
     ap.add_argument("--steps", type=int, default=DrafterTrainArgs.steps)
     ap.add_argument("--data", default=None, help="JSONL of `prompt` or `messages` rows (default: embedded task)")
     ap.add_argument("--prompts", type=int, default=None,
@@ -114,6 +115,9 @@ def run(argv: list[str] | None = None) -> dict:
     train = method_trainer(ns)  # fail on a bad method before any sampling
     torch.set_num_threads(ns.threads)
     policy = resolve_policy(ns.policy)
+    if ns.out is None and (ns.policy is not None or ns.data is not None):
+        raise ValueError(f"pass --out DIR: without it the {ns.method} drafter would replace the shipped one in "
+                         f"{default_out(ns.method)}, which belongs to the embedded policy and its task")
     out = Path(ns.out) if ns.out else default_out(ns.method)
     args = DrafterTrainArgs(steps=ns.steps, lr=ns.lr, batch_tokens=ns.batch_tokens, seed=ns.seed,
                             time_budget_s=ns.time_budget, teacher_topk=ns.teacher_topk)

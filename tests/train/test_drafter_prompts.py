@@ -105,3 +105,8 @@ def test_cli_trains_on_a_data_file(tmp_path, chat_policy):
     llm = LLM(str(chat_policy), spec=SpecConfig(method="eagle3", draft_model=str(out)))
     llm.generate([[0, 4, 5]], SamplingParams(temperature=1.0, max_tokens=8, seed=0))
     assert llm.stats["draft_tokens"] > 0
+
+
+def test_cli_refuses_to_overwrite_the_shipped_drafter_for_another_policy(tmp_path):
+    with pytest.raises(ValueError, match="pass --out DIR: without it the eagle3 drafter would replace the shipped"):
+        drafter_cli.run(["--policy", str(tmp_path), "--method", "eagle3"])
