@@ -58,6 +58,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the free cores)")
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="context cap and KV-cache length (default: the model's; e.g. 1024 for an 8k-context model)")
     args = ap.parse_args(argv)
     from .threads import set_threads
     set_threads(args.threads)
@@ -72,7 +74,7 @@ def main(argv: list[str]) -> int:
         raise MissingFileError(f"--out {args.out!r}: the directory {str(Path(args.out).parent)!r} does not "
                                "exist; create it or write elsewhere")
     llm = LLM(policy_path(args.model), device=args.device, dtype=args.dtype, spec=spec,
-              max_num_seqs=args.max_num_seqs)
+              max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len)
     if args.chat:
         outs = llm.chat([[{"role": "user", "content": p}] for p in prompts], params, progress=sys.stderr.isatty())
     else:

@@ -1,6 +1,7 @@
 """`specrl train-drafter --policy PATH --method eagle3|draft_model|mtp --out DIR`: offline self-distillation.
 
-step 1: sample the policy's own responses to task prompts (SD off, temperature 1);
+step 1: sample the policy's own responses (SD off, temperature 1) to embedded-task prompts, or with
+        `--data FILE` to a JSONL file's `prompt` strings / chat `messages` (see drafter_prompts.py);
 step 2: hand them to the method's trainer, `train(policy_path, out_dir, data, args) -> dict`;
 step 3: print the metrics as one JSON line (also written to DIR/train_metrics.json).
 """
@@ -19,6 +20,7 @@ from ..config import ConfigError
 from ..engine.methods import METHODS, TRAINABLE_METHODS, get_method
 from ..errors import UserError
 from .drafter_data import DrafterTrainArgs, collect_sequences, default_prompts
+from .drafter_prompts import load_prompts
 
 
 def get_trainer(method: str):
@@ -33,11 +35,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="specrl train-drafter", description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default=None, help="policy checkpoint dir (default: the embedded policy)")
     ap.add_argument("--method", required=True, help=f"one of {list(TRAINABLE_METHODS)}")
-    ap.add_argument("--out", default=None, help="output dir (default: the embedded drafter dir of the method)")
+    ap.add_argument("--out", default=None, help="output dir (default, only for the embedded policy and task: the "
+                    "shipped drafter dir of the method)")
     ap.add_argument("--steps", type=int, default=DrafterTrainArgs.steps)
-    ap.add_argument("--prompts", type=int, default=512, help="task prompts to sample responses for")
+    ap.add_argument("--data", default=None, help="JSONL of `prompt` or `messages` rows (default: embedded task)")
+    ap.add_argument("--prompts", type=int, default=None,
+                    help="prompts to sample responses for (default: 512 embedded-task ones, or every --data row)")
     ap.add_argument("--samples", type=int, default=2, help="responses per prompt")
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="prompt + response cap and KV-cache length (default: the policy's; set it for long-context "
+                         "models, e.g. 1024)")
+    ap.add_argument("--max-num-seqs", type=int, default=64, help="sequences sampled at once")
+    ap.add_argument("--teacher-topk", type=int, default=DrafterTrainArgs.teacher_topk,
+                    help="eagle3: stored teacher tokens per position, tail mass kept (0: the whole vocabulary)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=DrafterTrainArgs.lr)
     ap.add_argument("--batch-tokens", type=int, default=DrafterTrainArgs.batch_tokens)
@@ -99,12 +110,19 @@ def run(argv: list[str] | None = None) -> dict:
     train = method_trainer(ns)  # fail on a bad method before any sampling
     torch.set_num_threads(ns.threads)
     policy = resolve_policy(ns.policy)
+    if ns.out is None and (ns.policy is not None or ns.data is not None):
+        raise ValueError(f"pass --out DIR: without it the {ns.method} drafter would replace the shipped one in "
+                         f"{default_out(ns.method)}, which belongs to the embedded policy and its task")
     out = Path(ns.out) if ns.out else default_out(ns.method)
     args = DrafterTrainArgs(steps=ns.steps, lr=ns.lr, batch_tokens=ns.batch_tokens, seed=ns.seed,
-                            time_budget_s=ns.time_budget)
+                            time_budget_s=ns.time_budget, teacher_topk=ns.teacher_topk)
     t0 = time.monotonic()
-    data = collect_sequences(policy, default_prompts(ns.prompts, ns.seed), n=ns.samples, max_tokens=ns.max_tokens,
-                             temperature=1.0, seed=ns.seed)
+    if ns.data:
+        prompts = load_prompts(ns.data, policy, ns.prompts)
+    else:
+        prompts = default_prompts(512 if ns.prompts is None else ns.prompts, ns.seed)
+    data = collect_sequences(policy, prompts, n=ns.samples, max_tokens=ns.max_tokens, temperature=1.0,
+                             seed=ns.seed, max_num_seqs=ns.max_num_seqs, max_model_len=ns.max_model_len)
     collect_s = time.monotonic() - t0
     print(f"collected {len(data)} responses ({sum(len(r) for _, r in data)} tokens) in {collect_s:.1f}s",
           file=sys.stderr)

@@ -31,22 +31,29 @@ class DrafterTrainArgs:
     bf16_autocast: bool = True  # matmuls in bf16 on the CPU; master weights stay fp32
     save_dtype: str = "bfloat16"  # dtype of the shipped weights
     log_every: int = 20
+    # stored teacher distributions keep their k most likely tokens plus the tail mass (see topk_cross_entropy):
+    # 32 x 6 bytes a token instead of a bf16 row of the whole vocabulary (98 KB for a 49k one); 0: every token
+    teacher_topk: int = 32
 
     def __post_init__(self):
         for name in ("steps", "batch_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DrafterTrainArgs.{name}={getattr(self, name)}: expected >= 1")
+        if self.teacher_topk < 0:
+            raise ValueError(f"DrafterTrainArgs.teacher_topk={self.teacher_topk}: expected >= 1, or 0 for the "
+                             "whole vocabulary")
         if self.lr <= 0 or self.time_budget_s <= 0:
             raise ValueError(f"DrafterTrainArgs lr={self.lr}, time_budget_s={self.time_budget_s}: expected > 0")
 
 
 def collect_sequences(policy, prompts: list, n: int = 1, max_tokens: int = 256, temperature: float = 1.0,
-                      seed: int = 0, max_num_seqs: int = 64) -> list[Pair]:
+                      seed: int = 0, max_num_seqs: int = 64, max_model_len: int | None = None) -> list[Pair]:
     """The policy's own generations (SD off): one (prompt_ids, response_ids) per sample, empty ones dropped.
-    `policy` is a checkpoint path or a CausalLM; `prompts` strings or token-id lists."""
+    `policy` is a checkpoint path or a CausalLM; `prompts` strings or token-id lists. `max_model_len` caps
+    prompt + response (and the engine's KV cache: pass it for a long-context model)."""
     from ..engine import LLM, SamplingParams
 
-    llm = LLM(policy, max_num_seqs=max_num_seqs)
+    llm = LLM(policy, max_num_seqs=max_num_seqs, max_model_len=max_model_len)
     outs = llm.generate(prompts, SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed))
     return [(list(o.prompt_token_ids), list(c.token_ids)) for o in outs for c in o.outputs if c.token_ids]
 
@@ -108,6 +115,37 @@ def teacher_forward(policy, batch: TokenBatch, hidden_layers: tuple[int, ...] = 
 def soft_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean over masked positions of -sum_v p(v) log q(v). logits, target_probs: [B, T, V]; mask: [B, T]."""
     ce = -(target_probs * torch.log_softmax(logits.float(), dim=-1)).sum(-1)  # [B, T]
+    return (ce * mask).sum() / mask.sum().clamp(min=1)
+
+
+class TopK(NamedTuple):
+    """A teacher distribution cut to its k most likely tokens; the rest of the mass is 1 - probs.sum(-1)."""
+    probs: torch.Tensor  # [..., k] not renormalised, most likely first
+    ids: torch.Tensor  # [..., k] token ids
+
+
+def topk_probs(logits: torch.Tensor, k: int) -> TopK:
+    """softmax(logits) cut to its top k (k = 0 or >= V: all V tokens). logits: [..., V] -> [..., k] each."""
+    V = logits.shape[-1]
+    probs, ids = torch.softmax(logits.float(), dim=-1).topk(V if k == 0 else min(k, V), dim=-1)  # [..., k]
+    return TopK(probs, ids)
+
+
+def topk_cross_entropy(logits: torch.Tensor, target: TopK, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over masked positions of the cross-entropy between teacher and student coarsened to k + 1 outcomes
+    (the teacher's top k tokens and one bucket for the rest): -sum_{v in top k} p(v) log q(v) - r log q(rest),
+    r = 1 - sum_{top k} p. Keeping the bucket (rather than renormalising p over the k tokens) leaves the student
+    no reason to drop the tail's mass, which keeps q from overshooting p and losing acceptance min(1, p/q).
+    Equal to soft_cross_entropy when the k tokens are the whole vocabulary. logits: [B, T, V]; target: [B, T, k]
+    each; mask: [B, T]."""
+    logq = torch.log_softmax(logits.float(), dim=-1)  # [B, T, V]
+    ids = target.ids.long()
+    p = target.probs.float()  # [B, T, k]
+    ce = -(p * logq.gather(-1, ids)).sum(-1)  # [B, T]
+    if ids.shape[-1] < logq.shape[-1]:  # a non-empty rest bucket
+        rest_p = (1 - p.sum(-1)).clamp(min=0)  # [B, T]
+        rest_logq = torch.logsumexp(logq.scatter(-1, ids, float("-inf")), dim=-1)  # [B, T]
+        ce = ce - rest_p * rest_logq
     return (ce * mask).sum() / mask.sum().clamp(min=1)
 
 

@@ -1,11 +1,15 @@
 """Verifiable rewards by name: (completion text, reference answer, prompt) -> float.
 
     "arith"        the embedded task's checker (the whole worked solution, rebuilt from the prompt)
-    "boxed"        exact match of the last \\boxed{...} in the completion against the answer
+    "boxed"        the last \\boxed{...} in the completion against the answer: numerically when both read as
+                   numbers (19 = 19.0, 1,900 = 1900, \\frac{1}{2} = 1/2 = 0.5), else the exact text up to
+                   whitespace, $...$ and \\text{...} wrappers
     "math_verify"  symbolic equivalence with the `math-verify` package (imported only when asked for)
 """
 from __future__ import annotations
 
+import re
+import threading
 from typing import Protocol
 
 from ..errors import MissingDependency
@@ -46,7 +50,31 @@ def last_boxed(text: str) -> str | None:
 
 
 def _normalise(s: str) -> str:
-    return "".join(s.split()).removeprefix("$").removesuffix("$")
+    s = "".join(s.split()).removesuffix(".").strip("$")
+    s = re.sub(r"\\(?:text|mathrm|textbf)\{([^{}]*)\}", r"\1", s)  # \text{19} -> 19
+    return s.replace("\\!", "").replace("\\,", "").replace("\\%", "%")
+
+
+_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")
+_FRACTION = re.compile(r"([-+]?)\\d?frac\{([^{}]+)\}\{([^{}]+)\}|([^/]+)/([^/]+)")
+
+
+def as_number(s: str) -> float | None:
+    """A normalised answer as a number: '1,900' -> 1900, '-3.50' -> -3.5, '\\frac{1}{2}' or '1/2' -> 0.5; None
+    when it is not one (an expression, a word, a fraction with a zero or non-numeric part)."""
+    s = s.removesuffix("%")
+    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d*)?", s):
+        s = s.replace(",", "")
+    if _NUMBER.fullmatch(s):
+        return float(s)
+    m = _FRACTION.fullmatch(s)
+    if m is None:
+        return None
+    sign, num, den = (m[1], m[2], m[3]) if m[2] is not None else ("", m[4], m[5])
+    num, den = as_number(num), as_number(den)
+    if num is None or not den:
+        return None
+    return (-1 if sign == "-" else 1) * num / den
 
 
 @register_reward("boxed")
@@ -55,7 +83,11 @@ def boxed(completion: str, answer: str, prompt: str = "") -> float:
     if got is None:
         return 0.0
     want = last_boxed(answer)
-    return float(_normalise(got) == _normalise(want if want is not None else answer))
+    got, want = _normalise(got), _normalise(want if want is not None else answer)
+    x, y = as_number(got), as_number(want)
+    if x is not None and y is not None:
+        return float(abs(x - y) <= 1e-6 * max(1.0, abs(y)))
+    return float(got == want)
 
 
 @register_reward("math_verify")
@@ -65,5 +97,7 @@ def math_verify_reward(completion: str, answer: str, prompt: str = "") -> float:
     except ImportError:
         raise MissingDependency("reward 'math_verify' needs the math-verify package: `pip install math-verify`, "
                           "or use reward.name=boxed for exact match on \\boxed{...}") from None
-    gold = parse(answer if "\\boxed" in answer or "$" in answer else f"${answer}$")
-    return float(verify(gold, parse(completion)))
+    # math-verify's timeouts use signal.alarm, which only the main thread may set (rewards may run in a worker)
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    gold = parse(answer if "\\boxed" in answer or "$" in answer else f"${answer}$", parsing_timeout=timeout)
+    return float(verify(gold, parse(completion, parsing_timeout=timeout), timeout_seconds=timeout))

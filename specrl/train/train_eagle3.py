@@ -4,8 +4,8 @@ Unroll step j (j = 0..S-1) at sequence index t sits at position t+j: it reads th
 its hidden input, the fused target features (j = 0) or its own pre-norm output of step j-1 at index t
 (j > 0), exactly as `propose` does at inference. Its attention sees the step-0 entries of indices <= t
 (the real prefix) and its own chain's entries of steps 1..j at index t (its earlier drafts). Its logits
-are matched to the policy's distribution at position t+1+j (temperature 1) by soft cross-entropy on
-response positions; the step losses are weighted 0.8^j (SpecForge: S = 7).
+are matched to the policy's distribution at position t+1+j (temperature 1, stored as its top k tokens plus
+the tail mass: drafter_data.topk_cross_entropy) by soft cross-entropy on response positions; the step losses are weighted 0.8^j (SpecForge: S = 7).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from torch.nn.utils.rnn import pad_sequence
 
 from ..model import load_model, resolve_dtype
 from ..spec.eagle3_head import Eagle3Config, Eagle3Head, init_head, save_head
-from .drafter_data import (DrafterTrainArgs, Pair, TokenBatch, fit, index_batches, pad_batch, soft_cross_entropy,
-                           teacher_forward)
+from .drafter_data import (DrafterTrainArgs, Pair, TokenBatch, TopK, fit, index_batches, pad_batch, teacher_forward,
+                           topk_cross_entropy, topk_probs)
 
 
 @dataclass
@@ -78,12 +78,13 @@ def ttt_unroll(head: Eagle3Head, policy, features: torch.Tensor, ids: torch.Tens
 class Teacher(NamedTuple):
     """The frozen policy's outputs per training sequence, computed once (bf16 to keep them small)."""
     features: list[torch.Tensor]  # [T_i, 3D]: the fused layers' outputs, concatenated
-    probs: list[torch.Tensor]  # [T_i, V]: the policy's next-token distribution at temperature 1
+    probs: list[TopK]  # [T_i, k] each: the policy's next-token distribution at temperature 1, top k + tail
 
 
 @torch.no_grad()
 def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_tokens: int,
-                       autocast: bool) -> Teacher:
+                       autocast: bool, topk: int = 0) -> Teacher:
+    """Features and top-`topk` distributions (0: the whole vocabulary) of every sequence, in bf16/int32."""
     wanted = tuple(sorted(set(layers)))
     features, probs = [None] * len(data), [None] * len(data)
     order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
@@ -94,23 +95,25 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             out = teacher_forward(policy, batch, wanted)
         feats = torch.cat([out.hidden[wanted.index(i)] for i in layers], dim=-1).bfloat16()  # [B, T, 3D]
-        p = torch.softmax(out.logits.float(), dim=-1).bfloat16()  # [B, T, V]
+        top = topk_probs(out.logits, topk)  # [B, T, k] each
         for b, i in enumerate(idx):
             n = len(data[i][0]) + len(data[i][1])
-            features[i], probs[i] = feats[b, :n].clone(), p[b, :n].clone()
+            features[i] = feats[b, :n].clone()
+            probs[i] = TopK(top.probs[b, :n].bfloat16(), top.ids[b, :n].int())
     return Teacher(features, probs)
 
 
-def ttt_loss(head: Eagle3Head, policy, batch: TokenBatch, features: torch.Tensor, target_p: torch.Tensor,
+def ttt_loss(head: Eagle3Head, policy, batch: TokenBatch, features: torch.Tensor, target: TopK,
              opts: Eagle3Options) -> tuple[torch.Tensor, list[float]]:
     """Weighted TTT loss and each step's top-1 agreement with the policy (a proxy for greedy acceptance).
-    features: [B, T, 3D]; target_p: [B, T, V]."""
+    features: [B, T, 3D]; target: the policy's top-k distribution, [B, T, k] each."""
     total, agree = 0.0, []
     for j, logits in enumerate(ttt_unroll(head, policy, features, batch.ids, batch.positions, opts.ttt_steps)):
-        p, mask = shift_left(target_p, 1 + j).float(), shift_left(batch.loss_mask, 1 + j)  # [B, T, V], [B, T]
-        total = total + opts.ttt_decay ** j * soft_cross_entropy(logits, p, mask)
+        p = TopK(*(shift_left(t, 1 + j) for t in target))  # [B, T, k] each
+        mask = shift_left(batch.loss_mask, 1 + j)  # [B, T]
+        total = total + opts.ttt_decay ** j * topk_cross_entropy(logits, p, mask)
         with torch.no_grad():
-            hit = (logits.argmax(-1) == p.argmax(-1)) & mask
+            hit = (logits.argmax(-1) == p.ids[..., 0]) & mask  # top-k is sorted: entry 0 is the argmax
             agree.append(float(hit.sum() / mask.sum().clamp(min=1)))
     return total, agree
 
@@ -119,13 +122,15 @@ def train_head(head: Eagle3Head, policy, data: list[Pair], args: DrafterTrainArg
                on_log=None) -> dict:
     """Trains the head only (the policy is frozen) with the shared drafter loop."""
     policy.requires_grad_(False)
-    teacher = precompute_teacher(policy, data, head.config.target_hidden_layers, args.batch_tokens, args.bf16_autocast)
+    teacher = precompute_teacher(policy, data, head.config.target_hidden_layers, args.batch_tokens, args.bf16_autocast,
+                                 args.teacher_topk)
 
     def loss_fn(idx):
         batch = pad_batch([data[i] for i in idx])
         features = pad_sequence([teacher.features[i] for i in idx], batch_first=True)  # [B, T, 3D]
-        target_p = pad_sequence([teacher.probs[i] for i in idx], batch_first=True)  # [B, T, V]
-        loss, agree = ttt_loss(head, policy, batch, features.to(torch.get_default_dtype()), target_p, opts)
+        target = TopK(*(pad_sequence(list(t), batch_first=True)
+                        for t in zip(*(teacher.probs[i] for i in idx))))  # [B, T, k] each
+        loss, agree = ttt_loss(head, policy, batch, features.to(torch.get_default_dtype()), target, opts)
         return loss, [round(a, 3) for a in agree]
 
     batches = index_batches([len(p) + len(r) for p, r in data], args.batch_tokens, args.seed)

@@ -5,7 +5,7 @@ import importlib.util
 
 import pytest
 
-from specrl.train.rewards import REWARDS, get_reward, last_boxed
+from specrl.train.rewards import REWARDS, as_number, get_reward, last_boxed
 
 
 def test_arith_reward_checks_the_final_answer_line():
@@ -20,6 +20,26 @@ def test_last_boxed_balances_braces_and_takes_the_last_box():
     assert last_boxed(r"\boxed{1} then \boxed{2}") == "2"
     assert last_boxed(r"\boxed{3") is None  # cut off inside the box
     assert last_boxed("no box") is None
+
+
+def test_boxed_reward_compares_numbers_numerically():
+    boxed = get_reward("boxed")
+    assert boxed(r"\boxed{19.0}", "19") == 1.0
+    assert boxed(r"\boxed{1,900}", "1900") == 1.0  # a thousands separator, not a list
+    assert boxed(r"\boxed{1,9}", "19") == 0.0  # not a thousands separator: compared as text
+    assert boxed(r"\boxed{\frac{1}{2}}", "0.5") == 1.0
+    assert boxed(r"\boxed{-3/4}", "-0.75") == 1.0
+    assert boxed(r"\boxed{\text{19}}", "19") == 1.0
+    assert boxed(r"\boxed{$19$.}", "19") == 1.0
+    assert boxed(r"\boxed{19.5}", "19") == 0.0
+    assert boxed(r"\boxed{1/0}", "1/0") == 1.0  # not a number: the same text still matches
+    assert boxed(r"\boxed{x+1}", "1+x") == 0.0  # expressions are text; math_verify compares them symbolically
+
+
+def test_as_number_by_hand():
+    assert [as_number(s) for s in ("42", "-3.50", ".5", "12,345", "50%", r"\dfrac{3}{4}")] == [42, -3.5, 0.5,
+                                                                                              12345, 50, 0.75]
+    assert [as_number(s) for s in ("x", "1/0", "1,2", "")] == [None, None, None, None]
 
 
 def test_boxed_reward_is_exact_match_up_to_whitespace():
@@ -39,6 +59,19 @@ def test_math_verify_without_the_package_says_how_to_install_it():
 @pytest.mark.skipif(importlib.util.find_spec("math_verify") is None, reason="math-verify is not installed")
 def test_math_verify_accepts_equivalent_forms():
     assert get_reward("math_verify")(r"\boxed{\frac{1}{2}}", "0.5") == 1.0
+    assert get_reward("math_verify")(r"\boxed{x+1}", "1+x") == 1.0
+    assert get_reward("math_verify")(r"\boxed{18}", "19") == 0.0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("math_verify") is None, reason="math-verify is not installed")
+def test_math_verify_works_off_the_main_thread():
+    # its default timeouts use signal.alarm, which raises ValueError outside the main thread
+    import threading
+    got = []
+    t = threading.Thread(target=lambda: got.append(get_reward("math_verify")(r"\boxed{19}", "19")))
+    t.start()
+    t.join()
+    assert got == [1.0]
 
 
 def test_unknown_reward_lists_the_valid_ones():

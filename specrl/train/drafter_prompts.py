@@ -1,0 +1,66 @@
+"""Prompts for offline drafter training from a JSONL file (`specrl train-drafter --data FILE`).
+
+A row holds `prompt` (a string, tokenised as it is by the engine) or `messages` (a chat: a list of
+{"role", "content"}), rendered with the policy's chat template and a generation prompt, so the drafter
+learns on the text the policy will really see in rollouts. Other fields (`answer`, ...) are ignored.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .data import _jsonl_records
+
+Chat = list[dict]
+
+
+def read_prompt_rows(path: str | Path) -> list[str | Chat]:
+    """Each row's `prompt` string or `messages` list; a row with neither is an error naming its line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--data file {str(path)!r} does not exist: pass a .jsonl file of `prompt` or "
+                                "`messages` rows (e.g. from `specrl make-data math --out FILE`)")
+    rows = []
+    for line, rec in _jsonl_records(path):
+        where = f"{path}:{line}"
+        if isinstance(rec, dict) and isinstance(rec.get("prompt"), str):
+            rows.append(rec["prompt"])
+        elif isinstance(rec, dict) and "messages" in rec:
+            rows.append(check_chat(rec["messages"], where))
+        else:
+            keys = sorted(rec) if isinstance(rec, dict) else type(rec).__name__
+            raise ValueError(f"{where}: row has neither a 'prompt' string nor 'messages' (has {keys}); write "
+                             "{\"prompt\": \"...\"} or {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}")
+    if not rows:
+        raise ValueError(f"--data file {str(path)!r} has no rows")
+    return rows
+
+
+def check_chat(messages, where: str) -> Chat:
+    ok = isinstance(messages, list) and messages and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in messages)
+    if not ok:
+        raise ValueError(f"{where}: 'messages' must be a non-empty list of {{\"role\": str, \"content\": str}}, "
+                         f"got {str(messages)[:80]}")
+    return messages
+
+
+def render_chats(model_dir: str | Path, chats: list[Chat]) -> list[list[int]]:
+    """Token ids of each chat through the checkpoint's chat template (specrl's renderer, the same as
+    `LLM.chat` and training prompts use), ending with the assistant's turn opener."""
+    from ..model import load_text_tokenizer
+    tok = load_text_tokenizer(model_dir)
+    if tok is None:
+        raise FileNotFoundError(f"--data rows have `messages` but {str(model_dir)!r} has no tokenizer.json; "
+                                "give `prompt` rows or a checkpoint with its tokenizer")
+    return [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=True) for c in chats]
+
+
+def load_prompts(path: str | Path, model_dir: str | Path, limit: int | None = None) -> list[str | list[int]]:
+    """The file's first `limit` prompts (all when None): strings as they are, chats as token ids."""
+    rows = read_prompt_rows(path)[:limit]
+    chats = [i for i, r in enumerate(rows) if not isinstance(r, str)]
+    if chats:
+        for i, ids in zip(chats, render_chats(model_dir, [rows[i] for i in chats])):
+            rows[i] = ids
+    return rows
