@@ -11,6 +11,7 @@ COMMANDS = {
     "simulate": ("specrl.sim.cli", "main", "performance simulator: project speedups on GPU clusters"),
     "pretrain": ("specrl.tasks.pretrain", "pretrain_main", "build the embedded base policy"),
     "train-drafter": ("specrl.train.drafter_cli", "main", "offline drafter training (eagle3/draft_model/mtp)"),
+    "export-drafter": ("specrl.cli.export_drafter", "main", "write a drafter for vLLM/SGLang (EAGLE-3 layout)"),
 }
 
 
