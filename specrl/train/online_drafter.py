@@ -203,5 +203,8 @@ class OnlineDrafterTrainer:
                                     self.cfg.mtp_depths)  # depth d: [b, T-d, V], entry i predicts t_{i+d+1}
         decay = self.cfg.unroll_decay
         norm = sum(decay ** d for d in range(len(depths))) or 1.0
-        return [(decay ** (d - 1) / norm, logits, mb.logits[:, d:d + logits.shape[1]], mb.mask[:, d:d + logits.shape[1]])
-                for d, logits in enumerate(depths, start=1)]
+        out = []
+        for d, logits in enumerate(depths, start=1):
+            n = logits.shape[1]  # entry i predicts t_{i+d+1}: the policy's distribution at index i+d
+            out.append((decay ** (d - 1) / norm, logits, mb.logits[:, d:d + n], mb.mask[:, d:d + n]))
+        return out

@@ -104,7 +104,7 @@ def test_tied_weights_must_agree():
     inner = _engine_drafter("draft_model", model)
     named = _noisy(inner, 0.1)
     named["lm_head.weight"] = named["lm_head.weight"] + 1.0
-    with pytest.raises(ValueError, match="model.embed_tokens.weight: tied to lm_head.weight in the engine.s drafter, but the values differ"):
+    with pytest.raises(ValueError, match="model.embed_tokens.weight: tied to lm_head.weight in the engine.s drafter"):
         load_drafter_weights(inner, named.items(), 1)
 
 
