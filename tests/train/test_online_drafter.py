@@ -127,3 +127,15 @@ def test_config_validates_itself():
         OnlineDrafterConfig(kl_coef=0.0)
     with pytest.raises(ValueError, match="temperature=0"):
         OnlineDrafterConfig(temperature=0)
+
+
+def test_from_spec_loads_a_trained_head(tmp_path):
+    from specrl.spec.eagle3_head import Eagle3Config, init_head, save_head
+    model = tiny_model(layers=3)
+    head = init_head(Eagle3Config.for_target(model.config), seed=4)
+    save_head(head, tmp_path / "h")
+    online = OnlineDrafterTrainer.from_spec(SpecConfig(method="eagle3", draft_model=str(tmp_path / "h")), model,
+                                            OnlineDrafterConfig())
+    assert online.capture_layers == (1, 2)  # default_layers(3) = (1, 2, 2), each captured once
+    for (name, got), (_, want) in zip(online.named_weights(), head.state_dict().items()):
+        assert torch.equal(got, want), name
