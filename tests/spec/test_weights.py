@@ -68,18 +68,34 @@ def test_swap_mid_generation_is_lossless(method):
         assert torch.equal(v, swap.named[k]), k
 
 
+def _captured(model, prompts, outs, layers):
+    """The policy's forward over its own greedy outputs, as PolicyTrainer.capture_layers would hand it over."""
+    from specrl.train.drafter_capture import capture, model_layers
+    from specrl.train.trainer import collate
+    responses = [o.outputs[0].token_ids for o in outs]
+    batch = collate(prompts, responses, [o.outputs[0].logprobs for o in outs], torch.zeros(len(prompts)), 0)
+    with torch.no_grad():
+        out = model(batch.input_ids, hidden_layers=model_layers(layers))
+    return [capture(out, batch.input_ids, batch.mask, torch.arange(len(prompts)), layers)]
+
+
 @pytest.mark.parametrize("method", METHODS)
-def test_swapped_weights_change_acceptance(method):
+def test_online_trained_weights_swapped_in_raise_acceptance(method):
+    from specrl.train.online_drafter import OnlineDrafterConfig, OnlineDrafterTrainer
     model = tiny_model(seed=3, vocab=32, hidden=48, layers=3, max_pos=40, scale=2.0)
-    params = SamplingParams(n=2, temperature=1.0, max_tokens=12, ignore_eos=True, seed=0)
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     inner = _engine_drafter(method, model)
     llm = LLM(model, max_num_seqs=4, drafter=inner)
-    llm.generate(PROMPTS[:2], params)
+    outs = llm.generate(PROMPTS, params)
     before = llm.stats["acceptance_length"]
-    load_drafter_weights(inner, _noisy(inner, 3.0, seed=1).items(), version=1)
+    online = OnlineDrafterTrainer.from_drafter(inner, model, OnlineDrafterConfig(lr=1e-2, accept_coef=1.0))
+    data = _captured(model, PROMPTS, outs, online.capture_layers)
+    for _ in range(25):
+        online.step(data)
+    load_drafter_weights(inner, online.named_weights(), online.version)
     llm.reset_stats()
-    llm.generate(PROMPTS[:2], params)
-    assert llm.stats["acceptance_length"] != pytest.approx(before, abs=1e-3)
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params)] == [o.outputs[0].token_ids for o in outs]
+    assert llm.stats["acceptance_length"] > before + 0.3
 
 
 def test_mismatched_weights_are_refused_and_the_engine_keeps_its_own():
