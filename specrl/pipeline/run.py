@@ -10,11 +10,11 @@ from ..config import dump_yaml
 from ..train.checkpoint import READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, build_sources
+from ..train.drafter_health import DrafterHealth, HealthConfig
 from ..train.learner import LocalLearner
 from ..train.rewards import get_reward
 from .progress import StepProgress
 from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
-from .drafter_health import DrafterHealth
 from .seam import backend_factory
 from .steps import LearnerSide, Parts, RolloutSide, RunStopped  # noqa: F401 - RunStopped is part of the API
 
@@ -39,7 +39,8 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
     # async: evaluation runs on the trainer's side with its own engine, so the rollout worker never pauses
     eval_backend = make_backend(weights_dir, cfg) if cfg.pipeline.mode == "async" else None
     d = cfg.rollout.drafter
-    health = DrafterHealth(d.alarm_window, d.alarm_max_lag) if _has_model_drafter(cfg) else None
+    health = DrafterHealth(HealthConfig(window=d.alarm_window, min_history=min(3, d.alarm_window),
+                                        max_version_lag=d.alarm_max_lag)) if _has_model_drafter(cfg) else None
     return Parts(RolloutSide(backend, source, encoder),
                  LearnerSide(learner, get_reward(cfg.reward.name), encoder, learner.pad_id), held_out, eval_backend,
                  health=health)

@@ -19,9 +19,9 @@ from ..rl import compute_advantages
 from ..train.checkpoint import latest_checkpoint, save_checkpoint
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, step_seed
+from ..train.drafter_health import DrafterHealth
 from ..train.rewards import RewardFn
 from ..train.trainer import NonFiniteLossError, collate
-from .drafter_health import DrafterHealth
 from .progress import StepProgress
 from .run_dir import TIME_KEYS, RunDir
 from .seam import Learner, RolloutBackend
@@ -140,10 +140,10 @@ def check_health(parts: Parts, row: dict, bar: StepProgress) -> None:
     if parts.health is None:
         return
     engine, trainer = parts.rollout.backend.drafter_version, parts.learner.learner.drafter_version
-    verdict = parts.health.check(row["acceptance_length"], engine, trainer)
-    row.update(drafter_version=engine, drafter_alarm=verdict.alarm)
-    if verdict.alarm:
-        bar.log(f"WARNING step {row['step']}: drafter alarm: {verdict.message}")
+    alarm, message = parts.health.check(row["acceptance_length"], engine, trainer)
+    row.update(drafter_version=engine, drafter_alarm=alarm)
+    if alarm:
+        bar.log(f"WARNING step {row['step']}: drafter alarm: {message}")
 
 
 def row_times(times: dict) -> dict:

@@ -56,6 +56,11 @@ def check_fits(own: dict[str, torch.Tensor], named: dict[str, torch.Tensor]) -> 
     unexpected = sorted(named.keys() - own.keys())
     shapes = [f"{k}: got {tuple(named[k].shape)}, the engine has {tuple(own[k].shape)}"
               for k in sorted(own.keys() & named.keys()) if named[k].shape != own[k].shape]
+    first: dict[int, str] = {}  # tied tensors (a draft model's embedding and lm_head) must get one value
+    for k in sorted(own.keys() & named.keys()):
+        twin = first.setdefault(own[k].data_ptr(), k)
+        if twin != k and named[k].shape == named[twin].shape and not torch.equal(named[k], named[twin]):
+            shapes.append(f"{k}: tied to {twin} in the engine's drafter, but the values differ")
     if missing or unexpected or shapes:
         raise ValueError(f"drafter weights do not fit the engine's drafter (its weights are unchanged): missing "
                          f"{missing[:5]}, unexpected {unexpected[:5]}, shape mismatches {shapes[:5]}. Train the "

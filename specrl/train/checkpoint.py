@@ -2,9 +2,11 @@
 
     model/        the policy as a Hugging Face directory (safetensors, config, tokenizer): usable as is
     trainer.*     optimizer + LR schedule (+ KL reference) and the torch RNG (the learner's part)
-    drafter.*     the rollout drafter's cross-step state, when it has any (suffix pools of earlier rollouts;
-                  drafter weights trained online): rejection sampling makes the realised tokens depend on
-                  the drafts, so an exact resume needs it
+    engine_drafter.*  the rollout drafter's cross-step state, when it has any (suffix pools of earlier
+                  rollouts): rejection sampling makes the realised tokens depend on the drafts, so an exact
+                  resume needs it
+    drafter/, drafter_trainer.*  with rollout.drafter.online: the drafter trained online in its own
+                  loadable layout (what `specrl export-drafter RUN_DIR` reads) and its trainer's state
     state.json    step, Python RNG state, run bookkeeping; written last
 
 Every file is safetensors or JSON (specrl.state_files): a run directory from elsewhere is read without
@@ -28,7 +30,7 @@ from ..io import atomic_dir
 from ..state_files import StateFileError, has_state, load_state, save_state
 
 CKPT_DIR = "checkpoints"
-DRAFTER_STATE = "drafter"
+DRAFTER_STATE = "engine_drafter"  # the rollout drafter's cross-step state; drafter/ is the trained drafter
 _NAME = re.compile(r"^step_(\d{6,})$")
 
 

@@ -103,6 +103,7 @@ class LocalLearner:
                 "batches": [b._asdict() for b in self._pending[0]], "rewards": self._pending[1]}
             save_state(directory, DRAFTER_TRAINER_STATE, {**self.drafter.state_dict(), "pending": pending,
                                                           "metrics": self._drafter_metrics})
+            self.drafter.save_drafter(directory / "drafter")  # loadable as is, and by `specrl export-drafter`
 
     def load(self, directory: Path) -> None:
         """The optimizer state and torch RNG of `directory`; the weights were loaded by `build` from its model/."""

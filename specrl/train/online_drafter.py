@@ -5,6 +5,8 @@
     metrics = policy_trainer.step(batch)
     metrics |= online.step(policy_trainer.captured, rewards)     # drafter_loss, drafter_kl, ...
     load_drafter_weights(llm.drafter, online.named_weights(), online.version)   # spec/weights.py
+    online.state_dict() / load_state_dict(...)    # exact resume (weights, AdamW, version, shuffle generator)
+    online.save_drafter(ckpt / "drafter")         # the method's own layout: SpecConfig(draft_model=...), export
 
 One `step` = `updates_per_step` AdamW steps on the trainer's own fp32 copy of the drafter, over the step's
 micro-batches (shuffled by the trainer's own generator, so that `state_dict` + `load_state_dict` resume
@@ -128,6 +130,20 @@ class OnlineDrafterTrainer:
         """(name, tensor) pairs for `load_drafter_weights` (detached; the engine copies them in place)."""
         return [(k, v.detach()) for k, v in self.module.state_dict().items()]
 
+    def save_drafter(self, path, dtype: str | None = None):
+        """Writes the drafter in its method's own checkpoint layout (`SpecConfig(draft_model=path)` loads it,
+        and `specrl export-drafter` reads it from a run's `checkpoints/step_N/drafter/`)."""
+        if self.method == "eagle3":
+            from ..spec.eagle3_head import save_head
+            from ..model import resolve_dtype
+            return save_head(self.module, path, resolve_dtype(dtype) if dtype else None)
+        if self.method == "draft_model":
+            from ..model import save_model
+            return save_model(self.module, path, tokenizer_dir=getattr(self.view.policy, "source_path", None),
+                              dtype=dtype)
+        from ..spec.mtp import save_mtp_only
+        return save_mtp_only(self.module, self.view.policy.config, path, dtype=dtype)
+
     def state_dict(self) -> dict:
         return {"method": self.method, "module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "version": self.version, "generator": self.gen.get_state()}
@@ -203,5 +219,8 @@ class OnlineDrafterTrainer:
                                     self.cfg.mtp_depths)  # depth d: [b, T-d, V], entry i predicts t_{i+d+1}
         decay = self.cfg.unroll_decay
         norm = sum(decay ** d for d in range(len(depths))) or 1.0
-        return [(decay ** (d - 1) / norm, logits, mb.logits[:, d:d + logits.shape[1]], mb.mask[:, d:d + logits.shape[1]])
-                for d, logits in enumerate(depths, start=1)]
+        out = []
+        for d, logits in enumerate(depths, start=1):
+            n = logits.shape[1]  # entry i predicts t_{i+d+1}: the policy's distribution at index i+d
+            out.append((decay ** (d - 1) / norm, logits, mb.logits[:, d:d + n], mb.mask[:, d:d + n]))
+        return out

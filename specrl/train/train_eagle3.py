@@ -60,8 +60,9 @@ def ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.
 
 def ttt_unroll(head: Eagle3Head, policy, features: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
                steps: int) -> list[torch.Tensor]:
-    """Logits [B, T, Vd] of each unroll step (over the draft vocabulary, V without one); step j at index t predicts token t+2+j. features: the three
-    target layers' outputs concatenated [B, T, 3D]; ids, positions: [B, T]."""
+    """Logits [B, T, Vd] of each unroll step (Vd: the draft vocabulary, V without one); step j at index t
+    predicts token t+2+j. features: the three target layers' outputs concatenated [B, T, 3D]; ids, positions:
+    [B, T]."""
     h = head.fc(features)  # [B, T, D]
     with torch.no_grad():
         emb = policy.embed(ids)  # [B, T, D]

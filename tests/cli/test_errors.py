@@ -120,7 +120,7 @@ def test_truncated_checkpoint_state_raises_checkpoint_error(tmp_path):
     model = tiny_model(vocab=32, max_pos=96)
     ckpt = save_checkpoint(tmp_path, 1, lambda d: save_model(model, d / "model"), {"pools": [torch.arange(9)]}, {},
                            keep_last=2)
-    truncate(ckpt / "drafter.safetensors")
+    truncate(ckpt / "engine_drafter.safetensors")
     with pytest.raises(CheckpointError, match=r"drafter.*unreadable.*delete it .* the one before"):
         load_checkpoint(ckpt)
 

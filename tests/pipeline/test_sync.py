@@ -161,5 +161,5 @@ def test_resume_with_the_adaptive_drafter_reproduces_the_uninterrupted_run(setup
     assert main([f"resume={out}", "progress=false"]) == 0
     assert strip_timings(read_jsonl(out / "metrics.jsonl")) == strip_timings(read_jsonl(straight / "metrics.jsonl"))
     ckpt = out / "checkpoints" / "step_000004"
-    assert (ckpt / "drafter.safetensors").is_file() and (ckpt / "drafter.json").is_file()  # the suffix pools
+    assert (ckpt / "engine_drafter.safetensors").is_file() and (ckpt / "engine_drafter.json").is_file()  # the suffix pools
     assert not list(ckpt.rglob("*.pkl")) and not list(ckpt.rglob("*.pt"))  # nothing to unpickle

@@ -127,3 +127,27 @@ def test_config_validates_itself():
         OnlineDrafterConfig(kl_coef=0.0)
     with pytest.raises(ValueError, match="temperature=0"):
         OnlineDrafterConfig(temperature=0)
+
+
+def test_from_spec_loads_a_trained_head(tmp_path):
+    from specrl.spec.eagle3_head import Eagle3Config, init_head, save_head
+    model = tiny_model(layers=3)
+    head = init_head(Eagle3Config.for_target(model.config), seed=4)
+    save_head(head, tmp_path / "h")
+    online = OnlineDrafterTrainer.from_spec(SpecConfig(method="eagle3", draft_model=str(tmp_path / "h")), model,
+                                            OnlineDrafterConfig())
+    assert online.capture_layers == (1, 2)  # default_layers(3) = (1, 2, 2), each captured once
+    for (name, got), (_, want) in zip(online.named_weights(), head.state_dict().items()):
+        assert torch.equal(got, want), name
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_saved_drafter_loads_into_an_engine(method, tmp_path):
+    model = tiny_model(layers=3)
+    online = _fresh(method, model)
+    online.save_drafter(tmp_path / "drafter")
+    llm = LLM(copy.deepcopy(model), spec=SpecConfig(method=method, draft_model=str(tmp_path / "drafter")))
+    from specrl.spec.weights import drafter_module
+    engine = drafter_module(llm.drafter).state_dict()
+    for name, w in online.named_weights():
+        assert torch.equal(engine[name], w), name

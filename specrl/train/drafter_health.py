@@ -1,0 +1,65 @@
+"""Drafter health alarm: a pure check over the run's history, for the run loop to log or stop on.
+
+    alarm, message = drafter_alarm(acceptance_history, engine_version, trainer_version, HealthConfig())
+
+Two failures it catches:
+1. collapse: the latest acceptance_length is below `drop_ratio` (default half) of the mean of the `window`
+   steps before it, e.g. a drafter whose weights were zeroed or a swap that went wrong (acceptance falls to
+   ~1.0, i.e. only the bonus token). It needs `min_history` earlier steps before it can judge.
+2. staleness: the engine's drafter version lags the online trainer's by more than `max_version_lag`,
+   i.e. the trained weights are not reaching the engine (a broken weight sync).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class HealthConfig:
+    window: int = 5  # earlier steps averaged as the reference
+    min_history: int = 3  # earlier steps needed before a drop can be judged
+    drop_ratio: float = 0.5  # alarm when acceptance < drop_ratio * recent mean
+    max_version_lag: int = 1  # alarm when trainer version - engine version exceeds this
+
+    def __post_init__(self):
+        if self.window < 1 or not 1 <= self.min_history <= self.window:
+            raise ValueError(f"HealthConfig window={self.window}, min_history={self.min_history}: expected "
+                             "window >= 1 and 1 <= min_history <= window")
+        if not 0 < self.drop_ratio < 1 or self.max_version_lag < 0:
+            raise ValueError(f"HealthConfig drop_ratio={self.drop_ratio}: expected in (0, 1); max_version_lag="
+                             f"{self.max_version_lag}: expected >= 0")
+
+
+def drafter_alarm(acceptance: list[float], engine_version: int | None = None, trainer_version: int | None = None,
+                  cfg: HealthConfig | None = None) -> tuple[bool, str]:
+    """(alarm, message) for the latest step; `acceptance` is acceptance_length per step, oldest first."""
+    cfg = cfg or HealthConfig()
+    problems = []
+    if len(acceptance) > cfg.min_history:
+        recent = acceptance[-1 - cfg.window:-1]
+        mean = sum(recent) / len(recent)
+        if acceptance[-1] < cfg.drop_ratio * mean:
+            problems.append(f"acceptance_length {acceptance[-1]:.2f} fell below {cfg.drop_ratio:g} x its mean of "
+                            f"the last {len(recent)} steps ({mean:.2f}): check the drafter's weights and the last swap")
+    if engine_version is not None and trainer_version is not None:
+        lag = trainer_version - engine_version
+        if lag > cfg.max_version_lag:
+            problems.append(f"the engine's drafter is version {engine_version}, the trainer's {trainer_version} "
+                            f"(lag {lag} > {cfg.max_version_lag}): drafter weights are not reaching the engine; "
+                            "check load_drafter_weights is called after each drafter update")
+    return bool(problems), "; ".join(problems) or "ok"
+
+
+class DrafterHealth:
+    """The run loop's side: keeps the acceptance history between steps (alarming steps stay out of it, so
+    a broken drafter keeps alarming instead of becoming the new normal)."""
+
+    def __init__(self, cfg: HealthConfig):
+        self.cfg, self.history = cfg, []
+
+    def check(self, acceptance: float, engine_version: int | None, trainer_version: int | None) -> tuple[bool, str]:
+        alarm, message = drafter_alarm(self.history[-self.cfg.window:] + [acceptance], engine_version,
+                                       trainer_version, self.cfg)
+        if not alarm:
+            self.history.append(acceptance)
+        return alarm, message
