@@ -73,8 +73,8 @@ class Learner(Protocol):
 
 
 # counters a backend's stats() may add that the metrics row carries: a Ray backend's weight broadcast time
-# (of the weights that generated the step) and its rollout-actor restarts so far
-ROW_STATS = ("weight_transfer_s", "actor_restarts")
+# (of the weights that generated the step), its rollout-actor restarts and redrawn groups so far
+ROW_STATS = ("weight_transfer_s", "actor_restarts", "dropped_groups")
 
 BackendFactory = Callable[..., RolloutBackend]
 BACKENDS: dict[str, BackendFactory] = {}

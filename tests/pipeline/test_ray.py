@@ -10,6 +10,7 @@ import pytest
 
 from specrl.cli.main import main as cli_main
 from specrl.engine import SamplingParams
+from specrl.model import load_model
 from specrl.pipeline.run_dir import read_jsonl
 from specrl.train.train_cli import build_config
 from tests.pipeline.fixtures import make_setup, overrides
@@ -83,6 +84,10 @@ def test_a_killed_rollout_actor_is_restarted_and_its_groups_regenerated(setup, t
         step.join(timeout=120)
         assert backend.actors[1] is not victim and backend.stats()["actor_restarts"] == 1
         assert _samples(got["outs"]) == want  # every group once, in prompt order, the same samples
+        backend.update_weights(load_model(model).state_dict().items(), 1)  # version 1: the same weights
+        ray.get(backend.actors[0].set_version.remote(0))  # actor 0 left behind on version 0
+        assert _samples(backend.generate(prompts, params)) == want
+        assert backend.stats()["dropped_groups"] == 6  # actor 0's half, redrawn on version 1
     finally:
         backend.close()
 

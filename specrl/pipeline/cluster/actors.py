@@ -39,6 +39,9 @@ class RolloutActor:
     def update_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
         self.backend.update_weights(weights.items(), version)
 
+    def set_version(self, version: int) -> None:
+        self.backend.weights_version = version
+
     def update_drafter(self, weights: dict[str, torch.Tensor], version: int) -> None:
         self.backend.update_drafter(weights.items(), version)
 

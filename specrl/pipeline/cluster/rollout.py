@@ -47,12 +47,24 @@ class RayRolloutBackend:
         self.actors = [make_actor(i) for i in range(num_actors)]
         self.max_restarts = max_restarts
         self.restarts = [0] * num_actors
-        self.weights_version, self.drafter_version = 0, 0
+        self._version, self.drafter_version = 0, 0
         self._weights = self._drafter = None  # (object ref, version) a restarted actor loads
         self._stats: dict = {}
         self._transfer_s = 0.0
         self._cancelled = False
         self._tags: dict = {}
+        self._dropped = 0  # groups drawn by another policy version than the backend's, and drawn again
+
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    @weights_version.setter
+    def weights_version(self, version: int) -> None:
+        """Tags the weights the actors hold (e.g. a resumed run's checkpoint, which they were built from)."""
+        import ray
+        ray.get([a.set_version.remote(version) for a in self.actors])
+        self._version = version
 
     # step 1 of generate: contiguous runs of prompts, one per actor
     def _chunks(self, n: int) -> list[range]:
@@ -77,19 +89,33 @@ class RayRolloutBackend:
             for ref in ready:
                 slot, idx = pending.pop(ref)
                 try:
-                    outs, st, _ = ray.get(ref)
+                    outs, st, version = ray.get(ref)
                 except ray.exceptions.RayActorError as e:
                     self._restart(slot, e)
                     pending[self._submit(slot, idx, prompts, params)] = (slot, idx)
                     continue
                 except ray.exceptions.RayTaskError as e:
                     raise e.as_instanceof_cause() from None  # e.g. a bad prompt: the engine's own error
+                if version != self.weights_version:  # a group is never split across versions: draw it again
+                    self._dropped += len(idx)
+                    self._resync(slot, version)
+                    pending[self._submit(slot, idx, prompts, params)] = (slot, idx)
+                    continue
                 for i, out in zip(idx, outs):
                     out.request_id = i  # the actor numbered its own prompts from 0
                     results[i] = out
                 stats.append(st)
         self._stats = merge_stats(stats)
         return results
+
+    def _resync(self, slot: int, version: int) -> None:
+        """An actor whose groups came from another version than the backend's takes the backend's weights."""
+        import ray
+        if self._weights is None or self._weights[1] != self._version:
+            raise RuntimeError(f"rollout actor {slot} generated with policy version {version}, the backend holds "
+                               f"{self.weights_version} without its weights: set weights_version only through "
+                               "update_weights")
+        ray.get(self.actors[slot].update_weights.remote(*self._weights))
 
     def _submit(self, slot: int, idx: range, prompts, params):
         return self.actors[slot].generate.remote([prompts[i] for i in idx], [params[i] for i in idx], self._tags)
@@ -103,7 +129,7 @@ class RayRolloutBackend:
                               "cause (e.g. memory: lower rollout.max_num_seqs) or raise ray.max_restarts")
         ray.kill(self.actors[slot], no_restart=True)
         actor = self._make(slot)
-        loads = []
+        loads = [actor.set_version.remote(self._version)]
         if self._weights is not None:
             loads.append(actor.update_weights.remote(*self._weights))
         if self._drafter is not None:
@@ -133,7 +159,7 @@ class RayRolloutBackend:
         put_s = time.perf_counter() - t0
         self._broadcast("update_weights", self._weights)
         self._transfer_s += put_s
-        self.weights_version = version
+        self._version = version
 
     def update_drafter(self, weights: NamedTensors, version: int) -> None:
         self._drafter = (self._put(weights), version)
@@ -142,8 +168,9 @@ class RayRolloutBackend:
 
     def stats(self) -> dict:
         """The merged engine counters of the last generate(), the seconds the weights that fed it took to
-        reach every actor, and the actor restarts so far."""
-        return {**self._stats, "weight_transfer_s": self._transfer_s, "actor_restarts": sum(self.restarts)}
+        reach every actor, and the actor restarts and dropped (redrawn) groups so far."""
+        return {**self._stats, "weight_transfer_s": self._transfer_s, "actor_restarts": sum(self.restarts),
+                "dropped_groups": self._dropped}
 
     def reset_stats(self) -> None:
         self._stats = {}
