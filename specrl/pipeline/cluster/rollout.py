@@ -121,21 +121,24 @@ class RayRolloutBackend:
         return self.actors[slot].generate.remote([prompts[i] for i in idx], [params[i] for i in idx], self._tags)
 
     def _restart(self, slot: int, error: Exception) -> None:
+        """A fresh actor in `slot` with the current weights; one that dies while loading them counts too."""
         import ray
-        self.restarts[slot] += 1
-        if self.restarts[slot] > self.max_restarts:
-            raise ActorFailed(f"rollout actor {slot} died {self.restarts[slot]} times (ray.max_restarts="
-                              f"{self.max_restarts}); its last error: {type(error).__name__}: {error}. Fix the "
-                              "cause (e.g. memory: lower rollout.max_num_seqs) or raise ray.max_restarts")
-        ray.kill(self.actors[slot], no_restart=True)
-        actor = self._make(slot)
-        loads = [actor.set_version.remote(self._version)]
-        if self._weights is not None:
-            loads.append(actor.update_weights.remote(*self._weights))
-        if self._drafter is not None:
-            loads.append(actor.update_drafter.remote(*self._drafter))
-        ray.get(loads)
-        self.actors[slot] = actor
+        while True:
+            self.restarts[slot] += 1
+            if self.restarts[slot] > self.max_restarts:
+                raise ActorFailed(f"rollout actor {slot} died {self.restarts[slot]} times (ray.max_restarts="
+                                  f"{self.max_restarts}); its last error: {type(error).__name__}: {error}. Fix the "
+                                  "cause (e.g. memory: lower rollout.max_num_seqs) or raise ray.max_restarts")
+            ray.kill(self.actors[slot], no_restart=True)
+            self.actors[slot] = actor = self._make(slot)
+            loads = [actor.set_version.remote(self._version)]
+            loads += [actor.update_weights.remote(*self._weights)] if self._weights is not None else []
+            loads += [actor.update_drafter.remote(*self._drafter)] if self._drafter is not None else []
+            try:
+                ray.get(loads)
+                return
+            except ray.exceptions.RayActorError as e:
+                error = e
 
     def _broadcast(self, method: str, ref) -> None:
         """Every actor loads the weights behind `ref` (a dead one is restarted, and loads them then)."""
