@@ -112,3 +112,22 @@ def test_an_actor_that_keeps_dying_stops_with_its_name_and_last_error(setup, tmp
     finally:
         backend.close()
         release()
+
+
+def test_a_trainer_crash_stops_the_run_and_resume_finishes_it_like_a_straight_run(setup, tmp_path, monkeypatch):
+    from specrl.pipeline.cluster.learner import RayLearner
+    args = {"pipeline.backend": "ray", "num_threads": 1, "rollout.spec.method": "ngram", "max_steps": 4}
+    assert cli_main(["train", *overrides(*setup, tmp_path / "straight", **args)]) == 0
+    real = RayLearner.step
+
+    def crash_at_step_3(self, batch, is_cap=None):
+        if self.version == 2:
+            ray.kill(self.actors[0])  # the trainer process dies under the step
+        return real(self, batch, is_cap)
+    monkeypatch.setattr(RayLearner, "step", crash_at_step_3)
+    out = tmp_path / "crashed"
+    assert cli_main(["train", *overrides(*setup, out, **args)]) != 0
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+    monkeypatch.undo()
+    assert cli_main(["train", f"resume={out}", "progress=false"]) == 0
+    _same_rows(read_jsonl(out / "metrics.jsonl"), read_jsonl(tmp_path / "straight" / "metrics.jsonl"))

@@ -13,6 +13,7 @@ from ...train.config import TrainConfig
 from ...train.trainer import TrainBatch
 from .actors import TrainerActor, remote_class
 from .connect import bundle_offset, connect, placement_groups, scheduling
+from ..steps import RunStopped
 from .rollout import WeightsRef
 
 
@@ -21,8 +22,14 @@ class RayLearner:
         self.actors, self.version, self.pad_id = actors, version, pad_id
 
     def _all(self, method: str, *args) -> list:
+        """Every rank runs `method`; a dead trainer process stops the run (resume from its last checkpoint)."""
         import ray
-        return ray.get([getattr(a, method).remote(*args) for a in self.actors])
+        try:
+            return ray.get([getattr(a, method).remote(*args) for a in self.actors])
+        except ray.exceptions.RayActorError as e:
+            raise RunStopped(f"a trainer actor died during {method}() at policy version {self.version}: "
+                             f"{type(e).__name__}: {e}. The run directory holds the last good checkpoint: "
+                             "continue with resume=RUN_DIR") from e
 
     def step(self, batch: TrainBatch, is_cap: float | None = None) -> dict[str, float]:
         metrics = self._all("step", batch, is_cap)[0]

@@ -19,6 +19,7 @@ from ...engine import RequestOutput, SamplingParams
 from ...engine.llm import GenerationCancelled
 from ...train.config import TrainConfig
 from ..seam import NamedTensors, register_backend
+from ..steps import RunStopped
 from .actors import RolloutActor, remote_class
 from .connect import bundle_offset, connect, placement_groups, release, scheduling
 from .stats import merge_stats
@@ -37,8 +38,8 @@ class WeightsRef:
         return iter(ray.get(self.ref).items())
 
 
-class ActorFailed(RuntimeError):
-    """A rollout actor died more often than `ray.max_restarts` allows."""
+class ActorFailed(RunStopped):
+    """A rollout actor died more often than `ray.max_restarts` allows (the run stops; its directory is intact)."""
 
 
 class RayRolloutBackend:
@@ -128,7 +129,8 @@ class RayRolloutBackend:
             if self.restarts[slot] > self.max_restarts:
                 raise ActorFailed(f"rollout actor {slot} died {self.restarts[slot]} times (ray.max_restarts="
                                   f"{self.max_restarts}); its last error: {type(error).__name__}: {error}. Fix the "
-                                  "cause (e.g. memory: lower rollout.max_num_seqs) or raise ray.max_restarts")
+                                  "cause (e.g. memory: lower rollout.max_num_seqs) or raise ray.max_restarts, and resume the run "
+                                  "from its last checkpoint (resume=RUN_DIR)")
             ray.kill(self.actors[slot], no_restart=True)
             self.actors[slot] = actor = self._make(slot)
             loads = [actor.set_version.remote(self._version)]
