@@ -31,13 +31,18 @@ def model_dir(cfg: TrainConfig) -> Path:
 def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_out: list[Example],
                 version: int = 0, trace_path: Path | None = None) -> Parts:
     """Both sides over the weights in `weights_dir` (the base policy, or a checkpoint's model/)."""
-    make_backend = backend_factory(cfg.rollout.backend)
+    on_ray = cfg.pipeline.backend == "ray"  # rollout actors and trainer actors instead of this process
+    make_backend = backend_factory("ray" if on_ray else cfg.rollout.backend)
     encoder = PromptEncoder(model_dir(cfg), cfg.data.chat_template)
-    learner = LocalLearner.build(weights_dir, cfg, version, tokenizer_dir=model_dir(cfg))
+    if on_ray:
+        from .cluster.learner import ray_learner
+        learner = ray_learner(weights_dir, cfg, version, tokenizer_dir=model_dir(cfg))
+    else:
+        learner = LocalLearner.build(weights_dir, cfg, version, tokenizer_dir=model_dir(cfg))
     backend = make_backend(weights_dir, cfg, trace_path)
     backend.weights_version = version
-    # async: evaluation runs on the trainer's side with its own engine, so the rollout worker never pauses
-    eval_backend = make_backend(weights_dir, cfg) if cfg.pipeline.mode == "async" else None
+    # async: evaluation runs on the trainer's side with its own (in-process) engine, so rollout never pauses
+    eval_backend = backend_factory(cfg.rollout.backend)(weights_dir, cfg) if cfg.pipeline.mode == "async" else None
     d = cfg.rollout.drafter
     health = DrafterHealth(HealthConfig(window=d.alarm_window, min_history=min(3, d.alarm_window),
                                         max_version_lag=d.alarm_max_lag)) if _has_model_drafter(cfg) else None
@@ -60,6 +65,9 @@ def train(cfg: TrainConfig) -> dict:
     torch.manual_seed(cfg.seed)
     get_reward(cfg.reward.name)  # bad names and bad data fail before the run directory is touched
     backend_factory(cfg.rollout.backend)
+    if cfg.pipeline.backend == "ray":
+        from .cluster.connect import require_ray
+        require_ray()  # without Ray: how to install it, before the run directory is touched
     source, held_out = build_sources(cfg.data, cfg.seed)
     run, ckpt = _start(cfg)
     start = 0 if ckpt is None else ckpt.step

@@ -77,6 +77,10 @@ class Learner(Protocol):
         """Restores what `save` wrote (the policy weights and the optimizer state)."""
 
 
+# counters a backend's stats() may add that the metrics row carries: a Ray backend's weight broadcast time
+# (of the weights that generated the step), its rollout-actor restarts and redrawn groups so far
+ROW_STATS = ("weight_transfer_s", "actor_restarts", "dropped_groups")
+
 BackendFactory = Callable[..., RolloutBackend]
 BACKENDS: dict[str, BackendFactory] = {}
 
@@ -91,6 +95,7 @@ def register_backend(name: str):
 def backend_factory(name: str) -> BackendFactory:
     if name not in BACKENDS:
         from . import local  # noqa: F401 - registers "local"
+        from .cluster import rollout  # noqa: F401 - registers "ray" (imports Ray only when one is built)
     if name not in BACKENDS:
         raise ConfigError(f"rollout.backend={name!r} is not a rollout backend; valid: {sorted(BACKENDS)}")
     return BACKENDS[name]

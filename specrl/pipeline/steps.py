@@ -24,7 +24,7 @@ from ..train.rewards import RewardFn
 from ..train.trainer import NonFiniteLossError, collate
 from .progress import StepProgress
 from .run_dir import TIME_KEYS, RunDir
-from .seam import Learner, RolloutBackend
+from .seam import ROW_STATS, Learner, RolloutBackend
 
 
 class RunStopped(RuntimeError):
@@ -114,7 +114,7 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
            "gen_tokens_per_s": stats["generated_tokens"] / max(gen_s, 1e-9),
            "acceptance_length": stats["acceptance_length"], "acceptance_rate": stats["acceptance_rate"],
            "target_forwards": stats["target_forwards"], "generated_tokens": stats["generated_tokens"],
-           **train_metrics}
+           **{k: stats[k] for k in ROW_STATS if k in stats}, **train_metrics}
     times = {"rollout_s": gen_s, "rollout_cpu_s": rollout.cpu_s, "reward_s": t1 - t0, "reward_cpu_s": c1 - c0,
              "train_s": t2 - t1, "train_cpu_s": c2 - c1}
     return row, times

@@ -14,7 +14,7 @@ from specrl.sim.calibrate import load_trace, with_drafter
 from specrl.sim.des import SDSetting
 from specrl.sim.hardware import get_hardware
 from specrl.sim.models import get_model
-from specrl.sim.pipeline import SimConfig
+from specrl.sim.pipeline import PLACEMENTS, SimConfig
 from specrl.sim.workload import Workload, parse_lengths
 
 SD_METHODS = ("none", *DRAFTING_METHODS)  # "auto" is modelled by --adaptive-max-batch
@@ -28,8 +28,9 @@ def add_system_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus", type=int, default=64)
     g.add_argument("--tp", type=int, default=1, help="tensor parallel size of a rollout replica")
     g.add_argument("--mode", default="sync", choices=("sync", "async"))
-    g.add_argument("--placement", default=None, choices=("colocated", "split"),
-                   help="default: colocated for sync, split for async")
+    g.add_argument("--placement", default=None, choices=PLACEMENTS,
+                   help="as ray.placement of `specrl train pipeline.backend=ray`: colocated (rollout and training "
+                        "share the GPUs) or split; default: colocated for sync, split for async")
     g.add_argument("--rollout-frac", type=float, default=0.5)
     g.add_argument("--max-lag", type=int, default=1)
     g.add_argument("--per-step-batches", action="store_true",

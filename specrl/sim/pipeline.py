@@ -11,6 +11,7 @@ from specrl.sim.hardware import HardwareSpec
 from specrl.sim.models import ModelSpec
 from specrl.sim.rollout import simulate_rollout
 from specrl.sim.workload import Workload
+from specrl.train.config import PLACEMENTS  # the words of `specrl train ray.placement=...`
 
 MODES = ("sync", "async")
 
@@ -48,6 +49,11 @@ class SimConfig:
                              "a rollout replica and a trainer; change --gpus or --tp")
 
     @property
+    def placement(self) -> str:
+        """The word `ray.placement` of `specrl train` uses for the same layout: colocated or split."""
+        return PLACEMENTS[0] if self.colocated else PLACEMENTS[1]
+
+    @property
     def rollout_gpus(self) -> int:
         if self.colocated:
             return self.gpus
@@ -83,7 +89,7 @@ def simulate_step(cfg: SimConfig, lengths: np.ndarray | None = None) -> dict:
             "drafter_train_s": drafter_total, "drafter_exposed_s": drafter_exposed,
             "gen_share": ro.time_s / step, "idle_frac": ro.idle_frac, "tail_frac": ro.tail_frac,
             "mean_batch": ro.mean_batch, "slots": slots, "spec_frac": ro.spec_frac,
-            "replicas": cfg.rollout_gpus // cfg.tp, "rollout_gpus": cfg.rollout_gpus,
+            "replicas": cfg.rollout_gpus // cfg.tp, "rollout_gpus": cfg.rollout_gpus, "placement": cfg.placement,
             "train_gpus": cfg.train_gpus, "iterations": ro.iterations}
 
 

@@ -65,7 +65,7 @@ def project_cell(sc: Scenario, gpus: int, hardware: str = "H100") -> list[dict]:
                ("async", False): (async_off, async_off), ("async", True): (async_on, same_split_off)}
     rows = []
     for (mode, sd_on), (r, ref) in results.items():
-        rows.append({"model": sc.model, "gpus": gpus, "hardware": hardware, "mode": mode,
+        rows.append({"model": sc.model, "gpus": gpus, "hardware": hardware, "mode": mode, "placement": r["placement"],
                      "sd": sd_on, "step_s": r["step_s"], "rollout_s": r["rollout_s"],
                      "train_s": r["train_s"], "gen_share": r["gen_share"],
                      "tail_frac": r["tail_frac"], "idle_frac": r["idle_frac"],

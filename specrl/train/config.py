@@ -12,7 +12,7 @@ from ..config import ConfigError, require
 from .drafter_config import DrafterConfig
 from ..spec.config import SpecConfig
 
-__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "OptimConfig", "PipelineConfig", "RewardConfig",
+__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "OptimConfig", "PipelineConfig", "RayConfig", "RewardConfig",
            "RolloutConfig", "ScheduleConfig", "TrainConfig"]
 
 
@@ -130,6 +130,8 @@ class ScheduleConfig:
 
 
 PIPELINE_MODES = ("sync", "async")
+PIPELINE_BACKENDS = ("local", "ray")
+PLACEMENTS = ("colocated", "split")
 
 
 @dataclass
@@ -142,13 +144,43 @@ class PipelineConfig:
     # num_threads (or of torch's default), at least 1
     rollout_threads: int = 0
     train_threads: int = 0
+    # "local": engine and trainer in this process. "ray": rollout actors and a trainer actor group on a Ray
+    # cluster (the `ray` section; specrl.pipeline.cluster), needs `pip install 'specrl[ray]'`
+    backend: str = "local"
 
     def validate(self) -> None:
         require(self.mode in PIPELINE_MODES, "mode", self.mode, f"one of {list(PIPELINE_MODES)}")
+        require(self.backend in PIPELINE_BACKENDS, "backend", self.backend, f"one of {list(PIPELINE_BACKENDS)}")
         require(self.max_policy_lag >= 0, "max_policy_lag", self.max_policy_lag, ">= 0",
                 "0 makes async wait for every update (the sync schedule); 1 overlaps one step")
         for key in ("rollout_threads", "train_threads"):
             require(getattr(self, key) >= 0, key, getattr(self, key), ">= 0")
+
+
+@dataclass
+class RayConfig:
+    """Where the actors of `pipeline.backend=ray` run (docs/ray.md)."""
+    address: str | None = None  # None: start Ray on this machine; "auto" or "HOST:PORT": join a running cluster
+    rollout_actors: int = 2  # each owns an engine and its drafter; a step's prompt groups are split among them
+    rollout_cpus: float = 1.0  # per rollout actor (also its torch threads, at least 1)
+    rollout_gpus: float = 0.0
+    trainers: int = 1  # trainer processes; 2 or more shard the policy with FSDP2 (gloo on CPU, NCCL on GPU)
+    trainer_cpus: float = 1.0  # per trainer process
+    trainer_gpus: float = 0.0
+    # "colocated": every actor on one node (one STRICT_PACK placement group); "split": rollout actors and
+    # trainers in separate placement groups that Ray may put on different nodes
+    placement: str = "split"
+    max_restarts: int = 3  # restarts of one rollout actor before the run stops with its last error
+    num_cpus: int = 0  # a Ray started here (address=None): CPUs it offers; 0: as many as the actors ask
+
+    def validate(self) -> None:
+        for key in ("rollout_actors", "trainers"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
+        for key in ("rollout_cpus", "rollout_gpus", "trainer_cpus", "trainer_gpus"):
+            require(getattr(self, key) >= 0, key, getattr(self, key), ">= 0")
+        require(self.placement in PLACEMENTS, "placement", self.placement, f"one of {list(PLACEMENTS)}")
+        require(self.max_restarts >= 0, "max_restarts", self.max_restarts, ">= 0")
+        require(self.num_cpus >= 0, "num_cpus", self.num_cpus, ">= 0")
 
 
 @dataclass
@@ -161,6 +193,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
     out_dir: str = "runs/train"
     seed: int = 0
     resume: str | None = None  # a run directory to continue from its last checkpoint
@@ -186,6 +219,9 @@ class TrainConfig:
             model_method(spec, "rollout.drafter.online=true")
         except ValueError as e:
             raise ConfigError(f"rollout.spec.method={spec.method!r}: {e}") from None
+        require(self.pipeline.backend != "ray", "rollout.drafter.online", d.online,
+                "false with pipeline.backend=ray (online drafter training runs in-process for now)",
+                "use pipeline.backend=local, or a frozen drafter on Ray")
         require(d.schedule != "beside_trainer" or self.pipeline.mode == "async", "rollout.drafter.schedule",
                 d.schedule, "after_step or long_tail in the sync pipeline", "set pipeline.mode=async")
         require(d.schedule != "long_tail" or self.pipeline.mode == "sync", "rollout.drafter.schedule", d.schedule,

@@ -1,0 +1,90 @@
+"""Joining or starting a Ray cluster, and placing the actors on it (`ray.placement`)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ...train.config import RayConfig
+
+INSTALL_HINT = "pip install 'specrl[ray]' (or pip install 'ray>=2.9')"
+
+
+def require_ray():
+    """The `ray` module, or an ImportError that says how to install it."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(f"pipeline.backend=ray needs Ray, which is not installed: {INSTALL_HINT}; or run "
+                          "in one process with pipeline.backend=local") from e
+    return ray
+
+
+def repo_root() -> Path:
+    """The directory that holds this `specrl` package: put on the actors' PYTHONPATH so they run this code."""
+    return Path(__file__).resolve().parents[3]
+
+
+def connect(cfg: RayConfig):
+    """Ray, initialised: joins `cfg.address` ("auto" or HOST:PORT) or starts a light local instance."""
+    ray = require_ray()
+    if ray.is_initialized():
+        return ray
+    path = os.pathsep.join(p for p in (str(repo_root()), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}}
+    if cfg.address is not None:
+        ray.init(address=cfg.address, runtime_env=env, log_to_driver=False)
+        return ray
+    need = cfg.rollout_actors * cfg.rollout_cpus + cfg.trainers * cfg.trainer_cpus
+    ray.init(num_cpus=cfg.num_cpus or max(int(need + 0.999), 1), include_dashboard=False, log_to_driver=False,
+             runtime_env=env, configure_logging=False)
+    return ray
+
+
+_GROUPS: list = []  # this run's placement groups: made once, shared by the rollout and trainer sides
+
+
+def placement_groups(cfg: RayConfig) -> tuple[object, object]:
+    """(rollout group, trainer group) of `cfg.placement`: one STRICT_PACK group shared by all actors
+    (colocated: one node), or a PACK group each (split: Ray may place them on different nodes)."""
+    if not _GROUPS:
+        _GROUPS.extend(_make_groups(cfg))
+    return _GROUPS[0], _GROUPS[1]
+
+
+def release() -> None:
+    """Removes this run's placement groups, which ends every actor placed in them (trainers included)."""
+    if not _GROUPS:
+        return
+    from ray.util.placement_group import remove_placement_group
+    for pg in {id(g): g for g in _GROUPS}.values():
+        remove_placement_group(pg)
+    _GROUPS.clear()
+
+
+def _make_groups(cfg: RayConfig) -> tuple[object, object]:
+    ray = require_ray()
+    from ray.util.placement_group import placement_group
+
+    rollout = [_bundle(cfg.rollout_cpus, cfg.rollout_gpus)] * cfg.rollout_actors
+    trainer = [_bundle(cfg.trainer_cpus, cfg.trainer_gpus)] * cfg.trainers
+    if cfg.placement == "colocated":
+        pg = placement_group(rollout + trainer, strategy="STRICT_PACK")
+        ray.get(pg.ready())
+        return pg, pg
+    groups = placement_group(rollout, strategy="PACK"), placement_group(trainer, strategy="PACK")
+    ray.get([g.ready() for g in groups])
+    return groups
+
+
+def bundle_offset(cfg: RayConfig, role: str) -> int:
+    """Index of a role's first bundle in its placement group."""
+    return cfg.rollout_actors if role == "trainer" and cfg.placement == "colocated" else 0
+
+
+def scheduling(pg, index: int):
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    return PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=index)
+
+
+def _bundle(cpus: float, gpus: float) -> dict:
+    return {"CPU": cpus, **({"GPU": gpus} if gpus else {})}

@@ -1,0 +1,68 @@
+"""`RayLearner`: the pipeline's `Learner` over a group of trainer actors (one, or an FSDP2-sharded group).
+
+Every rank gets the whole batch (see specrl.train.fsdp); rank 0 returns the metrics, hands the full
+weights to the object store (the drivers pass the reference on: one put per version) and writes the
+checkpoints. The run directory must be reachable from rank 0's node (a shared file system off one machine).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ...train.config import TrainConfig
+from ...train.trainer import TrainBatch
+from .actors import TrainerActor, remote_class
+from .connect import bundle_offset, connect, placement_groups, scheduling
+from ..steps import RunStopped
+from .rollout import WeightsRef
+
+
+class RayLearner:
+    drafter_version = None  # online drafter training runs in-process only (train/config.py refuses it on Ray)
+
+    def __init__(self, actors: list, version: int, pad_id: int):
+        self.actors, self.version, self.pad_id = actors, version, pad_id
+
+    def _all(self, method: str, *args) -> list:
+        """Every rank runs `method`; a dead trainer process stops the run (resume from its last checkpoint)."""
+        import ray
+        try:
+            return ray.get([getattr(a, method).remote(*args) for a in self.actors])
+        except ray.exceptions.RayActorError as e:
+            raise RunStopped(f"a trainer actor died during {method}() at policy version {self.version}: "
+                             f"{type(e).__name__}: {e}. The run directory holds the last good checkpoint: "
+                             "continue with resume=RUN_DIR") from e
+
+    def step(self, batch: TrainBatch, is_cap: float | None = None, rewards=None) -> dict[str, float]:
+        metrics = self._all("step", batch, is_cap)[0]
+        self.version += 1
+        return metrics
+
+    def named_weights(self) -> WeightsRef:
+        """A reference to rank 0's full weights: iterating it fetches them, a Ray backend passes it on."""
+        refs = [a.weights.remote() for a in self.actors]  # every rank joins the gathers; rank 0 returns them
+        return WeightsRef(refs[0])
+
+    def save(self, directory: Path) -> None:
+        self._all("save", str(directory))
+
+    def load(self, directory: Path) -> None:
+        self._all("load", str(directory))
+
+
+def ray_learner(model_dir: str | Path, cfg: TrainConfig, version: int = 0,
+                tokenizer_dir: str | Path | None = None) -> RayLearner:
+    """`ray.trainers` trainer actors over the weights in `model_dir`."""
+    rc = cfg.ray
+    connect(rc)
+    _, pg = placement_groups(rc)
+    offset = bundle_offset(rc, "trainer")
+    cls = remote_class(TrainerActor, num_cpus=rc.trainer_cpus, num_gpus=rc.trainer_gpus)
+    import ray
+    actors = [cls.options(scheduling_strategy=scheduling(pg, offset + r)).remote(r, rc.trainers,
+                                                                                 max(1, int(rc.trainer_cpus)))
+              for r in range(rc.trainers)]
+    master = ray.get(actors[0].address.remote())
+    ray.get([a.setup.remote(str(model_dir), cfg, version, str(tokenizer_dir or model_dir), master) for a in actors])
+    pad = json.loads((Path(model_dir) / "config.json").read_text()).get("pad_token_id")
+    return RayLearner(actors, version, 0 if pad is None else pad)

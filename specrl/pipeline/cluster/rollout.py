@@ -1,0 +1,223 @@
+"""`RayRolloutBackend`: one rollout backend over N rollout actors, for the drivers it is one engine.
+
+generate() splits a step's prompts into contiguous runs, one per actor, so a prompt's GRPO group (its n
+samples) never splits, and gathers the outputs back in prompt order. Per-prompt seeds fix each group's
+samples whichever actor draws them, so the run matches an in-process one.
+
+Weights: each version goes into Ray's object store once (a trainer actor's return value, or one
+`ray.put`) and every actor takes it from there, between generate() calls. A rollout actor that dies
+mid-step is restarted with the current weights and its prompts are generated again (the same seeds give
+the same samples: no group is lost or counted twice); one that dies more than `ray.max_restarts` times
+stops the run with an error naming it and its last exception.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ...engine import RequestOutput, SamplingParams
+from ...engine.llm import GenerationCancelled
+from ...train.config import TrainConfig
+from ..seam import NamedTensors, register_backend
+from ..steps import RunStopped
+from .actors import RolloutActor, remote_class
+from .connect import bundle_offset, connect, placement_groups, release, scheduling
+from .stats import merge_stats
+
+POLL_S = 0.2  # how often a waiting generate() checks for cancel()
+
+
+class WeightsRef:
+    """Named tensors that live in Ray's object store: backends pass the reference on, others iterate it."""
+
+    def __init__(self, ref):
+        self.ref = ref
+
+    def __iter__(self):
+        import ray
+        return iter(ray.get(self.ref).items())
+
+
+class ActorFailed(RunStopped):
+    """A rollout actor died more often than `ray.max_restarts` allows (the run stops; its directory is intact)."""
+
+
+class RayRolloutBackend:
+    def __init__(self, make_actor, num_actors: int, max_restarts: int):
+        self._make = make_actor  # slot -> a fresh actor handle
+        self.actors = [make_actor(i) for i in range(num_actors)]
+        self.max_restarts = max_restarts
+        self.restarts = [0] * num_actors
+        self._version, self.drafter_version = 0, 0
+        self._weights = self._drafter = None  # (object ref, version) a restarted actor loads
+        self._stats: dict = {}
+        self._transfer_s = 0.0
+        self._cancelled = False
+        self._tags: dict = {}
+        self._dropped = 0  # groups drawn by another policy version than the backend's, and drawn again
+
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    @weights_version.setter
+    def weights_version(self, version: int) -> None:
+        """Tags the weights the actors hold (e.g. a resumed run's checkpoint, which they were built from)."""
+        import ray
+        ray.get([a.set_version.remote(version) for a in self.actors])
+        self._version = version
+
+    # step 1 of generate: contiguous runs of prompts, one per actor
+    def _chunks(self, n: int) -> list[range]:
+        k = len(self.actors)
+        bounds = [n * i // k for i in range(k + 1)]
+        return [range(bounds[i], bounds[i + 1]) for i in range(k)]
+
+    def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
+        import ray
+        if self._cancelled:
+            raise GenerationCancelled("generate() was cancelled")
+        results: list[RequestOutput | None] = [None] * len(prompts)
+        stats = []
+        pending = {}
+        for slot, idx in enumerate(self._chunks(len(prompts))):
+            if len(idx):
+                pending[self._submit(slot, idx, prompts, params)] = (slot, idx)
+        while pending:  # step 2: gather as actors finish; a dead actor's prompts go to its replacement
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+            if self._cancelled:
+                raise GenerationCancelled("generate() was cancelled")
+            for ref in ready:
+                slot, idx = pending.pop(ref)
+                try:
+                    outs, st, version = ray.get(ref)
+                except ray.exceptions.RayActorError as e:
+                    self._restart(slot, e)
+                    pending[self._submit(slot, idx, prompts, params)] = (slot, idx)
+                    continue
+                except ray.exceptions.RayTaskError as e:
+                    raise e.as_instanceof_cause() from None  # e.g. a bad prompt: the engine's own error
+                if version != self.weights_version:  # a group is never split across versions: draw it again
+                    self._dropped += len(idx)
+                    self._resync(slot, version)
+                    pending[self._submit(slot, idx, prompts, params)] = (slot, idx)
+                    continue
+                for i, out in zip(idx, outs):
+                    out.request_id = i  # the actor numbered its own prompts from 0
+                    results[i] = out
+                stats.append(st)
+        self._stats = merge_stats(stats)
+        return results
+
+    def _resync(self, slot: int, version: int) -> None:
+        """An actor whose groups came from another version than the backend's takes the backend's weights."""
+        import ray
+        if self._weights is None or self._weights[1] != self._version:
+            raise RuntimeError(f"rollout actor {slot} generated with policy version {version}, the backend holds "
+                               f"{self.weights_version} without its weights: set weights_version only through "
+                               "update_weights")
+        ray.get(self.actors[slot].update_weights.remote(*self._weights))
+
+    def _submit(self, slot: int, idx: range, prompts, params):
+        return self.actors[slot].generate.remote([prompts[i] for i in idx], [params[i] for i in idx], self._tags)
+
+    def _restart(self, slot: int, error: Exception) -> None:
+        """A fresh actor in `slot` with the current weights; one that dies while loading them counts too."""
+        import ray
+        while True:
+            self.restarts[slot] += 1
+            if self.restarts[slot] > self.max_restarts:
+                raise ActorFailed(f"rollout actor {slot} died {self.restarts[slot]} times (ray.max_restarts="
+                                  f"{self.max_restarts}); its last error: {type(error).__name__}: {error}. Fix the "
+                                  "cause (e.g. memory: lower rollout.max_num_seqs) or raise ray.max_restarts, and resume the run "
+                                  "from its last checkpoint (resume=RUN_DIR)")
+            ray.kill(self.actors[slot], no_restart=True)
+            self.actors[slot] = actor = self._make(slot)
+            loads = [actor.set_version.remote(self._version)]
+            loads += [actor.update_weights.remote(*self._weights)] if self._weights is not None else []
+            loads += [actor.update_drafter.remote(*self._drafter)] if self._drafter is not None else []
+            try:
+                ray.get(loads)
+                return
+            except ray.exceptions.RayActorError as e:
+                error = e
+
+    def _broadcast(self, method: str, ref) -> None:
+        """Every actor loads the weights behind `ref` (a dead one is restarted, and loads them then)."""
+        import ray
+        t0 = time.perf_counter()
+        for slot, done in enumerate([getattr(a, method).remote(*ref) for a in self.actors]):
+            try:
+                ray.get(done)
+            except ray.exceptions.RayActorError as e:
+                self._restart(slot, e)
+        self._transfer_s = time.perf_counter() - t0
+
+    @staticmethod
+    def _put(weights: NamedTensors):
+        import ray
+        return weights.ref if isinstance(weights, WeightsRef) else ray.put(dict(weights))
+
+    def update_weights(self, weights: NamedTensors, version: int) -> None:
+        t0 = time.perf_counter()
+        self._weights = (self._put(weights), version)
+        put_s = time.perf_counter() - t0
+        self._broadcast("update_weights", self._weights)
+        self._transfer_s += put_s
+        self._version = version
+
+    def update_drafter(self, weights: NamedTensors, version: int) -> None:
+        self._drafter = (self._put(weights), version)
+        self._broadcast("update_drafter", self._drafter)
+        self.drafter_version = version
+
+    def stats(self) -> dict:
+        """The merged engine counters of the last generate(), the seconds the weights that fed it took to
+        reach every actor, and the actor restarts and dropped (redrawn) groups so far."""
+        return {**self._stats, "weight_transfer_s": self._transfer_s, "actor_restarts": sum(self.restarts),
+                "dropped_groups": self._dropped}
+
+    def reset_stats(self) -> None:
+        self._stats = {}
+
+    def set_trace_tags(self, tags: dict) -> None:
+        self._tags = dict(tags)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        for a in self.actors:
+            a.cancel.remote()
+
+    def drafter_state(self) -> dict | None:
+        import ray
+        return ray.get(self.actors[0].drafter_state.remote())  # the actors' states differ; one is enough
+
+    def load_drafter_state(self, state: dict) -> None:
+        import ray
+        ray.get([a.load_drafter_state.remote(state) for a in self.actors])
+
+    def close(self) -> None:
+        import ray
+        for a in self.actors:
+            try:
+                ray.get(a.close.remote(), timeout=30)
+            except Exception:  # noqa: BLE001 - a dead actor has nothing left to close
+                pass
+            ray.kill(a)
+        release()
+
+
+@register_backend("ray")
+def ray_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None = None) -> RayRolloutBackend:
+    """N rollout actors (`ray.rollout_actors`), each an engine of `rollout.backend` over `model_dir`.
+    Engine traces (`trace_path`) are not collected from actors."""
+    rc = cfg.ray
+    connect(rc)
+    pg, _ = placement_groups(rc)
+    offset = bundle_offset(rc, "rollout")
+    cls = remote_class(RolloutActor, num_cpus=rc.rollout_cpus, num_gpus=rc.rollout_gpus, max_concurrency=2)
+    threads = max(1, int(rc.rollout_cpus))
+
+    def make(slot: int):
+        return cls.options(scheduling_strategy=scheduling(pg, offset + slot)).remote(str(model_dir), cfg, threads)
+    return RayRolloutBackend(make, rc.rollout_actors, rc.max_restarts)

@@ -1,0 +1,104 @@
+"""`FSDPLearner`: one rank of a policy sharded with FSDP2 (`torch.distributed.fsdp.fully_shard`).
+
+Each decoder layer and the root are sharded, so parameters, gradients and AdamW state are split across
+the ranks (gloo on CPU, NCCL on GPUs). Every rank trains on the whole batch: the gradients FSDP averages
+are then the single-process gradients, so a step equals the single-process step up to float round-off
+(tests/train/test_fsdp.py). That shards memory, not compute; splitting the rows needs the loss
+normaliser of the whole batch on every rank, which PolicyTrainer does not take yet.
+
+Checkpoints are the same files LocalLearner writes: a full HF `model/` directory and the trainer state,
+gathered on rank 0 (the optimizer state keyed by parameter name).
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_optimizer_state_dict)
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+from ..model import CausalLM, load_model, resolve_dtype, save_model
+from ..state_files import load_state, save_state
+from .config import TrainConfig
+from .learner import TRAINER_STATE
+from .trainer import PolicyTrainer, TrainBatch
+
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def init_process_group(rank: int, world: int, master: str, device: str = "cpu") -> None:
+    """Joins the trainers' process group at `master` (HOST:PORT): gloo on CPU, NCCL on CUDA."""
+    host, port = master.rsplit(":", 1)
+    backend = "nccl" if str(device).startswith("cuda") else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(minutes=10))
+
+
+def shard(model: CausalLM) -> CausalLM:
+    """FSDP2 over each decoder layer, then the rest (embeddings, final norm, lm_head, MTP modules)."""
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+class FSDPLearner:
+    def __init__(self, policy: CausalLM, trainer: PolicyTrainer, version: int = 0,
+                 tokenizer_dir: str | Path | None = None):
+        self.policy, self.trainer, self.version, self.tokenizer_dir = policy, trainer, version, tokenizer_dir
+        self.rank = dist.get_rank()
+
+    @classmethod
+    def build(cls, model_dir: str | Path, cfg: TrainConfig, version: int = 0,
+              tokenizer_dir: str | Path | None = None) -> "FSDPLearner":
+        if not dist.is_initialized():
+            raise RuntimeError("FSDPLearner needs a process group: call init_process_group(rank, world, "
+                               "'HOST:PORT') in every trainer process first")
+        if cfg.algorithm.kl_coef > 0:
+            raise ValueError(f"algorithm.kl_coef={cfg.algorithm.kl_coef}: the KL reference is not sharded yet; "
+                             "use ray.trainers=1 or kl_coef=0")
+        policy = shard(load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype)))
+        trainer = PolicyTrainer(policy, cfg.algorithm, cfg.optim, cfg.schedule.max_steps, cfg.rollout.temperature,
+                                cfg.rollout.max_tokens)
+        return cls(policy, trainer, version, tokenizer_dir or model_dir)
+
+    def step(self, batch: TrainBatch, is_cap: float | None = None) -> dict[str, float]:
+        metrics = self.trainer.step(batch, is_cap=is_cap)
+        self.version += 1
+        return metrics
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The full weights, gathered: every rank must iterate it (each tensor is an all-gather)."""
+        for name, tensor in self.policy.state_dict().items():
+            yield name, (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach()
+
+    def save(self, directory: Path) -> None:
+        weights = get_model_state_dict(self.policy, options=FULL)  # collective; full on rank 0 only
+        optim = get_optimizer_state_dict(self.policy, self.trainer.optimizer, options=FULL)
+        if self.rank == 0:
+            save_model(_plain(self.policy, weights), directory / "model", tokenizer_dir=self.tokenizer_dir)
+            save_state(directory, TRAINER_STATE, {"optimizer": optim, "scheduler": self.trainer.scheduler.state_dict(),
+                                                  "ref_model": None, "torch_rng": torch.get_rng_state()})
+        dist.barrier()
+
+    def load(self, directory: Path) -> None:
+        """The optimizer state and RNG of `directory`; the weights were loaded by `build` from its model/."""
+        state = load_state(directory, TRAINER_STATE)
+        torch.set_rng_state(state["torch_rng"].cpu())
+        self.trainer.scheduler.load_state_dict(state["scheduler"])
+        set_optimizer_state_dict(self.policy, self.trainer.optimizer, state["optimizer"],
+                                 options=StateDictOptions(full_state_dict=True))
+
+
+def _plain(policy: CausalLM, weights: dict[str, torch.Tensor]) -> CausalLM:
+    """An unsharded CausalLM holding `weights`, for save_model."""
+    with torch.device("meta"):
+        model = CausalLM(policy.config)
+    model.load_state_dict(weights, assign=True)
+    return model
+

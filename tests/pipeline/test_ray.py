@@ -1,0 +1,133 @@
+"""`pipeline.backend=ray` on one machine: 2 rollout actors + a trainer actor train like one process, a killed
+rollout actor is restarted and its prompt groups regenerated (none lost, none twice), and an actor that
+keeps dying stops the run with its name and last error. One Ray session serves the whole module."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from specrl.cli.main import main as cli_main
+from specrl.engine import SamplingParams
+from specrl.model import load_model
+from specrl.pipeline.run_dir import read_jsonl
+from specrl.train.train_cli import build_config
+from tests.pipeline.fixtures import make_setup, overrides
+
+ray = pytest.importorskip("ray")
+
+from specrl.pipeline.cluster.connect import connect, release  # noqa: E402
+from specrl.pipeline.cluster.rollout import ActorFailed, RayRolloutBackend, ray_backend  # noqa: E402
+
+SAME = ("reward_mean", "accuracy", "response_len_p50", "response_len_p99", "generated_tokens", "loss",
+        "grad_norm", "entropy", "clip_frac", "lr", "kl")  # the rest: timings and per-engine SD counters
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from specrl.train.config import RayConfig
+    connect(RayConfig(num_cpus=4))
+    yield make_setup(tmp_path_factory.mktemp("ray"))
+    ray.shutdown()
+
+
+def _same_rows(a: list[dict], b: list[dict]) -> None:
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for x, y in zip(a, b):
+        for key in SAME:
+            assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-6), (x["step"], key)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_rollout_actors_and_a_trainer_actor_train_like_one_process(setup, tmp_path, mode):
+    args = {"max_steps": 3, "num_threads": 1, "pipeline.mode": mode, "pipeline.rollout_threads": 1,
+            "pipeline.train_threads": 1}
+    assert cli_main(["train", *overrides(*setup, tmp_path / "ray", **args, **{"pipeline.backend": "ray"})]) == 0
+    assert cli_main(["train", *overrides(*setup, tmp_path / "local", **args)]) == 0
+    rows = read_jsonl(tmp_path / "ray" / "metrics.jsonl")
+    _same_rows(rows, read_jsonl(tmp_path / "local" / "metrics.jsonl"))
+    assert [e["accuracy"] for e in read_jsonl(tmp_path / "ray" / "eval.jsonl")] == \
+        [e["accuracy"] for e in read_jsonl(tmp_path / "local" / "eval.jsonl")]
+    assert all(r["weight_transfer_s"] >= 0 and r["actor_restarts"] == 0 for r in rows)
+    assert (tmp_path / "ray" / "checkpoints" / "step_000002" / "model" / "config.json").is_file()
+
+
+def _requests(n_prompts: int = 12):
+    prompts = [[4 + i % 10, 5 + i % 7, 6 + i % 5] for i in range(n_prompts)]
+    params = [SamplingParams(n=4, temperature=1.0, max_tokens=80, seed=100 + i, ignore_eos=True)
+              for i in range(n_prompts)]
+    return prompts, params
+
+
+def _samples(outs) -> list:
+    return [(o.request_id, [c.token_ids for c in o.outputs]) for o in outs]
+
+
+def test_a_killed_rollout_actor_is_restarted_and_its_groups_regenerated(setup, tmp_path):
+    """n-gram drafts depend on a sequence's own tokens only, so a regenerated group repeats its samples
+    exactly (a restarted suffix drafter has lost its pools: other drafts, samples equal in distribution only)."""
+    model, data = setup
+    cfg = build_config(None, overrides(model, data, tmp_path, **{"pipeline.backend": "ray",
+                                                                  "rollout.spec.method": "ngram"}))
+    prompts, params = _requests()
+    backend = ray_backend(model, cfg)
+    try:
+        want = _samples(backend.generate(prompts, params))
+        victim = backend.actors[1]
+        got = {}
+        step = threading.Thread(target=lambda: got.setdefault("outs", backend.generate(prompts, params)))
+        step.start()
+        while not ray.get(victim.busy.remote()):  # the actor is mid-generation
+            time.sleep(0.005)
+        ray.kill(victim)
+        step.join(timeout=120)
+        assert backend.actors[1] is not victim and backend.stats()["actor_restarts"] == 1
+        assert _samples(got["outs"]) == want  # every group once, in prompt order, the same samples
+        backend.update_weights(load_model(model).state_dict().items(), 1)  # version 1: the same weights
+        ray.get(backend.actors[0].set_version.remote(0))  # actor 0 left behind on version 0
+        assert _samples(backend.generate(prompts, params)) == want
+        assert backend.stats()["dropped_groups"] == 6  # actor 0's half, redrawn on version 1
+    finally:
+        backend.close()
+
+
+def test_an_actor_that_keeps_dying_stops_with_its_name_and_last_error(setup, tmp_path):
+    model, data = setup
+    cfg = build_config(None, overrides(model, data, tmp_path, **{"pipeline.backend": "ray"}))
+    from specrl.pipeline.cluster.actors import RolloutActor, remote_class
+    cls = remote_class(RolloutActor, num_cpus=0)
+    made = []
+
+    def make(slot: int):  # slot 1 is dead on arrival, every time
+        made.append(cls.remote(str(model), cfg, 1))
+        if slot == 1:
+            ray.kill(made[-1])
+        return made[-1]
+    backend = RayRolloutBackend(make, num_actors=2, max_restarts=2)
+    try:
+        with pytest.raises(ActorFailed, match=r"rollout actor 1 died 3 times \(ray.max_restarts=2\); its last "
+                                              r"error: \w*ActorDiedError"):
+            backend.generate(*_requests(4))
+    finally:
+        backend.close()
+        release()
+
+
+def test_a_trainer_crash_stops_the_run_and_resume_finishes_it_like_a_straight_run(setup, tmp_path, monkeypatch):
+    from specrl.pipeline.cluster.learner import RayLearner
+    args = {"pipeline.backend": "ray", "num_threads": 1, "rollout.spec.method": "ngram", "max_steps": 4}
+    assert cli_main(["train", *overrides(*setup, tmp_path / "straight", **args)]) == 0
+    real = RayLearner.step
+
+    def crash_at_step_3(self, batch, is_cap=None):
+        if self.version == 2:
+            ray.kill(self.actors[0])  # the trainer process dies under the step
+        return real(self, batch, is_cap)
+    monkeypatch.setattr(RayLearner, "step", crash_at_step_3)
+    out = tmp_path / "crashed"
+    assert cli_main(["train", *overrides(*setup, out, **args)]) != 0
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+    monkeypatch.undo()
+    assert cli_main(["train", f"resume={out}", "progress=false"]) == 0
+    _same_rows(read_jsonl(out / "metrics.jsonl"), read_jsonl(tmp_path / "straight" / "metrics.jsonl"))
