@@ -12,7 +12,7 @@ from specrl.cli.main import main as cli_main
 from specrl.engine import SamplingParams
 from specrl.model import load_model
 from specrl.pipeline.run_dir import read_jsonl
-from specrl.train.train_cli import build_config
+from specrl.cli.train import build_config
 from tests.pipeline.fixtures import make_setup, overrides
 
 ray = pytest.importorskip("ray")
