@@ -26,7 +26,6 @@ from .online_drafter import OnlineDrafterConfig, OnlineDrafterTrainer
 from .trainer import PolicyTrainer, TrainBatch
 
 TRAINER_STATE, DRAFTER_TRAINER_STATE = "trainer", "drafter_trainer"
-LEGACY_TRAINER_FILE = "trainer.pt"  # written before state files; read with torch's tensors-only loader
 
 
 class LocalLearner:
@@ -107,10 +106,10 @@ class LocalLearner:
 
     def load(self, directory: Path) -> None:
         """The optimizer state and torch RNG of `directory`; the weights were loaded by `build` from its model/."""
-        if has_state(directory, TRAINER_STATE):
-            state = load_state(directory, TRAINER_STATE, device=self.trainer.device)
-        else:
-            state = torch.load(directory / LEGACY_TRAINER_FILE, map_location=self.trainer.device, weights_only=True)
+        if not has_state(directory, TRAINER_STATE) and (directory / "trainer.pt").is_file():
+            raise ValueError(f"{str(directory)!r} holds trainer.pt, a pickle-based file written before specrl 0.2: "
+                             "specrl never unpickles files; start a new run from its model/ (model=DIR/model)")
+        state = load_state(directory, TRAINER_STATE, device=self.trainer.device)
         torch.set_rng_state(state.pop("torch_rng").cpu())
         self.trainer.load_state_dict(state)
         if self.drafter is not None and has_state(directory, DRAFTER_TRAINER_STATE):
