@@ -5,7 +5,7 @@ baseline runs first, then every method, all at temperature 1 on held-out task pr
 """
 from __future__ import annotations
 
-from .bench_common import base_parser, emit, policy_path, task_prompts, timed
+from .bench_common import base_parser, emit, memory_kwargs, policy_path, task_prompts, timed
 
 ALL_METHODS = ("ngram", "suffix", "draft_model", "eagle3", "mtp", "auto")
 
@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     from .. import LLM, SpecConfig
     path = policy_path(args.model)
-    probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1)
+    probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1, **memory_kwargs(args))
     methods = [m for m in args.methods.split(",") if m]
     for bs in args.batch_sizes.split(","):
         rl = bs == "rl"
@@ -44,7 +44,8 @@ def main(argv: list[str]) -> int:
         repeats = 1 if rl else args.repeats
 
         def factory(spec=None):
-            return lambda: LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec)
+            return lambda: LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec,
+                                **memory_kwargs(args))
         base_tps, _ = run(factory(), prompts, n, batch, args.max_tokens, args.seed, repeats)
         for method in methods:
             spec = SpecConfig(method=method, num_speculative_tokens=args.k)

@@ -47,12 +47,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--max-num-seqs", type=int, default=64)
+    from .bench_common import add_memory_args, memory_kwargs, policy_path
+    add_memory_args(ap)
     args = ap.parse_args(argv)
     from .. import LLM, SamplingParams, SpecConfig
-    from .bench_common import policy_path
     spec = SpecConfig(method=args.spec, num_speculative_tokens=args.k, draft_model=args.draft_model)
     llm = LLM(policy_path(args.model), device=args.device, dtype=args.dtype, spec=spec,
-              max_num_seqs=args.max_num_seqs)
+              max_num_seqs=args.max_num_seqs, **memory_kwargs(args))
     prompts = read_prompts(args)
     params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_tokens=args.max_tokens, seed=args.seed)

@@ -34,14 +34,12 @@ import warnings
 
 import torch
 
-from ..engine import LLM
 from ..engine.llm import GenerationCancelled
 from ..train.config import TrainConfig
-from ..train.weight_sync import engine_copy
 from .progress import StepProgress
 from .run_dir import RunDir
-from .sync import (Parts, Rollout, _checked, _eval, finish_step, generate_rollouts, learn, row_times, stopped,
-                   workload_row)
+from .sync import (Parts, Rollout, _checked, _eval, finish_step, generate_rollouts, learn, rollout_llm, row_times,
+                   stopped, workload_row)
 
 POLL_S = 0.2  # how often a blocked side checks whether the other one stopped
 
@@ -130,8 +128,7 @@ def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: Step
     caller_threads = torch.get_num_threads()
     torch.set_num_threads(train_threads)
     # evaluation runs on the trainer's side with its own engine, so the worker's never pauses for it
-    eval_llm = LLM(engine_copy(parts.policy), spec=cfg.rollout.spec, max_num_seqs=cfg.rollout.max_num_seqs,
-                   seed=cfg.seed)
+    eval_llm = rollout_llm(cfg, parts.policy)
     if start == 0:
         _eval(run, parts, cfg, 0, bar, eval_llm)
     versions = PolicyVersions()

@@ -52,11 +52,19 @@ def model_dir(cfg: TrainConfig) -> Path:
     return default_policy_path()
 
 
+def rollout_llm(cfg: TrainConfig, policy: CausalLM, trace_path: Path | None = None) -> LLM:
+    """An engine over its own copy of the policy, in rollout.dtype, with rollout's KV budget."""
+    ro = cfg.rollout
+    return LLM(engine_copy(policy, resolve_dtype(ro.dtype)), spec=ro.spec, max_num_seqs=ro.max_num_seqs,
+               max_model_len=ro.max_model_len, kv_cache_memory=ro.kv_cache_memory,
+               memory_utilization=ro.memory_utilization, seed=cfg.seed,
+               trace_path=str(trace_path) if trace_path else None)
+
+
 def build_parts(cfg: TrainConfig, policy: CausalLM, source: PromptSource, held_out: list[Example],
                 trace_path: Path | None = None) -> Parts:
     encoder = PromptEncoder(model_dir(cfg), cfg.data.chat_template)
-    llm = LLM(engine_copy(policy), spec=cfg.rollout.spec, max_num_seqs=cfg.rollout.max_num_seqs, seed=cfg.seed,
-              trace_path=str(trace_path) if trace_path else None)
+    llm = rollout_llm(cfg, policy, trace_path)
     trainer = PolicyTrainer(policy, cfg.algorithm, cfg.optim, cfg.schedule.max_steps, cfg.rollout.temperature,
                             cfg.rollout.max_tokens)
     pad = policy.config.pad_token_id

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import ConfigError, require
+from ..engine.memory import DEFAULT_MEMORY_UTILIZATION, parse_bytes
 from ..spec.config import SpecConfig
 
 __all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "OptimConfig", "PipelineConfig", "RewardConfig",
@@ -56,8 +57,28 @@ class RolloutConfig:
     # write the engine's per-step trace (rollout_trace.jsonl) and each step's workload and process-CPU
     # times (rollout_workload.jsonl) to the run directory: the input of `specrl simulate calibrate --train-runs`
     trace: bool = False
+    # the engine's copy of the policy (weights and KV cache); sampling and logprobs are fp32 either way.
+    # "bfloat16" halves the copy's memory; the trainer keeps the top-level `dtype` (see README, bf16)
+    dtype: str = "float32"
+    # KV cache budget: kv_cache_memory bytes (e.g. 2GiB), else memory_utilization x the free memory; the
+    # context per sequence is max_model_len, or what the budget gives (capped by the model) when unset
+    max_model_len: int | None = None
+    kv_cache_memory: int | str | None = None
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
 
     def validate(self) -> None:
+        require(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
+                "float32, bfloat16 or float16")
+        require(self.max_model_len is None or self.max_model_len >= 2, "max_model_len", self.max_model_len,
+                ">= 2 or null", "null sizes it from the memory budget")
+        require(0 < self.memory_utilization <= 1, "memory_utilization", self.memory_utilization, "in (0, 1]")
+        if self.kv_cache_memory is not None:
+            try:
+                ok = parse_bytes(self.kv_cache_memory) > 0
+            except ValueError:
+                ok = False
+            require(ok, "kv_cache_memory", self.kv_cache_memory, "a positive size such as 2GiB or 2147483648",
+                    "or null to use memory_utilization")
         require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, ">= 1")
         require(self.n >= 2, "n", self.n, ">= 2 samples per prompt", "GRPO needs a group to compare against")
         require(self.temperature > 0, "temperature", self.temperature, "> 0",
@@ -100,6 +121,8 @@ class OptimConfig:
     min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
     micro_batch_size: int = 32  # rows per forward/backward; gradients accumulate over a step's micro-batches
+    # forward/backward under bf16 autocast (CPU or GPU); weights and optimizer state stay in the top-level dtype
+    autocast: bool = False
 
     def validate(self) -> None:
         require(self.lr > 0, "lr", self.lr, "> 0", "typical RL values are 1e-6 to 1e-4")

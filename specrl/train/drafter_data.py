@@ -41,12 +41,16 @@ class DrafterTrainArgs:
 
 
 def collect_sequences(policy, prompts: list, n: int = 1, max_tokens: int = 256, temperature: float = 1.0,
-                      seed: int = 0, max_num_seqs: int = 64) -> list[Pair]:
+                      seed: int = 0, max_num_seqs: int = 64, kv_cache_memory: int | str | None = None,
+                      memory_utilization: float | None = None) -> list[Pair]:
     """The policy's own generations (SD off): one (prompt_ids, response_ids) per sample, empty ones dropped.
-    `policy` is a checkpoint path or a CausalLM; `prompts` strings or token-id lists."""
+    `policy` is a checkpoint path or a CausalLM; `prompts` strings or token-id lists; the KV budget knobs
+    are LLM's (specrl.engine.memory)."""
     from ..engine import LLM, SamplingParams
+    from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 
-    llm = LLM(policy, max_num_seqs=max_num_seqs)
+    llm = LLM(policy, max_num_seqs=max_num_seqs, kv_cache_memory=kv_cache_memory,
+              memory_utilization=memory_utilization or DEFAULT_MEMORY_UTILIZATION)
     outs = llm.generate(prompts, SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed))
     return [(list(o.prompt_token_ids), list(c.token_ids)) for o in outs for c in o.outputs if c.token_ids]
 

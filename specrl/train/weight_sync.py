@@ -15,9 +15,22 @@ from ..engine import LLM
 from ..model import CausalLM
 
 
-def engine_copy(policy: CausalLM) -> CausalLM:
-    """A detached copy of the policy for the engine (same weights, no shared storage)."""
-    model = copy.deepcopy(policy).eval().requires_grad_(False)
+def engine_copy(policy: CausalLM, dtype: torch.dtype | None = None) -> CausalLM:
+    """A detached copy of the policy for the engine (same weights, no shared storage), in `dtype` (default:
+    the policy's). A bf16 copy of an fp32 policy takes half its memory: it is allocated in bf16 and filled
+    tensor by tensor, never held in fp32."""
+    p = next(policy.parameters())
+    dtype = dtype or p.dtype
+    if dtype == p.dtype:
+        model = copy.deepcopy(policy)
+    else:
+        with torch.device("meta"):
+            model = CausalLM(policy.config).to(dtype)
+        model = model.to_empty(device=p.device)
+        if policy.config.tie_word_embeddings:
+            model.lm_head.weight = model.model.embed_tokens.weight
+        model.load_state_dict(policy.state_dict())  # copy_ casts each tensor
+    model = model.eval().requires_grad_(False)
     model.source_path = getattr(policy, "source_path", None)
     return model
 
