@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from ..model import CausalLM, check_tokenizer_matches, load_model, load_tokenizer, resolve_dtype
+from ..model import CausalLM, check_tokenizer_matches, load_model, load_tokenizer
 from ..spec.config import SpecConfig
 from .drafting import Drafter
 from .memory import DEFAULT_MEMORY_UTILIZATION, check_dtype, memory_budget, plan_kv_cache

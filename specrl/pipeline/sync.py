@@ -53,11 +53,12 @@ def model_dir(cfg: TrainConfig) -> Path:
 
 
 def rollout_llm(cfg: TrainConfig, policy: CausalLM, trace_path: Path | None = None) -> LLM:
-    """An engine over its own copy of the policy, in rollout.dtype, with rollout's KV budget."""
+    """An engine over its own copy of the policy, in rollout.dtype (default: the policy's), with rollout's
+    KV budget."""
     ro = cfg.rollout
-    return LLM(engine_copy(policy, resolve_dtype(ro.dtype)), spec=ro.spec, max_num_seqs=ro.max_num_seqs,
-               max_model_len=ro.max_model_len, kv_cache_memory=ro.kv_cache_memory,
-               memory_utilization=ro.memory_utilization, seed=cfg.seed,
+    model = engine_copy(policy, resolve_dtype(ro.dtype) if ro.dtype else None)
+    return LLM(model, spec=ro.spec, max_num_seqs=ro.max_num_seqs, max_model_len=ro.max_model_len,
+               kv_cache_memory=ro.kv_cache_memory, memory_utilization=ro.memory_utilization, seed=cfg.seed,
                trace_path=str(trace_path) if trace_path else None)
 
 

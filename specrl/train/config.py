@@ -57,9 +57,9 @@ class RolloutConfig:
     # write the engine's per-step trace (rollout_trace.jsonl) and each step's workload and process-CPU
     # times (rollout_workload.jsonl) to the run directory: the input of `specrl simulate calibrate --train-runs`
     trace: bool = False
-    # the engine's copy of the policy (weights and KV cache); sampling and logprobs are fp32 either way.
-    # "bfloat16" halves the copy's memory; the trainer keeps the top-level `dtype` (see README, bf16)
-    dtype: str = "float32"
+    # the engine's copy of the policy (weights and KV cache); null: the policy's (top-level `dtype`).
+    # "bfloat16" halves the copy's memory; sampling and logprobs are fp32 either way (README, Memory and precision)
+    dtype: str | None = None
     # KV cache budget: kv_cache_memory bytes (e.g. 2GiB), else memory_utilization x the free memory; the
     # context per sequence is max_model_len, or what the budget gives (capped by the model) when unset
     max_model_len: int | None = None
@@ -67,8 +67,8 @@ class RolloutConfig:
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
 
     def validate(self) -> None:
-        require(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
-                "float32, bfloat16 or float16")
+        require(self.dtype in (None, "float32", "bfloat16", "float16"), "dtype", self.dtype,
+                "float32, bfloat16, float16 or null (the policy's dtype)")
         require(self.max_model_len is None or self.max_model_len >= 2, "max_model_len", self.max_model_len,
                 ">= 2 or null", "null sizes it from the memory budget")
         require(0 < self.memory_utilization <= 1, "memory_utilization", self.memory_utilization, "in (0, 1]")

@@ -28,3 +28,10 @@ def test_rollout_keys_reach_the_engine():
 def test_bad_rollout_memory_keys(override, match):
     with pytest.raises(ConfigError, match=match):
         load_config(TrainConfig, None, [override])
+
+
+def test_default_engine_dtype_is_the_policy_s():
+    cfg = load_config(TrainConfig, None, ["rollout.max_num_seqs=2"])
+    for dtype in (torch.float32, torch.bfloat16):
+        llm = rollout_llm(cfg, tiny_model().to(dtype))
+        assert llm.runner.cache[0][0].dtype == dtype and next(llm.model.parameters()).dtype == dtype
