@@ -15,7 +15,25 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
+    add_memory_args(ap)
     return ap
+
+
+def add_memory_args(ap: argparse.ArgumentParser) -> None:
+    """The engine's KV-cache knobs (specrl.engine.memory)."""
+    from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="context length per sequence (default: what the KV budget gives, capped by the model)")
+    ap.add_argument("--kv-cache-memory", default=None, help="KV cache budget, e.g. 2GiB (default: a fraction of "
+                    "the free memory, --memory-utilization)")
+    ap.add_argument("--memory-utilization", type=float, default=DEFAULT_MEMORY_UTILIZATION,
+                    help="fraction of the free memory the KV cache may take when --kv-cache-memory is not given")
+
+
+def memory_kwargs(args: argparse.Namespace) -> dict:
+    """LLM(...) keyword arguments from `add_memory_args`' options."""
+    return {"max_model_len": args.max_model_len, "kv_cache_memory": args.kv_cache_memory,
+            "memory_utilization": args.memory_utilization}
 
 
 def policy_path(path: str | None) -> str:

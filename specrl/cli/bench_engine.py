@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .bench_common import base_parser, emit, policy_path, task_prompts, timed
+from .bench_common import base_parser, emit, memory_kwargs, policy_path, task_prompts, timed
 
 
 def hf_generate(hf, prompts: list[list[int]], n: int, max_new: int, ignore_eos: bool, pad_id: int, eos: list[int],
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
     from ..model import resolve_dtype
     torch.manual_seed(args.seed)
     path = policy_path(args.model)
-    llm = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs)
+    llm = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs, **memory_kwargs(args))
     hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(args.dtype)).to(args.device).eval()
     scale = 4 if args.quick else 1
     if "a" in args.workloads:

@@ -5,9 +5,9 @@ baseline runs first, then every method, all at temperature 1 on held-out task pr
 """
 from __future__ import annotations
 
-from ..errors import UserError
 from ..engine.methods import METHODS
-from .bench_common import base_parser, emit, policy_path, task_prompts, timed
+from ..errors import UserError
+from .bench_common import base_parser, emit, memory_kwargs, policy_path, task_prompts, timed
 
 
 def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats):
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
         SpecConfig(method=method, num_speculative_tokens=args.k)
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     path = policy_path(args.model)
-    probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1)
+    probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1, **memory_kwargs(args))
     for bs in batch_sizes:
         rl = bs == "rl"
         batch, n = (64, 8) if rl else (int(bs), 1)
@@ -55,7 +55,8 @@ def main(argv: list[str]) -> int:
         repeats = 1 if rl else args.repeats
 
         def factory(spec=None):
-            return lambda: LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec)
+            return lambda: LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec,
+                                **memory_kwargs(args))
         base_tps, _ = run(factory(), prompts, n, batch, args.max_tokens, args.seed, repeats)
         for method in methods:
             spec = SpecConfig(method=method, num_speculative_tokens=args.k)

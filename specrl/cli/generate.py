@@ -58,13 +58,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the free cores)")
-    ap.add_argument("--max-model-len", type=int, default=None,
-                    help="context cap and KV-cache length (default: the model's; e.g. 1024 for an 8k-context model)")
+    from .bench_common import add_memory_args, memory_kwargs, policy_path
+    add_memory_args(ap)
     args = ap.parse_args(argv)
     from .threads import set_threads
     set_threads(args.threads)
     from .. import LLM, SamplingParams, SpecConfig
-    from .bench_common import policy_path
     # bad values and files fail here, before the model loads
     spec = SpecConfig(method=args.spec, num_speculative_tokens=args.k, draft_model=args.draft_model)
     params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,

@@ -8,6 +8,7 @@ and keeps its traceback.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 import traceback
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specrl: unknown command {name!r}{hint}\n\n{usage()}", file=sys.stderr)
         return 2
     module, func, _ = COMMANDS[name]
+    logging.basicConfig(format="specrl: %(message)s")  # stderr; e.g. the engine's KV cache size
+    logging.getLogger("specrl").setLevel(logging.INFO)
     try:
         result = getattr(importlib.import_module(module), func)(rest)
     except KeyboardInterrupt:

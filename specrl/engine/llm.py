@@ -1,6 +1,7 @@
 """`LLM`: the vLLM-shaped front of the rollout engine. Glue between scheduler, runner and drafter."""
 from __future__ import annotations
 
+import logging
 import random
 import time
 from pathlib import Path
@@ -12,9 +13,10 @@ from ..model import CausalLM, check_tokenizer_matches, load_model, load_text_tok
 from ..model.chat import is_conversation
 from ..model.tokenizer import TextTokenizer
 from .drafting import Drafter
-from .methods import SpecConfig, build_drafter
+from .methods import MAX_SPEC_TOKENS, SpecConfig, build_drafter
 from .outputs import CompletionOutput, RequestOutput
 from .rng import mix_seed
+from .memory import DEFAULT_MEMORY_UTILIZATION, check_dtype, memory_budget, plan_kv_cache
 from .runner import ModelRunner
 from .sampling import SamplingParams
 from .scheduler import Scheduler
@@ -22,6 +24,9 @@ from .sequence import Sequence, Status
 from .stop import StopStrings
 from .stats import EngineStats, Tracer
 from .steps import decode_step, prefill_step, spec_step
+
+log = logging.getLogger(__name__)
+
 
 class GenerationCancelled(RuntimeError):
     """`LLM.should_stop` returned True between two engine steps; the generate() call returns nothing."""
@@ -31,26 +36,34 @@ class LLM:
     def __init__(self, model: str | Path | CausalLM, device: str = "cpu", dtype: str = "float32",
                  spec: SpecConfig | None = None, max_num_seqs: int = 64, max_model_len: int | None = None,
                  tokenizer: str | Path | None = None, trace_path: str | None = None, seed: int = 0,
-                 drafter: Drafter | None = None):
-        """`drafter` plugs in a custom Drafter (see specrl.engine.drafting) instead of `spec.method`'s."""
+                 drafter: Drafter | None = None, kv_cache_memory: int | str | None = None,
+                 memory_utilization: float = DEFAULT_MEMORY_UTILIZATION):
+        """`drafter` plugs in a custom Drafter (see specrl.engine.drafting) instead of `spec.method`'s.
+        `dtype` applies when `model` is a path (a CausalLM keeps its own). The KV cache is sized from
+        `kv_cache_memory` bytes (or "4GiB"), else from `memory_utilization` x the free memory (see
+        specrl.engine.memory): with no `max_model_len` the budget sets it, capped by the model's limit."""
         if isinstance(model, CausalLM):
             self.model = model.eval()
         else:
-            self.model = load_model(model, device=device, dtype=resolve_dtype(dtype))
+            self.model = load_model(model, device=device, dtype=check_dtype(device, dtype))
         cfg = self.model.config
         src = tokenizer or getattr(self.model, "source_path", None)
         self.text_tokenizer = load_text_tokenizer(src) if src else None
         self.tokenizer = self.text_tokenizer.backend if self.text_tokenizer is not None else None
         if self.tokenizer is not None:
             check_tokenizer_matches(self.tokenizer, cfg.vocab_size, str(src))
-        self.max_model_len = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
-        self.max_num_seqs = max_num_seqs
+        p = next(self.model.parameters())
+        self.kv_plan = plan_kv_cache(cfg, p.dtype, max_num_seqs, max_model_len,
+                                     memory_budget(p.device, kv_cache_memory, memory_utilization), MAX_SPEC_TOKENS + 1)
+        log.info(self.kv_plan.describe())
+        self.max_model_len = self.kv_plan.max_model_len
+        self.max_num_seqs = self.kv_plan.num_slots
         self.spec = spec if spec is not None else SpecConfig()
         self.drafter: Drafter | None = drafter
         if self.drafter is None and self.spec.enabled:
-            self.drafter = build_drafter(self.spec, self.model, max_num_seqs, self.max_model_len)
+            self.drafter = build_drafter(self.spec, self.model, self.max_num_seqs, self.max_model_len)
         hidden_layers = tuple(self.drafter.hidden_layers) if self.drafter is not None else ()
-        self.runner = ModelRunner(self.model, max_num_seqs, self.max_model_len, hidden_layers)
+        self.runner = ModelRunner(self.model, self.max_num_seqs, self.max_model_len, hidden_layers)
         self.stats_acc = EngineStats()
         self.tracer = Tracer(trace_path, self.spec.method, cfg.num_params)
         # checked between engine steps: True cancels the running generate() (e.g. from another thread)
@@ -76,6 +89,7 @@ class LLM:
                  progress: bool = False) -> list[RequestOutput]:
         token_prompts = self._encode(prompts)
         params_list = self._params_list(params, len(token_prompts))
+        self._check_fits(token_prompts, params_list)
         seqs = self._make_sequences(token_prompts, params_list)
         self._run(seqs, progress)
         return self._outputs(prompts, token_prompts, seqs)
@@ -98,13 +112,28 @@ class LLM:
                 raise ValueError(f"prompt {i} is empty: every prompt needs at least one token")
             if len(ids) >= self.max_model_len:
                 raise ValueError(f"prompt {i} has {len(ids)} tokens but the context limit is {self.max_model_len} "
-                                 f"(prompt + at least 1 new token): shorten the prompt or raise max_model_len")
+                                 f"(prompt + at least 1 new token): shorten the prompt, or raise max_model_len "
+                                 f"(and kv_cache_memory / memory_utilization if the budget set it)")
             bad = [t for t in ids if not 0 <= t < self.model.config.vocab_size]
             if bad:
                 raise ValueError(f"prompt {i} has token ids {bad[:5]} outside the vocabulary "
                                  f"[0, {self.model.config.vocab_size})")
             out.append(ids)
         return out
+
+    def _check_fits(self, prompts: list[list[int]], params_list: list[SamplingParams]) -> None:
+        """A budget-cut context would silently end responses early: refuse instead (see KVPlan.hard_limit)."""
+        if self.kv_plan.hard_limit:
+            return
+        for i, (ids, sp) in enumerate(zip(prompts, params_list)):
+            need = len(ids) + sp.max_tokens
+            if need > self.max_model_len:
+                raise ValueError(
+                    f"request {i} needs {need} positions (prompt {len(ids)} + max_tokens {sp.max_tokens}) but the "
+                    f"KV budget ({self.kv_plan.budget} bytes for {self.max_num_seqs} slots) gives max_model_len="
+                    f"{self.max_model_len} < the model's {self.model.config.max_position_embeddings}: raise "
+                    f"kv_cache_memory or memory_utilization, lower max_num_seqs, or pass max_model_len={need} "
+                    f"(fewer slots; responses then stop at that length)")
 
     @staticmethod
     def _params_list(params, n: int) -> list[SamplingParams]:

@@ -114,6 +114,8 @@ class LocalBackend:
 def local_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None = None) -> LocalBackend:
     """An engine over the checkpoint in `model_dir` (the run's starting weights), as `cfg.rollout` asks."""
     ro = cfg.rollout
-    llm = LLM(str(model_dir), device=cfg.device, dtype=cfg.dtype, spec=ro.spec, max_num_seqs=ro.max_num_seqs,
-              seed=cfg.seed, trace_path=str(trace_path) if trace_path else None)
+    # rollout.dtype: the engine's own copy may be smaller than the trainer's (a bf16 engine for an fp32 policy)
+    llm = LLM(str(model_dir), device=cfg.device, dtype=ro.dtype or cfg.dtype, spec=ro.spec, max_num_seqs=ro.max_num_seqs,
+              max_model_len=ro.max_model_len, kv_cache_memory=ro.kv_cache_memory,
+              memory_utilization=ro.memory_utilization, seed=cfg.seed, trace_path=str(trace_path) if trace_path else None)
     return LocalBackend(llm)

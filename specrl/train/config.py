@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import ConfigError, require
+from ..engine.memory import DEFAULT_MEMORY_UTILIZATION, parse_bytes
 from .drafter_config import DrafterConfig
 from ..spec.config import SpecConfig
 
@@ -61,8 +62,28 @@ class RolloutConfig:
     # in-process engine; the name is checked against the registry before the run directory is touched
     backend: str = "local"
     drafter: DrafterConfig = field(default_factory=DrafterConfig)  # online drafter training (drafter_config.py)
+    # the engine's copy of the policy (weights and KV cache); null: the policy's (top-level `dtype`).
+    # "bfloat16" halves the copy's memory; sampling and logprobs are fp32 either way (README, Memory and precision)
+    dtype: str | None = None
+    # KV cache budget: kv_cache_memory bytes (e.g. 2GiB), else memory_utilization x the free memory; the
+    # context per sequence is max_model_len, or what the budget gives (capped by the model) when unset
+    max_model_len: int | None = None
+    kv_cache_memory: int | str | None = None
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
 
     def validate(self) -> None:
+        require(self.dtype in (None, "float32", "bfloat16", "float16"), "dtype", self.dtype,
+                "float32, bfloat16, float16 or null (the policy's dtype)")
+        require(self.max_model_len is None or self.max_model_len >= 2, "max_model_len", self.max_model_len,
+                ">= 2 or null", "null sizes it from the memory budget")
+        require(0 < self.memory_utilization <= 1, "memory_utilization", self.memory_utilization, "in (0, 1]")
+        if self.kv_cache_memory is not None:
+            try:
+                ok = parse_bytes(self.kv_cache_memory) > 0
+            except ValueError:
+                ok = False
+            require(ok, "kv_cache_memory", self.kv_cache_memory, "a positive size such as 2GiB or 2147483648",
+                    "or null to use memory_utilization")
         require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, ">= 1")
         require(self.n >= 2, "n", self.n, ">= 2 samples per prompt", "GRPO needs a group to compare against")
         require(self.temperature > 0, "temperature", self.temperature, "> 0",
@@ -107,6 +128,8 @@ class OptimConfig:
     min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
     micro_batch_size: int = 32  # rows per forward/backward; gradients accumulate over a step's micro-batches
+    # forward/backward under bf16 autocast (CPU or GPU); weights and optimizer state stay in the top-level dtype
+    autocast: bool = False
 
     def validate(self) -> None:
         require(self.lr > 0, "lr", self.lr, "> 0", "typical RL values are 1e-6 to 1e-4")

@@ -19,6 +19,7 @@ import torch
 from ..config import ConfigError
 from ..engine.methods import METHODS, TRAINABLE_METHODS, get_method
 from ..errors import UserError
+from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 from .drafter_data import DrafterTrainArgs, collect_sequences, default_prompts
 from .drafter_prompts import load_prompts
 
@@ -60,6 +61,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="draft_model: decoder layers of the student (default: a third of the policy's, at least 1)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     ap.add_argument("--time-budget", type=float, default=DrafterTrainArgs.time_budget_s, help="training seconds")
+    ap.add_argument("--kv-cache-memory", default=None, help="sampling engine: KV cache budget, e.g. 2GiB "
+                    "(default: --memory-utilization of the free memory)")
+    ap.add_argument("--memory-utilization", type=float, default=DEFAULT_MEMORY_UTILIZATION)
     return ap.parse_args(argv)
 
 
@@ -122,7 +126,8 @@ def run(argv: list[str] | None = None) -> dict:
     else:
         prompts = default_prompts(512 if ns.prompts is None else ns.prompts, ns.seed)
     data = collect_sequences(policy, prompts, n=ns.samples, max_tokens=ns.max_tokens, temperature=1.0,
-                             seed=ns.seed, max_num_seqs=ns.max_num_seqs, max_model_len=ns.max_model_len)
+                             seed=ns.seed, max_num_seqs=ns.max_num_seqs, max_model_len=ns.max_model_len,
+                             kv_cache_memory=ns.kv_cache_memory, memory_utilization=ns.memory_utilization)
     collect_s = time.monotonic() - t0
     print(f"collected {len(data)} responses ({sum(len(r) for _, r in data)} tokens) in {collect_s:.1f}s",
           file=sys.stderr)

@@ -47,13 +47,16 @@ class DrafterTrainArgs:
 
 
 def collect_sequences(policy, prompts: list, n: int = 1, max_tokens: int = 256, temperature: float = 1.0,
-                      seed: int = 0, max_num_seqs: int = 64, max_model_len: int | None = None) -> list[Pair]:
+                      seed: int = 0, max_num_seqs: int = 64, max_model_len: int | None = None,
+                      kv_cache_memory: int | str | None = None, memory_utilization: float | None = None) -> list[Pair]:
     """The policy's own generations (SD off): one (prompt_ids, response_ids) per sample, empty ones dropped.
-    `policy` is a checkpoint path or a CausalLM; `prompts` strings or token-id lists. `max_model_len` caps
-    prompt + response (and the engine's KV cache: pass it for a long-context model)."""
+    `policy` is a checkpoint path or a CausalLM; `prompts` strings or token-id lists; `max_model_len` caps
+    prompt + response; the KV budget knobs are LLM's (specrl.engine.memory)."""
     from ..engine import LLM, SamplingParams
+    from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 
-    llm = LLM(policy, max_num_seqs=max_num_seqs, max_model_len=max_model_len)
+    llm = LLM(policy, max_num_seqs=max_num_seqs, max_model_len=max_model_len, kv_cache_memory=kv_cache_memory,
+              memory_utilization=memory_utilization or DEFAULT_MEMORY_UTILIZATION)
     outs = llm.generate(prompts, SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed))
     return [(list(o.prompt_token_ids), list(c.token_ids)) for o in outs for c in o.outputs if c.token_ids]
 

@@ -95,13 +95,19 @@ class PolicyTrainer:
         idx = idx[torch.argsort(lengths[idx], stable=True)]
         return list(idx.split(self.optim_cfg.micro_batch_size))
 
+    def autocast(self):
+        """bf16 autocast around forwards and backwards when optim.autocast: the matmuls run in bf16 while
+        the weights, their gradients and the optimizer state stay in the model's dtype (fp32 master)."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.optim_cfg.autocast)
+
     @torch.no_grad()
     def score(self, model: CausalLM, batch: TrainBatch) -> Tensor:
         """Logprobs [N, T] of the batch's targets under `model`, micro-batched, without gradients."""
         out = torch.zeros_like(batch.gen_logp)  # [N, T]
         for idx in self.micro_batches(torch.arange(batch.num_rows), batch.lengths):
             mb = batch.rows(idx, self.device)
-            logits = model(mb.input_ids).logits  # [b, t, V]
+            with self.autocast():
+                logits = model(mb.input_ids).logits  # [b, t, V]
             out[idx, :mb.input_ids.shape[1]] = token_logprobs(logits, mb.targets, self.temperature).cpu()
         return out
 
@@ -137,10 +143,11 @@ class PolicyTrainer:
             mb = batch.rows(idx, self.device)
             T = mb.input_ids.shape[1]
             layers = self.capture_layers
-            out = self.model(mb.input_ids, hidden_layers=model_layers(layers or ()))
+            with self.autocast():
+                out = self.model(mb.input_ids, hidden_layers=model_layers(layers or ()))
             if layers is not None:
                 self.captured.append(capture(out, mb.input_ids, mb.mask, idx, layers))
-            logits = out.logits  # [b, T, V]
+            logits = out.logits  # [b, T, V] (bf16 under autocast; logprobs are taken in fp32)
             logp = token_logprobs(logits, mb.targets, self.temperature)  # [b, T]
             if old is None:
                 seen[idx, :T] = logp.detach().cpu()
@@ -156,7 +163,8 @@ class PolicyTrainer:
                 loss = loss + self.algo.kl_coef * aggregate(kl, mb.mask, mode, self.norm_len, denom)
                 sums["kl"] += float((kl.detach() * mb.mask).sum() / n_tok)
             if self.model.mtp is not None and self.algo.mtp_coef > 0:
-                mtp = mtp_loss(self.model, out.last_hidden, mb) * (mb.mask.sum() / n_tok)
+                with self.autocast():
+                    mtp = mtp_loss(self.model, out.last_hidden, mb) * (mb.mask.sum() / n_tok)
                 loss = loss + self.algo.mtp_coef * mtp
                 sums["mtp_loss"] += float(mtp.detach())
             loss.backward()

@@ -1,0 +1,107 @@
+"""bf16 against fp32 on the default embedded task, side by side in one process, as JSON lines.
+
+  - `rl`: the default `specrl train` step with the engine in fp32 or bf16 (rollout.dtype) and the trainer in
+    fp32 or under bf16 autocast (optim.autocast), arms interleaved step by step from the same initial policy
+    and seed, so that a change in machine load hits every arm alike. Per arm: mean rollout / train / step
+    seconds (the first step left out) and logprob_diff (the trainer-vs-engine gap, mean and max over steps).
+  - `decode`: engine decode throughput, SD off, fp32 vs bf16 alternating, at batch 1 and 64.
+
+    OMP_NUM_THREADS=1 python benchmarks/bf16_step.py --steps 6 [--parts rl,decode] [key=value ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from specrl import LLM, SamplingParams
+from specrl.model import load_model, resolve_dtype
+from specrl.pipeline.sync import build_parts, model_dir, rl_step
+from specrl.tasks import default_policy_path, make_problems
+from specrl.train.data import build_sources
+from specrl.train.train_cli import build_config
+from specrl.train.weight_sync import engine_copy
+
+ARMS = {  # name: (rollout.dtype, optim.autocast)
+    "fp32": ("float32", False),
+    "bf16_engine": ("bfloat16", False),
+    "bf16_train": ("float32", True),
+    "bf16": ("bfloat16", True),
+}
+
+
+def emit(row: dict) -> None:
+    print(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+
+
+def rl_arms(steps: int, arms: list[str], overrides: list[str]) -> None:
+    runs = {}
+    for name in arms:
+        dtype, autocast = ARMS[name]
+        cfg = build_config(None, overrides + [f"rollout.dtype={dtype}", f"optim.autocast={autocast}",
+                                              f"schedule.max_steps={steps}", "progress=false"])
+        torch.manual_seed(cfg.seed)
+        source, held_out = build_sources(cfg.data, cfg.seed)
+        policy = load_model(model_dir(cfg), device=cfg.device, dtype=resolve_dtype(cfg.dtype))
+        runs[name] = (cfg, build_parts(cfg, policy, source, held_out), [])
+    for step in range(steps):
+        for name, (cfg, parts, rows) in runs.items():
+            rows.append(rl_step(step, parts, cfg))
+            r = rows[-1]
+            emit({"part": "rl_step", "arm": name, "step": step + 1, "rollout_s": r["rollout_s"],
+                  "train_s": r["train_s"], "step_s": r["step_s"], "logprob_diff": r["logprob_diff"],
+                  "logprob_diff_max": r["logprob_diff_max"], "reward_mean": r["reward_mean"]})
+    base = None
+    for name, (_, _, rows) in runs.items():
+        timed = rows[1:] or rows
+        mean = {k: statistics.fmean(r[k] for r in timed) for k in ("rollout_s", "train_s", "step_s")}
+        base = base or mean
+        emit({"part": "rl", "arm": name, "steps_timed": len(timed), **mean,
+              **{f"{k}_vs_fp32": base[k] / mean[k] for k in mean},
+              "logprob_diff_mean": statistics.fmean(r["logprob_diff"] for r in rows),
+              "logprob_diff_max": max(r["logprob_diff_max"] for r in rows),
+              "reward_mean": statistics.fmean(r["reward_mean"] for r in rows)})
+
+
+def decode(repeats: int, max_tokens: int) -> None:
+    policy = load_model(default_policy_path(), dtype=torch.float32)
+    engines = {name: LLM(engine_copy(policy, dt), max_num_seqs=64)
+               for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+    tok = engines["fp32"].tokenizer
+    prompts = [tok.encode(p.prompt).ids for p in make_problems(64, seed=7, split="test")]
+    params = SamplingParams(temperature=1.0, max_tokens=max_tokens, ignore_eos=True, seed=0)
+    for batch in (1, 64):
+        secs = {name: 0.0 for name in engines}
+        for r in range(repeats):  # alternating, so load changes hit both
+            for name, llm in engines.items():
+                llm.generate(prompts[:1], SamplingParams(max_tokens=2))  # warm-up
+                t0 = time.perf_counter()
+                llm.generate(prompts[:batch], params)
+                secs[name] += time.perf_counter() - t0
+        tps = {name: repeats * batch * max_tokens / s for name, s in secs.items()}
+        emit({"part": "decode", "batch": batch, "max_tokens": max_tokens, "repeats": repeats,
+              "fp32_tokens_per_s": tps["fp32"], "bf16_tokens_per_s": tps["bf16"],
+              "bf16_speedup": tps["bf16"] / tps["fp32"]})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", default="rl,decode")
+    ap.add_argument("--steps", type=int, default=6, help="RL steps per arm")
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--repeats", type=int, default=3, help="decode: generate() calls per dtype and batch")
+    ap.add_argument("--max-tokens", type=int, default=128, help="decode: tokens per sequence")
+    ap.add_argument("overrides", nargs="*", help="TrainConfig overrides for every RL arm")
+    args = ap.parse_args()
+    emit({"threads": torch.get_num_threads(), "torch": torch.__version__})
+    if "decode" in args.parts:
+        decode(args.repeats, args.max_tokens)
+    if "rl" in args.parts:
+        rl_arms(args.steps, args.arms.split(","), args.overrides)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""How big the engine's KV cache is: slots x max_model_len, sized from a memory budget. No tensors.
+
+The budget is `kv_cache_memory` bytes, or else `memory_utilization` x the memory free when the engine is
+built (after its weights are loaded): /proc/meminfo MemAvailable on a CPU, `torch.cuda.mem_get_info` on a
+GPU. With no `max_model_len` the longest context that gives every one of `max_num_seqs` slots a row is
+used, capped at the model's `max_position_embeddings`; with one, fewer slots are allocated if the budget
+cannot hold them all. Either way the engine never asks for more than the budget, so a big model with a
+long context gets a shorter context or fewer slots, and a clear error when not even one sequence fits.
+Unlike vLLM's gpu_memory_utilization (a share of the whole device), `memory_utilization` is a share of what
+is free once the weights are loaded. The budget covers the target's cache; a model-based drafter's own
+cache (same slots and length, its own few layers) comes on top.
+
+Paged KV blocks (nano-vllm, vLLM) were not tried. On the embedded RL workload the worst case fits easily
+(64 slots x 1041 positions = 586 MiB fp32), and most of what paging would save a bound on the context
+saves too: prompts are 51-52 tokens and responses at most max_tokens=200 (p50 16, p99 84), so
+`max_model_len=256` cuts the cache 3.8x with slots intact, where blocks sized to the mean (~75 positions)
+would hold ~3.5x more sequences again. Paging would also give up the fixed position-indexed rows that let
+rejected drafts be overwritten with no rollback, and the slice views that decode reads without a gather.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..model import ModelConfig, check_device, resolve_dtype
+
+DEFAULT_MEMORY_UTILIZATION = 0.5  # of the free memory; the rest stays for activations and other processes
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+
+
+def parse_bytes(value: int | float | str) -> int:
+    """4096, "512MiB", "2GB", "1.5GiB" -> bytes."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+    if m is None or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"kv_cache_memory={value!r} is not a size: use bytes (4294967296) or a number with a "
+                         f"unit, e.g. 512MiB, 4GiB, 2GB")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def free_memory(device: str | torch.device) -> int:
+    """Bytes free on `device` now: MemAvailable on a CPU, the CUDA driver's free memory on a GPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    meminfo = Path("/proc/meminfo")
+    if meminfo.is_file():
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("cannot read free memory (no /proc/meminfo MemAvailable on this system): pass "
+                       "kv_cache_memory=BYTES to size the KV cache")
+
+
+def kv_bytes_per_token(cfg: ModelConfig, dtype) -> int:
+    """Keys and values of one position in every layer."""
+    return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * resolve_dtype(dtype).itemsize
+
+
+@dataclass(frozen=True)
+class KVPlan:
+    num_slots: int
+    max_model_len: int
+    bytes: int  # what the target's cache takes (slots x (max_model_len + spare) x bytes per token)
+    dtype: torch.dtype
+    budget: int
+    # False when the budget cut max_model_len below both the model's limit and the user's: a request that
+    # would then stop early at the context limit is an error instead (memory must never change results)
+    hard_limit: bool
+
+    def describe(self) -> str:
+        dtype = str(self.dtype).removeprefix("torch.")
+        return (f"KV cache: {self.num_slots} slots x max_model_len {self.max_model_len}, "
+                f"{self.bytes / 2 ** 20:.1f} MiB {dtype} (budget {self.budget / 2 ** 20:.1f} MiB)")
+
+
+def plan_kv_cache(cfg: ModelConfig, dtype, max_num_seqs: int, max_model_len: int | None, budget: int,
+                  spare: int) -> KVPlan:
+    """Slots and context length that fit `budget` bytes. Each slot holds `spare` extra positions (room for
+    the drafts a verify forward writes past a sequence's end)."""
+    if max_num_seqs < 1:
+        raise ValueError(f"max_num_seqs={max_num_seqs}: expected >= 1 concurrent sequences")
+    per_token = kv_bytes_per_token(cfg, dtype)
+    limit = cfg.max_position_embeddings
+    knobs = "raise kv_cache_memory (or memory_utilization)"
+    if max_model_len is not None:
+        if max_model_len < 2:
+            raise ValueError(f"max_model_len={max_model_len}: expected >= 2 (a prompt token and a new one)")
+        length = min(max_model_len, limit)
+        slots = min(max_num_seqs, budget // ((length + spare) * per_token))
+        if slots < 1:
+            need = (length + spare) * per_token
+            raise ValueError(f"the KV budget of {budget} bytes cannot hold one sequence of max_model_len={length} "
+                             f"({need} bytes at {per_token} bytes per position): {knobs} to >= {need}, "
+                             f"or lower max_model_len")
+        hard = True
+    else:
+        slots = max_num_seqs
+        fit = budget // (slots * per_token) - spare
+        length = min(limit, fit)
+        if length < 2:
+            need = slots * (2 + spare) * per_token
+            raise ValueError(f"the KV budget of {budget} bytes is too small for max_num_seqs={slots} sequences "
+                             f"({per_token} bytes per position, {2 + spare} positions at least): {knobs} to "
+                             f">= {need}, or lower max_num_seqs")
+        hard = length == limit
+    return KVPlan(slots, length, slots * (length + spare) * per_token, resolve_dtype(dtype), budget, hard)
+
+
+def memory_budget(device, kv_cache_memory: int | str | None, memory_utilization: float) -> int:
+    """The KV cache's byte budget: `kv_cache_memory` when given, else a fraction of the free memory."""
+    if kv_cache_memory is not None:
+        budget = parse_bytes(kv_cache_memory)
+        if budget <= 0:
+            raise ValueError(f"kv_cache_memory={kv_cache_memory!r}: expected a positive size, e.g. 4GiB")
+        return budget
+    if not 0 < memory_utilization <= 1:
+        raise ValueError(f"memory_utilization={memory_utilization}: expected a fraction in (0, 1] of the free "
+                         f"memory, e.g. {DEFAULT_MEMORY_UTILIZATION}; or pass kv_cache_memory=BYTES")
+    return int(free_memory(device) * memory_utilization)
+
+
+def check_dtype(device, dtype) -> torch.dtype:
+    """`dtype` as a torch dtype, after a tiny probe that the device runs the engine's ops in it."""
+    dt = resolve_dtype(dtype)
+    if not dt.is_floating_point:
+        raise ValueError(f"dtype={dtype!r} is not a floating-point dtype: use float32, bfloat16 or float16")
+    device = check_device(device)  # no CUDA here: a clear error before any probe touches it
+    if device.type == "cuda" and dt == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"dtype=bfloat16 is not supported by {torch.cuda.get_device_name(device)}: "
+                         "use dtype=float16 or float32")
+    try:
+        x = torch.ones(1, 1, 2, 8, device=device, dtype=dt)  # [B, H, T, D]
+        torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
+        torch.nn.functional.linear(x, x[0, 0])
+    except RuntimeError as e:
+        raise ValueError(f"dtype={dtype!r} does not run on device {str(device)!r} ({e}): use float32") from e
+    return dt
