@@ -12,6 +12,7 @@ batching alone).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 
 import torch
@@ -19,7 +20,6 @@ import torch
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.model import load_model
 from specrl.tasks import default_policy_path, make_problems
-from specrl.train.weight_sync import engine_copy
 
 
 def compare(base: list, other: list) -> dict:
@@ -46,7 +46,7 @@ def main() -> None:
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     for dtype_name in args.dtypes.split(","):
         dtype = getattr(torch, dtype_name)
-        model = engine_copy(policy, dtype)
+        model = copy.deepcopy(policy).to(dtype)
         base_llm = LLM(model, max_num_seqs=64)
         prompts = [base_llm.tokenizer.encode(p.prompt).ids for p in make_problems(args.prompts, seed=0, split="test")]
         base = base_llm.generate(prompts, params)

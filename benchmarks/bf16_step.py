@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -18,12 +19,12 @@ import time
 import torch
 
 from specrl import LLM, SamplingParams
-from specrl.model import load_model, resolve_dtype
-from specrl.pipeline.sync import build_parts, model_dir, rl_step
+from specrl.model import load_model
+from specrl.pipeline.run import build_parts, model_dir
+from specrl.pipeline.sync import rl_step
 from specrl.tasks import default_policy_path, make_problems
 from specrl.train.data import build_sources
 from specrl.train.train_cli import build_config
-from specrl.train.weight_sync import engine_copy
 
 ARMS = {  # name: (rollout.dtype, optim.autocast)
     "fp32": ("float32", False),
@@ -45,8 +46,7 @@ def rl_arms(steps: int, arms: list[str], overrides: list[str]) -> None:
                                               f"schedule.max_steps={steps}", "progress=false"])
         torch.manual_seed(cfg.seed)
         source, held_out = build_sources(cfg.data, cfg.seed)
-        policy = load_model(model_dir(cfg), device=cfg.device, dtype=resolve_dtype(cfg.dtype))
-        runs[name] = (cfg, build_parts(cfg, policy, source, held_out), [])
+        runs[name] = (cfg, build_parts(cfg, model_dir(cfg), source, held_out), [])
     for step in range(steps):
         for name, (cfg, parts, rows) in runs.items():
             rows.append(rl_step(step, parts, cfg))
@@ -68,7 +68,7 @@ def rl_arms(steps: int, arms: list[str], overrides: list[str]) -> None:
 
 def decode(repeats: int, max_tokens: int) -> None:
     policy = load_model(default_policy_path(), dtype=torch.float32)
-    engines = {name: LLM(engine_copy(policy, dt), max_num_seqs=64)
+    engines = {name: LLM(copy.deepcopy(policy).to(dt), max_num_seqs=64)
                for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
     tok = engines["fp32"].tokenizer
     prompts = [tok.encode(p.prompt).ids for p in make_problems(64, seed=7, split="test")]

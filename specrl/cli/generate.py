@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
         raise MissingFileError(f"--out {args.out!r}: the directory {str(Path(args.out).parent)!r} does not "
                                "exist; create it or write elsewhere")
     llm = LLM(policy_path(args.model), device=args.device, dtype=args.dtype, spec=spec,
-              max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len)
+              max_num_seqs=args.max_num_seqs, **memory_kwargs(args))
     if args.chat:
         outs = llm.chat([[{"role": "user", "content": p}] for p in prompts], params, progress=sys.stderr.isatty())
     else:

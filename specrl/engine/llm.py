@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from ..model import CausalLM, check_tokenizer_matches, load_model, load_text_tokenizer, resolve_dtype
+from ..model import CausalLM, check_tokenizer_matches, load_model, load_text_tokenizer
 from ..model.chat import is_conversation
 from ..model.tokenizer import TextTokenizer
 from .drafting import Drafter
