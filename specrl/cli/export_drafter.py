@@ -14,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..errors import UserError
+
 DRAFTER_SUBDIR = "drafter"
 
 
@@ -36,11 +38,11 @@ def resolve_source(src: Path) -> tuple[Path, Path | None]:
     from ..train.checkpoint import latest_checkpoint
     ckpt = latest_checkpoint(src)
     if ckpt is None:
-        raise SystemExit(f"specrl export-drafter: {str(src)!r} is neither a drafter directory (config.json) nor a "
+        raise UserError(f"{str(src)!r} is neither a drafter directory (config.json) nor a "
                          "run directory with checkpoints: pass a drafter dir or `specrl train` output")
     drafter = ckpt / DRAFTER_SUBDIR
     if not (drafter / "config.json").is_file():
-        raise SystemExit(f"specrl export-drafter: the run {str(src)!r} has no model drafter in its latest checkpoint "
+        raise UserError(f"the run {str(src)!r} has no model drafter in its latest checkpoint "
                          f"({str(drafter)!r} missing): only runs with spec.method eagle3 or draft_model and online "
                          "drafter training save one; model-free drafters (ngram, suffix) have nothing to export")
     return drafter, ckpt / "model"
@@ -52,7 +54,7 @@ def kind_of(drafter: Path) -> str:
     if "Eagle3Head" in archs or "LlamaForCausalLMEagle3" in archs:
         return "eagle3"
     if hf.get("num_nextn_predict_layers"):
-        raise SystemExit(f"specrl export-drafter: {str(drafter)!r} holds MTP modules, which have no standalone "
+        raise UserError(f"{str(drafter)!r} holds MTP modules, which have no standalone "
                          "public layout: ship them inside the policy checkpoint (train-drafter --method mtp with "
                          "mtp_only=False)")
     return "draft_model"
@@ -61,7 +63,7 @@ def kind_of(drafter: Path) -> str:
 def counts_from(path: str | None, vocab_size: int):
     from ..spec.eagle3_export import token_counts
     if path is None or not Path(path).is_file():
-        raise SystemExit(f"specrl export-drafter: --draft-vocab-size needs token frequencies: --data {path!r} "
+        raise UserError(f"--draft-vocab-size needs token frequencies: --data {path!r} "
                          "is not a file (write one with `specrl generate --out FILE.jsonl`)")
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     return token_counts([r["token_ids"] for r in rows if "token_ids" in r], vocab_size)
@@ -82,12 +84,12 @@ def export(args: argparse.Namespace) -> dict:
     lm_head = policy.lm_head.weight.detach() if policy is not None else None
     if args.draft_vocab_size and args.draft_vocab_size != head.config.vocab_size:
         if lm_head is None:
-            raise SystemExit("specrl export-drafter: a reduced draft vocabulary takes its lm_head rows from the "
+            raise UserError("a reduced draft vocabulary takes its lm_head rows from the "
                              "policy: pass --policy DIR")
         ids = draft_vocab(counts_from(args.data, head.config.vocab_size), args.draft_vocab_size)
         head = with_draft_vocab(head, lm_head, ids)
     if head.lm_head is None and lm_head is None:
-        raise SystemExit("specrl export-drafter: the public EAGLE-3 layout stores an lm_head, and this head uses "
+        raise UserError("the public EAGLE-3 layout stores an lm_head, and this head uses "
                          "the policy's: pass --policy DIR")
     export_eagle3(head, args.out, lm_head, policy.config if policy is not None else None, dtype)
     return {"method": "eagle3", "out": args.out, "layout": "LlamaForCausalLMEagle3",

@@ -11,7 +11,7 @@ from specrl.sim.hardware import HardwareSpec
 from specrl.sim.models import ModelSpec
 from specrl.sim.rollout import simulate_rollout
 from specrl.sim.workload import Workload
-from specrl.train.config import PLACEMENTS  # the words of `specrl train ray.placement=...`
+from specrl.config.placement import PLACEMENTS  # the words of `specrl train ray.placement=...`
 
 MODES = ("sync", "async")
 

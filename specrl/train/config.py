@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import ConfigError, require
+from ..config.placement import PLACEMENTS
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION, parse_bytes
-from .drafter_config import DrafterConfig
 from ..spec.config import SpecConfig
+from .drafter_config import DrafterConfig
 
 __all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "OptimConfig", "PipelineConfig", "RayConfig", "RewardConfig",
            "RolloutConfig", "ScheduleConfig", "TrainConfig"]
@@ -154,7 +155,6 @@ class ScheduleConfig:
 
 PIPELINE_MODES = ("sync", "async")
 PIPELINE_BACKENDS = ("local", "ray")
-PLACEMENTS = ("colocated", "split")
 
 
 @dataclass

@@ -81,7 +81,7 @@ def test_a_killed_rollout_actor_is_restarted_and_its_groups_regenerated(setup, t
         while not ray.get(victim.busy.remote()):  # the actor is mid-generation
             time.sleep(0.005)
         ray.kill(victim)
-        step.join(timeout=120)
+        step.join(timeout=900)  # generous: CI machines may be loaded
         assert backend.actors[1] is not victim and backend.stats()["actor_restarts"] == 1
         assert _samples(got["outs"]) == want  # every group once, in prompt order, the same samples
         backend.update_weights(load_model(model).state_dict().items(), 1)  # version 1: the same weights

@@ -150,12 +150,14 @@ def test_cli_exports_a_run_with_a_reduced_vocabulary(tmp_path, capsys):
     assert state["t2d"].nonzero().flatten().tolist() == [3, 4, 5, 6, 7]  # 3..9 occur; ties go to lower ids
 
 
-def test_cli_run_without_a_model_drafter_is_a_clear_error(tmp_path):
+def test_cli_run_without_a_model_drafter_is_a_clear_error(tmp_path, capsys):
     ckpt = tmp_path / "run" / "checkpoints" / "step_000001"
     save_model(tiny_model(), ckpt / "model")
     (ckpt / "state.json").write_text("{}")
-    with pytest.raises(SystemExit, match="has no model drafter in its latest checkpoint"):
-        cli_main(["export-drafter", str(tmp_path / "run"), "--out", str(tmp_path / "out")])
+    assert cli_main(["export-drafter", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("specrl export-drafter: error: the run")
+    assert "has no model drafter in its latest checkpoint" in err[0] and not (tmp_path / "out").exists()
 
 
 def test_cli_draft_model_exports_a_plain_checkpoint(tmp_path, capsys):

@@ -10,11 +10,12 @@ INSTALL_HINT = "pip install 'specrl[ray]' (or pip install 'ray>=2.9')"
 
 
 def require_ray():
-    """The `ray` module, or an ImportError that says how to install it."""
+    """The `ray` module, or a MissingDependency (an ImportError) that says how to install it."""
+    from ...errors import MissingDependency
     try:
         import ray
     except ImportError as e:
-        raise ImportError(f"pipeline.backend=ray needs Ray, which is not installed: {INSTALL_HINT}; or run "
+        raise MissingDependency(f"pipeline.backend=ray needs Ray, which is not installed: {INSTALL_HINT}; or run "
                           "in one process with pipeline.backend=local") from e
     return ray
 
