@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from ..rl.logprobs import scaled_token_logprobs as token_logprobs  # noqa: F401 (rl owns the logprob kernel)
-from .rng import MASK64, SPLITMIX_GAMMA, SPLITMIX_MUL1, SPLITMIX_MUL2, STREAM_ACCEPT, STREAM_SAMPLE  # noqa: F401
+from .rng import MASK64, SPLITMIX_GAMMA, SPLITMIX_MUL1, SPLITMIX_MUL2
 
 
 @dataclass

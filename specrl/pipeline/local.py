@@ -64,6 +64,8 @@ class LocalBackend:
         self._swap_pending()
 
     def _swap_pending(self) -> None:
+        if self._pending_drafter is None:  # the common case, every engine step: no lock taken
+            return
         with self._lock:
             pending, self._pending_drafter = self._pending_drafter, None
         if pending is not None:

@@ -52,9 +52,8 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
 
 
 def _has_model_drafter(cfg: TrainConfig) -> bool:
-    from ..spec.scratch import SCRATCH_METHODS
-    spec = cfg.rollout.spec
-    return spec.method in SCRATCH_METHODS or cfg.rollout.drafter.online
+    from ..engine.methods import TRAINABLE_METHODS
+    return cfg.rollout.spec.method in TRAINABLE_METHODS or cfg.rollout.drafter.online
 
 
 def train(cfg: TrainConfig) -> dict:
