@@ -1,4 +1,5 @@
-"""How big the engine's KV cache is: slots x max_model_len, sized from a memory budget. No tensors.
+"""How big the engine's KV cache is: slots x max_model_len, sized from a memory budget; and its zeroed
+storage, which on a CPU costs resident memory only where a position is written.
 
 The budget is `kv_cache_memory` bytes, or else `memory_utilization` x the memory free when the engine is
 built (after its weights are loaded): /proc/meminfo MemAvailable on a CPU, `torch.cuda.mem_get_info` on a
@@ -10,6 +11,12 @@ Unlike vLLM's gpu_memory_utilization (a share of the whole device), `memory_util
 is free once the weights are loaded. The budget covers the target's cache; a model-based drafter's own
 cache (same slots and length, its own few layers) comes on top.
 
+On a CPU the cache is an anonymous private mapping (`kv_zeros`): the kernel hands out zero pages on first
+write, so resident memory follows the positions sequences actually reach (4 KiB pages: 16 positions of
+one head in fp32, 32 in bf16), not slots x max_model_len. The budget then bounds address space, and a big
+default budget costs nothing until it is used. This is paging at the operating system's granularity, with
+none of a block table's gathers. On a GPU, memory is committed at allocation as usual.
+
 Paged KV blocks (nano-vllm, vLLM) were not tried. On the embedded RL workload the worst case fits easily
 (64 slots x 1041 positions = 586 MiB fp32), and most of what paging would save a bound on the context
 saves too: prompts are 51-52 tokens and responses at most max_tokens=200 (p50 16, p99 84), so
@@ -19,6 +26,7 @@ rejected drafts be overwritten with no rollback, and the slice views that decode
 """
 from __future__ import annotations
 
+import mmap
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,3 +149,20 @@ def check_dtype(device, dtype) -> torch.dtype:
     except RuntimeError as e:
         raise ValueError(f"dtype={dtype!r} does not run on device {str(device)!r} ({e}): use float32") from e
     return dt
+
+
+def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
+    """A zero tensor for a KV cache. On a CPU it lives in a fresh anonymous mapping, so a page becomes
+    resident only when written (reads of untouched pages see the kernel's shared zero page)."""
+    device = torch.device(device)
+    if device.type != "cpu":
+        return torch.zeros(shape, device=device, dtype=dtype)
+    nbytes = resolve_dtype(dtype).itemsize
+    for n in shape:
+        nbytes *= n
+    if nbytes == 0:
+        return torch.zeros(shape, dtype=dtype)
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # a 2 MiB huge page would make one written position cost 2 MiB
+        region.madvise(mmap.MADV_NOHUGEPAGE)
+    return torch.frombuffer(region, dtype=torch.uint8).view(resolve_dtype(dtype)).view(shape)

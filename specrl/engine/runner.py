@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..model import CausalLM, ModelOutput
+from .memory import kv_zeros
 from .methods import MAX_SPEC_TOKENS  # verify forwards write up to k drafts past a sequence's budget
 
 
@@ -15,8 +16,8 @@ class ModelRunner:
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         shape = (num_slots, cfg.num_kv_heads, max_len + MAX_SPEC_TOKENS + 1, cfg.head_dim)
-        self.cache = [(torch.zeros(shape, device=self.device, dtype=self.dtype),
-                       torch.zeros(shape, device=self.device, dtype=self.dtype)) for _ in range(cfg.num_layers)]
+        self.cache = [(kv_zeros(shape, self.device, self.dtype),
+                       kv_zeros(shape, self.device, self.dtype)) for _ in range(cfg.num_layers)]
 
     @property
     def want_full_hidden(self) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..engine.drafting import Proposal, TargetForward, blank_proposal
+from ..engine.memory import kv_zeros
 from ..engine.methods import MAX_SPEC_TOKENS, get_method
 from ..engine.sequence import Sequence
 from ..model import CausalLM, load_model, load_tokenizer
@@ -61,8 +62,8 @@ class DraftModelDrafter:
         # positions up to max_len + MAX_SPEC_TOKENS; one more row at the end is scratch for padding
         self.scratch = max_len + MAX_SPEC_TOKENS + 1
         shape = (num_slots, cfg.num_kv_heads, self.scratch + 1, cfg.head_dim)
-        self.cache = [(torch.zeros(shape, device=p.device, dtype=p.dtype),
-                       torch.zeros(shape, device=p.device, dtype=p.dtype)) for _ in range(cfg.num_layers)]
+        self.cache = [(kv_zeros(shape, p.device, p.dtype),
+                       kv_zeros(shape, p.device, p.dtype)) for _ in range(cfg.num_layers)]
         self.cached = [0] * num_slots  # leading cache positions per slot that match the sequence
 
     def observe(self, fwd: TargetForward) -> None:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from ..engine.drafting import Proposal, TargetForward, blank_proposal
+from ..engine.memory import kv_zeros
 from ..engine.methods import MAX_SPEC_TOKENS, get_method
 from ..engine.sequence import Sequence
 from ..io import atomic_dir
@@ -97,8 +98,8 @@ class MTPDrafter:
         cfg = target.config
         kv_heads, head_dim = stack.layers[0].block.self_attn.num_kv_heads, stack.layers[0].block.self_attn.head_dim
         shape = (num_slots, kv_heads, max_len + MAX_SPEC_TOKENS + 1, head_dim)
-        self.cache = [(torch.zeros(shape, device=p.device, dtype=p.dtype),
-                       torch.zeros(shape, device=p.device, dtype=p.dtype)) for _ in range(stack.depth)]
+        self.cache = [(kv_zeros(shape, p.device, p.dtype),
+                       kv_zeros(shape, p.device, p.dtype)) for _ in range(stack.depth)]
         self.h0 = torch.zeros(num_slots, cfg.hidden_size, device=p.device, dtype=p.dtype)  # [S, D] at p
 
     @torch.inference_mode()

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
 
 from specrl import LLM, SamplingParams
-from specrl.engine.memory import check_dtype, kv_bytes_per_token, parse_bytes, plan_kv_cache
+from specrl.engine.memory import check_dtype, kv_bytes_per_token, kv_zeros, parse_bytes, plan_kv_cache
 from specrl.engine.runner import MAX_SPEC_TOKENS
 from tests.helpers import save_tiny, tiny_config, tiny_model
 
@@ -106,3 +107,21 @@ def test_bf16_engine_copy_and_weight_sync():
     llm.update_weights(policy.state_dict())  # fp32 trainer weights, cast as they are copied in
     want = {k: v.to(torch.bfloat16) for k, v in policy.state_dict().items()}
     assert all(torch.equal(v, want[k]) for k, v in llm.model.state_dict().items())
+
+
+def _rss_bytes() -> int:
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc to read resident memory")
+def test_cpu_kv_cache_is_resident_only_where_written():
+    """A 512 MiB cache costs resident memory for the positions written, not for its whole size."""
+    x = kv_zeros((64, 4, 8192, 64), "cpu", torch.float32)  # 512 MiB of address space
+    assert x.shape == (64, 4, 8192, 64) and x.dtype == torch.float32
+    before = _rss_bytes()
+    assert x[:, :, :4096].abs().sum().item() == 0.0  # zeros, and reading them commits nothing
+    x[:, :, :16] = 1.0  # one 4 KiB page per (slot, head) row: 1 MiB
+    grown = _rss_bytes() - before
+    assert 2 ** 20 <= grown < 32 * 2 ** 20, grown
+    assert x[:, :, :16].sum().item() == 64 * 4 * 16 * 64 and x[:, :, 16:].abs().sum().item() == 0.0
+    assert kv_zeros((2, 3), "cpu", torch.bfloat16).dtype == torch.bfloat16
