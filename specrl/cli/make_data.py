@@ -1,7 +1,7 @@
-"""`specrl make-data math --n 2000 --difficulty easy|hard|mix --out FILE`: a JSONL prompt set for real models.
+"""`specrl make-data math --n 2000 --difficulty tiny|easy|hard|mix --out FILE`: a JSONL prompt set for real models.
 
 Each row has `prompt` (or, with --chat, `messages` = one user turn) and `answer`, plus `difficulty` and
-`steps`; train on it with `specrl train data.source=FILE reward.name=boxed` (or math_verify).
+`steps`; train on it with `specrl train data.source=FILE reward.name=boxed` (or flexible, math_verify).
 """
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Procedural math word problems for real (chat) models, answered in \\boxed{}.
 
+    tiny: a bare sum or difference of two one-digit numbers ("What is 3 + 4?"), for models of ~100M
+          parameters (SmolLM2-135M-Instruct gets about a third right sampled at temperature 1, scored with
+          reward.name=flexible: enough variance within a GRPO group to learn from)
     easy: one operation (+, -, x, /) on small numbers, no distractors
     hard: 2-4 operations chained on one running count, plus 1-2 sentences with irrelevant numbers
     mix:  each problem easy or hard with probability 1/2
@@ -12,7 +15,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-DIFFICULTIES = ("easy", "hard", "mix")
+DIFFICULTIES = ("tiny", "easy", "hard", "mix")
 NAMES = ("Maya", "Liam", "Ana", "Noah", "Zoe", "Omar", "Ivy", "Theo", "Lena", "Ravi", "Sofia", "Ben")
 ITEMS = ("apples", "marbles", "stickers", "books", "pencils", "shells", "coins", "cookies", "stamps", "cards")
 INSTRUCTION = "Solve the problem step by step, then put the final answer in \\boxed{}."
@@ -27,6 +30,8 @@ class WordProblem:
 
     @property
     def prompt(self) -> str:
+        if self.difficulty == "tiny":
+            return f"{self.question} {TINY_INSTRUCTION}"
         return f"{self.question}\n{INSTRUCTION}"
 
     def row(self, chat: bool = False) -> dict:
@@ -70,9 +75,23 @@ def _distractor(rng: random.Random, name: str, item: str) -> str:
                        f"{friend} has {rng.randint(2, 40)} {item}, but keeps them."])
 
 
+TINY_INSTRUCTION = "Put the final answer in \\boxed{}."
+
+
+def make_tiny_problem(rng: random.Random) -> WordProblem:
+    a, b = rng.randint(1, 9), rng.randint(1, 9)
+    if rng.random() < 0.5:
+        return WordProblem(f"What is {a} + {b}?", a + b, "tiny", 1)
+    a, b = max(a, b), min(a, b)  # answers stay non-negative
+    return WordProblem(f"What is {a} - {b}?", a - b, "tiny", 1)
+
+
 def make_word_problem(rng: random.Random, difficulty: str) -> WordProblem:
+    if difficulty == "tiny":
+        return make_tiny_problem(rng)
     if difficulty not in ("easy", "hard"):
-        raise ValueError(f"difficulty {difficulty!r}: expected 'easy' or 'hard' (or 'mix' for make_word_problems)")
+        raise ValueError(f"difficulty {difficulty!r}: expected 'tiny', 'easy' or 'hard' (or 'mix' for "
+                         "make_word_problems)")
     hard = difficulty == "hard"
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     x = rng.randint(5, 40) if hard else rng.randint(2, 20)

@@ -1,6 +1,6 @@
 """`specrl train-drafter --policy PATH --method eagle3|draft_model|mtp --out DIR`: offline self-distillation.
 
-step 1: sample the policy's own responses (SD off, temperature 1) to embedded-task prompts, or with
+step 1: sample the policy's own responses (SD off, `--temperature`, default 1) to embedded-task prompts, or with
         `--data FILE` to a JSONL file's `prompt` strings / chat `messages` (see drafter_prompts.py);
 step 2: hand them to the method's trainer, `train(policy_path, out_dir, data, args) -> dict`;
 step 3: print the metrics as one JSON line (also written to DIR/train_metrics.json).
@@ -44,6 +44,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="prompts to sample responses for (default: 512 embedded-task ones, or every --data row)")
     ap.add_argument("--samples", type=int, default=2, help="responses per prompt")
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--temperature", type=float, default=1.0,
+                    help="sampling temperature of the training responses (0: greedy, for a drafter serving greedy "
+                         "decoding); the teacher targets are the policy's distribution at temperature 1 either way")
     ap.add_argument("--max-model-len", type=int, default=None,
                     help="prompt + response cap and KV-cache length (default: the policy's; set it for long-context "
                          "models, e.g. 1024)")
@@ -57,6 +60,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "(default: 1, L/2-1, L-4 made increasing)")
     ap.add_argument("--eagle3-ttt-steps", type=int, default=7, help="eagle3: training-time-test unroll steps")
     ap.add_argument("--eagle3-intermediate", type=int, default=None, help="eagle3: head MLP width (default: policy's)")
+    ap.add_argument("--draft-vocab-size", type=int, default=None,
+                    help="eagle3: draft over the N tokens most frequent in the sampled responses, with the head's "
+                         "own output layer and EAGLE-3's d2t map (default: the target's whole vocabulary)")
     ap.add_argument("--draft-layers", type=int, default=None,
                     help="draft_model: decoder layers of the student (default: a third of the policy's, at least 1)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -94,7 +100,8 @@ def method_trainer(ns: argparse.Namespace):
     from .train_eagle3 import Eagle3Options
 
     layers = tuple(int(i) for i in ns.eagle3_layers.split(",")) if ns.eagle3_layers else None
-    opts = Eagle3Options(ttt_steps=ns.eagle3_ttt_steps, layers=layers, intermediate_size=ns.eagle3_intermediate)
+    opts = Eagle3Options(ttt_steps=ns.eagle3_ttt_steps, layers=layers, intermediate_size=ns.eagle3_intermediate,
+                         draft_vocab_size=ns.draft_vocab_size)
     return lambda policy, out, data, args: train(policy, out, data, args, opts, on_log=_log)
 
 
@@ -125,7 +132,7 @@ def run(argv: list[str] | None = None) -> dict:
         prompts = load_prompts(ns.data, policy, ns.prompts)
     else:
         prompts = default_prompts(512 if ns.prompts is None else ns.prompts, ns.seed)
-    data = collect_sequences(policy, prompts, n=ns.samples, max_tokens=ns.max_tokens, temperature=1.0,
+    data = collect_sequences(policy, prompts, n=ns.samples, max_tokens=ns.max_tokens, temperature=ns.temperature,
                              seed=ns.seed, max_num_seqs=ns.max_num_seqs, max_model_len=ns.max_model_len,
                              kv_cache_memory=ns.kv_cache_memory, memory_utilization=ns.memory_utilization)
     collect_s = time.monotonic() - t0

@@ -144,12 +144,22 @@ def topk_cross_entropy(logits: torch.Tensor, target: TopK, mask: torch.Tensor) -
     logq = torch.log_softmax(logits.float(), dim=-1)  # [B, T, V]
     ids = target.ids.long()
     p = target.probs.float()  # [B, T, k]
+    valid = ids >= 0  # an id of -1: a teacher token outside a reduced draft vocabulary (its mass joins the rest)
+    if not bool(valid.all()):
+        p, ids = p * valid, ids.clamp(min=0)
     ce = -(p * logq.gather(-1, ids)).sum(-1)  # [B, T]
-    if ids.shape[-1] < logq.shape[-1]:  # a non-empty rest bucket
+    if ids.shape[-1] < logq.shape[-1] or not bool(valid.all()):  # a non-empty rest bucket
         rest_p = (1 - p.sum(-1)).clamp(min=0)  # [B, T]
-        rest_logq = torch.logsumexp(logq.scatter(-1, ids, float("-inf")), dim=-1)  # [B, T]
+        taken = torch.zeros_like(logq, dtype=torch.uint8).scatter_reduce(-1, ids, valid.to(torch.uint8), "amax")
+        rest_logq = torch.logsumexp(logq.masked_fill(taken.bool(), float("-inf")), dim=-1)  # [B, T]
         ce = ce - rest_p * rest_logq
     return (ce * mask).sum() / mask.sum().clamp(min=1)
+
+
+def to_draft_vocab(target: TopK, full_to_draft: torch.Tensor) -> TopK:
+    """Teacher ids of the target vocabulary -> ids of a reduced draft vocabulary, -1 where a token is not in
+    it. full_to_draft: [V] long, -1 outside the draft vocabulary."""
+    return TopK(target.probs, full_to_draft[target.ids.long()])
 
 
 def fit(module: torch.nn.Module, loss_fn: Callable, batches: Iterator, args: DrafterTrainArgs,

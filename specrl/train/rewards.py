@@ -4,6 +4,9 @@
     "boxed"        the last \\boxed{...} in the completion against the answer: numerically when both read as
                    numbers (19 = 19.0, 1,900 = 1900, \\frac{1}{2} = 1/2 = 0.5), else the exact text up to
                    whitespace, $...$ and \\text{...} wrappers
+    "flexible"     the last non-empty \\boxed{...}, else the last number in the completion, compared as "boxed"
+                   does (lm-evaluation-harness's "flexible-extract" for GSM8K): for small models that answer
+                   right but in the wrong format, so that RL has a signal before the format is learned
     "math_verify"  symbolic equivalence with the `math-verify` package (imported only when asked for)
 """
 from __future__ import annotations
@@ -82,6 +85,24 @@ def boxed(completion: str, answer: str, prompt: str = "") -> float:
     got = last_boxed(completion)
     if got is None:
         return 0.0
+    return _same_answer(got, answer)
+
+
+_LAST_NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
+
+
+@register_reward("flexible")
+def flexible(completion: str, answer: str, prompt: str = "") -> float:
+    got = last_boxed(completion)
+    if got is None or not _normalise(got):
+        numbers = _LAST_NUMBER.findall(completion)
+        if not numbers:
+            return 0.0
+        got = numbers[-1].rstrip(",")
+    return _same_answer(got, answer)
+
+
+def _same_answer(got: str, answer: str) -> float:
     want = last_boxed(answer)
     got, want = _normalise(got), _normalise(want if want is not None else answer)
     x, y = as_number(got), as_number(want)

@@ -16,9 +16,10 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ..model import load_model, resolve_dtype
+from ..spec.eagle3_export import draft_vocab, token_counts, with_draft_vocab
 from ..spec.eagle3_head import Eagle3Config, Eagle3Head, init_head, save_head
 from .drafter_data import (DrafterTrainArgs, Pair, TokenBatch, TopK, fit, index_batches, pad_batch, teacher_forward,
-                           topk_cross_entropy, topk_probs)
+                           to_draft_vocab, topk_cross_entropy, topk_probs)
 
 
 @dataclass
@@ -27,10 +28,16 @@ class Eagle3Options:
     ttt_decay: float = 0.8
     layers: tuple[int, ...] | None = None  # target layers to fuse; None: default_layers(L)
     intermediate_size: int | None = None  # head MLP width; None: the policy's
+    # None: draft over the target's vocabulary with its lm_head. N: the N tokens most frequent in the training
+    # responses, with the head's own [N, D] lm_head (started from the target's rows) and EAGLE-3's d2t map
+    draft_vocab_size: int | None = None
 
     def __post_init__(self):
         if self.ttt_steps < 1 or not 0 < self.ttt_decay <= 1:
             raise ValueError(f"ttt_steps={self.ttt_steps}, ttt_decay={self.ttt_decay}: expected >= 1 and (0, 1]")
+        if self.draft_vocab_size is not None and self.draft_vocab_size < 1:
+            raise ValueError(f"draft_vocab_size={self.draft_vocab_size}: expected >= 1, or None for the target's "
+                             "whole vocabulary")
 
 
 def shift_left(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -125,12 +132,18 @@ def train_head(head: Eagle3Head, policy, data: list[Pair], args: DrafterTrainArg
     policy.requires_grad_(False)
     teacher = precompute_teacher(policy, data, head.config.target_hidden_layers, args.batch_tokens, args.bf16_autocast,
                                  args.teacher_topk)
+    full_to_draft = None
+    if head.lm_head is not None:  # a reduced draft vocabulary: teacher tokens outside it go to the rest bucket
+        full_to_draft = torch.full((head.config.vocab_size,), -1, dtype=torch.long)
+        full_to_draft[head.target_ids] = torch.arange(head.config.draft_vocab_size)
 
     def loss_fn(idx):
         batch = pad_batch([data[i] for i in idx])
         features = pad_sequence([teacher.features[i] for i in idx], batch_first=True)  # [B, T, 3D]
         target = TopK(*(pad_sequence(list(t), batch_first=True)
                         for t in zip(*(teacher.probs[i] for i in idx))))  # [B, T, k] each
+        if full_to_draft is not None:
+            target = to_draft_vocab(target, full_to_draft)
         loss, agree = ttt_loss(head, policy, batch, features.to(torch.get_default_dtype()), target, opts)
         return loss, [round(a, 3) for a in agree]
 
@@ -148,7 +161,14 @@ def train(policy_path, out_dir, data: list[Pair], args: DrafterTrainArgs, opts: 
     policy = load_model(policy_path)
     cfg = Eagle3Config.for_target(policy.config, opts.layers, opts.intermediate_size)
     head = init_head(cfg, seed=args.seed)
+    if opts.draft_vocab_size is not None and opts.draft_vocab_size < cfg.vocab_size:
+        counts = token_counts([r for _, r in data], cfg.vocab_size)
+        head = with_draft_vocab(head, policy.lm_head.weight.detach(), draft_vocab(counts, opts.draft_vocab_size))
+        covered = float(counts[head.target_ids].sum() / counts.sum().clamp(min=1))
     metrics = train_head(head, policy, data, args, opts, on_log)
     save_head(head, out_dir, dtype=resolve_dtype(args.save_dtype))
-    return {"method": "eagle3", "out_dir": str(out_dir), "target_hidden_layers": list(cfg.target_hidden_layers),
+    vocab = {"draft_vocab_size": head.config.draft_vocab_size or cfg.vocab_size}
+    if head.lm_head is not None:
+        vocab["draft_vocab_coverage"] = round(covered, 4)  # share of the training responses' tokens it can draft
+    return {"method": "eagle3", "out_dir": str(out_dir), "target_hidden_layers": list(cfg.target_hidden_layers), **vocab,
             "num_params": sum(p.numel() for p in head.parameters()), "sequences": len(data), **metrics}

@@ -62,7 +62,7 @@ def test_deterministic_by_seed_and_prefix_stable():
 
 
 def test_bad_difficulty_lists_valid():
-    with pytest.raises(ValueError, match=r"difficulty 'medium': expected one of \['easy', 'hard', 'mix'\]"):
+    with pytest.raises(ValueError, match=r"difficulty 'medium': expected one of \['tiny', 'easy', 'hard', 'mix'\]"):
         make_word_problems(1, "medium")
 
 
@@ -81,3 +81,16 @@ def test_make_data_cli_rows_load_and_score(tmp_path):
 def test_make_data_unknown_kind_exits_2(capsys):
     assert cli_main(["make-data", "algebra", "--out", "x"]) == 2
     assert "valid: ['math']" in capsys.readouterr().err
+
+
+def test_tiny_problems_are_one_digit_sums_and_differences():
+    probs = make_word_problems(200, "tiny", seed=3)
+    assert {p.difficulty for p in probs} == {"tiny"}
+    ops = set()
+    for p in probs:
+        a, op, b = re.fullmatch(r"What is (\d) ([+-]) (\d)\?", p.question).groups()
+        ops.add(op)
+        assert p.answer == (int(a) + int(b) if op == "+" else int(a) - int(b)) >= 0
+        assert p.prompt.endswith("Put the final answer in \\boxed{}.")
+    assert ops == {"+", "-"}
+    assert [p.question for p in make_word_problems(5, "tiny", seed=3)] == [p.question for p in probs[:5]]

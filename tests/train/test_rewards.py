@@ -78,3 +78,13 @@ def test_unknown_reward_lists_the_valid_ones():
     with pytest.raises(ValueError, match=r"unknown reward 'nope'; valid names: .*arith.*boxed.*math_verify"):
         get_reward("nope")
     assert {"arith", "boxed", "math_verify"} <= set(REWARDS.names)
+
+
+def test_flexible_reward_takes_a_filled_box_else_the_last_number():
+    flexible = get_reward("flexible")
+    assert flexible(r"3 + 4 = \boxed{7}", "7") == 1.0
+    assert flexible(r"so \boxed{} 7", "7") == 1.0  # an empty box: the last number counts
+    assert flexible("3 + 4 = 7.", "7") == 1.0 and flexible("it is 1,200 apples", "1200") == 1.0
+    assert flexible(r"\boxed{8}, or maybe 7", "7") == 0.0  # a filled box wins over later numbers
+    assert flexible("3 + 4 = 8", "7") == 0.0 and flexible("seven", "7") == 0.0
+    assert get_reward("boxed")("3 + 4 = 7.", "7") == 0.0  # the strict reward wants the box

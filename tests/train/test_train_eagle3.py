@@ -113,3 +113,39 @@ def test_ttt_unroll_matches_the_drafter_at_inference():
                             torch.arange(ext.shape[1])[None], 3)
     t = T - 1
     assert [int(logits[j][0, t].argmax()) for j in range(3)] == d
+
+
+def test_topk_cross_entropy_sends_tokens_outside_the_draft_vocabulary_to_the_rest_bucket():
+    from specrl.train.drafter_data import TopK, to_draft_vocab, topk_cross_entropy
+    # target vocabulary of 4; the draft vocabulary is target ids {1, 3} (draft ids 0, 1)
+    full_to_draft = torch.tensor([-1, 0, -1, 1])
+    target = TopK(torch.tensor([[[0.5, 0.3]]]), torch.tensor([[[1, 2]]]))  # p(1)=0.5, p(2)=0.3, rest 0.2
+    draft = to_draft_vocab(target, full_to_draft)
+    assert draft.ids.tolist() == [[[0, -1]]]
+    logits = torch.log(torch.tensor([[[0.6, 0.4]]]))  # q over draft ids
+    # token 2 cannot be drafted: its 0.3 joins the rest 0.2, and the rest is every draft id but 0 (q = 0.4)
+    want = -(0.5 * torch.log(torch.tensor(0.6)) + 0.5 * torch.log(torch.tensor(0.4)))
+    got = topk_cross_entropy(logits, draft, torch.tensor([[True]]))
+    assert torch.allclose(got, want, atol=1e-6)
+
+
+def test_cli_reduced_draft_vocabulary_head_is_exact_and_round_trips(tmp_path, monkeypatch, one_thread):
+    from specrl.spec.eagle3_head import load_head
+    policy = save_tiny(tmp_path / "policy", layers=3)
+    monkeypatch.setattr(drafter_cli, "default_prompts", lambda n, seed: [f"t{i} t{i + 3}" for i in range(n)])
+    out = tmp_path / "head"
+    m = drafter_cli.run(["--policy", str(policy), "--method", "eagle3", "--out", str(out), "--steps", "3",
+                          "--prompts", "8", "--max-tokens", "8", "--threads", "1", "--draft-vocab-size", "12",
+                          "--temperature", "0"])
+    assert m["draft_vocab_size"] == 12 and 0 < m["draft_vocab_coverage"] <= 1
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["draft_vocab_size"] == 12
+    head = load_head(out)
+    assert head.lm_head.weight.shape[0] == 12 and len(set(head.target_ids.tolist())) == 12
+    prompts = [[0, 4 + i, 5] for i in range(6)]
+    params = SamplingParams(temperature=0.0, max_tokens=12)
+    plain = LLM(str(policy)).generate(prompts, params)
+    llm = LLM(str(policy), spec=SpecConfig(method="eagle3", draft_model=str(out)))
+    spec = llm.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in spec] == [o.outputs[0].token_ids for o in plain]
+    assert llm.stats["draft_tokens"] > 0
