@@ -70,6 +70,7 @@ class PolicyTrainer:
         self.device = next(model.parameters()).device
         self.temperature, self.norm_len = temperature, norm_len
         self.policy_loss = POLICY_LOSSES.get(algo.policy_loss)  # "clipped": PPO/GRPO with DAPO clip-higher
+        model.checkpoint_layers = optim.activation_checkpointing
         self.optimizer = build_optimizer(model, optim.lr, optim.weight_decay, tuple(optim.betas))
         self.scheduler = warmup_cosine_scheduler(self.optimizer, optim.warmup_steps,
                                                  total_steps * algo.updates_per_step, optim.min_lr_ratio)
@@ -91,9 +92,19 @@ class PolicyTrainer:
             self.ref_model.load_state_dict(state["ref_model"])
 
     def micro_batches(self, idx: Tensor, lengths: Tensor) -> list[Tensor]:
-        """Rows sorted by length so that each micro-batch pads little."""
+        """Rows sorted by length so that each micro-batch pads little; at most micro_batch_size rows, and,
+        with micro_batch_tokens, at most that many padded tokens (rows x the longest row), one row at least."""
         idx = idx[torch.argsort(lengths[idx], stable=True)]
-        return list(idx.split(self.optim_cfg.micro_batch_size))
+        cap_rows, cap_tokens = self.optim_cfg.micro_batch_size, self.optim_cfg.micro_batch_tokens
+        if not cap_tokens:
+            return list(idx.split(cap_rows))
+        out, start = [], 0
+        for end in range(1, len(idx) + 1):  # sorted ascending: the last row of a chunk is its longest
+            if end - start > cap_rows or (end - start) * int(lengths[idx[end - 1]]) > cap_tokens and end - 1 > start:
+                out.append(idx[start:end - 1])
+                start = end - 1
+        out.append(idx[start:])
+        return [mb for mb in out if len(mb)]
 
     def autocast(self):
         """bf16 autocast around forwards and backwards when optim.autocast: the matmuls run in bf16 while

@@ -155,3 +155,22 @@ def test_off_policy_tokens_are_weighted_by_the_truncated_importance_ratio():
     assert m_half["grad_norm"] == pytest.approx(0.5 * base["grad_norm"], rel=1e-4)
     assert m_cap["loss"] == pytest.approx(1.5 * base["loss"], rel=1e-4)
     assert "is_ratio" not in _trainer(copy.deepcopy(model)).step(on)  # on-policy: no weights at all
+
+
+def test_token_capped_micro_batches_and_activation_checkpointing_give_the_same_update():
+    model = tiny_model(seed=2)
+    batch = _rollouts(model)
+    plain, capped = copy.deepcopy(model), copy.deepcopy(model)
+    t = PolicyTrainer(capped, AlgorithmConfig(), OptimConfig(lr=1e-2, warmup_steps=0, micro_batch_size=100,
+                                                           micro_batch_tokens=20, activation_checkpointing=True),
+                      total_steps=10, temperature=1.0, norm_len=8)
+    chunks = t.micro_batches(torch.arange(batch.num_rows), batch.lengths)
+    assert sorted(torch.cat(chunks).tolist()) == list(range(batch.num_rows)) and len(chunks) > 1
+    for mb in chunks:  # within the token cap unless a single row is longer than it
+        assert len(mb) == 1 or len(mb) * int(batch.lengths[mb].max()) <= 20
+    assert capped.checkpoint_layers
+    ma, mb = _trainer(plain, micro=100).step(batch), t.step(batch)
+    assert ma["loss"] == pytest.approx(mb["loss"], abs=1e-6)
+    assert ma["grad_norm"] == pytest.approx(mb["grad_norm"], rel=1e-5)
+    for (name, a), b in zip(plain.named_parameters(), capped.parameters()):  # the gradients the update used
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name
