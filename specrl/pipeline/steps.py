@@ -176,7 +176,10 @@ def evaluate(parts: Parts, max_tokens: int, backend: RolloutBackend) -> float:
 
 
 def run_eval(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepProgress) -> float:
-    """Held-out evaluation after `step` steps, logged to eval.jsonl."""
+    """Held-out evaluation after `step` steps, logged to eval.jsonl; NaN, silently, with no held-out set
+    (data.eval_size=0)."""
+    if not parts.held_out:
+        return float("nan")
     t0 = time.perf_counter()
     backend = parts.evaluator
     backend.set_trace_tags({"rl_step": step, "call": "eval"})  # after step `step`, so resume can truncate it
@@ -194,7 +197,7 @@ def finish_step(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: Ste
     sched, done = cfg.schedule, row["step"]
     learner = parts.learner.learner
     check_health(parts, row, bar)
-    if done == sched.max_steps or (sched.eval_every and done % sched.eval_every == 0):
+    if parts.held_out and (done == sched.max_steps or (sched.eval_every and done % sched.eval_every == 0)):
         if parts.eval_backend is not None:
             sync_weights(learner, parts.eval_backend)
         row["eval_accuracy"] = run_eval(run, parts, cfg, done, bar)
