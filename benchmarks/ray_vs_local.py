@@ -29,6 +29,8 @@ def summary(name: str, path: Path, wall: float | None) -> dict:
     rows, evals = read_jsonl(path / "metrics.jsonl"), read_jsonl(path / "eval.jsonl")
     steady = rows[1:] or rows  # the first step pays the actors' first compiles and page-ins
     out = {"run": name, "steps": len(rows), "step_s_mean": float(np.mean([r["step_s"] for r in steady])),
+           # on a shared machine a few contended steps pull the mean: the median is the steadier number
+           "step_s_median": float(np.median([r["step_s"] for r in steady])),
            **{f"{k}_mean": float(np.mean([r.get(k, 0.0) for r in steady])) for k in PARTS},
            "first_step_s": rows[0]["step_s"], "steps_s_total": sum(r["step_s"] for r in rows),
            "eval_s": sum(e["eval_s"] for e in evals),
@@ -75,6 +77,7 @@ def main() -> None:
     ref = sums[0]
     for s in sums:
         s["step_ratio_vs_" + ref["run"]] = s["step_s_mean"] / ref["step_s_mean"]
+        s["median_step_ratio_vs_" + ref["run"]] = s["step_s_median"] / ref["step_s_median"]
         if "wall_s" in s and "wall_s" in ref:
             s["wall_ratio_vs_" + ref["run"]] = s["wall_s"] / ref["wall_s"]
     lag = None

@@ -152,7 +152,7 @@ def test_weights_sent_while_actors_generate_are_taken_between_engine_steps(setup
         got = {}
         step = threading.Thread(target=lambda: got.setdefault("outs", backend.generate(prompts, params)))
         step.start()
-        while not all(ray.get([a.busy.remote() for a in backend.actors])):
+        while step.is_alive() and not any(ray.get([a.busy.remote() for a in backend.actors])):
             time.sleep(0.005)
         backend.update_weights(new.items(), 1)
         step.join(timeout=900)
