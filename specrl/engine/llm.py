@@ -23,7 +23,7 @@ from .scheduler import Scheduler
 from .sequence import Sequence, Status
 from .stop import StopStrings
 from .stats import EngineStats, Tracer
-from .steps import decode_step, prefill_step, spec_step
+from .steps import decode_step, prefill_step, refill_step, spec_step
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,10 @@ class LLM:
         self.should_stop: Callable[[], bool] | None = None
         # called between engine steps with the number of unfinished sequences (hot swaps, long-tail work)
         self.between_steps: Callable[[int], None] | None = None
+        self.weights_version = 0  # a tag for the weights the engine holds, recorded on the tokens they sample
         self._rng = random.Random(seed)
         self._next_seq_id = 0
+        self._scheduler: Scheduler | None = None  # the running generate()'s, for updates in flight
 
     @property
     def stats(self) -> dict:
@@ -80,9 +82,22 @@ class LLM:
     def reset_stats(self) -> None:
         self.stats_acc = EngineStats()
 
-    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Weight sync from the trainer (same parameter names as the HF checkpoint)."""
+    def update_weights(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> None:
+        """Weight sync from the trainer (same parameter names as the HF checkpoint), tagged `version`.
+
+        Called between two engine steps of a running generate() (from `between_steps`), it is an update in
+        flight: the running sequences' KV cache is recomputed with the new weights, so every later token is
+        sampled from the new policy exactly, while the tokens already sampled keep the logprobs of the
+        weights that sampled them; each output records which version sampled which tokens
+        (`CompletionOutput.weight_versions`). Never call it from another thread during generate()."""
         self.runner.load_weights(state_dict)
+        if version is not None:
+            self.weights_version = version
+        running = self._scheduler.running if self._scheduler is not None else []
+        if running:
+            refill_step(self.runner, running)
+            for seq in running:
+                seq.mark_version(self.weights_version)
 
     # ---- generate -------------------------------------------------------------------------------------
     def generate(self, prompts: list, params: SamplingParams | list[SamplingParams] | None = None,
@@ -163,6 +178,7 @@ class LLM:
         scheduler = Scheduler(self.max_num_seqs)
         scheduler.add(seqs)
         bar = _progress(progress, len(seqs))
+        self._scheduler = scheduler
         try:
             while not scheduler.done:
                 if self.should_stop is not None and self.should_stop():
@@ -173,6 +189,7 @@ class LLM:
                 if bar is not None:
                     bar[0].update(bar[1], completed=sum(s.status is Status.FINISHED for s in seqs))
         finally:
+            self._scheduler = None
             if bar is not None:
                 bar[0].stop()
             self.tracer.close()
@@ -181,6 +198,8 @@ class LLM:
         t0 = time.perf_counter()
         groups = scheduler.admit()
         if groups:
+            for seq in (s for g in groups for s in g):
+                seq.mark_version(self.weights_version)
             prefill_step(self.runner, groups, self.drafter, self.stats_acc)
             dt = time.perf_counter() - t0
             self.stats_acc.prefill_s += dt
@@ -216,7 +235,7 @@ class LLM:
             by_request.setdefault(s.request_id, []).append(
                 CompletionOutput(s.sample_index, list(s.output), list(s.logprobs), s.finish_reason.value,
                                  self._text(s), list(s.top_logprobs) if s.params.logprobs is not None else None,
-                                 s.stop_reason))
+                                 s.stop_reason, list(s.versions)))
         return [RequestOutput(r, p if isinstance(p, str) else None, token_prompts[r], by_request[r])
                 for r, p in enumerate(prompts)]
 

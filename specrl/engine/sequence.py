@@ -37,6 +37,9 @@ class Sequence:
     stop_strings: StopStrings | None = None
     stop_reason: int | str | None = None  # the stop token id (not EOS) or stop string that ended it
     top_logprobs: list[dict[int, float]] = field(default_factory=list)  # when params.logprobs is set
+    # (first output index, weights version) for each run of tokens sampled by one version of the weights:
+    # a weight update in flight starts a new run (LLM.update_weights)
+    versions: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def tokens(self) -> list[int]:
@@ -50,6 +53,13 @@ class Sequence:
     def budget(self) -> int:
         """How many more tokens this sequence may generate (max_tokens and the context limit)."""
         return min(self.params.max_tokens - len(self.output), self.max_len - self.num_tokens)
+
+    def mark_version(self, version: int) -> None:
+        """The tokens sampled from now on come from weights `version`."""
+        if self.versions and self.versions[-1][0] == len(self.output):
+            self.versions.pop()  # no token was sampled by the previous version
+        if not self.versions or self.versions[-1][1] != version:
+            self.versions.append((len(self.output), version))
 
     def append(self, tokens: list[int], logprobs: list[float], tops: list[dict[int, float]] | None = None) -> int:
         """Appends tokens until a stop token, a stop string or the budget ends the sequence; returns how many

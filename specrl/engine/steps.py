@@ -53,6 +53,14 @@ def prefill_step(runner: ModelRunner, groups: list[list[Sequence]], drafter: Dra
             tuple(h[rep] for h in out.hidden), out.last_hidden[rep]))
 
 
+def refill_step(runner: ModelRunner, seqs: list[Sequence]) -> None:
+    """After a weight update in flight: recompute the running sequences' cache with the new weights, so
+    their next tokens are sampled from the new policy exactly (as if it had generated the prefix itself).
+    Every input but the last, which the next step feeds, is written; the drafter keeps its own state (stale
+    drafts only lower acceptance)."""
+    runner.prefill([s.tokens[:-1] for s in seqs], [s.slot for s in seqs])
+
+
 def decode_step(runner: ModelRunner, seqs: list[Sequence], stats: EngineStats) -> None:
     device = runner.device
     tokens = torch.tensor([[s.tokens[-1]] for s in seqs], device=device)  # [B, 1]

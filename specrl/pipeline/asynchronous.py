@@ -24,6 +24,15 @@ Evaluation runs on the trainer's side with a second engine (one more copy of the
 so generation never pauses for it; the step after an evaluation looks faster, because the worker ran
 ahead meanwhile. A step's `step_s` is the wall interval between two updates, excluding evaluation and
 checkpointing; there is no process-CPU step time, since the stages overlap.
+
+With `pipeline.inflight_updates` the trainer hands each new version straight to the rollout backend, which
+takes it between two engine steps even in the middle of a generate() call (a long sequence continues on
+the new weights; its earlier tokens keep the logprobs they were sampled with). The worker still waits
+for version s - max_policy_lag before it starts step s, but starts on the newest version there is. A
+group's version is the oldest version any of its tokens was sampled under: it sets the step's
+`policy_lag` and the importance-ratio switch, and a group more than max_policy_lag behind is dropped
+whole (`stale_groups`; the wait makes that a guard, not a regular event). Which version samples which
+token now depends on timing, so such a run is not reproducible token for token.
 """
 from __future__ import annotations
 
@@ -39,19 +48,32 @@ from ..train.config import TrainConfig
 from .progress import StepProgress
 from .run_dir import RunDir
 from .seam import Learner, NamedTensors
-from .steps import (Parts, Rollout, checked, finish_step, generate_rollouts, learn, row_times, run_eval, stopped,
-                    sync_drafter, workload_row)
+from .steps import (Parts, Rollout, checked, drop_stale, finish_step, generate_rollouts, learn, row_times, run_eval,
+                    stopped, sync_drafter, workload_row)
 
 POLL_S = 0.2  # how often a blocked side checks whether the other one stopped
 
 
 class PolicyVersions:
-    """Weight snapshots by version, handed from the trainer to the rollout worker."""
+    """Weight snapshots by version, handed from the trainer to the rollout worker (or, with updates in
+    flight, only the news that a version reached the backend: `announce` and `wait`)."""
 
     def __init__(self):
         self._cond = threading.Condition()
         self._states: dict[int, dict[str, torch.Tensor]] = {}
         self._closed = False
+        self._latest = -1
+
+    def announce(self, version: int) -> None:
+        with self._cond:
+            self._latest = max(self._latest, version)
+            self._cond.notify_all()
+
+    def wait(self, version: int) -> bool:
+        """Blocks until a version >= `version` was announced; False once closed."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._latest >= version or self._closed)
+            return not self._closed
 
     @torch.no_grad()
     def publish(self, version: int, weights: NamedTensors) -> None:
@@ -95,10 +117,18 @@ class RolloutWorker(threading.Thread):
     def run(self) -> None:
         torch.set_num_threads(self.threads)
         loaded = self.first  # the engine starts with the weights the run starts from
+        self.versions.announce(self.first)
         try:
             for step in range(self.first, self.cfg.schedule.max_steps):
                 version = self.version_for(step)
                 t0 = time.perf_counter()
+                if self.cfg.pipeline.inflight_updates:  # the trainer hands versions to the backend itself
+                    if not self.versions.wait(version):
+                        return
+                    load = {"wait_weights_s": time.perf_counter() - t0, "load_s": 0.0}
+                    self.out.put((generate_rollouts(step, self.parts.rollout, self.cfg, version, time.thread_time),
+                                  load))
+                    continue
                 state = self.versions.take(version) if version != loaded else None
                 if self.versions.closed:
                     return  # the trainer stopped
@@ -142,12 +172,17 @@ def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: Step
             t0 = time.perf_counter()
             rollout, load = _next(worker, run, step)
             wait = time.perf_counter() - t0  # the trainer idles: rollout is the slower stage
+            rollout, stale = drop_stale(rollout, cfg.pipeline.max_policy_lag)
             row, times = checked(learn_and_publish, run, step, rollout, parts, cfg, versions)
             now = time.perf_counter()
             # the stages overlap, so a step is the wall interval between two updates (no step_cpu_s)
             times.update(step_s=now - last, wait_rollout_s=wait, rollout_threads=rollout_threads,
                          train_threads=train_threads, **load)
-            row.update(row_times(times), wait_rollout_s=wait, policy_lag=step - rollout.version)
+            row.update(row_times(times), wait_rollout_s=wait, policy_lag=step - rollout.version, stale_groups=stale)
+            if cfg.pipeline.inflight_updates:
+                lags = rollout.token_lags
+                row.update(policy_lag_newest=step - rollout.newest_version, token_lags=lags,
+                           token_lag_mean=sum(k * n for k, n in lags.items()) / max(sum(lags.values()), 1))
             if parts.workload_log is not None:
                 parts.workload_log(workload_row(rollout, cfg, times))
             finish_step(run, parts, cfg, row, bar, save_drafter=False)
@@ -189,7 +224,11 @@ def learn_and_publish(step: int, rollout: Rollout, parts: Parts, cfg: TrainConfi
     row, times = learn(rollout, parts.learner, cfg, time.thread_time)
     t1, c1 = time.perf_counter(), time.thread_time()
     learner: Learner = parts.learner.learner
-    if step + 1 + cfg.pipeline.max_policy_lag < cfg.schedule.max_steps:  # = version_for(that step)
+    if cfg.pipeline.inflight_updates:
+        if step + 1 < cfg.schedule.max_steps:  # a rollout still to come or running may sample from them
+            parts.rollout.backend.update_weights(learner.named_weights(), step + 1)  # taken between engine steps
+            versions.announce(step + 1)
+    elif step + 1 + cfg.pipeline.max_policy_lag < cfg.schedule.max_steps:  # = version_for(that step)
         versions.publish(step + 1, learner.named_weights())  # a later rollout samples from these weights
     # beside_trainer: the drafter trained after the update on this side; the worker's engine swaps it in
     # between two engine steps of whatever it is generating

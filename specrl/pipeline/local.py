@@ -20,18 +20,33 @@ from .seam import NamedTensors, register_backend
 
 
 class LocalBackend:
-    """Drafter weights that arrive while a generate() runs (from another thread, or from long-tail work)
-    are swapped in between two engine steps: no restart, no re-prefill of the policy."""
+    """Weights that arrive while a generate() runs (from another thread, or from long-tail work) wait in a
+    slot; the generating thread applies them between two engine steps. Drafter weights: no restart, no
+    re-prefill. Policy weights with `inflight=True`: the running sequences continue on the new weights
+    (their cache is recomputed, LLM.update_weights), so a long sequence does not hold the old policy; with
+    `inflight=False` they wait for the end of the generate() call, so every sequence has one version."""
 
-    def __init__(self, llm: LLM):
+    def __init__(self, llm: LLM, inflight: bool = False):
         self.llm = llm
-        self.weights_version = 0
+        self.inflight = inflight
         self._cancelled = False
         self._lock = threading.Lock()
         self._generating = False
         self._pending_drafter: tuple[dict, int] | None = None
+        self._pending_weights: tuple[dict, int] | None = None
+        self._newest = 0  # the newest version applied or waiting: an older one arriving late is ignored
         self._idle: tuple[Callable[[], None], int] | None = None  # (work, run it at most this many running)
         self._idle_done = True  # the idle work of the running generate() already ran
+
+    @property
+    def weights_version(self) -> int:
+        """The version of the weights the engine holds now (a newer one may be waiting for a step)."""
+        return self.llm.weights_version
+
+    @weights_version.setter
+    def weights_version(self, version: int) -> None:
+        """Tags the weights the engine holds (e.g. a resumed run's checkpoint, which it was built from)."""
+        self.llm.weights_version = self._newest = version
 
     @property
     def drafter_version(self) -> int:
@@ -46,10 +61,10 @@ class LocalBackend:
         try:
             return self.llm.generate(prompts, params)
         finally:
-            with self._lock:
-                self._generating = False
             self.llm.should_stop = self.llm.between_steps = None
-            self._swap_pending()
+            with self._lock:  # what is still waiting lands before another generate() or update can start
+                self._generating = False
+                self._apply(*self._take(weights=True))
 
     def set_idle_work(self, work: Callable[[], None] | None, max_running: int = 8) -> None:
         """In-process only: `work()` runs once per generate(), between engine steps, as soon as at most
@@ -61,20 +76,47 @@ class LocalBackend:
         if idle is not None and unfinished <= idle[1] and not self._idle_done:
             self._idle_done = True
             idle[0]()
-        self._swap_pending()
-
-    def _swap_pending(self) -> None:
-        if self._pending_drafter is None:  # the common case, every engine step: no lock taken
-            return
+        if self._pending_drafter is None and (self._pending_weights is None or not self.inflight):
+            return  # the common case, every engine step: no lock taken
         with self._lock:
-            pending, self._pending_drafter = self._pending_drafter, None
-        if pending is not None:
-            load_drafter_weights(self.llm.drafter, pending[0].items(), pending[1])
+            pending = self._take(weights=self.inflight)
+        self._apply(*pending)  # the generating thread: no other thread touches the engine meanwhile
+
+    def _take(self, weights: bool) -> tuple:
+        """(drafter, policy) weights waiting, or None each; call with the lock held."""
+        drafter, self._pending_drafter = self._pending_drafter, None
+        policy = self._pending_weights if weights else None
+        if weights:
+            self._pending_weights = None
+        return drafter, policy
+
+    def _apply(self, drafter: tuple[dict, int] | None, policy: tuple[dict, int] | None) -> None:
+        if drafter is not None:
+            load_drafter_weights(self.llm.drafter, drafter[0].items(), drafter[1])
+        if policy is not None:  # between two engine steps, LLM recomputes the running sequences' cache
+            self.llm.update_weights(policy[0], policy[1])
 
     @torch.no_grad()
     def update_weights(self, weights: NamedTensors, version: int) -> None:
-        self.llm.update_weights(dict(weights))
-        self.weights_version = version
+        """Applied now when no generate() runs; else kept (a copy) until the next engine step (`inflight`)
+        or the end of the call. A version older than one already applied or waiting is ignored: two
+        senders (a broadcast and an actor restart) may race, and weights never go back."""
+        with self._lock:
+            if version < self._newest:
+                return
+            self._newest = version
+            if not self._generating:  # under the lock, so no generate() starts on half-copied weights
+                self._pending_weights = None
+                self._apply(None, (dict(weights), version))
+                return
+        named = {k: v.detach().clone() for k, v in weights}  # the sender may change its tensors after this
+        with self._lock:
+            if version < self._newest:  # a newer version came while we copied
+                return
+            if self._generating:
+                self._pending_weights = (named, version)
+            else:  # the call ended while we copied
+                self._apply(None, (named, version))
 
     def update_drafter(self, weights: NamedTensors, version: int) -> None:
         """Checked now (a misfit is refused and the old drafter keeps serving); applied now when idle, else
@@ -82,10 +124,10 @@ class LocalBackend:
         named = {k: v.detach().clone() for k, v in weights}
         check_fits(drafter_module(self.llm.drafter).state_dict(), named)
         with self._lock:
-            self._pending_drafter = (named, version)
-            generating = self._generating
-        if not generating:
-            self._swap_pending()
+            if self._generating:
+                self._pending_drafter = (named, version)
+            else:
+                self._apply((named, version), None)
 
     def stats(self) -> dict:
         return dict(self.llm.stats)
@@ -120,4 +162,4 @@ def local_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | No
     llm = LLM(str(model_dir), device=cfg.device, dtype=ro.dtype or cfg.dtype, spec=ro.spec, max_num_seqs=ro.max_num_seqs,
               max_model_len=ro.max_model_len, kv_cache_memory=ro.kv_cache_memory,
               memory_utilization=ro.memory_utilization, seed=cfg.seed, trace_path=str(trace_path) if trace_path else None)
-    return LocalBackend(llm)
+    return LocalBackend(llm, inflight=cfg.pipeline.inflight_updates)

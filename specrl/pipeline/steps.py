@@ -63,12 +63,55 @@ class Parts:
 class Rollout:
     """One step's samples and what generating them cost."""
     step: int  # the RL step they train (0-based)
-    version: int  # the policy version (completed training steps) whose weights sampled them
+    # the oldest policy version (completed training steps) whose weights sampled any of their tokens: with
+    # updates in flight a sequence may continue on newer weights (newest_version), and staleness, the
+    # importance-ratio switch and dropping go by the oldest
+    version: int
     examples: list[Example]
     outputs: list  # RequestOutput per prompt, n completions each
     stats: dict  # the engine's counters over this generate() call
     wall_s: float
     cpu_s: float
+    newest_version: int | None = None  # None: version
+
+    @property
+    def token_lags(self) -> dict[int, int]:
+        """How many tokens were sampled how many versions behind the policy they train."""
+        lags: dict[int, int] = {}
+        for r in self.outputs:
+            for c in r.outputs:
+                versions = c.token_versions() if c.weight_versions else [self.version] * len(c.token_ids)
+                for v in versions:
+                    lags[self.step - v] = lags.get(self.step - v, 0) + 1
+        return dict(sorted(lags.items()))
+
+
+def group_version(out, default: int) -> int:
+    """A GRPO group's version: the oldest version any of its tokens was sampled under (a group is kept or
+    dropped whole). `default` for a backend that does not tag its outputs."""
+    tags = [c.oldest_version for c in out.outputs if c.weight_versions]
+    return min(tags) if tags else default
+
+
+def drop_stale(rollout: Rollout, max_lag: int) -> tuple[Rollout, int]:
+    """Keeps the groups whose oldest token is at most `max_lag` versions behind the step they train;
+    returns the rollout of the rest and how many groups were dropped."""
+    keep = [i for i, out in enumerate(rollout.outputs) if rollout.step - group_version(out, rollout.version) <= max_lag]
+    dropped = len(rollout.outputs) - len(keep)
+    if dropped == 0:
+        return rollout, 0
+    if not keep:
+        raise RuntimeError(f"every group of step {rollout.step + 1} was sampled more than max_policy_lag={max_lag} "
+                           "versions ago")
+    outs = []
+    for new_id, i in enumerate(keep):
+        out = rollout.outputs[i]
+        out.request_id = new_id
+        outs.append(out)
+    examples = [rollout.examples[i] for i in keep]
+    version = min(group_version(o, rollout.version) for o in outs)
+    return Rollout(rollout.step, version, examples, outs, rollout.stats, rollout.wall_s, rollout.cpu_s,
+                   rollout.newest_version), dropped
 
 
 def generate_rollouts(step: int, side: RolloutSide, cfg: TrainConfig, version: int,
@@ -83,8 +126,9 @@ def generate_rollouts(step: int, side: RolloutSide, cfg: TrainConfig, version: i
     side.backend.reset_stats()
     side.backend.set_trace_tags({"rl_step": step + 1, "call": "rollout"})
     outs = side.backend.generate(prompts, params)
-    return Rollout(step, version, examples, outs, side.backend.stats(), time.perf_counter() - t0,
-                   cpu_clock() - c0)
+    newest = max((c.newest_version for r in outs for c in r.outputs if c.weight_versions), default=version)
+    return Rollout(step, min(group_version(r, version) for r in outs), examples, outs, side.backend.stats(),
+                   time.perf_counter() - t0, cpu_clock() - c0, newest)
 
 
 def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,

@@ -177,6 +177,10 @@ class PipelineConfig:
     # "local": engine and trainer in this process. "ray": rollout actors and a trainer actor group on a Ray
     # cluster (the `ray` section; specrl.pipeline.cluster), needs `pip install 'specrl[ray]'`
     backend: str = "local"
+    # async: a policy version published while the rollout side is inside generate() is taken between two
+    # engine steps (running sequences continue on it; each token keeps the logprob it was sampled with)
+    # instead of at the next generate() call. Runs then depend on timing (docs/ray.md, "In-flight updates")
+    inflight_updates: bool = False
 
     def validate(self) -> None:
         require(self.mode in PIPELINE_MODES, "mode", self.mode, f"one of {list(PIPELINE_MODES)}")
@@ -185,6 +189,9 @@ class PipelineConfig:
                 "0 makes async wait for every update (the sync schedule); 1 overlaps one step")
         for key in ("rollout_threads", "train_threads"):
             require(getattr(self, key) >= 0, key, getattr(self, key), ">= 0")
+        require(not self.inflight_updates or self.mode == "async", "inflight_updates", self.inflight_updates,
+                "false with mode=sync", "only the async pipeline updates weights while a rollout runs: set "
+                "pipeline.mode=async or drop pipeline.inflight_updates")
 
 
 @dataclass

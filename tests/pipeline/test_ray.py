@@ -131,3 +131,49 @@ def test_a_trainer_crash_stops_the_run_and_resume_finishes_it_like_a_straight_ru
     monkeypatch.undo()
     assert cli_main(["train", f"resume={out}", "progress=false"]) == 0
     _same_rows(read_jsonl(out / "metrics.jsonl"), read_jsonl(tmp_path / "straight" / "metrics.jsonl"))
+
+
+def test_weights_sent_while_actors_generate_are_taken_between_engine_steps(setup, tmp_path):
+    """pipeline.inflight_updates: an update broadcast while the rollout actors generate reaches them at once
+    (threaded actors) and their engines continue on it; every token is the one the weights named by its
+    version tag draw from its prefix, and no group is redrawn (none is older than the call's version)."""
+    from specrl import LLM
+    import torch
+    model, data = setup
+    cfg = build_config(None, overrides(model, data, tmp_path, **{
+        "pipeline.backend": "ray", "pipeline.mode": "async", "pipeline.inflight_updates": "true",
+        "rollout.spec.method": "null", "rollout.max_num_seqs": 1}))  # 1 slot: each actor's samples one by one
+    prompts = [[4 + i, 5 + i, 6] for i in range(4)]
+    params = [SamplingParams(n=4, temperature=1.0, max_tokens=24, seed=100 + i, ignore_eos=True) for i in range(4)]
+    gen = torch.Generator().manual_seed(0)
+    new = {k: v + 0.5 * torch.randn(v.shape, generator=gen) for k, v in load_model(model).state_dict().items()}
+    backend = ray_backend(model, cfg)
+    try:
+        got = {}
+        step = threading.Thread(target=lambda: got.setdefault("outs", backend.generate(prompts, params)))
+        step.start()
+        while step.is_alive() and not any(ray.get([a.busy.remote() for a in backend.actors])):
+            time.sleep(0.005)
+        backend.update_weights(new.items(), 1)
+        step.join(timeout=900)
+        assert backend.weights_version == 1 and backend.stats()["dropped_groups"] == 0
+    finally:
+        backend.close()
+    tags = [c.weight_versions for o in got["outs"] for c in o.outputs]
+    assert all(t[0][0] == 0 and [v for _, v in t] in ([0], [1], [0, 1]) for t in tags)
+    assert any(1 in [v for _, v in t] for t in tags)  # the update landed before the call ended
+    engines = {0: LLM(load_model(model), max_num_seqs=4), 1: LLM(load_model(model), max_num_seqs=4)}
+    engines[1].update_weights(new, 1)
+    refs = {}  # (prompt, prefix length, version) -> the n samples that weights draw from there
+    for r, (out, prompt, sp) in enumerate(zip(got["outs"], prompts, params)):
+        for j, c in enumerate(out.outputs):
+            ends = [s for s, _ in c.weight_versions[1:]] + [len(c.token_ids)]
+            for (start, version), end in zip(c.weight_versions, ends):
+                key = (r, start, version) if start == 0 else (r, start, version, j)
+                if key not in refs:
+                    refs[key] = engines[version].generate([prompt + c.token_ids[:start]], SamplingParams(
+                        n=sp.n, temperature=1.0, max_tokens=sp.max_tokens - start, seed=sp.seed,
+                        ignore_eos=True))[0].outputs
+                ref = refs[key][j]
+                assert c.token_ids[start:end] == ref.token_ids[:end - start]
+                torch.testing.assert_close(c.logprobs[start:end], ref.logprobs[:end - start], rtol=0, atol=1e-5)

@@ -5,13 +5,17 @@ samples) never splits, and gathers the outputs back in prompt order. Per-prompt 
 samples whichever actor draws them, so the run matches an in-process one.
 
 Weights: each version goes into Ray's object store once (a trainer actor's return value, or one
-`ray.put`) and every actor takes it from there, between generate() calls. A rollout actor that dies
+`ray.put`) and every actor takes it from there. Rollout actors are threaded (`max_concurrency`), so an
+update sent while they generate (the async driver's in-flight updates, from the trainer's thread) reaches
+their engine at once and is taken between two engine steps (`pipeline.inflight_updates`) or at the end of
+the call; every output is tagged with the versions that sampled it. A rollout actor that dies
 mid-step is restarted with the current weights and its prompts are generated again (the same seeds give
 the same samples: no group is lost or counted twice); one that dies more than `ray.max_restarts` times
 stops the run with an error naming it and its last exception.
 """
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -54,7 +58,8 @@ class RayRolloutBackend:
         self._transfer_s = 0.0
         self._cancelled = False
         self._tags: dict = {}
-        self._dropped = 0  # groups drawn by another policy version than the backend's, and drawn again
+        self._dropped = 0  # groups drawn by an older policy version than the backend's, and drawn again
+        self._restart_lock = threading.Lock()  # a broadcast (trainer thread) and generate() may both restart
 
     @property
     def weights_version(self) -> int:
@@ -78,11 +83,17 @@ class RayRolloutBackend:
         if self._cancelled:
             raise GenerationCancelled("generate() was cancelled")
         results: list[RequestOutput | None] = [None] * len(prompts)
+        floor = self._version  # newer weights may arrive during the call (in flight), never older ones
         stats = []
-        pending = {}
+        pending, pending_actor = {}, {}
+
+        def submit(slot: int, idx: range) -> None:
+            actor = self.actors[slot]
+            ref = actor.generate.remote([prompts[i] for i in idx], [params[i] for i in idx], self._tags)
+            pending[ref], pending_actor[ref] = (slot, idx), actor
         for slot, idx in enumerate(self._chunks(len(prompts))):
             if len(idx):
-                pending[self._submit(slot, idx, prompts, params)] = (slot, idx)
+                submit(slot, idx)
         while pending:  # step 2: gather as actors finish; a dead actor's prompts go to its replacement
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
             if self._cancelled:
@@ -92,15 +103,17 @@ class RayRolloutBackend:
                 try:
                     outs, st, version = ray.get(ref)
                 except ray.exceptions.RayActorError as e:
-                    self._restart(slot, e)
-                    pending[self._submit(slot, idx, prompts, params)] = (slot, idx)
+                    self._restart(slot, e, pending_actor[ref])
+                    submit(slot, idx)
                     continue
                 except ray.exceptions.RayTaskError as e:
                     raise e.as_instanceof_cause() from None  # e.g. a bad prompt: the engine's own error
-                if version != self.weights_version:  # a group is never split across versions: draw it again
+                version = min((c.oldest_version for o in outs for c in o.outputs if c.weight_versions),
+                              default=version)
+                if version < floor:  # sampled by weights older than the call's: draw these groups again
                     self._dropped += len(idx)
                     self._resync(slot, version)
-                    pending[self._submit(slot, idx, prompts, params)] = (slot, idx)
+                    submit(slot, idx)
                     continue
                 for i, out in zip(idx, outs):
                     out.request_id = i  # the actor numbered its own prompts from 0
@@ -118,11 +131,14 @@ class RayRolloutBackend:
                                "update_weights")
         ray.get(self.actors[slot].update_weights.remote(*self._weights))
 
-    def _submit(self, slot: int, idx: range, prompts, params):
-        return self.actors[slot].generate.remote([prompts[i] for i in idx], [params[i] for i in idx], self._tags)
+    def _restart(self, slot: int, error: Exception, dead) -> None:
+        """A fresh actor in `slot` instead of `dead`, with the current weights; one that dies while loading
+        them counts too. Nothing to do when another thread replaced `dead` already."""
+        with self._restart_lock:
+            if self.actors[slot] is dead:
+                self._replace(slot, error)
 
-    def _restart(self, slot: int, error: Exception) -> None:
-        """A fresh actor in `slot` with the current weights; one that dies while loading them counts too."""
+    def _replace(self, slot: int, error: Exception) -> None:
         import ray
         while True:
             self.restarts[slot] += 1
@@ -133,11 +149,13 @@ class RayRolloutBackend:
                                   "from its last checkpoint (resume=RUN_DIR)")
             ray.kill(self.actors[slot], no_restart=True)
             self.actors[slot] = actor = self._make(slot)
-            loads = [actor.set_version.remote(self._version)]
-            loads += [actor.update_weights.remote(*self._weights)] if self._weights is not None else []
-            loads += [actor.update_drafter.remote(*self._drafter)] if self._drafter is not None else []
+            # one call at a time: the actor is threaded, and a version tag must not overtake its weights
+            loads = [(actor.update_weights, self._weights) if self._weights is not None else
+                     (actor.set_version, (self._version,))]
+            loads += [(actor.update_drafter, self._drafter)] if self._drafter is not None else []
             try:
-                ray.get(loads)
+                for method, args in loads:
+                    ray.get(method.remote(*args))
                 return
             except ray.exceptions.RayActorError as e:
                 error = e
@@ -146,11 +164,12 @@ class RayRolloutBackend:
         """Every actor loads the weights behind `ref` (a dead one is restarted, and loads them then)."""
         import ray
         t0 = time.perf_counter()
-        for slot, done in enumerate([getattr(a, method).remote(*ref) for a in self.actors]):
+        actors = list(self.actors)
+        for slot, done in enumerate([getattr(a, method).remote(*ref) for a in actors]):
             try:
                 ray.get(done)
             except ray.exceptions.RayActorError as e:
-                self._restart(slot, e)
+                self._restart(slot, e, actors[slot])
         self._transfer_s = time.perf_counter() - t0
 
     @staticmethod
@@ -215,7 +234,7 @@ def ray_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None
     connect(rc)
     pg, _ = placement_groups(rc)
     offset = bundle_offset(rc, "rollout")
-    cls = remote_class(RolloutActor, num_cpus=rc.rollout_cpus, num_gpus=rc.rollout_gpus, max_concurrency=2)
+    cls = remote_class(RolloutActor, num_cpus=rc.rollout_cpus, num_gpus=rc.rollout_gpus, max_concurrency=4)
     threads = max(1, int(rc.rollout_cpus))
 
     def make(slot: int):
