@@ -108,8 +108,10 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype="floa
         state.pop("lm_head.weight", None)
     with torch.device("meta"):
         model = CausalLM(cfg)
-    model = model.to_empty(device=device)
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    model = model.to_empty(device=device)  # uninitialised: costs no resident memory until written
+    # assign: the parameters become the loaded tensors (no copy), so loading peaks at one copy of the weights
+    missing, unexpected = model.load_state_dict({k: v.to(device) for k, v in state.items()}, strict=False,
+                                                assign=True)
     missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
     if missing or unexpected:
         raise ModelFileError(f"checkpoint {str(path)!r} does not match its config: missing {missing[:5]}, "
