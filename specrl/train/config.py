@@ -129,9 +129,11 @@ class OptimConfig:
     min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
     micro_batch_size: int = 32  # rows per forward/backward; gradients accumulate over a step's micro-batches
-    # also cap a micro-batch's padded tokens (rows x longest row); 0: rows only. Activation memory grows with
-    # tokens x (layers x hidden + vocab): ~1.9 MB a token for a 135M model with a 49k vocabulary in fp32
-    micro_batch_tokens: int = 0
+    # also cap a micro-batch's padded tokens (rows x longest row); 0: rows only; null: what `activation_memory`
+    # holds by the estimate in trainer.activation_bytes_per_token (~1.9 MB a token for a 135M model with a 49k
+    # vocabulary in fp32, 0.2 MB for the embedded policy, whose default micro-batches it leaves whole)
+    micro_batch_tokens: int | None = None
+    activation_memory: int | str = "2GiB"
     # recompute each decoder layer in the backward instead of storing its activations (torch.utils.checkpoint)
     activation_checkpointing: bool = False
     # forward/backward under bf16 autocast (CPU or GPU); weights and optimizer state stay in the top-level dtype
@@ -142,8 +144,14 @@ class OptimConfig:
         require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, ">= 0")
         require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "in [0, 1]")
         require(self.micro_batch_size >= 1, "micro_batch_size", self.micro_batch_size, ">= 1")
-        require(self.micro_batch_tokens >= 0, "micro_batch_tokens", self.micro_batch_tokens, ">= 0",
-                "0 caps micro-batches by rows only")
+        require(self.micro_batch_tokens is None or self.micro_batch_tokens >= 0, "micro_batch_tokens",
+                self.micro_batch_tokens, ">= 0 or null", "0 caps micro-batches by rows only; null sizes them from "
+                "activation_memory")
+        try:
+            ok = parse_bytes(self.activation_memory) > 0
+        except ValueError:
+            ok = False
+        require(ok, "activation_memory", self.activation_memory, "a positive size such as 2GiB or 2147483648")
 
 
 @dataclass

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..engine.memory import parse_bytes
 from ..model import CausalLM
 from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty, token_logprobs,
                   truncated_importance_ratio)
@@ -63,6 +64,16 @@ def collate(prompts: list[list[int]], responses: list[list[int]], logprobs: list
     return TrainBatch(input_ids, targets, mask, gen_logp, advantages.float(), torch.tensor(lengths))
 
 
+def activation_bytes_per_token(cfg, checkpointing: bool = False) -> int:
+    """A rough fp32 estimate of what one token of a micro-batch keeps for the backward pass: per decoder layer
+    ~8 hidden-sized tensors (norms, q/k/v/o, residual) and 4 MLP-sized ones (gate, up, act, product), and
+    ~3 vocabulary-sized rows (logits, log-softmax, its gradient). With activation checkpointing a layer keeps
+    only its input, and one layer's worth is live again during its recomputation."""
+    layer = 8 * cfg.hidden_size + 4 * cfg.intermediate_size
+    layers = cfg.num_layers * cfg.hidden_size + layer if checkpointing else cfg.num_layers * layer
+    return 4 * (layers + 3 * cfg.vocab_size)
+
+
 class PolicyTrainer:
     def __init__(self, model: CausalLM, algo: AlgorithmConfig, optim: OptimConfig, total_steps: int,
                  temperature: float, norm_len: int):
@@ -71,6 +82,10 @@ class PolicyTrainer:
         self.temperature, self.norm_len = temperature, norm_len
         self.policy_loss = POLICY_LOSSES.get(algo.policy_loss)  # "clipped": PPO/GRPO with DAPO clip-higher
         model.checkpoint_layers = optim.activation_checkpointing
+        self.token_cap = optim.micro_batch_tokens
+        if self.token_cap is None:  # sized from the activation budget
+            per_token = activation_bytes_per_token(model.config, optim.activation_checkpointing)
+            self.token_cap = max(1, parse_bytes(optim.activation_memory) // per_token)
         self.optimizer = build_optimizer(model, optim.lr, optim.weight_decay, tuple(optim.betas))
         self.scheduler = warmup_cosine_scheduler(self.optimizer, optim.warmup_steps,
                                                  total_steps * algo.updates_per_step, optim.min_lr_ratio)
@@ -95,7 +110,7 @@ class PolicyTrainer:
         """Rows sorted by length so that each micro-batch pads little; at most micro_batch_size rows, and,
         with micro_batch_tokens, at most that many padded tokens (rows x the longest row), one row at least."""
         idx = idx[torch.argsort(lengths[idx], stable=True)]
-        cap_rows, cap_tokens = self.optim_cfg.micro_batch_size, self.optim_cfg.micro_batch_tokens
+        cap_rows, cap_tokens = self.optim_cfg.micro_batch_size, self.token_cap
         if not cap_tokens:
             return list(idx.split(cap_rows))
         out, start = [], 0

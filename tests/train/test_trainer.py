@@ -174,3 +174,18 @@ def test_token_capped_micro_batches_and_activation_checkpointing_give_the_same_u
     assert ma["grad_norm"] == pytest.approx(mb["grad_norm"], rel=1e-5)
     for (name, a), b in zip(plain.named_parameters(), capped.parameters()):  # the gradients the update used
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name
+
+
+def test_micro_batch_tokens_default_comes_from_the_activation_budget():
+    from specrl.train.trainer import activation_bytes_per_token
+    model = tiny_model(seed=2)
+    per_token = activation_bytes_per_token(model.config)
+    assert activation_bytes_per_token(model.config, checkpointing=True) < per_token
+    t = PolicyTrainer(model, AlgorithmConfig(), OptimConfig(activation_memory=40 * per_token), total_steps=1,
+                      temperature=1.0, norm_len=8)
+    assert t.token_cap == 40
+    batch = _rollouts(model)
+    for mb in t.micro_batches(torch.arange(batch.num_rows), batch.lengths):
+        assert len(mb) == 1 or len(mb) * int(batch.lengths[mb].max()) <= 40
+    with pytest.raises(ConfigError, match="activation_memory"):
+        OptimConfig(activation_memory="lots").validate()
