@@ -1,5 +1,7 @@
-"""Cost of online drafter training on the embedded policy: the capture's overhead on the policy trainer's
-step (same process, interleaved, process CPU time and wall clock), and the drafter step's own cost.
+"""Cost of online drafter training on the embedded policy.
+
+Default part: the capture's overhead on the policy trainer's step (same process, interleaved, process CPU
+time and wall clock), and the drafter step's own cost.
 
 Rollouts: 16 training-split prompts x n=4 from the embedded policy (SD off, temperature 1). For each
 method the policy trainer step runs with and without `capture_layers` on copies of the same policy
@@ -7,6 +9,15 @@ method the policy trainer step runs with and without `capture_layers` on copies 
 micro-batches. Prints one JSON line per method.
 
     python benchmarks/online_drafter_cost.py [--repeats 3] [--prompts 16]
+
+`--schedules OUT`: the cost of each `rollout.drafter.schedule` on the RL step. `specrl train` runs of the
+embedded task with online EAGLE-3 (shipped head), all started at once (one torch thread each, async 1+1)
+so that they share the machine's load: a frozen head in the sync and in the async pipeline, after_step,
+long_tail, beside_trainer, and after_step with `token_fraction=1` (every loss position unrolled). Prints
+one JSON line per run (mean step and drafter time over steps 2..N) with its step time over its frozen
+baseline (same pipeline mode), and writes OUT/schedules.jsonl.
+
+    python benchmarks/online_drafter_cost.py --schedules runs/sched --steps 6 [key=value ...]
 """
 from __future__ import annotations
 
@@ -27,6 +38,47 @@ def timed(fn):
     return time.process_time() - c0, time.perf_counter() - w0
 
 
+SCHEDULE_RUNS = {  # name: (overrides, the frozen run it is compared with)
+    "frozen": ([], "frozen"),
+    "after_step": (["rollout.drafter.online=true", "rollout.drafter.schedule=after_step"], "frozen"),
+    "after_step_all_tokens": (["rollout.drafter.online=true", "rollout.drafter.schedule=after_step",
+                               "rollout.drafter.token_fraction=1.0"], "frozen"),
+    "long_tail": (["rollout.drafter.online=true", "rollout.drafter.schedule=long_tail"], "frozen"),
+    "frozen_async": (["pipeline.mode=async"], "frozen_async"),
+    "beside_trainer": (["rollout.drafter.online=true", "rollout.drafter.schedule=beside_trainer",
+                        "pipeline.mode=async"], "frozen_async"),
+}
+ASYNC_THREADS = ["pipeline.rollout_threads=1", "pipeline.train_threads=1"]
+
+
+def schedules(out: Path, steps: int, extra: list[str]) -> None:
+    import subprocess
+
+    from specrl.pipeline.run_dir import read_jsonl
+    base = ["rollout.spec.method=eagle3", "rollout.prompts_per_step=8", "rollout.n=8", f"schedule.max_steps={steps}",
+            "schedule.eval_every=0", "data.eval_size=20", "num_threads=1", "tensorboard=false", "plots=false",
+            "progress=false", *extra]
+    procs = {}
+    for name, (args, _) in SCHEDULE_RUNS.items():
+        threads = ASYNC_THREADS if "pipeline.mode=async" in args else []
+        cmd = [sys.executable, "-m", "specrl", "train", *base, *args, *threads, f"out_dir={out / name}"]
+        procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    for name, p in procs.items():
+        if p.wait() != 0:
+            raise SystemExit(f"run {name} failed (exit {p.returncode}): rerun it alone to see why")
+    rows = {name: read_jsonl(out / name / "metrics.jsonl")[1:] for name in SCHEDULE_RUNS}  # step 1: warm-up
+    mean = lambda name, key: statistics.fmean(r.get(key, 0.0) for r in rows[name])  # noqa: E731
+    with open(out / "schedules.jsonl", "w") as f:
+        for name, (_, ref) in SCHEDULE_RUNS.items():
+            line = {"run": name, "steps_measured": len(rows[name]), "step_s": round(mean(name, "step_s"), 2),
+                    "drafter_train_s": round(mean(name, "drafter_train_s"), 2),
+                    "acceptance_length": round(mean(name, "acceptance_length"), 3), "baseline": ref,
+                    "step_over_baseline": round(mean(name, "step_s") / mean(ref, "step_s"), 3),
+                    "step_over_frozen_sync": round(mean(name, "step_s") / mean("frozen", "step_s"), 3)}
+            print(json.dumps(line))
+            f.write(json.dumps(line) + "\n")
+
+
 def main() -> None:
     import torch
 
@@ -41,7 +93,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--schedules", metavar="OUT", help="measure each schedule's cost on the RL step instead")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
+    if args.schedules:
+        return schedules(Path(args.schedules), args.steps, args.overrides)
     torch.set_num_threads(1)
     policy = load_model(default_policy_path())
     outs = LLM(policy, max_num_seqs=64).generate(default_prompts(args.prompts),
