@@ -13,9 +13,11 @@ micro-batches. Prints one JSON line per method.
 `--schedules OUT`: the cost of each `rollout.drafter.schedule` on the RL step. `specrl train` runs of the
 embedded task with online EAGLE-3 (shipped head), all started at once (one torch thread each, async 1+1)
 so that they share the machine's load: a frozen head in the sync and in the async pipeline, after_step,
-long_tail, beside_trainer, and after_step with `token_fraction=1` (every loss position unrolled). Prints
+long_tail, beside_trainer, and after_step with `sample_fraction=1` (every trajectory). Prints
 one JSON line per run (mean step and drafter time over steps 2..N) with its step time over its frozen
-baseline (same pipeline mode), and writes OUT/schedules.jsonl.
+baseline (same pipeline mode), and the whole run's CPU seconds over the baseline's (the added work, which
+the machine's other load does not change; it includes loading and two short evaluations, so it
+understates the drafter's share of a step a little), and writes OUT/schedules.jsonl.
 
     python benchmarks/online_drafter_cost.py --schedules runs/sched --steps 6 [key=value ...]
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import statistics
 import sys
 import time
@@ -41,8 +44,8 @@ def timed(fn):
 SCHEDULE_RUNS = {  # name: (overrides, the frozen run it is compared with)
     "frozen": ([], "frozen"),
     "after_step": (["rollout.drafter.online=true", "rollout.drafter.schedule=after_step"], "frozen"),
-    "after_step_all_tokens": (["rollout.drafter.online=true", "rollout.drafter.schedule=after_step",
-                               "rollout.drafter.token_fraction=1.0"], "frozen"),
+    "after_step_all_rows": (["rollout.drafter.online=true", "rollout.drafter.schedule=after_step",
+                               "rollout.drafter.sample_fraction=1.0"], "frozen"),
     "long_tail": (["rollout.drafter.online=true", "rollout.drafter.schedule=long_tail"], "frozen"),
     "frozen_async": (["pipeline.mode=async"], "frozen_async"),
     "beside_trainer": (["rollout.drafter.online=true", "rollout.drafter.schedule=beside_trainer",
@@ -63,9 +66,12 @@ def schedules(out: Path, steps: int, extra: list[str]) -> None:
         threads = ASYNC_THREADS if "pipeline.mode=async" in args else []
         cmd = [sys.executable, "-m", "specrl", "train", *base, *args, *threads, f"out_dir={out / name}"]
         procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    cpu = {}
     for name, p in procs.items():
-        if p.wait() != 0:
-            raise SystemExit(f"run {name} failed (exit {p.returncode}): rerun it alone to see why")
+        _, status, usage = os.wait4(p.pid, 0)  # the run's own CPU seconds (all its threads): load-independent
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"run {name} failed (exit {os.waitstatus_to_exitcode(status)}): rerun it alone")
+        cpu[name] = usage.ru_utime + usage.ru_stime
     rows = {name: read_jsonl(out / name / "metrics.jsonl")[1:] for name in SCHEDULE_RUNS}  # step 1: warm-up
     mean = lambda name, key: statistics.fmean(r.get(key, 0.0) for r in rows[name])  # noqa: E731
     with open(out / "schedules.jsonl", "w") as f:
@@ -74,7 +80,8 @@ def schedules(out: Path, steps: int, extra: list[str]) -> None:
                     "drafter_train_s": round(mean(name, "drafter_train_s"), 2),
                     "acceptance_length": round(mean(name, "acceptance_length"), 3), "baseline": ref,
                     "step_over_baseline": round(mean(name, "step_s") / mean(ref, "step_s"), 3),
-                    "step_over_frozen_sync": round(mean(name, "step_s") / mean("frozen", "step_s"), 3)}
+                    "step_over_frozen_sync": round(mean(name, "step_s") / mean("frozen", "step_s"), 3),
+                    "run_cpu_s": round(cpu[name], 1), "cpu_over_baseline": round(cpu[name] / cpu[ref], 3)}
             print(json.dumps(line))
             f.write(json.dumps(line) + "\n")
 

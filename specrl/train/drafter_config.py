@@ -30,9 +30,9 @@ class DrafterConfig:
     reward_weighting: bool = False  # ReSpec: trajectories weighted by w(r), normalised and clipped
     updates_per_step: int = 1
     ttt_steps: int = 3  # EAGLE-3 training-time-test unroll
-    # EAGLE-3: share of the response positions unrolled per update (0.25: the update costs ~1/3 of a full
-    # one here; the n samples of a prompt are near duplicates, so a sample of their positions loses little)
-    token_fraction: float = 0.25
+    # share of each micro-batch's trajectories an update trains on, drawn anew each update: the n samples
+    # of a prompt are near duplicates at a low-entropy policy, so 0.25 loses little at a quarter of the cost
+    sample_fraction: float = 0.25
     # health alarm: acceptance below half of its recent average, or an engine drafter older than allowed
     alarm_window: int = 5
     alarm_max_lag: int = 1
@@ -45,5 +45,5 @@ class DrafterConfig:
                 self.kl_coef, ">= 0, with accept_coef >= 0 and not both 0")
         for key in ("updates_per_step", "ttt_steps", "alarm_window"):
             require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
-        require(0 < self.token_fraction <= 1, "token_fraction", self.token_fraction, "in (0, 1]")
+        require(0 < self.sample_fraction <= 1, "sample_fraction", self.sample_fraction, "in (0, 1]")
         require(self.alarm_max_lag >= 0, "alarm_max_lag", self.alarm_max_lag, ">= 0")

@@ -50,16 +50,14 @@ class OnlineDrafterConfig:
     reward_weighting: bool = False  # ReSpec: weight trajectories by w(r), normalised and clipped
     reward_w_max: float = 2.0
     ttt_steps: int = 3  # EAGLE-3 training-time-test unroll
-    # EAGLE-3: share of the response positions whose TTT chains are unrolled (sampled per update); the
-    # step-0 keys still cover every position. 1.0 unrolls every position that has a loss.
-    token_fraction: float = 1.0
+    sample_fraction: float = 1.0  # share of each micro-batch's trajectories an update trains on (drawn anew)
     unroll_decay: float = 0.8  # weight decay^j of unroll step j (EAGLE-3 TTT steps, MTP depths)
     mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
     seed: int = 0
 
     def __post_init__(self):
-        if not 0 < self.token_fraction <= 1:
-            raise ValueError(f"OnlineDrafterConfig token_fraction={self.token_fraction}: expected in (0, 1]")
+        if not 0 < self.sample_fraction <= 1:
+            raise ValueError(f"OnlineDrafterConfig sample_fraction={self.sample_fraction}: expected in (0, 1]")
         if self.lr <= 0 or self.temperature <= 0:
             raise ValueError(f"OnlineDrafterConfig lr={self.lr}, temperature={self.temperature}: expected > 0 "
                              "(temperature 0 rollouts: train at 1.0)")
@@ -196,13 +194,12 @@ class OnlineDrafterTrainer:
         return {**{k: v / len(chunks) for k, v in sums.items()}, "drafter_version": self.version}
 
     def _update(self, batches: list[DrafterBatch], weights: Tensor | None, sums: dict) -> None:
-        picks = [self.pick(mb) for mb in batches]
-        denom = sum(mb.num_tokens if q is None else float((take(shift_left(mb.mask, 1), q.index) * q.valid).sum())
-                    for mb, q in zip(batches, picks)) or 1.0
+        batches = [self.sample(mb) for mb in batches]
+        denom = sum(b.num_tokens for b in batches) or 1.0
         self.optimizer.zero_grad(set_to_none=True)
-        for mb, q in zip(batches, picks):
+        for mb in batches:
             row_w = weights[mb.rows].to(mb.mask.device) if weights is not None else None  # [b]
-            loss, kl, mass = self.loss(mb, row_w, denom, q)
+            loss, kl, mass = self.loss(mb, row_w, denom)
             loss.backward()
             sums["drafter_loss"] += float(loss.detach())
             sums["drafter_kl"] += kl
@@ -210,16 +207,24 @@ class OnlineDrafterTrainer:
         sums["drafter_grad_norm"] += clip_grad(self.module, self.cfg.grad_clip)
         self.optimizer.step()
 
-    def pick(self, mb: DrafterBatch) -> Queries | None:
-        """EAGLE-3: the indices whose TTT chains are unrolled, those where some unroll step has a loss (a
-        `token_fraction` sample of them); None for the other methods (they run every index)."""
-        if self.method != "eagle3":
-            return None
-        steps = self.cfg.ttt_steps
-        cand = sum(shift_left(mb.mask, 1 + j) for j in range(steps)) > 0  # [b, T] step j reads mask[t+1+j]
-        if self.cfg.token_fraction < 1:
-            u = torch.rand(cand.shape, generator=self.gen).to(cand.device)  # [b, T]
-            cand = cand & (u < self.cfg.token_fraction)
+    def sample(self, mb: DrafterBatch) -> DrafterBatch:
+        """A `sample_fraction` share of the micro-batch's rows (at least one), cut to their longest sequence.
+        The n samples of a prompt are near duplicates at a low-entropy policy, so a share of them teaches
+        almost as much as all of them, at that share of the cost."""
+        b = mb.input_ids.shape[0]
+        if self.cfg.sample_fraction >= 1:
+            return mb
+        keep = torch.randperm(b, generator=self.gen)[:max(1, round(b * self.cfg.sample_fraction))].sort().values
+        mask = mb.mask[keep.to(mb.mask.device)]  # [k, T]
+        cols = mask.any(0).nonzero()  # past the last loss index every column is padding (causal attention)
+        T = int(cols.max()) + 1 if len(cols) else 1
+        keep = keep.to(mb.input_ids.device)
+        return DrafterBatch(mb.input_ids[keep, :T], mask[:, :T], mb.logits[keep, :T],
+                            {i: h[keep, :T] for i, h in mb.hidden.items()}, mb.rows[keep.to(mb.rows.device)])
+
+    def loss_queries(self, mb: DrafterBatch) -> Queries:
+        """EAGLE-3: the indices whose TTT chains are unrolled, those where some unroll step takes a loss."""
+        cand = sum(shift_left(mb.mask, 1 + j) for j in range(self.cfg.ttt_steps)) > 0  # [b, T] step j: mask[t+1+j]
         return queries(cand)
 
     def loss(self, mb: DrafterBatch, row_w: Tensor | None, denom: float,
@@ -247,7 +252,7 @@ class OnlineDrafterTrainer:
             features = torch.cat([mb.hidden[i].float() for i in layers], dim=-1)  # [b, T, 3D]
             B, T = mb.input_ids.shape
             positions = torch.arange(T, device=mb.input_ids.device).expand(B, T)  # [b, T]
-            q = q if q is not None else queries(torch.ones_like(mb.mask, dtype=torch.bool))
+            q = q if q is not None else self.loss_queries(mb)
             steps = ttt_unroll(self.module, self.view, features, mb.input_ids, positions, self.cfg.ttt_steps, q.index)
             # step j at index t predicts token t+2+j: the policy's distribution at index t+1+j
             return [(self.cfg.unroll_decay ** j, logits, take(shift_left(mb.logits, 1 + j), q.index),

@@ -76,8 +76,8 @@ def test_drafter_learns_the_policy_and_swaps_into_the_engine(method):
 def test_resume_is_bitwise_exact(method):
     model, captured, batch = _captured(method)
     rewards = torch.linspace(0, 1, batch.num_rows)
-    # the micro-batch shuffle and the token sample are part of the state
-    cfg = dict(updates_per_step=2, reward_weighting=True, token_fraction=0.5 if method == "eagle3" else 1.0)
+    # the micro-batch shuffle and the row sample are part of the state
+    cfg = dict(updates_per_step=2, reward_weighting=True, sample_fraction=0.5)
     straight = _fresh(method, model, **cfg)
     for _ in range(3):
         straight.step(captured, rewards)
@@ -105,7 +105,7 @@ def test_eagle3_unrolls_only_where_a_loss_is_taken_with_the_same_loss_and_gradie
     model, captured, _ = _captured("eagle3")
     online = _fresh("eagle3", model)
     mb = captured[0]
-    picked = online.pick(mb)
+    picked = online.loss_queries(mb)
     # the loss positions are the response indices, a strict subset of the padded [b, T] grid
     assert picked.index.shape[1] < mb.mask.shape[1]
     everywhere = queries(torch.ones_like(mb.mask, dtype=torch.bool))
@@ -116,17 +116,19 @@ def test_eagle3_unrolls_only_where_a_loss_is_taken_with_the_same_loss_and_gradie
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-7)
 
 
-def test_token_fraction_unrolls_a_sample_of_the_loss_positions():
-    model, captured, _ = _captured("eagle3")
-    mb = captured[0]
-    full = _fresh("eagle3", model).pick(mb)
-    half = _fresh("eagle3", model, token_fraction=0.5).pick(mb)
-    n_full, n_half = int(full.valid.sum()), int(half.valid.sum())
-    assert 0.25 * n_full < n_half < 0.75 * n_full
-    kept = {(b, int(t)) for b in range(len(half.index)) for t, v in zip(half.index[b], half.valid[b]) if v}
-    assert kept <= {(b, int(t)) for b in range(len(full.index)) for t, v in zip(full.index[b], full.valid[b]) if v}
-    metrics = _fresh("eagle3", model, token_fraction=0.5).step(captured)
-    assert metrics["drafter_loss"] > 0
+@pytest.mark.parametrize("method", METHODS)
+def test_sample_fraction_trains_on_a_share_of_the_rows(method):
+    model, captured, _ = _captured(method)
+    mb = captured[0]  # 4 rows
+    online = _fresh(method, model, sample_fraction=0.5)
+    half = online.sample(mb)
+    T = half.input_ids.shape[1]
+    rows = [mb.rows.tolist().index(r) for r in half.rows.tolist()]  # the kept trajectories, in order
+    assert len(rows) == 2 and rows == sorted(rows)
+    assert torch.equal(half.input_ids, mb.input_ids[rows, :T]) and torch.equal(half.mask, mb.mask[rows, :T])
+    assert mb.mask[rows, T:].sum() == 0  # cut only padding: every loss position of the kept rows stays
+    assert len({tuple(online.sample(mb).rows.tolist()) for _ in range(8)}) > 1  # drawn anew each update
+    assert online.step(captured)["drafter_loss"] > 0
 
 
 def test_equal_rewards_weigh_like_no_rewards():
@@ -163,8 +165,8 @@ def test_config_validates_itself():
         OnlineDrafterConfig(kl_coef=0.0)
     with pytest.raises(ValueError, match="temperature=0"):
         OnlineDrafterConfig(temperature=0)
-    with pytest.raises(ValueError, match="token_fraction=0"):
-        OnlineDrafterConfig(token_fraction=0)
+    with pytest.raises(ValueError, match="sample_fraction=0"):
+        OnlineDrafterConfig(sample_fraction=0)
 
 
 def test_from_spec_loads_a_trained_head(tmp_path):
