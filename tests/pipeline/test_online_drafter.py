@@ -44,7 +44,8 @@ def test_online_drafter_versions_reach_the_engine_and_resume_is_exact(setup, tmp
     # rollout's tail, so the engine holds the version of the step before
     lag = 0 if schedule == "after_step" else 1
     assert not any(r["drafter_alarm"] for r in rows)
-    assert all(r["drafter_loss"] >= 0 for r in rows[lag:])
+    # a KL, so >= 0 up to float round-off (step 1 trains a drafter that starts as the policy: KL ~ 0)
+    assert all(r["drafter_loss"] > -1e-6 for r in rows[lag:]), [r["drafter_loss"] for r in rows]
     assert rows[-1]["drafter_loss"] > 0  # the policy moved away from the drafter it started as
     assert [r["drafter_version"] for r in rows] == [s - lag for s in (1, 2, 3, 4)]
     out = tmp_path / "resumed"
