@@ -9,15 +9,16 @@
     online.save_drafter(ckpt / "drafter")         # the method's own layout: SpecConfig(draft_model=...), export
 
 One `step` = `updates_per_step` AdamW steps on the trainer's own fp32 copy of the drafter, over the step's
-micro-batches (shuffled by the trainer's own generator, so that `state_dict` + `load_state_dict` resume
-exactly). Each step increments `version`. The policy is read, never trained: its embeddings and lm_head
+micro-batches, each cut to a `sample_fraction` share of its rows (shuffled and sampled by the trainer's own
+generator, so that `state_dict` + `load_state_dict` resume exactly). Each step increments `version`. The policy is read, never trained: its embeddings and lm_head
 (which EAGLE-3 and MTP share) enter through a detached view.
 
 Loss per response position (drafter_losses.py), temperature-scaled as rollouts sample:
     kl_coef * KL(p || q)  +  accept_coef * (1 - sum_x min(p, q))
 with p the policy's captured distribution and q the drafter's; per-trajectory ReSpec weights w(r) when
 `reward_weighting` and rewards are given. EAGLE-3 unrolls `ttt_steps` of training-time test (step j
-weighs unroll_decay^j, train_eagle3.ttt_unroll); MTP trains depths 1..mtp_depths (unroll_decay^(d-1), normalised),
+weighs unroll_decay^j, train_eagle3.ttt_unroll), only at the indices where some step takes a loss (the
+response; the prompt enters as step-0 keys); MTP trains depths 1..mtp_depths (unroll_decay^(d-1), normalised),
 each against the policy's distribution at its own offset; the draft model reads only the tokens.
 """
 from __future__ import annotations
