@@ -50,7 +50,7 @@ class LocalLearner:
         if d.online:
             online = OnlineDrafterConfig(lr=d.lr, updates_per_step=d.updates_per_step, temperature=cfg.rollout.temperature,
                                          kl_coef=d.kl_coef, accept_coef=d.accept_coef, reward_weighting=d.reward_weighting,
-                                         ttt_steps=d.ttt_steps, seed=cfg.seed)
+                                         ttt_steps=d.ttt_steps, sample_fraction=d.sample_fraction, seed=cfg.seed)
             drafter = OnlineDrafterTrainer.from_spec(cfg.rollout.spec, policy, online)
         return cls(policy, trainer, version, tokenizer_dir or model_dir, drafter, d.schedule == "long_tail")
 

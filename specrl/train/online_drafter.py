@@ -9,21 +9,23 @@
     online.save_drafter(ckpt / "drafter")         # the method's own layout: SpecConfig(draft_model=...), export
 
 One `step` = `updates_per_step` AdamW steps on the trainer's own fp32 copy of the drafter, over the step's
-micro-batches (shuffled by the trainer's own generator, so that `state_dict` + `load_state_dict` resume
-exactly). Each step increments `version`. The policy is read, never trained: its embeddings and lm_head
+micro-batches, each cut to a `sample_fraction` share of its rows (shuffled and sampled by the trainer's own
+generator, so that `state_dict` + `load_state_dict` resume exactly). Each step increments `version`. The policy is read, never trained: its embeddings and lm_head
 (which EAGLE-3 and MTP share) enter through a detached view.
 
 Loss per response position (drafter_losses.py), temperature-scaled as rollouts sample:
     kl_coef * KL(p || q)  +  accept_coef * (1 - sum_x min(p, q))
 with p the policy's captured distribution and q the drafter's; per-trajectory ReSpec weights w(r) when
 `reward_weighting` and rewards are given. EAGLE-3 unrolls `ttt_steps` of training-time test (step j
-weighs unroll_decay^j, train_eagle3.ttt_unroll); MTP trains depths 1..mtp_depths (unroll_decay^(d-1), normalised),
+weighs unroll_decay^j, train_eagle3.ttt_unroll), only at the indices where some step takes a loss (the
+response; the prompt enters as step-0 keys); MTP trains depths 1..mtp_depths (unroll_decay^(d-1), normalised),
 each against the policy's distribution at its own offset; the draft model reads only the tokens.
 """
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +36,7 @@ from ..spec.scratch import SCRATCH, model_method, scratch_module
 from .drafter_capture import LAST, DrafterBatch
 from .drafter_losses import accepted_mass, forward_kl, restrict_to, reward_weights, weighted_token_mean
 from .optim import build_optimizer, clip_grad
-from .train_eagle3 import shift_left, ttt_unroll
+from .train_eagle3 import shift_left, take, ttt_unroll
 
 
 @dataclass
@@ -49,11 +51,14 @@ class OnlineDrafterConfig:
     reward_weighting: bool = False  # ReSpec: weight trajectories by w(r), normalised and clipped
     reward_w_max: float = 2.0
     ttt_steps: int = 3  # EAGLE-3 training-time-test unroll
+    sample_fraction: float = 1.0  # share of each micro-batch's trajectories an update trains on (drawn anew)
     unroll_decay: float = 0.8  # weight decay^j of unroll step j (EAGLE-3 TTT steps, MTP depths)
     mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
     seed: int = 0
 
     def __post_init__(self):
+        if not 0 < self.sample_fraction <= 1:
+            raise ValueError(f"OnlineDrafterConfig sample_fraction={self.sample_fraction}: expected in (0, 1]")
         if self.lr <= 0 or self.temperature <= 0:
             raise ValueError(f"OnlineDrafterConfig lr={self.lr}, temperature={self.temperature}: expected > 0 "
                              "(temperature 0 rollouts: train at 1.0)")
@@ -63,6 +68,21 @@ class OnlineDrafterConfig:
                              f"{self.unroll_decay}: expected in (0, 1]")
         if self.kl_coef < 0 or self.accept_coef < 0 or self.kl_coef + self.accept_coef == 0:
             raise ValueError(f"kl_coef={self.kl_coef}, accept_coef={self.accept_coef}: expected >= 0, not both 0")
+
+
+class Queries(NamedTuple):
+    index: Tensor  # [b, W] sequence indices, the picked ones first, in order
+    valid: Tensor  # [b, W] float, 0 where a row has fewer than W picked indices (padding)
+
+
+def queries(picked: Tensor) -> Queries:
+    """picked [b, T] bool -> the picked indices of each row, padded to the most any row has."""
+    T = picked.shape[1]
+    ar = torch.arange(T, device=picked.device)
+    order = torch.where(picked, ar, T + ar).argsort(dim=1)  # [b, T] picked first, each group in order
+    W = max(int(picked.sum(1).max()), 1)
+    index = order[:, :W]  # [b, W]
+    return Queries(index, picked.gather(1, index).float())
 
 
 class FrozenView:
@@ -175,6 +195,7 @@ class OnlineDrafterTrainer:
         return {**{k: v / len(chunks) for k, v in sums.items()}, "drafter_version": self.version}
 
     def _update(self, batches: list[DrafterBatch], weights: Tensor | None, sums: dict) -> None:
+        batches = [self.sample(mb) for mb in batches]
         denom = sum(b.num_tokens for b in batches) or 1.0
         self.optimizer.zero_grad(set_to_none=True)
         for mb in batches:
@@ -187,9 +208,30 @@ class OnlineDrafterTrainer:
         sums["drafter_grad_norm"] += clip_grad(self.module, self.cfg.grad_clip)
         self.optimizer.step()
 
-    def loss(self, mb: DrafterBatch, row_w: Tensor | None, denom: float) -> tuple[Tensor, float, float]:
+    def sample(self, mb: DrafterBatch) -> DrafterBatch:
+        """A `sample_fraction` share of the micro-batch's rows (at least one), cut to their longest sequence.
+        The n samples of a prompt are near duplicates at a low-entropy policy, so a share of them teaches
+        almost as much as all of them, at that share of the cost."""
+        b = mb.input_ids.shape[0]
+        if self.cfg.sample_fraction >= 1:
+            return mb
+        keep = torch.randperm(b, generator=self.gen)[:max(1, round(b * self.cfg.sample_fraction))].sort().values
+        mask = mb.mask[keep.to(mb.mask.device)]  # [k, T]
+        cols = mask.any(0).nonzero()  # past the last loss index every column is padding (causal attention)
+        T = int(cols.max()) + 1 if len(cols) else 1
+        keep = keep.to(mb.input_ids.device)
+        return DrafterBatch(mb.input_ids[keep, :T], mask[:, :T], mb.logits[keep, :T],
+                            {i: h[keep, :T] for i, h in mb.hidden.items()}, mb.rows[keep.to(mb.rows.device)])
+
+    def loss_queries(self, mb: DrafterBatch) -> Queries:
+        """EAGLE-3: the indices whose TTT chains are unrolled, those where some unroll step takes a loss."""
+        cand = sum(shift_left(mb.mask, 1 + j) for j in range(self.cfg.ttt_steps)) > 0  # [b, T] step j: mask[t+1+j]
+        return queries(cand)
+
+    def loss(self, mb: DrafterBatch, row_w: Tensor | None, denom: float,
+             q: Queries | None = None) -> tuple[Tensor, float, float]:
         """This micro-batch's share of the update's loss, and its first-draft KL and accepted mass sums."""
-        terms = self.unrolled_logits(mb)  # [(weight, draft logits [b, t, Vd], policy logits [b, t, V], mask [b, t])]
+        terms = self.unrolled_logits(mb, q)  # [(weight, draft logits [b, t, Vd], policy logits [b, t, V], mask [b, t])]
         ids = getattr(self.module, "target_ids", None)
         total, kl0, mass0 = 0.0, 0.0, 0.0
         for i, (w, draft, policy, mask) in enumerate(terms):
@@ -203,7 +245,7 @@ class OnlineDrafterTrainer:
                 mass0 = float(weighted_token_mean(mass.detach(), mask, None, denom))
         return total, kl0, mass0
 
-    def unrolled_logits(self, mb: DrafterBatch) -> list[tuple[float, Tensor, Tensor, Tensor]]:
+    def unrolled_logits(self, mb: DrafterBatch, q: Queries | None = None) -> list[tuple[float, Tensor, Tensor, Tensor]]:
         if self.method == "draft_model":
             return [(1.0, self.module(mb.input_ids).logits, mb.logits, mb.mask)]
         if self.method == "eagle3":
@@ -211,10 +253,11 @@ class OnlineDrafterTrainer:
             features = torch.cat([mb.hidden[i].float() for i in layers], dim=-1)  # [b, T, 3D]
             B, T = mb.input_ids.shape
             positions = torch.arange(T, device=mb.input_ids.device).expand(B, T)  # [b, T]
-            steps = ttt_unroll(self.module, self.view, features, mb.input_ids, positions, self.cfg.ttt_steps)
+            q = q if q is not None else self.loss_queries(mb)
+            steps = ttt_unroll(self.module, self.view, features, mb.input_ids, positions, self.cfg.ttt_steps, q.index)
             # step j at index t predicts token t+2+j: the policy's distribution at index t+1+j
-            return [(self.cfg.unroll_decay ** j, logits, shift_left(mb.logits, 1 + j), shift_left(mb.mask, 1 + j))
-                    for j, logits in enumerate(steps)]
+            return [(self.cfg.unroll_decay ** j, logits, take(shift_left(mb.logits, 1 + j), q.index),
+                     take(shift_left(mb.mask, 1 + j), q.index) * q.valid) for j, logits in enumerate(steps)]
         depths = self.module.unroll(mb.hidden[LAST].float(), mb.input_ids, self.view.embed, self.view.lm_head,
                                     self.cfg.mtp_depths)  # depth d: [b, T-d, V], entry i predicts t_{i+d+1}
         decay = self.cfg.unroll_decay

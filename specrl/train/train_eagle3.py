@@ -47,39 +47,59 @@ def shift_left(x: torch.Tensor, n: int) -> torch.Tensor:
     return torch.cat([x[:, n:], torch.zeros_like(x[:, :n])], dim=1)
 
 
-def ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.Tensor:
-    """q: [B, H, T, d]; keys/values[0]: step-0 entries [B, Hkv, T, d], read causally; keys/values[i>0]: the
-    chain's step-i entries, read only at the query's own index (the diagonal). -> [B, H, T, d]."""
-    B, H, T, d = q.shape
+def ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor],
+                  query_index: torch.Tensor | None = None) -> torch.Tensor:
+    """q: [B, H, W, d] at sequence indices `query_index` [B, W] (None: every index, W = T); keys/values[0]:
+    step-0 entries [B, Hkv, T, d], read causally (indices <= the query's); keys/values[i>0]: the chain's
+    step-i entries [B, Hkv, W, d], read only in the query's own column (the diagonal). -> [B, H, W, d]."""
+    B, H, W, d = q.shape
+    T = keys[0].shape[2]
     rep = H // keys[0].shape[1]
-    ks = [k.repeat_interleave(rep, dim=1) for k in keys]  # [B, H, T, d] each
+    ks = [k.repeat_interleave(rep, dim=1) for k in keys]  # [B, H, T | W, d] each
     vs = [v.repeat_interleave(rep, dim=1) for v in values]
     scale = d ** -0.5
-    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    s0 = (q @ ks[0].transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))  # [B, H, T, T]
-    diag = [(q * k).sum(-1, keepdim=True) * scale for k in ks[1:]]  # [B, H, T, 1] each
-    p = torch.softmax(torch.cat([s0, *diag], dim=-1).float(), dim=-1).to(q.dtype)  # [B, H, T, T+j]
-    out = p[..., :T] @ vs[0]  # [B, H, T, d]
+    if query_index is None:
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()  # [T, T]
+    else:
+        causal = (torch.arange(T, device=q.device) <= query_index[..., None])[:, None]  # [B, 1, W, T]
+    s0 = (q @ ks[0].transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))  # [B, H, W, T]
+    diag = [(q * k).sum(-1, keepdim=True) * scale for k in ks[1:]]  # [B, H, W, 1] each
+    p = torch.softmax(torch.cat([s0, *diag], dim=-1).float(), dim=-1).to(q.dtype)  # [B, H, W, T+j]
+    out = p[..., :T] @ vs[0]  # [B, H, W, d]
     for i, v in enumerate(vs[1:]):
         out = out + p[..., T + i:T + i + 1] * v
     return out
 
 
+def take(x: torch.Tensor, index: torch.Tensor | None, dim: int = 1) -> torch.Tensor:
+    """x [B, ..., T (at dim), ...] at per-row indices index [B, W] -> the same with W at dim (None: x)."""
+    if index is None:
+        return x
+    shape = [index.shape[0]] + [1] * (x.dim() - 1)
+    shape[dim] = index.shape[1]
+    return x.gather(dim, index.view(shape).expand(*x.shape[:dim], index.shape[1], *x.shape[dim + 1:]))
+
+
 def ttt_unroll(head: Eagle3Head, policy, features: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
-               steps: int) -> list[torch.Tensor]:
-    """Logits [B, T, Vd] of each unroll step (Vd: the draft vocabulary, V without one); step j at index t
+               steps: int, query_index: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """Logits [B, W, Vd] of each unroll step (Vd: the draft vocabulary, V without one); step j at index t
     predicts token t+2+j. features: the three target layers' outputs concatenated [B, T, 3D]; ids, positions:
-    [B, T]."""
+    [B, T]; query_index [B, W]: the indices whose chains are unrolled (None: all, W = T). Only the step-0
+    keys and values cover every index (each chain reads its whole prefix); the rest is done at W indices,
+    so unrolling only where a loss is taken costs W/T of the full unroll."""
     h = head.fc(features)  # [B, T, D]
     with torch.no_grad():
         emb = policy.embed(ids)  # [B, T, D]
-    keys, values, logits = [], [], []
+    q, k, v = head.qkv(h, shift_left(emb, 1), positions)  # [B, H | Hkv, T, hd]: step 0 at every index
+    q, h = take(q, query_index, dim=2), take(h, query_index)  # [B, H, W, hd], [B, W, D]
+    keys, values, logits = [k], [v], []
     for j in range(steps):
-        q, k, v = head.qkv(h, shift_left(emb, 1 + j), positions + j)
-        keys.append(k)
-        values.append(v)
-        h = head.finish(h, ttt_attention(q, keys, values))  # [B, T, D] pre-norm, fed to the next step
-        logits.append(head.draft_logits(h, policy))  # [B, T, Vd] (Vd = V without a draft vocabulary)
+        if j > 0:
+            q, k, v = head.qkv(h, take(shift_left(emb, 1 + j), query_index), take(positions, query_index) + j)
+            keys.append(k)
+            values.append(v)
+        h = head.finish(h, ttt_attention(q, keys, values, query_index))  # [B, W, D] pre-norm, fed to the next step
+        logits.append(head.draft_logits(h, policy))  # [B, W, Vd] (Vd = V without a draft vocabulary)
     return logits
 
 

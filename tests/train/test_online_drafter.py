@@ -9,7 +9,7 @@ import torch
 
 from specrl import LLM, SpecConfig
 from specrl.spec.weights import drafter_version, load_drafter_weights
-from specrl.train.online_drafter import OnlineDrafterConfig, OnlineDrafterTrainer
+from specrl.train.online_drafter import OnlineDrafterConfig, OnlineDrafterTrainer, queries
 from tests.helpers import tiny_model
 from tests.train.test_trainer import _rollouts, _trainer
 
@@ -76,7 +76,8 @@ def test_drafter_learns_the_policy_and_swaps_into_the_engine(method):
 def test_resume_is_bitwise_exact(method):
     model, captured, batch = _captured(method)
     rewards = torch.linspace(0, 1, batch.num_rows)
-    cfg = dict(updates_per_step=2, reward_weighting=True)  # the micro-batch shuffle is part of the state
+    # the micro-batch shuffle and the row sample are part of the state
+    cfg = dict(updates_per_step=2, reward_weighting=True, sample_fraction=0.5)
     straight = _fresh(method, model, **cfg)
     for _ in range(3):
         straight.step(captured, rewards)
@@ -91,6 +92,43 @@ def test_resume_is_bitwise_exact(method):
     assert resumed.version == straight.version == 3
     for (na, a), (nb, b) in zip(straight.named_weights(), resumed.named_weights()):
         assert na == nb and torch.equal(a, b), na
+
+
+def _loss_and_grads(online, mb, q):
+    online.module.zero_grad(set_to_none=True)
+    loss, _, _ = online.loss(mb, None, mb.num_tokens, q)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in online.module.parameters()]
+
+
+def test_eagle3_unrolls_only_where_a_loss_is_taken_with_the_same_loss_and_gradients():
+    model, captured, _ = _captured("eagle3")
+    online = _fresh("eagle3", model)
+    mb = captured[0]
+    picked = online.loss_queries(mb)
+    # the loss positions are the response indices, a strict subset of the padded [b, T] grid
+    assert picked.index.shape[1] < mb.mask.shape[1]
+    everywhere = queries(torch.ones_like(mb.mask, dtype=torch.bool))
+    loss_w, grads_w = _loss_and_grads(online, mb, picked)
+    loss_t, grads_t = _loss_and_grads(online, mb, everywhere)
+    assert torch.allclose(loss_w, loss_t, rtol=1e-5)
+    for a, b in zip(grads_w, grads_t):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_sample_fraction_trains_on_a_share_of_the_rows(method):
+    model, captured, _ = _captured(method)
+    mb = captured[0]  # 4 rows
+    online = _fresh(method, model, sample_fraction=0.5)
+    half = online.sample(mb)
+    T = half.input_ids.shape[1]
+    rows = [mb.rows.tolist().index(r) for r in half.rows.tolist()]  # the kept trajectories, in order
+    assert len(rows) == 2 and rows == sorted(rows)
+    assert torch.equal(half.input_ids, mb.input_ids[rows, :T]) and torch.equal(half.mask, mb.mask[rows, :T])
+    assert mb.mask[rows, T:].sum() == 0  # cut only padding: every loss position of the kept rows stays
+    assert len({tuple(online.sample(mb).rows.tolist()) for _ in range(8)}) > 1  # drawn anew each update
+    assert online.step(captured)["drafter_loss"] > 0
 
 
 def test_equal_rewards_weigh_like_no_rewards():
@@ -127,6 +165,8 @@ def test_config_validates_itself():
         OnlineDrafterConfig(kl_coef=0.0)
     with pytest.raises(ValueError, match="temperature=0"):
         OnlineDrafterConfig(temperature=0)
+    with pytest.raises(ValueError, match="sample_fraction=0"):
+        OnlineDrafterConfig(sample_fraction=0)
 
 
 def test_from_spec_loads_a_trained_head(tmp_path):
