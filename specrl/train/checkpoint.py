@@ -16,6 +16,7 @@ last K removed.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import random
 import re
@@ -86,7 +87,16 @@ def save_checkpoint(run_dir: str | Path, step: int, save_learner: Callable[[Path
                               f"space and continue with `specrl train resume={run_dir}`") from e
     for _, old in checkpoint_paths(run_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
+    release_freed_memory()  # serialising copies every tensor once; give those pages back
     return path
+
+
+def release_freed_memory() -> None:
+    """glibc keeps freed heap memory for reuse; malloc_trim(0) returns it to the system (a no-op elsewhere)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
