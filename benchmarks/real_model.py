@@ -33,7 +33,7 @@ def run_method(args, method: str, prompts: list[list[int]]) -> tuple[dict, list[
     from specrl import LLM, SamplingParams, SpecConfig
     spec = SpecConfig(method=None if method == "none" else method, num_speculative_tokens=args.k,
                       draft_model=args.draft_model if method in ("eagle3", "draft_model", "mtp") else None)
-    llm = LLM(args.model, spec=spec, max_num_seqs=args.batch, max_model_len=args.max_model_len)
+    llm = LLM(args.model, spec=spec, max_num_seqs=args.batch, max_model_len=args.max_model_len, dtype=args.dtype)
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=0)
     llm.generate([prompts[0][:8]], SamplingParams(temperature=0.0, max_tokens=4))  # warm-up, not timed
     tokens, wall, cpu, stats = [], 0.0, 0.0, {"accepted_tokens": 0, "target_forwards": 0}
@@ -43,7 +43,7 @@ def run_method(args, method: str, prompts: list[list[int]]) -> tuple[dict, list[
         wall, cpu = wall + time.perf_counter() - w0, cpu + time.process_time() - c0
         tokens += [list(o.outputs[0].token_ids) for o in outs]
     n_tok = sum(len(t) for t in tokens)
-    row = {"method": method, "batch": args.batch, "temperature": args.temperature, "k": args.k if method != "none" else 0, "prompts": len(prompts), "tokens": n_tok,
+    row = {"method": method, "dtype": args.dtype, "batch": args.batch, "temperature": args.temperature, "k": args.k if method != "none" else 0, "prompts": len(prompts), "tokens": n_tok,
            "wall_s": round(wall, 2), "tok_per_s_wall": round(n_tok / wall, 2),
            "cpu_s": round(cpu, 2), "tok_per_s_cpu": round(n_tok / cpu, 2),
            "acceptance_length": round(llm.stats.get("acceptance_length", 0.0), 3),
@@ -63,6 +63,7 @@ def main() -> None:
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=1, help="requests generated together")
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--dtype", default="float32", help="the engine's weights and KV cache (bfloat16: AMX on this CPU)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     import torch
