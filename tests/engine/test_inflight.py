@@ -35,7 +35,9 @@ def test_tokens_after_an_inflight_swap_are_the_new_weights_own(method):
             # before the swap: the old weights' tokens and logprobs
             ref_old = before[r].outputs[j]
             assert o.token_ids[:cut] == ref_old.token_ids[:cut]
-            torch.testing.assert_close(o.logprobs[:cut], ref_old.logprobs[:cut], rtol=0, atol=1e-5)
+            # atol 1e-4: fp32 round-off between a recomputed cache and a fresh prefill (1.3e-5 seen);
+            # logprobs of the wrong weights version differ by more than 0.1
+            torch.testing.assert_close(o.logprobs[:cut], ref_old.logprobs[:cut], rtol=0, atol=1e-4)
             # after it: what the new weights draw from that prefix (the same seed, the same positions), with
             # their logprobs; a stale cache (the old weights' keys and values) would not give these
             prefix = prompt + o.token_ids[:cut]
@@ -43,7 +45,7 @@ def test_tokens_after_an_inflight_swap_are_the_new_weights_own(method):
                 [prefix], SamplingParams(n=2, temperature=1.0, max_tokens=len(o.token_ids) - cut, ignore_eos=True,
                                          seed=11))[0].outputs[j]
             assert o.token_ids[cut:] == ref_new.token_ids
-            torch.testing.assert_close(o.logprobs[cut:], ref_new.logprobs, rtol=0, atol=1e-5)
+            torch.testing.assert_close(o.logprobs[cut:], ref_new.logprobs, rtol=0, atol=1e-4)
 
 
 def test_version_tags_of_sequences_admitted_before_and_after_a_swap():
@@ -68,4 +70,4 @@ def test_swap_between_steps_with_the_same_weights_changes_nothing():
     for a, b in zip(plain, swapped):
         for x, y in zip(a.outputs, b.outputs):
             assert x.token_ids == y.token_ids
-            torch.testing.assert_close(x.logprobs, y.logprobs, rtol=0, atol=1e-5)
+            torch.testing.assert_close(x.logprobs, y.logprobs, rtol=0, atol=1e-4)

@@ -176,4 +176,6 @@ def test_weights_sent_while_actors_generate_are_taken_between_engine_steps(setup
                         ignore_eos=True))[0].outputs
                 ref = refs[key][j]
                 assert c.token_ids[start:end] == ref.token_ids[:end - start]
-                torch.testing.assert_close(c.logprobs[start:end], ref.logprobs[:end - start], rtol=0, atol=1e-5)
+                # atol 1e-4: fp32 round-off between a recomputed cache and a fresh prefill (1.3e-5 seen);
+                # logprobs of the wrong weights version differ by more than 0.1
+                torch.testing.assert_close(c.logprobs[start:end], ref.logprobs[:end - start], rtol=0, atol=1e-4)
