@@ -4,7 +4,8 @@ tokens equal SD off's.
 
 Prompts are a `specrl make-data` file, each row sent as one user turn through the checkpoint's chat
 template, `--batch` requests at a time (default 1). At `--temperature` > 0 the tokens differ between
-methods (rejection sampling keeps the distribution, not the draws), so only speed and acceptance compare. Prints one JSON line per method: wall and process-CPU tokens/s (CPU time is what a loaded,
+methods (rejection sampling keeps the distribution, not the draws), so only speed and acceptance compare.
+Prints one JSON line per method: wall and process-CPU tokens/s (CPU time is what a loaded,
 shared machine distorts least), acceptance length, and the peak RSS of the process so far.
 
     python -m specrl fetch-model smollm2 --out /tmp/smollm2
@@ -43,7 +44,8 @@ def run_method(args, method: str, prompts: list[list[int]]) -> tuple[dict, list[
         wall, cpu = wall + time.perf_counter() - w0, cpu + time.process_time() - c0
         tokens += [list(o.outputs[0].token_ids) for o in outs]
     n_tok = sum(len(t) for t in tokens)
-    row = {"method": method, "dtype": args.dtype, "batch": args.batch, "temperature": args.temperature, "k": args.k if method != "none" else 0, "prompts": len(prompts), "tokens": n_tok,
+    row = {"method": method, "dtype": args.dtype, "batch": args.batch, "temperature": args.temperature,
+           "k": args.k if method != "none" else 0, "prompts": len(prompts), "tokens": n_tok,
            "wall_s": round(wall, 2), "tok_per_s_wall": round(n_tok / wall, 2),
            "cpu_s": round(cpu, 2), "tok_per_s_cpu": round(n_tok / cpu, 2),
            "acceptance_length": round(llm.stats.get("acceptance_length", 0.0), 3),

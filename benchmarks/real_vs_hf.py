@@ -77,6 +77,7 @@ def run_hf(args, convs, batch, temp, n) -> dict:
     tok = AutoTokenizer.from_pretrained(args.model, padding_side="left")
     load_s, after_load = time.perf_counter() - t0, rss_mb()
     eos = model.generation_config.eos_token_id
+    stops = {eos} if isinstance(eos, int) else set(eos)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if isinstance(eos, int) else eos[0])
     texts = [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in convs]
     gen = dict(max_new_tokens=args.max_tokens, pad_token_id=pad, num_return_sequences=n)
@@ -92,8 +93,7 @@ def run_hf(args, convs, batch, temp, n) -> dict:
             seqs = model.generate(**enc, **gen)
             w, c = w + time.perf_counter() - w0, c + time.process_time() - c0
             for row in seqs[:, enc["input_ids"].shape[1]:].tolist():
-                stop = next((j + 1 for j, t in enumerate(row) if t == pad or t in ([eos] if isinstance(eos, int) else eos)),
-                            len(row))
+                stop = next((j + 1 for j, t in enumerate(row) if t == pad or t in stops), len(row))
                 out_tokens.append(row[:stop])
     return {"load_s": load_s, "rss_after_load_mb": after_load, "wall_s": w, "cpu_s": c, "tokens": out_tokens}
 
@@ -145,7 +145,8 @@ def main() -> None:
                     f.write(json.dumps(shown) + "\n")
         hf, sp = rows["transformers", wl], rows["specrl", wl]
         same = None if hf["token_ids"] is None else hf["token_ids"] == sp["token_ids"]
-        summary = {"workload": wl, "dtype": args.dtype, "speed_wall_x": round(sp["tok_per_s_wall"] / hf["tok_per_s_wall"], 2),
+        summary = {"workload": wl, "dtype": args.dtype,
+                   "speed_wall_x": round(sp["tok_per_s_wall"] / hf["tok_per_s_wall"], 2),
                    "speed_cpu_x": round(sp["tok_per_s_cpu"] / hf["tok_per_s_cpu"], 2),
                    "peak_rss_ratio": round(sp["peak_rss_mb"] / hf["peak_rss_mb"], 2), "greedy_tokens_equal": same}
         print(json.dumps(summary), flush=True)

@@ -190,5 +190,6 @@ def train(policy_path, out_dir, data: list[Pair], args: DrafterTrainArgs, opts: 
     vocab = {"draft_vocab_size": head.config.draft_vocab_size or cfg.vocab_size}
     if head.lm_head is not None:
         vocab["draft_vocab_coverage"] = round(covered, 4)  # share of the training responses' tokens it can draft
-    return {"method": "eagle3", "out_dir": str(out_dir), "target_hidden_layers": list(cfg.target_hidden_layers), **vocab,
+    return {"method": "eagle3", "out_dir": str(out_dir), "target_hidden_layers": list(cfg.target_hidden_layers),
+            **vocab,
             "num_params": sum(p.numel() for p in head.parameters()), "sequences": len(data), **metrics}
