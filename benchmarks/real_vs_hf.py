@@ -49,7 +49,6 @@ def workload(name: str, args) -> tuple[list[list[dict]], int, float, int]:
 
 
 def run_specrl(args, convs, batch, temp, n) -> dict:
-    import torch
     from specrl import LLM, SamplingParams
     t0 = time.perf_counter()
     llm = LLM(args.model, dtype=args.dtype)
@@ -64,7 +63,6 @@ def run_specrl(args, convs, batch, temp, n) -> dict:
         outs = llm.generate(ids[i:i + batch], params)
         w, c = w + time.perf_counter() - w0, c + time.process_time() - c0
         out_tokens += [list(s.token_ids) for o in outs for s in o.outputs]
-    del torch
     return {"load_s": load_s, "rss_after_load_mb": after_load, "wall_s": w, "cpu_s": c, "tokens": out_tokens}
 
 

@@ -26,6 +26,7 @@ rejected drafts be overwritten with no rollback, and the slice views that decode
 """
 from __future__ import annotations
 
+import math
 import mmap
 import re
 from dataclasses import dataclass
@@ -154,15 +155,11 @@ def check_dtype(device, dtype) -> torch.dtype:
 def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
     """A zero tensor for a KV cache. On a CPU it lives in a fresh anonymous mapping, so a page becomes
     resident only when written (reads of untouched pages see the kernel's shared zero page)."""
-    device = torch.device(device)
-    if device.type != "cpu":
+    device, dtype = torch.device(device), resolve_dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if device.type != "cpu" or nbytes == 0:
         return torch.zeros(shape, device=device, dtype=dtype)
-    nbytes = resolve_dtype(dtype).itemsize
-    for n in shape:
-        nbytes *= n
-    if nbytes == 0:
-        return torch.zeros(shape, dtype=dtype)
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_NOHUGEPAGE"):  # a 2 MiB huge page would make one written position cost 2 MiB
         region.madvise(mmap.MADV_NOHUGEPAGE)
-    return torch.frombuffer(region, dtype=torch.uint8).view(resolve_dtype(dtype)).view(shape)
+    return torch.frombuffer(region, dtype=torch.uint8).view(dtype).view(shape)

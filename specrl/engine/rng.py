@@ -15,7 +15,6 @@ MASK64 = (1 << 64) - 1
 # hash streams: one per use of randomness at a position, so no two uses ever share a uniform
 STREAM_SAMPLE = 0  # the token a step emits (decode, bonus or correction)
 STREAM_ACCEPT = 1  # accepting draft i
-STREAM_RESIDUAL = 2  # reserved: residual sampling (today it reuses STREAM_SAMPLE at its position)
 STREAM_DRAFT = 7  # EAGLE-3's sampled drafts
 
 
