@@ -24,7 +24,7 @@ from specrl.pipeline.run import build_parts, model_dir
 from specrl.pipeline.sync import rl_step
 from specrl.tasks import default_policy_path, make_problems
 from specrl.train.data import build_sources
-from specrl.train.train_cli import build_config
+from specrl.cli.train import build_config
 
 ARMS = {  # name: (rollout.dtype, optim.autocast)
     "fp32": ("float32", False),

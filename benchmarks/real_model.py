@@ -37,7 +37,7 @@ def run_method(args, method: str, prompts: list[list[int]]) -> tuple[dict, list[
     llm = LLM(args.model, spec=spec, max_num_seqs=args.batch, max_model_len=args.max_model_len, dtype=args.dtype)
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=0)
     llm.generate([prompts[0][:8]], SamplingParams(temperature=0.0, max_tokens=4))  # warm-up, not timed
-    tokens, wall, cpu, stats = [], 0.0, 0.0, {"accepted_tokens": 0, "target_forwards": 0}
+    tokens, wall, cpu = [], 0.0, 0.0
     for i in range(0, len(prompts), args.batch):
         w0, c0 = time.perf_counter(), time.process_time()
         outs = llm.generate(prompts[i:i + args.batch], params)

@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without install
 
-
-def read(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+from specrl.pipeline.run_dir import read_jsonl  # noqa: E402
 
 
 def main() -> None:
@@ -44,7 +44,7 @@ def main() -> None:
     rows_out = []
     for spec in args.runs:
         label, run = spec.split("=", 1)
-        metrics, evals = read(Path(run) / "metrics.jsonl"), read(Path(run) / "eval.jsonl")
+        metrics, evals = read_jsonl(Path(run) / "metrics.jsonl"), read_jsonl(Path(run) / "eval.jsonl")
         ax_r.plot([m["step"] for m in metrics], [m["reward_mean"] for m in metrics], "-", label=label)
         ax_e.plot([e["step"] for e in evals], [e["accuracy"] for e in evals], "o-", label=label)
         summary = {"run": label, "steps": len(metrics),

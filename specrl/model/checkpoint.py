@@ -108,9 +108,10 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype="floa
         state.pop("lm_head.weight", None)
     with torch.device("meta"):
         model = CausalLM(cfg)
-    model = model.to_empty(device=device)  # uninitialised: costs no resident memory until written
-    # assign: the parameters become the loaded tensors (no copy), so loading peaks at one copy of the weights
-    missing, unexpected = model.load_state_dict({k: v.to(device) for k, v in state.items()}, strict=False,
+    # assign: the meta parameters are replaced by the loaded tensors (no copy when device and dtype already
+    # match), so loading peaks at one copy of the weights
+    dtype = resolve_dtype(dtype)
+    missing, unexpected = model.load_state_dict({k: v.to(device, dtype) for k, v in state.items()}, strict=False,
                                                 assign=True)
     missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
     if missing or unexpected:
@@ -119,7 +120,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype="floa
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     model.source_path = str(path)
-    return model.to(device=device, dtype=resolve_dtype(dtype)).eval()
+    return model.eval()
 
 
 def save_model(model: CausalLM, path: str | Path, tokenizer_dir: str | Path | None = None,

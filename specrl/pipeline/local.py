@@ -91,8 +91,8 @@ class LocalBackend:
         return drafter, policy
 
     def _apply(self, drafter: tuple[dict, int] | None, policy: tuple[dict, int] | None) -> None:
-        if drafter is not None:
-            load_drafter_weights(self.llm.drafter, drafter[0].items(), drafter[1])
+        if drafter is not None:  # checked by update_drafter when it arrived
+            load_drafter_weights(self.llm.drafter, drafter[0].items(), drafter[1], checked=True)
         if policy is not None:  # between two engine steps, LLM recomputes the running sequences' cache
             self.llm.update_weights(policy[0], policy[1])
 
@@ -121,11 +121,11 @@ class LocalBackend:
     def update_drafter(self, weights: NamedTensors, version: int) -> None:
         """Checked now (a misfit is refused and the old drafter keeps serving); applied now when idle, else
         between the running generate()'s next two engine steps."""
-        named = {k: v.detach().clone() for k, v in weights}
+        named = {k: v.detach() for k, v in weights}
         check_fits(drafter_module(self.llm.drafter).state_dict(), named)
         with self._lock:
-            if self._generating:
-                self._pending_drafter = (named, version)
+            if self._generating:  # kept until the next engine step: a copy, the sender may change its tensors
+                self._pending_drafter = ({k: v.clone() for k, v in named.items()}, version)
             else:
                 self._apply((named, version), None)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from ..config import dump_yaml
-from ..train.checkpoint import READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
+from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, build_sources
 from ..train.drafter_health import DrafterHealth, HealthConfig
@@ -73,7 +73,7 @@ def train(cfg: TrainConfig) -> dict:
     try:
         parts = build_parts(cfg, model_dir(cfg) if ckpt is None else ckpt.model_dir, source, held_out, start,
                             run.path / TRACE_FILE if cfg.rollout.trace else None)
-    except READ_ERRORS as e:
+    except FILE_ERRORS as e:
         if ckpt is None:
             raise
         raise unreadable(ckpt.path, e) from e

@@ -68,12 +68,15 @@ def check_fits(own: dict[str, torch.Tensor], named: dict[str, torch.Tensor]) -> 
 
 
 @torch.no_grad()
-def load_drafter_weights(drafter, named: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-    """Copies (name, tensor) pairs in place into the engine's drafter and records `version`."""
+def load_drafter_weights(drafter, named: Iterable[tuple[str, torch.Tensor]], version: int,
+                         checked: bool = False) -> None:
+    """Copies (name, tensor) pairs in place into the engine's drafter and records `version`; `checked`: the
+    caller already ran check_fits on them (a hot swap checks when the weights arrive, not between steps)."""
     module = drafter_module(drafter)
     own = module.state_dict()
     named = dict(named)
-    check_fits(own, named)
+    if not checked:
+        check_fits(own, named)
     for k, v in named.items():
         own[k].copy_(v)
     target = getattr(drafter, "inner", None) or drafter

@@ -28,6 +28,7 @@ from safetensors import SafetensorError
 
 from ..errors import UserError
 from ..io import atomic_dir
+from ..model.checkpoint import ModelFileError
 from ..state_files import StateFileError, has_state, load_state, save_state
 
 CKPT_DIR = "checkpoints"
@@ -122,6 +123,9 @@ def unreadable(path: Path, cause: Exception) -> CheckpointError:
 
 
 READ_ERRORS = (OSError, ValueError, RuntimeError, KeyError, SafetensorError, StateFileError)
+# what reading a checkpoint's files can raise while the run's parts are built from them; narrower than
+# READ_ERRORS so that a bad setting (a KV budget, a device) is not blamed on the checkpoint
+FILE_ERRORS = (OSError, SafetensorError, StateFileError, ModelFileError)
 
 
 def _jsonable(x):

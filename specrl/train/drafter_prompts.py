@@ -56,11 +56,10 @@ def render_chats(model_dir: str | Path, chats: list[Chat]) -> list[list[int]]:
     return [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=True) for c in chats]
 
 
-def load_prompts(path: str | Path, model_dir: str | Path, limit: int | None = None) -> list[str | list[int]]:
-    """The file's first `limit` prompts (all when None): strings as they are, chats as token ids."""
-    rows = read_prompt_rows(path)[:limit]
-    chats = [i for i, r in enumerate(rows) if not isinstance(r, str)]
-    if chats:
-        for i, ids in zip(chats, render_chats(model_dir, [rows[i] for i in chats])):
-            rows[i] = ids
-    return rows
+def load_prompts(path: str | Path, model_dir: str | Path, limit: int | None = None) -> list[list[int]]:
+    """The file's first `limit` prompts (all when None) as token ids, encoded exactly as `specrl train`
+    encodes them by default (data.PromptEncoder: a `prompt` string becomes a user turn of the checkpoint's
+    chat template when it has one), so the drafter learns on the text the policy sees in rollouts."""
+    from .data import PromptEncoder
+    encoder = PromptEncoder(model_dir)
+    return [encoder.encode(r) for r in read_prompt_rows(path)[:limit]]

@@ -116,8 +116,6 @@ class OnlineDrafterTrainer:
         self.method, self.cfg, self.view = method_of(module), cfg, FrozenView(policy)
         p = next(policy.parameters())
         self.module = module.to(device=p.device, dtype=torch.float32).train().requires_grad_(True)
-        for buf in self.module.buffers():  # d2t is data, not a parameter
-            buf.requires_grad_(False)
         self.optimizer = build_optimizer(self.module, cfg.lr, cfg.weight_decay, betas=(0.9, 0.95))
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.version = 0
@@ -236,9 +234,14 @@ class OnlineDrafterTrainer:
         total, kl0, mass0 = 0.0, 0.0, 0.0
         for i, (w, draft, policy, mask) in enumerate(terms):
             kl = forward_kl(draft, restrict_to(policy, ids), self.cfg.temperature)  # [b, t]
-            p_full = torch.softmax(policy.float() / self.cfg.temperature, dim=-1)  # [b, t, V]
-            mass = accepted_mass(draft, policy, self.cfg.temperature, restrict_to(p_full, ids))  # [b, t]
-            tok = self.cfg.kl_coef * kl + self.cfg.accept_coef * (1.0 - mass)  # [b, t]
+            tok = self.cfg.kl_coef * kl  # [b, t]
+            trained = self.cfg.accept_coef > 0
+            if trained or i == 0:  # the loss term, or only the first draft's metric (then without a graph)
+                with torch.set_grad_enabled(trained and torch.is_grad_enabled()):
+                    p_full = torch.softmax(policy.float() / self.cfg.temperature, dim=-1)  # [b, t, V]
+                    mass = accepted_mass(draft, policy, self.cfg.temperature, restrict_to(p_full, ids))  # [b, t]
+                if trained:
+                    tok = tok + self.cfg.accept_coef * (1.0 - mass)
             total = total + w * weighted_token_mean(tok, mask, row_w, denom)
             if i == 0:
                 kl0 = float(weighted_token_mean(kl.detach(), mask, None, denom))

@@ -115,11 +115,12 @@ class PolicyTrainer:
             return list(idx.split(cap_rows))
         out, start = [], 0
         for end in range(1, len(idx) + 1):  # sorted ascending: the last row of a chunk is its longest
-            if end - start > cap_rows or (end - start) * int(lengths[idx[end - 1]]) > cap_tokens and end - 1 > start:
+            too_many_rows = end - start > cap_rows
+            too_many_tokens = (end - start) * int(lengths[idx[end - 1]]) > cap_tokens and end - 1 > start
+            if too_many_rows or too_many_tokens:
                 out.append(idx[start:end - 1])
                 start = end - 1
-        out.append(idx[start:])
-        return [mb for mb in out if len(mb)]
+        return out + [idx[start:]] if len(idx) else []
 
     def autocast(self):
         """bf16 autocast around forwards and backwards when optim.autocast: the matmuls run in bf16 while

@@ -62,20 +62,21 @@ def test_a_version_older_than_the_one_held_is_ignored():
     assert backend.weights_version == 2 and weights_equal(backend.llm.model, new)
 
 
-def _group(*runs_per_sample) -> RequestOutput:
-    return RequestOutput(0, None, [0], [CompletionOutput(j, [1] * 6, [0.0] * 6, "length", weight_versions=runs)
-                                        for j, runs in enumerate(runs_per_sample)])
+def _group(*runs_per_sample, request_id: int = 0) -> RequestOutput:
+    return RequestOutput(request_id, None, [0], [CompletionOutput(j, [1] * 6, [0.0] * 6, "length",
+                                                                  weight_versions=runs)
+                                                 for j, runs in enumerate(runs_per_sample)])
 
 
 def test_a_group_is_as_old_as_its_oldest_token_and_is_dropped_whole():
     a = _group([(0, 3)], [(0, 1), (4, 3)])  # one sample began on version 1: the group is version 1
-    b = _group([(0, 2)], [(0, 3)])
+    b = _group([(0, 2)], [(0, 3)], request_id=1)
     assert (group_version(a, 9), group_version(b, 9)) == (1, 2)
     rollout = Rollout(4, 1, ["ex a", "ex b"], [a, b], {}, 0.0, 0.0, 3)
     # token lags at step 4: a: 6 + 2 tokens of v3 (lag 1), 4 of v1 (lag 3); b: 6 of v2 (lag 2), 6 of v3 (lag 1)
     assert rollout.token_lags == {1: 14, 2: 6, 3: 4}
     kept, dropped = drop_stale(rollout, max_lag=2)  # a is 3 behind: out, both its samples
-    assert dropped == 1 and kept.examples == ["ex b"] and kept.outputs == [b] and b.request_id == 0
+    assert dropped == 1 and kept.examples == ["ex b"] and kept.outputs == [b] and b.request_id == 0  # renumbered
     assert kept.version == 2
     assert drop_stale(rollout, max_lag=3) == (rollout, 0)
 

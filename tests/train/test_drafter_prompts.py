@@ -71,12 +71,12 @@ def chat_policy(tmp_path):
 
 
 def test_prompt_and_messages_rows(tmp_path, chat_policy):
-    pytest.importorskip("transformers")
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"prompt": "t4 t5", "answer": "1"}) + "\n\n" +
                     json.dumps({"messages": [{"role": "user", "content": "t6 t7"}]}) + "\n")
-    assert load_prompts(data, chat_policy) == ["t4 t5", [6, 7, 3]]
-    assert load_prompts(data, chat_policy, limit=1) == ["t4 t5"]
+    # a `prompt` row becomes a user turn too, as `specrl train` encodes it (data.PromptEncoder)
+    assert load_prompts(data, chat_policy) == [[4, 5, 3], [6, 7, 3]]
+    assert load_prompts(data, chat_policy, limit=1) == [[4, 5, 3]]
 
 
 def test_bad_rows_name_their_line(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specrl import LLM, SpecConfig
-from specrl.spec.weights import drafter_version, load_drafter_weights
+from specrl.spec.weights import drafter_module, drafter_version, load_drafter_weights
 from specrl.train.online_drafter import OnlineDrafterConfig, OnlineDrafterTrainer, queries
 from tests.helpers import tiny_model
 from tests.train.test_trainer import _rollouts, _trainer
@@ -70,6 +70,8 @@ def test_drafter_learns_the_policy_and_swaps_into_the_engine(method):
     llm = LLM(copy.deepcopy(model), spec=SpecConfig(method=method, draft_model="scratch"), max_num_seqs=4)
     load_drafter_weights(llm.drafter, online.named_weights(), online.version)
     assert drafter_version(llm.drafter) == 7
+    engine = drafter_module(llm.drafter).state_dict()  # the weights landed, not only the version number
+    assert all(torch.equal(engine[k], v.to(engine[k].dtype)) for k, v in online.named_weights())
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -137,7 +137,7 @@ def test_cli_reduced_draft_vocabulary_head_is_exact_and_round_trips(tmp_path, mo
     m = drafter_cli.run(["--policy", str(policy), "--method", "eagle3", "--out", str(out), "--steps", "3",
                           "--prompts", "8", "--max-tokens", "8", "--threads", "1", "--draft-vocab-size", "12",
                           "--temperature", "0"])
-    assert m["draft_vocab_size"] == 12 and 0 < m["draft_vocab_coverage"] <= 1
+    assert m["draft_vocab_size"] == 12
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["draft_vocab_size"] == 12
     head = load_head(out)
