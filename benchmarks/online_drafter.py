@@ -2,15 +2,21 @@
 keep up with the policy). Every run is `specrl train` in this process, same seed, side by side:
 
   drift:  rollout.spec.method=eagle3 with the shipped (offline-trained) head, frozen vs
-          rollout.drafter.online=true, for --steps RL steps (plus an SD-off run for the lossless check)
-  cold:   the same, but online from rollout.spec.draft_model=scratch, against the frozen shipped head,
-          for --cold-steps steps
+          rollout.drafter.online=true, for --steps RL steps (plus an SD-off run for the lossless check),
+          with the --drift overrides (the setting that moves the policy)
+  cold:   at the default policy settings, online from rollout.spec.draft_model=scratch (with the --cold
+          drafter overrides) against the frozen shipped head, for --cold-steps steps
+
+Runs whose directory already holds enough steps are read, not rerun, so arms can be run as separate
+processes side by side (`specrl train ... out_dir=OUT/NAME` with the same overrides) and summarised here.
 
 Prints JSON lines (per run: acceptance length at the start and end, rollout/step time, drafter training
 time; comparisons: online end vs frozen end, share of the step spent on drafter training; final reward
 and held-out accuracy against SD off) and writes OUT/online_drafter_{drift,cold}.png.
 
-    python benchmarks/online_drafter.py --out runs/online --steps 60 --cold-steps 30 [key=value ...]
+    python benchmarks/online_drafter.py --out runs/online --steps 60 --cold-steps 30 \
+        --drift "optim.lr=3e-3 optim.min_lr_ratio=1.0 algorithm.kl_coef=0.1" --cold "rollout.drafter.lr=2e-3" \
+        [key=value ...]
 """
 from __future__ import annotations
 
@@ -71,15 +77,19 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--cold-steps", type=int, default=30)
     ap.add_argument("--skip", default="", help="comma list of parts to skip: drift,cold,off")
+    ap.add_argument("--drift", default="", help="space-separated overrides of the drift runs")
+    ap.add_argument("--cold", default="", help="space-separated overrides of the scratch (cold start) run")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     out, skip = Path(args.out), set(filter(None, args.skip.split(",")))
     base = ["rollout.spec.method=eagle3", *args.overrides]
     online = ["rollout.drafter.online=true"]
+    drift = base + args.drift.split()
     if "drift" not in skip:
-        runs = {"frozen": run(out, "frozen", args.steps, base), "online": run(out, "online", args.steps, base + online)}
+        runs = {"frozen": run(out, "drift_frozen", args.steps, drift),
+                "online": run(out, "drift_online", args.steps, drift + online)}
         if "off" not in skip:
-            runs["sd_off"] = run(out, "sd_off", args.steps, base + ["rollout.spec.method=null"])
+            runs["sd_off"] = run(out, "drift_sd_off", args.steps, drift + ["rollout.spec.method=null"])
         for name, rows in runs.items():
             print(json.dumps(summary(name, rows)))
         fro, onl = summary("frozen", runs["frozen"]), summary("online", runs["online"])
@@ -90,8 +100,9 @@ def main() -> None:
                           "step_online_over_frozen": onl["step_s"] / fro["step_s"]}))
         plot(out / "online_drafter_drift.png", runs, "frozen vs online EAGLE-3 head")
     if "cold" not in skip:
-        cold = {"offline_frozen": run(out, "frozen", args.cold_steps, base),
-                "scratch_online": run(out, "scratch", args.cold_steps, base + online + ["rollout.spec.draft_model=scratch"])}
+        cold = {"offline_frozen": run(out, "cold_frozen", args.cold_steps, base),
+                "scratch_online": run(out, "cold_scratch", args.cold_steps,
+                                      base + online + ["rollout.spec.draft_model=scratch"] + args.cold.split())}
         cold = {k: v[:args.cold_steps] for k, v in cold.items()}
         for name, rows in cold.items():
             print(json.dumps(summary(name, rows)))

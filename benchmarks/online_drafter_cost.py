@@ -101,7 +101,8 @@ def main() -> None:
     from specrl.tasks import default_policy_path
     from specrl.train.config import AlgorithmConfig, OptimConfig
     from specrl.train.drafter_data import default_prompts
-    from specrl.train.online_drafter import OnlineDrafterConfig, OnlineDrafterTrainer
+    from specrl.train.drafter_config import DrafterConfig
+    from specrl.train.online_drafter import OnlineDrafterTrainer
     from specrl.train.trainer import PolicyTrainer, collate
 
     ap = argparse.ArgumentParser()
@@ -132,11 +133,11 @@ def main() -> None:
 
     for method, fraction in [(m, float(f)) for m in args.methods.split(",") for f in args.fractions.split(",")]:
         online = OnlineDrafterTrainer.from_spec(SpecConfig(method=method, draft_model="scratch"), policy,
-                                                OnlineDrafterConfig(sample_fraction=fraction))
+                                                DrafterConfig(sample_fraction=fraction))
         plain, capt, drafter = [], [], []
         for _ in range(args.repeats):
             a, b = trainer(copy.deepcopy(policy)), trainer(copy.deepcopy(policy))
-            b.capture_layers = online.capture_layers
+            b.capture_layers, b.capture_rows = online.capture_layers, online.pick_rows
             plain.append(timed(lambda: a.step(batch)))
             capt.append(timed(lambda: b.step(batch)))
             drafter.append(timed(lambda: online.step(b.captured)))

@@ -43,7 +43,8 @@ def main() -> None:
     from specrl import SpecConfig
     from specrl.model import load_model
     from specrl.tasks import default_policy_path
-    from specrl.train.online_drafter import OnlineDrafterConfig, OnlineDrafterTrainer
+    from specrl.train.drafter_config import DrafterConfig
+    from specrl.train.online_drafter import OnlineDrafterTrainer
     ap = argparse.ArgumentParser()
     ap.add_argument("--fractions", default="1.0,0.25,0.125")
     args = ap.parse_args()
@@ -52,11 +53,12 @@ def main() -> None:
     *train, held = captured_batches(policy, 6)
     for fraction in map(float, args.fractions.split(",")):
         online = OnlineDrafterTrainer.from_spec(SpecConfig(method="eagle3", draft_model="scratch"), policy,
-                                                OnlineDrafterConfig(lr=1e-3, sample_fraction=fraction))
+                                                DrafterConfig(lr=1e-3, sample_fraction=fraction))
         assert online.capture_layers == (1, 2, 3), online.capture_layers
         curve = []
         for update in range(1, 16):
-            online.step(train[(update - 1) % len(train)])
+            batches = train[(update - 1) % len(train)]  # a share of the rows, drawn anew each update
+            online.step([mb if (k := online.pick_rows(len(mb.rows))) is None else mb.select(k) for mb in batches])
             if update % 5 == 0:
                 with torch.no_grad():
                     denom = sum(b.num_tokens for b in held)

@@ -6,42 +6,30 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import InputFormatError, MissingFileError
+from ..errors import MissingFileError
 from ..engine.methods import METHODS
 
 
-def read_prompts(args) -> list[str]:
+def read_prompts(args) -> list[str | list[dict]]:
     if args.prompt:
         return list(args.prompt)
     if args.prompts:
         path = Path(args.prompts)
+        if path.suffix in (".jsonl", ".json", ".parquet"):
+            from ..train.data import read_prompts as read_prompt_file
+            return read_prompt_file(path, flag="--prompts file")
         if not path.is_file():
             raise MissingFileError(f"--prompts file {str(path)!r} does not exist; pass a .jsonl or text file")
-        if path.suffix == ".jsonl":
-            return [_jsonl_prompt(path, i, line) for i, line in enumerate(path.read_text().splitlines(), 1)
-                    if line.strip()]
         return [line for line in path.read_text().splitlines() if line.strip()]
     from ..tasks import make_problems
     return [p.prompt for p in make_problems(args.task_prompts, seed=args.seed, split="test")]
-
-
-def _jsonl_prompt(path: Path, lineno: int, line: str):
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise InputFormatError(f"{path}:{lineno} is not valid JSON ({e.msg}): write one object per line, "
-                               'e.g. {"prompt": "..."}') from None
-    if not isinstance(row, dict) or "prompt" not in row:
-        raise InputFormatError(f"{path}:{lineno} has no 'prompt' field: write one object per line, "
-                               'e.g. {"prompt": "..."}')
-    return row["prompt"]
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="specrl generate", description=__doc__)
     ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
     ap.add_argument("--prompt", action="append", help="a prompt (repeatable)")
-    ap.add_argument("--prompts", help="a .jsonl file with a 'prompt' field, or a text file (one per line)")
+    ap.add_argument("--prompts", help="a .jsonl/.parquet file of 'prompt' (or chat 'messages') rows, or a text file (one per line)")
     ap.add_argument("--task-prompts", type=int, default=8, help="held-out embedded-task prompts if none given")
     ap.add_argument("--out", default="-", help="output JSONL path ('-' for stdout)")
     ap.add_argument("--n", type=int, default=1)
@@ -74,8 +62,9 @@ def main(argv: list[str]) -> int:
                                "exist; create it or write elsewhere")
     llm = LLM(policy_path(args.model), device=args.device, dtype=args.dtype, spec=spec,
               max_num_seqs=args.max_num_seqs, **memory_kwargs(args))
-    if args.chat:
-        outs = llm.chat([[{"role": "user", "content": p}] for p in prompts], params, progress=sys.stderr.isatty())
+    if args.chat or any(isinstance(p, list) for p in prompts):  # `messages` rows are chats
+        outs = llm.chat([p if isinstance(p, list) else [{"role": "user", "content": p}] for p in prompts], params,
+                        progress=sys.stderr.isatty())
     else:
         outs = llm.generate(prompts, params, progress=sys.stderr.isatty())
     sink = sys.stdout if args.out == "-" else open(args.out, "w")

@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from ..errors import MissingDependency
+from ..errors import InputFormatError, MissingDependency, MissingFileError
 from ..engine.rng import MASK64, SPLITMIX_GAMMA, SPLITMIX_MUL1, SPLITMIX_MUL2
 from .config import DataConfig
 
@@ -62,28 +62,39 @@ class ListSource:
 
 def read_rows(path: str | Path, prompt_key: str = "prompt", answer_key: str = "answer") -> list[Example]:
     """Examples of a .jsonl or .parquet file; a row without the prompt field is an error naming its line."""
+    return [Example(prompt, answer) for prompt, answer in _prompt_rows(path, prompt_key, answer_key, "data file")]
+
+
+def read_prompts(path: str | Path, prompt_key: str = "prompt", flag: str = "data file") -> list[str | list[dict]]:
+    """Every row's prompt (text, or chat `messages`) of a .jsonl or .parquet file; other fields are ignored.
+    `flag` names the option the path came from in errors (e.g. "--data file")."""
+    return [prompt for prompt, _ in _prompt_rows(path, prompt_key, None, flag)]
+
+
+def _prompt_rows(path: str | Path, prompt_key: str, answer_key: str | None, flag: str):
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"data file {str(path)!r} does not exist: pass a .jsonl or .parquet file, or "
-                                "data.source=arith for the embedded task")
+        raise MissingFileError(f"{flag} {str(path)!r} does not exist: pass a .jsonl or .parquet file of "
+                               f"{{\"{prompt_key}\": \"...\"}} (or chat {MESSAGES_KEY!r}) rows, e.g. from "
+                               "`specrl make-data math --out FILE` (data.source=arith is the embedded task)")
     if path.suffix == ".parquet":
         records = _parquet_records(path)
     elif path.suffix in (".jsonl", ".json"):
         records = _jsonl_records(path)
     else:
-        raise ValueError(f"data file {str(path)!r} has suffix {path.suffix!r}; expected .jsonl or .parquet")
-    rows = []
+        raise InputFormatError(f"{flag} {str(path)!r} has suffix {path.suffix!r}; expected .jsonl or .parquet")
     for line, rec in records:
         where = f"{path}:{line}"
         if not isinstance(rec, dict) or (prompt_key not in rec and MESSAGES_KEY not in rec):
             keys = sorted(rec) if isinstance(rec, dict) else type(rec).__name__
-            raise ValueError(f"{where}: row has no {prompt_key!r} field (has {keys}); every row needs "
-                             f"{prompt_key!r} (text) or {MESSAGES_KEY!r} (chat messages) and {answer_key!r}, "
-                             "or set data.prompt_key")
-        if answer_key not in rec:
-            raise ValueError(f"{where}: row has no {answer_key!r} field; every row needs one, or set data.answer_key")
-        rows.append(Example(_row_prompt(rec, prompt_key, where), str(rec[answer_key])))
-    return rows
+            needs = f" and {answer_key!r}" if answer_key else ""
+            raise InputFormatError(f"{where}: row has no {prompt_key!r} field (has {keys}); every row needs "
+                                   f"{prompt_key!r} (text) or {MESSAGES_KEY!r} (chat messages){needs}, e.g. "
+                                   f'{{"{prompt_key}": "..."}}, or set data.prompt_key')
+        if answer_key is not None and answer_key not in rec:
+            raise InputFormatError(f"{where}: row has no {answer_key!r} field; every row needs one, or set "
+                                   "data.answer_key")
+        yield _row_prompt(rec, prompt_key, where), None if answer_key is None else str(rec[answer_key])
 
 
 def _row_prompt(rec: dict, prompt_key: str, where: str) -> str | list[dict]:
@@ -94,7 +105,7 @@ def _row_prompt(rec: dict, prompt_key: str, where: str) -> str | list[dict]:
     try:
         check_conversation(rec[MESSAGES_KEY], where=f"{MESSAGES_KEY!r}")
     except ChatTemplateError as e:
-        raise ValueError(f"{where}: {e}") from None
+        raise InputFormatError(f"{where}: {e}") from None
     return [dict(m) for m in rec[MESSAGES_KEY]]
 
 
@@ -106,7 +117,8 @@ def _jsonl_records(path: Path):
             try:
                 yield line, json.loads(text)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{line}: not valid JSON ({e.msg}); write one JSON object per line") from None
+                raise InputFormatError(f"{path}:{line}: not valid JSON ({e.msg}); write one JSON object per line, "
+                                       'e.g. {"prompt": "..."}') from None
 
 
 def _parquet_records(path: Path):

@@ -4,6 +4,8 @@ NeMo-RL's way: the policy trainer already runs the policy over every rollout to 
 can hand over the hidden states a drafter reads and the policy's next-token logits at no extra forward.
 `PolicyTrainer.capture_layers = (...)` turns it on; after `step()`, `PolicyTrainer.captured` holds one
 `DrafterBatch` per micro-batch (all detached). Layer -1 stands for the final normed hidden state (MTP's h^0).
+`PolicyTrainer.capture_rows(b)` may pick the rows kept (OnlineDrafterTrainer.pick_rows): only those are
+copied out, so a [b, T, V] logits tensor is held for a micro-batch only while its backward runs.
 
 TLT's alternative, capturing hidden states during rollout (the engine's verify forwards), is not built:
 the trainer's forward is exact (teacher-forced over the whole trajectory) and costs no extra work.
@@ -28,13 +30,25 @@ class DrafterBatch(NamedTuple):
     def num_tokens(self) -> float:
         return float(self.mask.sum())
 
+    def select(self, keep: Tensor) -> "DrafterBatch":
+        """Rows `keep` [k] (in that order), cut to their longest sequence; copies, so the source can be freed."""
+        mask = self.mask[keep.to(self.mask.device)]  # [k, T]
+        cols = mask.any(0).nonzero()  # past the last loss index every column is padding (causal attention)
+        T = int(cols.max()) + 1 if len(cols) else 1
+        keep = keep.to(self.input_ids.device)
+        return DrafterBatch(self.input_ids[:, :T][keep], mask[:, :T].contiguous(), self.logits[:, :T][keep],
+                            {i: h[:, :T][keep] for i, h in self.hidden.items()}, self.rows[keep.to(self.rows.device)])
 
-def capture(out, input_ids: Tensor, mask: Tensor, rows: Tensor, layers: tuple[int, ...]) -> DrafterBatch:
-    """Detaches the asked-for parts of a `ModelOutput` computed with hidden_layers=model_layers(layers)."""
+
+def capture(out, input_ids: Tensor, mask: Tensor, rows: Tensor, layers: tuple[int, ...],
+            keep: Tensor | None = None) -> DrafterBatch:
+    """Detaches the asked-for parts of a `ModelOutput` computed with hidden_layers=model_layers(layers);
+    `keep` [k]: only those rows, copied out."""
     hidden = dict(zip(model_layers(layers), (h.detach() for h in out.hidden)))
     if LAST in layers:
         hidden[LAST] = out.last_hidden.detach()
-    return DrafterBatch(input_ids, mask, out.logits.detach(), hidden, rows)
+    batch = DrafterBatch(input_ids, mask, out.logits.detach(), hidden, rows)
+    return batch if keep is None else batch.select(keep)
 
 
 def model_layers(layers: tuple[int, ...]) -> tuple[int, ...]:

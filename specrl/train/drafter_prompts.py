@@ -8,41 +8,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .data import _jsonl_records
+from .data import read_prompts
 
 Chat = list[dict]
 
 
 def read_prompt_rows(path: str | Path) -> list[str | Chat]:
-    """Each row's `prompt` string or `messages` list; a row with neither is an error naming its line."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"--data file {str(path)!r} does not exist: pass a .jsonl file of `prompt` or "
-                                "`messages` rows (e.g. from `specrl make-data math --out FILE`)")
-    rows = []
-    for line, rec in _jsonl_records(path):
-        where = f"{path}:{line}"
-        if isinstance(rec, dict) and isinstance(rec.get("prompt"), str):
-            rows.append(rec["prompt"])
-        elif isinstance(rec, dict) and "messages" in rec:
-            rows.append(check_chat(rec["messages"], where))
-        else:
-            keys = sorted(rec) if isinstance(rec, dict) else type(rec).__name__
-            raise ValueError(f"{where}: row has neither a 'prompt' string nor 'messages' (has {keys}); write "
-                             "{\"prompt\": \"...\"} or {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}")
+    """Each row's `prompt` string or `messages` list (data.read_prompts); a row with neither is an error
+    naming its line."""
+    rows = read_prompts(path, flag="--data file")
     if not rows:
         raise ValueError(f"--data file {str(path)!r} has no rows")
     return rows
-
-
-def check_chat(messages, where: str) -> Chat:
-    ok = isinstance(messages, list) and messages and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in messages)
-    if not ok:
-        raise ValueError(f"{where}: 'messages' must be a non-empty list of {{\"role\": str, \"content\": str}}, "
-                         f"got {str(messages)[:80]}")
-    return messages
 
 
 def render_chats(model_dir: str | Path, chats: list[Chat]) -> list[list[int]]:

@@ -22,7 +22,7 @@ from ..model import CausalLM, load_model, resolve_dtype, save_model
 from ..state_files import has_state, load_state, save_state
 from .config import TrainConfig
 from .drafter_capture import DrafterBatch
-from .online_drafter import OnlineDrafterConfig, OnlineDrafterTrainer
+from .online_drafter import OnlineDrafterTrainer
 from .trainer import PolicyTrainer, TrainBatch
 
 TRAINER_STATE, DRAFTER_TRAINER_STATE = "trainer", "drafter_trainer"
@@ -38,7 +38,7 @@ class LocalLearner:
         self._pending: tuple[list[DrafterBatch], torch.Tensor | None] | None = None  # captured, not yet trained
         self._drafter_metrics: dict[str, float] = {}  # of a deferred update, reported with the next step
         if drafter is not None:
-            trainer.capture_layers = drafter.capture_layers
+            trainer.capture_layers, trainer.capture_rows = drafter.capture_layers, drafter.pick_rows
 
     @classmethod
     def build(cls, model_dir: str | Path, cfg: TrainConfig, version: int = 0,
@@ -48,10 +48,7 @@ class LocalLearner:
                                 cfg.rollout.max_tokens)
         d, drafter = cfg.rollout.drafter, None
         if d.online:
-            online = OnlineDrafterConfig(lr=d.lr, updates_per_step=d.updates_per_step, temperature=cfg.rollout.temperature,
-                                         kl_coef=d.kl_coef, accept_coef=d.accept_coef, reward_weighting=d.reward_weighting,
-                                         ttt_steps=d.ttt_steps, sample_fraction=d.sample_fraction, seed=cfg.seed)
-            drafter = OnlineDrafterTrainer.from_spec(cfg.rollout.spec, policy, online)
+            drafter = OnlineDrafterTrainer.from_spec(cfg.rollout.spec, policy, d, cfg.rollout.temperature, cfg.seed)
         return cls(policy, trainer, version, tokenizer_dir or model_dir, drafter, d.schedule == "long_tail")
 
     @property

@@ -1,16 +1,19 @@
 """Online drafter training: keeps a model drafter (eagle3, draft_model, mtp) aligned with the policy as it trains.
 
-    online = OnlineDrafterTrainer.from_drafter(llm.drafter, policy, OnlineDrafterConfig())  # or .from_spec
+    online = OnlineDrafterTrainer.from_drafter(llm.drafter, policy, DrafterConfig())  # or .from_spec
     policy_trainer.capture_layers = online.capture_layers       # the trainer's forward hands over the data
+    policy_trainer.capture_rows = online.pick_rows              # ... of a sample_fraction share of its rows
     metrics = policy_trainer.step(batch)
     metrics |= online.step(policy_trainer.captured, rewards)     # drafter_loss, drafter_kl, ...
     load_drafter_weights(llm.drafter, online.named_weights(), online.version)   # spec/weights.py
     online.state_dict() / load_state_dict(...)    # exact resume (weights, AdamW, version, shuffle generator)
     online.save_drafter(ckpt / "drafter")         # the method's own layout: SpecConfig(draft_model=...), export
 
-One `step` = `updates_per_step` AdamW steps on the trainer's own fp32 copy of the drafter, over the step's
-micro-batches, each cut to a `sample_fraction` share of its rows (shuffled and sampled by the trainer's own
-generator, so that `state_dict` + `load_state_dict` resume exactly). Each step increments `version`. The policy is read, never trained: its embeddings and lm_head
+The config is `rollout.drafter` (`DrafterConfig`, drafter_config.py); `temperature` is the rollouts' and
+`seed` the run's. The policy's forward keeps a `sample_fraction` share of each micro-batch's rows
+(`pick_rows`, drawn by the trainer's own generator when they are captured: the rest is never stored). One
+`step` = `updates_per_step` AdamW steps on the trainer's own fp32 copy of the drafter, the kept rows split
+among them; `state_dict` + `load_state_dict` resume exactly. Each step increments `version`. The policy is read, never trained: its embeddings and lm_head
 (which EAGLE-3 and MTP share) enter through a detached view.
 
 Loss per response position (drafter_losses.py), temperature-scaled as rollouts sample:
@@ -24,7 +27,6 @@ each against the policy's distribution at its own offset; the draft model reads 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -34,40 +36,10 @@ from torch import Tensor, nn
 from ..spec.config import SpecConfig
 from ..spec.scratch import SCRATCH, model_method, scratch_module
 from .drafter_capture import LAST, DrafterBatch
+from .drafter_config import DrafterConfig
 from .drafter_losses import accepted_mass, forward_kl, restrict_to, reward_weights, weighted_token_mean
 from .optim import build_optimizer, clip_grad
 from .train_eagle3 import shift_left, take, ttt_unroll
-
-
-@dataclass
-class OnlineDrafterConfig:
-    lr: float = 3e-4
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    updates_per_step: int = 1  # optimizer steps per RL step, each over a share of the micro-batches
-    temperature: float = 1.0  # the rollouts' sampling temperature: p and q are compared at it
-    kl_coef: float = 1.0
-    accept_coef: float = 0.0  # weight of 1 - expected accepted mass
-    reward_weighting: bool = False  # ReSpec: weight trajectories by w(r), normalised and clipped
-    reward_w_max: float = 2.0
-    ttt_steps: int = 3  # EAGLE-3 training-time-test unroll
-    sample_fraction: float = 1.0  # share of each micro-batch's trajectories an update trains on (drawn anew)
-    unroll_decay: float = 0.8  # weight decay^j of unroll step j (EAGLE-3 TTT steps, MTP depths)
-    mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
-    seed: int = 0
-
-    def __post_init__(self):
-        if not 0 < self.sample_fraction <= 1:
-            raise ValueError(f"OnlineDrafterConfig sample_fraction={self.sample_fraction}: expected in (0, 1]")
-        if self.lr <= 0 or self.temperature <= 0:
-            raise ValueError(f"OnlineDrafterConfig lr={self.lr}, temperature={self.temperature}: expected > 0 "
-                             "(temperature 0 rollouts: train at 1.0)")
-        if min(self.updates_per_step, self.ttt_steps, self.mtp_depths) < 1 or not 0 < self.unroll_decay <= 1:
-            raise ValueError(f"OnlineDrafterConfig updates_per_step={self.updates_per_step}, ttt_steps="
-                             f"{self.ttt_steps}, mtp_depths={self.mtp_depths}: expected >= 1; unroll_decay="
-                             f"{self.unroll_decay}: expected in (0, 1]")
-        if self.kl_coef < 0 or self.accept_coef < 0 or self.kl_coef + self.accept_coef == 0:
-            raise ValueError(f"kl_coef={self.kl_coef}, accept_coef={self.accept_coef}: expected >= 0, not both 0")
 
 
 class Queries(NamedTuple):
@@ -112,30 +84,38 @@ def method_of(module: nn.Module) -> str:
 
 
 class OnlineDrafterTrainer:
-    def __init__(self, module: nn.Module, policy: nn.Module, cfg: OnlineDrafterConfig):
+    def __init__(self, module: nn.Module, policy: nn.Module, cfg: DrafterConfig, temperature: float = 1.0,
+                 seed: int = 0):
+        cfg.validate()
+        if temperature <= 0:
+            raise ValueError(f"online drafter temperature={temperature}: expected > 0 (the rollouts' sampling "
+                             "temperature; for greedy rollouts train at 1.0)")
         self.method, self.cfg, self.view = method_of(module), cfg, FrozenView(policy)
+        self.temperature = temperature
         p = next(policy.parameters())
         self.module = module.to(device=p.device, dtype=torch.float32).train().requires_grad_(True)
         self.optimizer = build_optimizer(self.module, cfg.lr, cfg.weight_decay, betas=(0.9, 0.95))
-        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.gen = torch.Generator().manual_seed(seed)
         self.version = 0
 
     @classmethod
-    def from_drafter(cls, drafter, policy: nn.Module, cfg: OnlineDrafterConfig) -> "OnlineDrafterTrainer":
+    def from_drafter(cls, drafter, policy: nn.Module, cfg: DrafterConfig, temperature: float = 1.0,
+                     seed: int = 0) -> "OnlineDrafterTrainer":
         """Trains a copy of the engine's drafter module (so its names and shapes fit the swap)."""
         from ..spec.weights import drafter_module
-        return cls(copy.deepcopy(drafter_module(drafter)), policy, cfg)
+        return cls(copy.deepcopy(drafter_module(drafter)), policy, cfg, temperature, seed)
 
     @classmethod
-    def from_spec(cls, spec: SpecConfig, policy: nn.Module, cfg: OnlineDrafterConfig) -> "OnlineDrafterTrainer":
+    def from_spec(cls, spec: SpecConfig, policy: nn.Module, cfg: DrafterConfig, temperature: float = 1.0,
+                  seed: int = 0) -> "OnlineDrafterTrainer":
         """The drafter `spec` names: draft_model='scratch' starts it from the policy (spec/scratch.py)."""
         method = model_method(spec, "online drafter training")
         if spec.draft_model == SCRATCH:
-            return cls(scratch_module(method, policy, cfg.seed), policy, cfg)
+            return cls(scratch_module(method, policy, seed), policy, cfg, temperature, seed)
         from ..engine.methods import build_drafter
         drafter = build_drafter(spec if spec.method != "auto" else SpecConfig(method=method,
                                 draft_model=spec.draft_model), policy, 1, policy.config.max_position_embeddings)
-        return cls.from_drafter(drafter, policy, cfg)
+        return cls.from_drafter(drafter, policy, cfg, temperature, seed)
 
     @property
     def capture_layers(self) -> tuple[int, ...]:
@@ -176,24 +156,28 @@ class OnlineDrafterTrainer:
         self.gen.set_state(state["generator"])
 
     def step(self, batches: list[DrafterBatch], rewards: Tensor | None = None) -> dict[str, float]:
-        """`updates_per_step` optimizer steps over one RL step's captured micro-batches; `rewards` [N] per
-        trajectory (indexed by DrafterBatch.rows) for reward weighting."""
+        """`updates_per_step` optimizer steps over one RL step's captured micro-batches (each update its own
+        share of every micro-batch's rows); `rewards` [N] per trajectory (indexed by DrafterBatch.rows) for
+        reward weighting."""
         if not batches:
             raise ValueError("no captured micro-batches: set PolicyTrainer.capture_layers = "
                              "OnlineDrafterTrainer.capture_layers before PolicyTrainer.step")
         weights = None
         if self.cfg.reward_weighting and rewards is not None:
             weights = reward_weights(rewards, 0.0, self.cfg.reward_w_max)  # [N]
-        order = torch.randperm(len(batches), generator=self.gen).tolist()
-        chunks = [c for c in torch.tensor(order).chunk(self.cfg.updates_per_step) if len(c)]
+        u = self.cfg.updates_per_step
+        shares: list[list[DrafterBatch]] = [[] for _ in range(u)]
+        for mb in batches:  # rows were shuffled when captured: update j takes the j-th of u slices
+            for j, part in enumerate(torch.arange(len(mb.rows)).chunk(u)):
+                shares[j].append(mb.select(part))
+        shares = [share for share in shares if share]
         sums = {"drafter_loss": 0.0, "drafter_kl": 0.0, "drafter_accept_mass": 0.0, "drafter_grad_norm": 0.0}
-        for chunk in chunks:
-            self._update([batches[i] for i in chunk.tolist()], weights, sums)
+        for share in shares:
+            self._update(share, weights, sums)
         self.version += 1
-        return {**{k: v / len(chunks) for k, v in sums.items()}, "drafter_version": self.version}
+        return {**{k: v / len(shares) for k, v in sums.items()}, "drafter_version": self.version}
 
     def _update(self, batches: list[DrafterBatch], weights: Tensor | None, sums: dict) -> None:
-        batches = [self.sample(mb) for mb in batches]
         denom = sum(b.num_tokens for b in batches) or 1.0
         self.optimizer.zero_grad(set_to_none=True)
         for mb in batches:
@@ -206,20 +190,14 @@ class OnlineDrafterTrainer:
         sums["drafter_grad_norm"] += clip_grad(self.module, self.cfg.grad_clip)
         self.optimizer.step()
 
-    def sample(self, mb: DrafterBatch) -> DrafterBatch:
-        """A `sample_fraction` share of the micro-batch's rows (at least one), cut to their longest sequence.
-        The n samples of a prompt are near duplicates at a low-entropy policy, so a share of them teaches
-        almost as much as all of them, at that share of the cost."""
-        b = mb.input_ids.shape[0]
-        if self.cfg.sample_fraction >= 1:
-            return mb
-        keep = torch.randperm(b, generator=self.gen)[:max(1, round(b * self.cfg.sample_fraction))].sort().values
-        mask = mb.mask[keep.to(mb.mask.device)]  # [k, T]
-        cols = mask.any(0).nonzero()  # past the last loss index every column is padding (causal attention)
-        T = int(cols.max()) + 1 if len(cols) else 1
-        keep = keep.to(mb.input_ids.device)
-        return DrafterBatch(mb.input_ids[keep, :T], mask[:, :T], mb.logits[keep, :T],
-                            {i: h[keep, :T] for i, h in mb.hidden.items()}, mb.rows[keep.to(mb.rows.device)])
+    def pick_rows(self, b: int) -> Tensor | None:
+        """`PolicyTrainer.capture_rows`: a `sample_fraction` share (at least one) of a micro-batch's b rows,
+        in random order (updates split them in that order); None keeps them all, in order. The n samples of a prompt are near duplicates at a low-entropy
+        policy, so a share of them teaches almost as much as all of them, at that share of the cost and
+        memory."""
+        if self.cfg.sample_fraction >= 1 and self.cfg.updates_per_step == 1:
+            return None
+        return torch.randperm(b, generator=self.gen)[:max(1, round(b * self.cfg.sample_fraction))]
 
     def loss_queries(self, mb: DrafterBatch) -> Queries:
         """EAGLE-3: the indices whose TTT chains are unrolled, those where some unroll step takes a loss."""
@@ -233,13 +211,13 @@ class OnlineDrafterTrainer:
         ids = getattr(self.module, "target_ids", None)
         total, kl0, mass0 = 0.0, 0.0, 0.0
         for i, (w, draft, policy, mask) in enumerate(terms):
-            kl = forward_kl(draft, restrict_to(policy, ids), self.cfg.temperature)  # [b, t]
+            kl = forward_kl(draft, restrict_to(policy, ids), self.temperature)  # [b, t]
             tok = self.cfg.kl_coef * kl  # [b, t]
             trained = self.cfg.accept_coef > 0
             if trained or i == 0:  # the loss term, or only the first draft's metric (then without a graph)
                 with torch.set_grad_enabled(trained and torch.is_grad_enabled()):
-                    p_full = torch.softmax(policy.float() / self.cfg.temperature, dim=-1)  # [b, t, V]
-                    mass = accepted_mass(draft, policy, self.cfg.temperature, restrict_to(p_full, ids))  # [b, t]
+                    p_full = torch.softmax(policy.float() / self.temperature, dim=-1)  # [b, t, V]
+                    mass = accepted_mass(draft, policy, self.temperature, restrict_to(p_full, ids))  # [b, t]
                 if trained:
                     tok = tok + self.cfg.accept_coef * (1.0 - mass)
             total = total + w * weighted_token_mean(tok, mask, row_w, denom)

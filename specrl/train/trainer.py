@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import defaultdict
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -95,6 +95,8 @@ class PolicyTrainer:
         # the final normed hidden); None: off. `step` leaves one DrafterBatch per micro-batch in `captured`.
         self.capture_layers: tuple[int, ...] | None = None
         self.captured: list[DrafterBatch] = []
+        # b -> the rows [k] of a b-row micro-batch to keep (OnlineDrafterTrainer.pick_rows); None: all of them
+        self.capture_rows: Callable[[int], Tensor | None] | None = None
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
@@ -173,7 +175,8 @@ class PolicyTrainer:
             with self.autocast():
                 out = self.model(mb.input_ids, hidden_layers=model_layers(layers or ()))
             if layers is not None:
-                self.captured.append(capture(out, mb.input_ids, mb.mask, idx, layers))
+                keep = self.capture_rows(len(idx)) if self.capture_rows is not None else None
+                self.captured.append(capture(out, mb.input_ids, mb.mask, idx, layers, keep))
             logits = out.logits  # [b, T, V] (bf16 under autocast; logprobs are taken in fp32)
             logp = token_logprobs(logits, mb.targets, self.temperature)  # [b, T]
             if old is None:

@@ -53,9 +53,9 @@ def test_generate_missing_model_names_the_path(capsys):
 
 
 @pytest.mark.parametrize("text, expected", [
-    ('{"prompt": "a"}\n{"prompt": "b"\n', "bad.jsonl:2 is not valid JSON"),
-    ('{"prompt": "a"}\n\n{"text": "b"}\n', "bad.jsonl:3 has no 'prompt' field"),
-    ('["a"]\n', "bad.jsonl:1 has no 'prompt' field"),
+    ('{"prompt": "a"}\n{"prompt": "b"\n', "bad.jsonl:2: not valid JSON"),
+    ('{"prompt": "a"}\n\n{"text": "b"}\n', "bad.jsonl:3: row has no 'prompt' field"),
+    ('["a"]\n', "bad.jsonl:1: row has no 'prompt' field"),
 ])
 def test_generate_malformed_prompts_file_names_the_line(tmp_path, capsys, text, expected):
     (tmp_path / "bad.jsonl").write_text(text)

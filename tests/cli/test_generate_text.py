@@ -44,3 +44,20 @@ def test_threads_default_to_the_free_cores(keep_threads, monkeypatch):
     assert set_threads(1) == 1 and torch.get_num_threads() == 1
     with pytest.raises(ValueError, match="--threads 0: expected a positive number"):
         set_threads(0)
+
+
+def test_generate_reads_chat_messages_rows(tmp_path, keep_threads):
+    """A --prompts file row with `messages` goes through the chat template as it is (system turn kept); a
+    `prompt` row of the same file becomes a user turn."""
+    d = save_model(tiny_model(seed=2, vocab=300, hidden=32, max_pos=256), tmp_path / "m")
+    save_chat_tokenizer(d, "smollm2")
+    conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    rows = tmp_path / "p.jsonl"
+    rows.write_text(json.dumps({"messages": conv, "answer": "x"}) + "\n" + json.dumps({"prompt": "Yo"}) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["--model", str(d), "--prompts", str(rows), "--temperature", "0", "--max-tokens", "2",
+                 "--out", str(out), "--threads", "1"]) == 0
+    got = [json.loads(line)["prompt"] for line in out.read_text().splitlines()]
+    tok = load_text_tokenizer(d)
+    assert got == [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
+                   for c in (conv, [{"role": "user", "content": "Yo"}])]

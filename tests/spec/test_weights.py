@@ -81,14 +81,15 @@ def _captured(model, prompts, outs, layers):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_online_trained_weights_swapped_in_raise_acceptance(method):
-    from specrl.train.online_drafter import OnlineDrafterConfig, OnlineDrafterTrainer
+    from specrl.train.drafter_config import DrafterConfig
+    from specrl.train.online_drafter import OnlineDrafterTrainer
     model = tiny_model(seed=3, vocab=32, hidden=48, layers=3, max_pos=40, scale=2.0)
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     inner = _engine_drafter(method, model)
     llm = LLM(model, max_num_seqs=4, drafter=inner)
     outs = llm.generate(PROMPTS, params)
     before = llm.stats["acceptance_length"]
-    online = OnlineDrafterTrainer.from_drafter(inner, model, OnlineDrafterConfig(lr=1e-2, accept_coef=1.0))
+    online = OnlineDrafterTrainer.from_drafter(inner, model, DrafterConfig(lr=1e-2, accept_coef=1.0))
     data = _captured(model, PROMPTS, outs, online.capture_layers)
     for _ in range(25):
         online.step(data)

@@ -82,10 +82,10 @@ def test_prompt_and_messages_rows(tmp_path, chat_policy):
 def test_bad_rows_name_their_line(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"prompt": "t4"}) + "\n" + json.dumps({"question": "x"}) + "\n")
-    with pytest.raises(ValueError, match=r"d.jsonl:2: row has neither a 'prompt' string nor 'messages'"):
+    with pytest.raises(ValueError, match=r"d.jsonl:2: row has no 'prompt' field \(has \['question'\]\)"):
         read_prompt_rows(data)
     data.write_text(json.dumps({"messages": [{"role": "user"}]}) + "\n")
-    with pytest.raises(ValueError, match=r"d.jsonl:1: 'messages' must be a non-empty list"):
+    with pytest.raises(ValueError, match=r"d.jsonl:1: 'messages' message 0 is .*needs a 'role' and a 'content'"):
         read_prompt_rows(data)
     with pytest.raises(FileNotFoundError, match="make-data"):
         read_prompt_rows(tmp_path / "missing.jsonl")

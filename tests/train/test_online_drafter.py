@@ -9,28 +9,36 @@ import torch
 
 from specrl import LLM, SpecConfig
 from specrl.spec.weights import drafter_module, drafter_version, load_drafter_weights
-from specrl.train.online_drafter import OnlineDrafterConfig, OnlineDrafterTrainer, queries
+from specrl.train.drafter_config import DrafterConfig
+from specrl.train.online_drafter import OnlineDrafterTrainer, queries
 from tests.helpers import tiny_model
 from tests.train.test_trainer import _rollouts, _trainer
 
 METHODS = ["eagle3", "draft_model", "mtp"]
 
 
-def _captured(method, seed=1):
-    """A policy, one RL step's captured micro-batches for `method`'s drafter, and the step's batch."""
+def _captured(method, seed=1, online=None):
+    """A policy, one RL step's captured micro-batches for `method`'s drafter, and the step's batch; with
+    `online`, the rows it picks at capture time."""
     model = tiny_model(seed=seed, layers=3)
     batch = _rollouts(model)
-    online = OnlineDrafterTrainer.from_spec(SpecConfig(method=method, draft_model="scratch"), model,
-                                            OnlineDrafterConfig())
+    online = online or OnlineDrafterTrainer.from_spec(SpecConfig(method=method, draft_model="scratch"), model,
+                                                      DrafterConfig(sample_fraction=1.0))
     pt = _trainer(model, micro=4)
-    pt.capture_layers = online.capture_layers
+    pt.capture_layers, pt.capture_rows = online.capture_layers, online.pick_rows
     pt.step(batch)
     return model, pt.captured, batch
 
 
-def _fresh(method, model, **cfg):
+def _fresh(method, model, seed=0, **cfg):
     return OnlineDrafterTrainer.from_spec(SpecConfig(method=method, draft_model="scratch"), model,
-                                          OnlineDrafterConfig(lr=1e-2, **cfg))
+                                          DrafterConfig(lr=1e-2, **{"sample_fraction": 1.0, **cfg}), seed=seed)
+
+
+def _step(online, captured, rewards=None):
+    """One drafter step on the rows it would have kept at capture time (pick_rows draws from its generator)."""
+    return online.step([mb if (k := online.pick_rows(len(mb.rows))) is None else mb.select(k) for mb in captured],
+                       rewards)
 
 
 def test_capture_leaves_the_policy_update_unchanged():
@@ -78,19 +86,19 @@ def test_drafter_learns_the_policy_and_swaps_into_the_engine(method):
 def test_resume_is_bitwise_exact(method):
     model, captured, batch = _captured(method)
     rewards = torch.linspace(0, 1, batch.num_rows)
-    # the micro-batch shuffle and the row sample are part of the state
+    # the row sample is part of the state
     cfg = dict(updates_per_step=2, reward_weighting=True, sample_fraction=0.5)
     straight = _fresh(method, model, **cfg)
     for _ in range(3):
-        straight.step(captured, rewards)
+        _step(straight, captured, rewards)
     first = _fresh(method, model, **cfg)
     for _ in range(2):
-        first.step(captured, rewards)
+        _step(first, captured, rewards)
     buf = io.BytesIO()
     torch.save(first.state_dict(), buf)
     resumed = _fresh(method, model, **{**cfg, "seed": 7})  # a different seed: the state must carry it
     resumed.load_state_dict(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))
-    resumed.step(captured, rewards)
+    _step(resumed, captured, rewards)
     assert resumed.version == straight.version == 3
     for (na, a), (nb, b) in zip(straight.named_weights(), resumed.named_weights()):
         assert na == nb and torch.equal(a, b), na
@@ -119,18 +127,40 @@ def test_eagle3_unrolls_only_where_a_loss_is_taken_with_the_same_loss_and_gradie
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_sample_fraction_trains_on_a_share_of_the_rows(method):
-    model, captured, _ = _captured(method)
-    mb = captured[0]  # 4 rows
+def test_sample_fraction_keeps_a_share_of_the_rows_at_capture(method):
+    model, full, _ = _captured(method)
     online = _fresh(method, model, sample_fraction=0.5)
-    half = online.sample(mb)
-    T = half.input_ids.shape[1]
-    rows = [mb.rows.tolist().index(r) for r in half.rows.tolist()]  # the kept trajectories, in order
-    assert len(rows) == 2 and rows == sorted(rows)
-    assert torch.equal(half.input_ids, mb.input_ids[rows, :T]) and torch.equal(half.mask, mb.mask[rows, :T])
-    assert mb.mask[rows, T:].sum() == 0  # cut only padding: every loss position of the kept rows stays
-    assert len({tuple(online.sample(mb).rows.tolist()) for _ in range(8)}) > 1  # drawn anew each update
-    assert online.step(captured)["drafter_loss"] > 0
+    _, kept, _ = _captured(method, online=online)
+    assert len(kept) == len(full)
+    assert max(len(mb.rows) for mb in full) == 4
+    for mb, half in zip(full, kept):  # micro-batches of up to 4 rows
+        T = half.input_ids.shape[1]
+        rows = [mb.rows.tolist().index(r) for r in half.rows.tolist()]  # the kept trajectories, in draw order
+        assert len(rows) == len(set(rows)) == max(1, round(len(mb.rows) * 0.5))
+        assert torch.equal(half.input_ids, mb.input_ids[rows, :T]) and torch.equal(half.mask, mb.mask[rows, :T])
+        assert torch.allclose(half.logits, mb.logits[rows, :T], atol=1e-6)
+        for i, h in half.hidden.items():
+            assert torch.allclose(h, mb.hidden[i][rows, :T], atol=1e-6)
+        assert mb.mask[rows, T:].sum() == 0  # cut only padding: every loss position of the kept rows stays
+        assert half.logits.shape[0] == len(rows)  # only the kept rows' logits are held
+    assert len({tuple(online.pick_rows(4).tolist()) for _ in range(8)}) > 1  # drawn anew each micro-batch
+    assert online.step(kept)["drafter_loss"] > 0
+
+
+def test_updates_split_the_kept_rows():
+    model, captured, _ = _captured("draft_model")
+    one, two = _fresh("draft_model", model), _fresh("draft_model", model, updates_per_step=2)
+    one.step(captured)
+    two.step(captured)
+    steps = lambda t: {int(s["step"]) for s in t.optimizer.state_dict()["state"].values()}  # noqa: E731
+    assert steps(one) == {1} and steps(two) == {2}
+    assert one.version == two.version == 1
+    # each of the two updates trained on its own half of every micro-batch's rows
+    seen = []
+    two._update = lambda share, w, sums: seen.append(sorted(r for mb in share for r in mb.rows.tolist()))
+    two.step(captured)
+    assert len(seen) == 2 and not set(seen[0]) & set(seen[1])
+    assert sorted(seen[0] + seen[1]) == sorted(torch.cat([c.rows for c in captured]).tolist())
 
 
 def test_equal_rewards_weigh_like_no_rewards():
@@ -146,7 +176,7 @@ def test_equal_rewards_weigh_like_no_rewards():
                                   SpecConfig(method="auto", auto_methods=("suffix",))])
 def test_model_free_methods_cannot_train_online(spec):
     with pytest.raises(ValueError, match="online drafter training needs a model drafter.*has no weights"):
-        OnlineDrafterTrainer.from_spec(spec, tiny_model(), OnlineDrafterConfig())
+        OnlineDrafterTrainer.from_spec(spec, tiny_model(), DrafterConfig())
 
 
 def test_scratch_needs_a_model_drafter():
@@ -162,13 +192,14 @@ def test_no_capture_is_a_clear_error():
         online.step([])
 
 
-def test_config_validates_itself():
-    with pytest.raises(ValueError, match="kl_coef=0.0, accept_coef=0.0"):
-        OnlineDrafterConfig(kl_coef=0.0)
+def test_config_is_checked_by_the_trainer():
+    spec, model = SpecConfig(method="eagle3", draft_model="scratch"), tiny_model(layers=3)
+    with pytest.raises(ValueError, match="kl_coef=0.0 is invalid"):
+        OnlineDrafterTrainer.from_spec(spec, model, DrafterConfig(kl_coef=0.0))
     with pytest.raises(ValueError, match="temperature=0"):
-        OnlineDrafterConfig(temperature=0)
+        OnlineDrafterTrainer.from_spec(spec, model, DrafterConfig(), temperature=0)
     with pytest.raises(ValueError, match="sample_fraction=0"):
-        OnlineDrafterConfig(sample_fraction=0)
+        OnlineDrafterTrainer.from_spec(spec, model, DrafterConfig(sample_fraction=0))
 
 
 def test_from_spec_loads_a_trained_head(tmp_path):
@@ -177,7 +208,7 @@ def test_from_spec_loads_a_trained_head(tmp_path):
     head = init_head(Eagle3Config.for_target(model.config), seed=4)
     save_head(head, tmp_path / "h")
     online = OnlineDrafterTrainer.from_spec(SpecConfig(method="eagle3", draft_model=str(tmp_path / "h")), model,
-                                            OnlineDrafterConfig())
+                                            DrafterConfig())
     assert online.capture_layers == (1, 2)  # default_layers(3) = (1, 2, 2), each captured once
     for (name, got), (_, want) in zip(online.named_weights(), head.state_dict().items()):
         assert torch.equal(got, want), name
