@@ -6,7 +6,8 @@ on batches 1..30 in order (one `OnlineDrafterTrainer.step` per batch, as an RL s
 replays the previous batches, `epochs` > 1 repeats the step) and reports the held-out first-draft KL and
 accepted mass on batches 31-34 after steps 10, 20 and 30, next to the shipped (offline-trained) head's.
 Settings are JSON objects of `rollout.drafter` keys plus `layers`, `window`, `epochs`, `decay` (linear LR
-decay to 5% over the 30 steps). One thread; CPU seconds of the drafter updates.
+decay to 5% over the 30 steps); {"from": DIR} only scores the EAGLE-3 head saved in DIR (e.g. one that
+`specrl train-drafter` trained offline on as many tokens). One thread; CPU seconds of the drafter updates.
 
     python benchmarks/online_drafter_cold_curve.py '{"lr": 1e-3, "sample_fraction": 1.0}' \\
         '{"lr": 1e-3, "sample_fraction": 1.0, "updates_per_step": 4}'
@@ -68,6 +69,11 @@ def main() -> None:
     for text in args.settings:
         kw = json.loads(text)
         setting = dict(kw)
+        if "from" in kw:
+            head = OnlineDrafterTrainer.from_spec(SpecConfig(method="eagle3", draft_model=kw["from"]), policy,
+                                                  DrafterConfig())
+            print(json.dumps({"run": setting, "held_out_kl_mass": evaluate(head)}), flush=True)
+            continue
         layers, inter = kw.pop("layers", None), kw.pop("intermediate_size", None)
         window, epochs, decay = kw.pop("window", 1), kw.pop("epochs", 1), kw.pop("decay", False)
         cfg = DrafterConfig(**kw)

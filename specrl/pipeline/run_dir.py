@@ -22,7 +22,8 @@ from ..io import atomic_write_text
 
 TIME_KEYS = ("rollout_s", "reward_s", "train_s", "sync_s")
 TRACE_FILE, WORKLOAD_FILE = "rollout_trace.jsonl", "rollout_workload.jsonl"
-LOG_FILES = ("metrics.jsonl", "eval.jsonl", WORKLOAD_FILE, TRACE_FILE)
+SAMPLES_FILE = "samples.jsonl"  # a few completions per step, with their rewards (TrainConfig.log_samples)
+LOG_FILES = ("metrics.jsonl", "eval.jsonl", WORKLOAD_FILE, TRACE_FILE, SAMPLES_FILE)
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -72,7 +73,7 @@ class RunDir:
 
     def truncate(self, step: int) -> None:
         """Drops rows past `step` (written after the checkpoint a resume starts from)."""
-        for name, key in zip(LOG_FILES, ("step", "step", "step", "rl_step")):
+        for name, key in zip(LOG_FILES, ("step", "step", "step", "rl_step", "step")):
             if not (self.path / name).exists():
                 continue
             rows = [r for r in read_jsonl(self.path / name) if r[key] <= step]

@@ -22,8 +22,11 @@ from ..train.drafter_health import DrafterHealth
 from ..train.rewards import RewardFn
 from ..train.trainer import NonFiniteLossError, collate
 from .progress import StepProgress
-from .run_dir import TIME_KEYS, RunDir
+from .run_dir import SAMPLES_FILE, TIME_KEYS, RunDir
 from .seam import ROW_STATS, Learner, RolloutBackend
+
+SAMPLES_KEY = "samples"  # metrics-row key of the step's logged completions (popped before the row is written)
+FLAT_REWARD_STEPS = 3  # steps of all-equal rewards before check_signal warns
 
 
 class RunStopped(RuntimeError):
@@ -53,6 +56,7 @@ class Parts:
     eval_backend: RolloutBackend | None = None  # None: evaluate on the rollout backend
     workload_log: Callable[[dict], None] | None = None  # rollout.trace: rows of rollout_workload.jsonl
     health: DrafterHealth | None = None  # the drafter alarm, for runs with a model drafter
+    flat_reward_steps: int = 0  # consecutive steps whose rewards were all equal (check_signal)
 
     @property
     def evaluator(self) -> RolloutBackend:
@@ -138,10 +142,11 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
     Returns the metrics row (without the step's timings) and the reward/train seconds on both clocks."""
     examples, outs = rollout.examples, rollout.outputs
     t0, c0 = time.perf_counter(), cpu_clock()
+    owners = [r for r in outs for _ in r.outputs]  # the request of each sample
     samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs]
-    rewards = torch.tensor([side.reward(side.encoder.decode(c.token_ids), examples[r.request_id].answer,
-                                        examples[r.request_id].prompt)
-                            for r in outs for c in r.outputs], dtype=torch.float32)  # [N]
+    texts = [side.encoder.decode(c.token_ids) for _, c in samples]
+    rewards = torch.tensor([side.reward(text, examples[r.request_id].answer, examples[r.request_id].prompt)
+                            for text, r in zip(texts, owners)], dtype=torch.float32)  # [N]
     advantages = compute_advantages(cfg.algorithm.advantage, rewards, group_size=cfg.rollout.n)  # [N]
     t1, c1 = time.perf_counter(), cpu_clock()
     batch = collate([p for p, _ in samples], [c.token_ids for _, c in samples], [c.logprobs for _, c in samples],
@@ -152,7 +157,7 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
     lens = np.array([len(c.token_ids) for _, c in samples])
     stats, gen_s = rollout.stats, rollout.wall_s
     row = {"step": rollout.step + 1, "reward_mean": float(rewards.mean()),
-           "accuracy": float((rewards >= 1.0).float().mean()),
+           "reward_std": float(rewards.std(unbiased=False)), "accuracy": float((rewards >= 1.0).float().mean()),
            "response_len_p50": float(np.percentile(lens, 50)), "response_len_p99": float(np.percentile(lens, 99)),
            "gen_tokens_per_s": stats["generated_tokens"] / max(gen_s, 1e-9),
            "acceptance_length": stats["acceptance_length"], "acceptance_rate": stats["acceptance_rate"],
@@ -160,6 +165,11 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
            **{k: stats[k] for k in ROW_STATS if k in stats}, **train_metrics}
     times = {"rollout_s": gen_s, "rollout_cpu_s": rollout.cpu_s, "reward_s": t1 - t0, "reward_cpu_s": c1 - c0,
              "train_s": t2 - t1, "train_cpu_s": c2 - c1}
+    firsts = [sum(len(o.outputs) for o in outs[:i]) for i in range(len(outs))]  # each prompt's first sample
+    row[SAMPLES_KEY] = [{"step": rollout.step + 1, "prompt": examples[outs[i].request_id].prompt,
+                         "completion": texts[j], "answer": examples[outs[i].request_id].answer,
+                         "reward": float(rewards[j]), "tokens": len(samples[j][1].token_ids)}
+                        for i, j in enumerate(firsts[:cfg.log_samples]) if outs[i].outputs]
     return row, times
 
 
@@ -176,6 +186,19 @@ def sync_drafter(learner: Learner, backend: RolloutBackend, force: bool = False)
     t0 = time.perf_counter()
     backend.update_drafter(learner.drafter_weights(), version)
     return time.perf_counter() - t0
+
+
+def check_signal(parts: Parts, row: dict, bar: StepProgress) -> None:
+    """Warns when every sample's reward was the same for FLAT_REWARD_STEPS steps in a row (then again every
+    10): zero advantages, so the policy does not learn (a reward that never matches the policy's format)."""
+    if "reward_std" not in row:
+        return
+    parts.flat_reward_steps = parts.flat_reward_steps + 1 if row["reward_std"] == 0 else 0
+    n = parts.flat_reward_steps
+    if n >= FLAT_REWARD_STEPS and (n - FLAT_REWARD_STEPS) % 10 == 0:
+        bar.log(f"WARNING step {row['step']}: every sample's reward was {row['reward_mean']:g} for the last {n} "
+                f"steps: no learning signal (zero advantages). Read {SAMPLES_FILE} in the run directory to see "
+                "what the policy writes, and check reward.name against it")
 
 
 def check_health(parts: Parts, row: dict, bar: StepProgress) -> None:
@@ -240,6 +263,9 @@ def finish_step(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: Ste
     weights first), the metrics row, and the checkpoint (with the drafter's state when `save_drafter`)."""
     sched, done = cfg.schedule, row["step"]
     learner = parts.learner.learner
+    for sample in row.pop(SAMPLES_KEY, []):
+        run.log(sample, SAMPLES_FILE, tensorboard=False)
+    check_signal(parts, row, bar)
     check_health(parts, row, bar)
     if parts.held_out and (done == sched.max_steps or (sched.eval_every and done % sched.eval_every == 0)):
         if parts.eval_backend is not None:

@@ -248,8 +248,12 @@ class TrainConfig:
     tensorboard: bool = True
     plots: bool = True
     progress: bool = True
+    # completions written to samples.jsonl each step (the first sample of the first prompts, with prompt,
+    # answer and reward), so a user can read what the policy writes; 0: none
+    log_samples: int = 4
 
     def validate(self) -> None:
+        require(self.log_samples >= 0, "log_samples", self.log_samples, ">= 0", "0 writes no samples.jsonl")
         require(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
                 "float32, bfloat16 or float16", "float32 keeps logprob_diff ~0")
         require(self.num_threads >= 0, "num_threads", self.num_threads, ">= 0")

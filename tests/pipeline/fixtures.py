@@ -16,6 +16,12 @@ if "has_t7" not in REWARDS:
         """1 when the completion contains token t7: a reward the random policy earns now and then."""
         return float("t7" in completion.split())
 
+if "constant_half" not in REWARDS:
+    @register_reward("constant_half")
+    def constant_half(completion: str, answer: str, prompt: str = "") -> float:
+        """The same reward for every completion: no learning signal."""
+        return 0.5
+
 
 def make_setup(tmp: Path) -> tuple[Path, Path]:
     model = save_tiny(tmp / "model", vocab=32, max_pos=96)

@@ -59,6 +59,27 @@ def test_run_dir_has_metrics_evals_and_last_k_checkpoints(straight_run):
     assert isinstance(cfg, TrainConfig) and cfg.schedule.max_steps == 4
 
 
+def test_each_step_logs_sample_completions_with_their_rewards(straight_run):
+    from specrl.train.rewards import get_reward
+    samples = read_jsonl(straight_run / "samples.jsonl")
+    assert [s["step"] for s in samples] == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]  # 3 prompts a step, log_samples=4
+    for s in samples:
+        assert set(s) == {"step", "prompt", "completion", "answer", "reward", "tokens"}
+        assert s["reward"] == get_reward("has_t7")(s["completion"], s["answer"], s["prompt"])
+    assert len({s["prompt"] for s in samples}) > 3  # new prompts each step
+
+
+def test_all_equal_rewards_warn_that_there_is_no_learning_signal(setup, tmp_path, capsys):
+    assert main(overrides(*setup, tmp_path / "flat", **{"reward.name": "constant_half", "schedule.max_steps": 3,
+                                                      "log_samples": 0})) == 0
+    out = capsys.readouterr().out
+    assert "WARNING step 3: every sample's reward was 0.5 for the last 3 steps: no learning signal" in out
+    assert "step 2: every" not in out
+    assert not (tmp_path / "flat" / "samples.jsonl").exists()
+    assert main(overrides(*setup, tmp_path / "varied", **{"schedule.max_steps": 3})) == 0
+    assert "no learning signal" not in capsys.readouterr().out
+
+
 def test_resume_reproduces_the_uninterrupted_run(setup, straight_run, tmp_path, monkeypatch):
     out = tmp_path / "resumed"
     _stop_at(monkeypatch, 2)
@@ -69,6 +90,7 @@ def test_resume_reproduces_the_uninterrupted_run(setup, straight_run, tmp_path, 
     assert main([f"resume={out}", "progress=false"]) == 0
     assert strip_timings(read_jsonl(out / "metrics.jsonl")) == strip_timings(read_jsonl(straight_run / "metrics.jsonl"))
     assert strip_timings(read_jsonl(out / "eval.jsonl")) == strip_timings(read_jsonl(straight_run / "eval.jsonl"))
+    assert read_jsonl(out / "samples.jsonl") == read_jsonl(straight_run / "samples.jsonl")  # no duplicated steps
     a = load_state(out / "checkpoints/step_000004", "trainer")["optimizer"]["state"]
     b = load_state(straight_run / "checkpoints/step_000004", "trainer")["optimizer"]["state"]
     assert all(torch.equal(a[k]["exp_avg"], b[k]["exp_avg"]) for k in a)
