@@ -193,6 +193,17 @@ class LLM:
             if bar is not None:
                 bar[0].stop()
             self.tracer.close()
+            self.release_caches()
+
+    def release_caches(self) -> None:
+        """No sequence holds a slot between generate() calls, so the target's and a model drafter's KV
+        pages go back to the OS (CPU; engine/memory.py release_kv): a trainer step in the same process
+        does not sit on top of the last rollout's cache. Each slot is prefilled again when next used."""
+        self.runner.release_cache()
+        cache = getattr(self.drafter, "cache", None)
+        if isinstance(cache, list) and all(isinstance(c, tuple) and len(c) == 2 for c in cache):
+            from .runner import release_caches
+            release_caches(cache)
 
     def step(self, scheduler: Scheduler) -> None:
         t0 = time.perf_counter()

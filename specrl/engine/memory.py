@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import mmap
 import re
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,9 +153,13 @@ def check_dtype(device, dtype) -> torch.dtype:
     return dt
 
 
+_MAPPINGS: dict[int, mmap.mmap] = {}  # data_ptr -> the mapping of each live kv_zeros tensor on a CPU
+
+
 def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
     """A zero tensor for a KV cache. On a CPU it lives in a fresh anonymous mapping, so a page becomes
-    resident only when written (reads of untouched pages see the kernel's shared zero page)."""
+    resident only when written (reads of untouched pages see the kernel's shared zero page), and
+    `release_kv` can give its pages back."""
     device, dtype = torch.device(device), resolve_dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if device.type != "cpu" or nbytes == 0:
@@ -162,4 +167,19 @@ def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_NOHUGEPAGE"):  # a 2 MiB huge page would make one written position cost 2 MiB
         region.madvise(mmap.MADV_NOHUGEPAGE)
-    return torch.frombuffer(region, dtype=torch.uint8).view(dtype).view(shape)
+    tensor = torch.frombuffer(region, dtype=torch.uint8).view(dtype).view(shape)
+    _MAPPINGS[tensor.data_ptr()] = region
+    weakref.finalize(tensor, _MAPPINGS.pop, tensor.data_ptr(), None)
+    return tensor
+
+
+def release_kv(tensor: torch.Tensor) -> bool:
+    """Gives a CPU `kv_zeros` tensor's written pages back to the OS: it reads as zeros again and costs no
+    resident memory until written. The engine calls it when a generate() ends (no sequence holds a slot),
+    so the trainer's step does not sit on top of the last rollout's cache. False (nothing done) for any
+    other tensor, e.g. on a GPU."""
+    region = _MAPPINGS.get(tensor.data_ptr())
+    if region is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    region.madvise(mmap.MADV_DONTNEED)
+    return True

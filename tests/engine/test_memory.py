@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specrl import LLM, SamplingParams
-from specrl.engine.memory import check_dtype, kv_bytes_per_token, kv_zeros, parse_bytes, plan_kv_cache
+from specrl.engine.memory import check_dtype, kv_bytes_per_token, kv_zeros, parse_bytes, plan_kv_cache, release_kv
 from specrl.engine.runner import MAX_SPEC_TOKENS
 from tests.helpers import save_tiny, tiny_config, tiny_model
 
@@ -125,3 +125,26 @@ def test_cpu_kv_cache_is_resident_only_where_written():
     assert 2 ** 20 <= grown < 32 * 2 ** 20, grown
     assert x[:, :, :16].sum().item() == 64 * 4 * 16 * 64 and x[:, :, 16:].abs().sum().item() == 0.0
     assert kv_zeros((2, 3), "cpu", torch.bfloat16).dtype == torch.bfloat16
+
+
+def test_released_kv_pages_read_as_zeros_and_leave_resident_memory():
+    x = kv_zeros((16, 4, 4096, 64), "cpu", torch.float32)  # 64 MiB
+    x[:, :, :1024] = 2.0  # 16 MiB written
+    before = _rss_bytes()
+    assert release_kv(x)
+    assert before - _rss_bytes() >= 8 * 2 ** 20  # the written pages went back
+    assert x.abs().sum().item() == 0.0
+    x[0, 0, 0, 0] = 3.0  # and the tensor is usable again
+    assert x.sum().item() == 3.0
+    assert not release_kv(torch.zeros(4, 4))  # only kv_zeros mappings are released
+
+
+def test_generate_releases_the_cache_and_repeats_exactly():
+    from specrl import LLM, SamplingParams
+    from tests.helpers import tiny_model
+    llm = LLM(tiny_model(seed=5, vocab=32, max_pos=64), max_num_seqs=4)
+    params = SamplingParams(n=3, temperature=1.0, max_tokens=12, seed=7)
+    first = [c.token_ids for o in llm.generate([[1, 2, 3], [4, 5]], params) for c in o.outputs]
+    assert all(k.abs().sum().item() == 0 and v.abs().sum().item() == 0 for k, v in llm.runner.cache)
+    again = [c.token_ids for o in llm.generate([[1, 2, 3], [4, 5]], params) for c in o.outputs]
+    assert again == first
