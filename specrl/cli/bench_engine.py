@@ -1,7 +1,8 @@
 """`specrl bench engine`: this engine against `transformers` generate on the same checkpoint, in one run.
 
-(a) 16 prompts x 128 new tokens, EOS ignored; (b) the RL rollout workload: 64 prompts x n=8 on the embedded
-task, stopping at EOS. Both sides sample at temperature 1 and count only tokens up to EOS.
+(a) 16 prompts x 128 new tokens, EOS ignored; (b) the RL rollout workload: 64 prompts x n=8 (at most 512
+new tokens) on the embedded task, stopping at EOS (`--quick`: a quarter of the prompts and tokens). Both
+sides sample at temperature 1 and count only tokens up to EOS.
 """
 from __future__ import annotations
 
@@ -71,5 +72,5 @@ def main(argv: list[str]) -> int:
                           args.max_num_seqs))
     if "b" in args.workloads:
         prompts = task_prompts(llm, 64 // scale, seed=99)
-        emit(run_workload("b_rl_64x8_eos", llm, hf, prompts, 8, 512, False, args.device, args.max_num_seqs))
+        emit(run_workload("b_rl_64x8_eos", llm, hf, prompts, 8, 512 // scale, False, args.device, args.max_num_seqs))
     return 0

@@ -2,6 +2,7 @@
 
 For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": 64 prompts x n=8 with max_num_seqs 64) the
 baseline runs first, then every method, all at temperature 1 on held-out task prompts, stopping at EOS.
+`--quick`: batch sizes 1 and 4, 64 new tokens, one batch each (a smoke test, e.g. on a real checkpoint).
 """
 from __future__ import annotations
 
@@ -36,11 +37,15 @@ def parse_batch_sizes(text: str) -> list[str]:
 def main(argv: list[str]) -> int:
     ap = base_parser("specrl bench spec", __doc__)
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--batch-sizes", default="1,4,16,64,rl")
+    ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
     ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=384)
-    ap.add_argument("--repeats", type=int, default=3, help="batches per measurement (n=1 workloads)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="default 384 (--quick: 64)")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="batches per measurement (n=1 workloads); default 3 (--quick: 1)")
     args = ap.parse_args(argv)
+    for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 384, 64), ("repeats", 3, 1)):
+        if getattr(args, key) is None:
+            setattr(args, key, quick if args.quick else full)
     from .. import LLM, SpecConfig
     methods = [m for m in args.methods.split(",") if m]
     for method in methods:  # an unknown method or k fails here, before any measurement
