@@ -15,8 +15,17 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the free cores)")
     add_memory_args(ap)
     return ap
+
+
+def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`ap.parse_args(argv)`, then torch's thread count from --threads (or the free cores)."""
+    args = ap.parse_args(argv)
+    from .threads import set_threads
+    set_threads(args.threads)
+    return args
 
 
 def add_memory_args(ap: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .bench_common import base_parser, emit, memory_kwargs, policy_path, task_prompts, timed
+from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
 
 
 def hf_generate(hf, prompts: list[list[int]], n: int, max_new: int, ignore_eos: bool, pad_id: int, eos: list[int],
@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
     ap = base_parser("specrl bench engine", __doc__)
     ap.add_argument("--max-num-seqs", type=int, default=128)
     ap.add_argument("--workloads", default="a,b")
-    args = ap.parse_args(argv)
+    args = parse_args(ap, argv)
     import transformers
 
     from .. import LLM

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..engine.methods import METHODS
 from ..errors import UserError
-from .bench_common import base_parser, emit, memory_kwargs, policy_path, task_prompts, timed
+from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
 
 
 def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats):
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-tokens", type=int, default=None, help="default 384 (--quick: 64)")
     ap.add_argument("--repeats", type=int, default=None,
                     help="batches per measurement (n=1 workloads); default 3 (--quick: 1)")
-    args = ap.parse_args(argv)
+    args = parse_args(ap, argv)
     for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 384, 64), ("repeats", 3, 1)):
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)

@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 
 from ..config import ConfigError
 from ..engine.methods import METHODS, TRAINABLE_METHODS, get_method
@@ -65,7 +64,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "own output layer and EAGLE-3's d2t map (default: the target's whole vocabulary)")
     ap.add_argument("--draft-layers", type=int, default=None,
                     help="draft_model: decoder layers of the student (default: a third of the policy's, at least 1)")
-    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the free cores)")
     ap.add_argument("--time-budget", type=float, default=DrafterTrainArgs.time_budget_s, help="training seconds")
     ap.add_argument("--kv-cache-memory", default=None, help="sampling engine: KV cache budget, e.g. 2GiB "
                     "(default: --memory-utilization of the free memory)")
@@ -119,7 +118,8 @@ def run(argv: list[str] | None = None) -> dict:
     """Collect, train, save; returns the metrics."""
     ns = parse_args(argv)
     train = method_trainer(ns)  # fail on a bad method before any sampling
-    torch.set_num_threads(ns.threads)
+    from ..cli.threads import set_threads
+    set_threads(ns.threads)
     policy = resolve_policy(ns.policy)
     if ns.out is None and (ns.policy is not None or ns.data is not None):
         raise ValueError(f"pass --out DIR: without it the {ns.method} drafter would replace the shipped one in "
