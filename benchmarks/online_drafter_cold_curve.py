@@ -20,22 +20,25 @@ import json
 import time
 
 
-def captured(policy, batches: int) -> list:
+def captured(policy, batches: int, prompts_per_batch: int = 4, layers: tuple[int, ...] | None = None) -> list:
+    """`batches` rollout batches of prompts_per_batch x n=8 from `policy`, each captured by a policy trainer
+    step at `layers` (default: every layer, what any head needs): one list of DrafterBatch per batch."""
     import torch
 
     from specrl import LLM, SamplingParams
     from specrl.train.config import AlgorithmConfig, OptimConfig
     from specrl.train.drafter_data import default_prompts
     from specrl.train.trainer import PolicyTrainer, collate
-    llm, prompts, out = LLM(policy, max_num_seqs=64), default_prompts(4 * batches), []
+    k = prompts_per_batch
+    llm, prompts, out = LLM(policy, max_num_seqs=64), default_prompts(k * batches), []
     for i in range(batches):
-        outs = llm.generate(prompts[4 * i:4 * i + 4], SamplingParams(n=8, temperature=1.0, max_tokens=200, seed=i))
+        outs = llm.generate(prompts[k * i:k * i + k], SamplingParams(n=8, temperature=1.0, max_tokens=200, seed=i))
         samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs if c.token_ids]
         batch = collate([p for p, _ in samples], [c.token_ids for _, c in samples], [c.logprobs for _, c in samples],
                         torch.zeros(len(samples)), pad_id=0)
         trainer = PolicyTrainer(copy.deepcopy(policy), AlgorithmConfig(), OptimConfig(warmup_steps=0),
                                 total_steps=100, temperature=1.0, norm_len=200)
-        trainer.capture_layers = tuple(range(policy.config.num_layers))  # what any head's layers need
+        trainer.capture_layers = layers or tuple(range(policy.config.num_layers))
         trainer.step(batch)
         out.append(trainer.captured)
     return out

@@ -8,7 +8,6 @@ measured on a sixth, held-out batch after 5, 10 and 15 updates. Prints one JSON 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 from pathlib import Path
@@ -17,24 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 
 def captured_batches(policy, count: int) -> list:
-    import torch
-
-    from specrl import LLM, SamplingParams
-    from specrl.train.config import AlgorithmConfig, OptimConfig
-    from specrl.train.drafter_data import default_prompts
-    from specrl.train.trainer import PolicyTrainer, collate
-    llm, prompts, out = LLM(policy, max_num_seqs=64), default_prompts(8 * count), []
-    for i in range(count):
-        outs = llm.generate(prompts[8 * i:8 * i + 8], SamplingParams(n=8, temperature=1.0, max_tokens=200, seed=i))
-        samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs if c.token_ids]
-        batch = collate([p for p, _ in samples], [c.token_ids for _, c in samples], [c.logprobs for _, c in samples],
-                        torch.zeros(len(samples)), pad_id=0)
-        trainer = PolicyTrainer(copy.deepcopy(policy), AlgorithmConfig(), OptimConfig(warmup_steps=0),
-                                total_steps=100, temperature=1.0, norm_len=200)
-        trainer.capture_layers = (1, 2, 3)  # the default EAGLE-3 layers of the 6-layer embedded policy
-        trainer.step(batch)
-        out.append(trainer.captured)
-    return out
+    """`count` captured 8x8 rollout batches at the default EAGLE-3 layers of the 6-layer embedded policy."""
+    from online_drafter_cold_curve import captured  # benchmarks/ is on sys.path when run as a script
+    return captured(policy, count, prompts_per_batch=8, layers=(1, 2, 3))
 
 
 def main() -> None:
