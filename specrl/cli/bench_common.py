@@ -23,7 +23,7 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
 def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """`ap.parse_args(argv)`, then torch's thread count from --threads (or the free cores)."""
     args = ap.parse_args(argv)
-    from .threads import set_threads
+    from ..threads import set_threads
     set_threads(args.threads)
     return args
 

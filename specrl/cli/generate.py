@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
     from .bench_common import add_memory_args, memory_kwargs, policy_path
     add_memory_args(ap)
     args = ap.parse_args(argv)
-    from .threads import set_threads
+    from ..threads import set_threads
     set_threads(args.threads)
     from .. import LLM, SamplingParams, SpecConfig
     # bad values and files fail here, before the model loads

@@ -118,7 +118,7 @@ def run(argv: list[str] | None = None) -> dict:
     """Collect, train, save; returns the metrics."""
     ns = parse_args(argv)
     train = method_trainer(ns)  # fail on a bad method before any sampling
-    from ..cli.threads import set_threads
+    from ..threads import set_threads
     set_threads(ns.threads)
     policy = resolve_policy(ns.policy)
     if ns.out is None and (ns.policy is not None or ns.data is not None):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specrl.cli.generate import main
-from specrl.cli.threads import free_cpus, set_threads
+from specrl.threads import free_cpus, set_threads
 from specrl.model import load_text_tokenizer, save_model
 from tests.helpers import tiny_model
 from tests.model.chat_tokenizers import save_chat_tokenizer
