@@ -92,7 +92,7 @@ def main() -> None:
                     group["lr"] = cfg.lr * max(0.05, 1 - (step - 1) / len(train))
             buffer = [mb for b in train[max(0, step - window):step] for mb in b]
             for _ in range(epochs):  # the rows the capture would keep, drawn per step
-                online.step([mb if (k := online.pick_rows(len(mb.rows))) is None else mb.select(k) for mb in buffer])
+                online.step(online.subsample(buffer))
             if step % 10 == 0:
                 curve.append((step, *evaluate(online)))
         print(json.dumps({"run": setting, "step_kl_mass": curve, "cpu_s": round(time.process_time() - t0, 1)}),

@@ -42,7 +42,7 @@ def main() -> None:
         curve = []
         for update in range(1, 16):
             batches = train[(update - 1) % len(train)]  # a share of the rows, drawn anew each update
-            online.step([mb if (k := online.pick_rows(len(mb.rows))) is None else mb.select(k) for mb in batches])
+            online.step(online.subsample(batches))
             if update % 5 == 0:
                 with torch.no_grad():
                     denom = sum(b.num_tokens for b in held)

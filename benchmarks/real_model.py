@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 
 def chat_prompts(model_dir: str, path: str, n: int) -> list[list[int]]:
-    from specrl.train.drafter_prompts import read_prompt_rows, render_chats
-    rows = read_prompt_rows(path)[:n]
-    return render_chats(model_dir, [r if isinstance(r, list) else [{"role": "user", "content": r}] for r in rows])
+    """The file's first n prompts as `specrl train` encodes them (a text prompt becomes a user turn)."""
+    from specrl.train.drafter_prompts import load_prompts
+    return load_prompts(path, model_dir, n)
 
 
 def run_method(args, method: str, prompts: list[list[int]]) -> tuple[dict, list[list[int]]]:

@@ -46,11 +46,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the free cores)")
-    from .bench_common import add_memory_args, memory_kwargs, policy_path
+    from .bench_common import add_memory_args, memory_kwargs, parse_args, policy_path
     add_memory_args(ap)
-    args = ap.parse_args(argv)
-    from ..threads import set_threads
-    set_threads(args.threads)
+    args = parse_args(ap, argv)  # and torch's threads from --threads
     from .. import LLM, SamplingParams, SpecConfig
     # bad values and files fail here, before the model loads
     spec = SpecConfig(method=args.spec, num_speculative_tokens=args.k, draft_model=args.draft_model)

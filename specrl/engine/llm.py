@@ -17,6 +17,7 @@ from .methods import MAX_SPEC_TOKENS, SpecConfig, build_drafter
 from .outputs import CompletionOutput, RequestOutput
 from .rng import mix_seed
 from .memory import DEFAULT_MEMORY_UTILIZATION, check_dtype, memory_budget, plan_kv_cache
+from .memory import release_caches
 from .runner import ModelRunner
 from .sampling import SamplingParams
 from .scheduler import Scheduler
@@ -193,16 +194,14 @@ class LLM:
             if bar is not None:
                 bar[0].stop()
             self.tracer.close()
-            self.release_caches()
+            self.free_kv_pages()
 
-    def release_caches(self) -> None:
+    def free_kv_pages(self) -> None:
         """No sequence holds a slot between generate() calls, so the target's and a model drafter's KV
         pages go back to the OS (CPU; engine/memory.py release_kv): a trainer step in the same process
         does not sit on top of the last rollout's cache. Each slot is prefilled again when next used."""
-        self.runner.release_cache()
-        cache = getattr(self.drafter, "cache", None)
-        if isinstance(cache, list) and all(isinstance(c, tuple) and len(c) == 2 for c in cache):
-            from .runner import release_caches
+        drafter = getattr(self.drafter, "inner", None) or self.drafter  # "auto" wraps the model drafter
+        for cache in (self.runner.cache, getattr(drafter, "cache", None) or []):  # draft_model and mtp own one
             release_caches(cache)
 
     def step(self, scheduler: Scheduler) -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 import mmap
 import re
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,9 +152,6 @@ def check_dtype(device, dtype) -> torch.dtype:
     return dt
 
 
-_MAPPINGS: dict[int, mmap.mmap] = {}  # data_ptr -> the mapping of each live kv_zeros tensor on a CPU
-
-
 def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
     """A zero tensor for a KV cache. On a CPU it lives in a fresh anonymous mapping, so a page becomes
     resident only when written (reads of untouched pages see the kernel's shared zero page), and
@@ -168,8 +164,7 @@ def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
     if hasattr(mmap, "MADV_NOHUGEPAGE"):  # a 2 MiB huge page would make one written position cost 2 MiB
         region.madvise(mmap.MADV_NOHUGEPAGE)
     tensor = torch.frombuffer(region, dtype=torch.uint8).view(dtype).view(shape)
-    _MAPPINGS[tensor.data_ptr()] = region
-    weakref.finalize(tensor, _MAPPINGS.pop, tensor.data_ptr(), None)
+    tensor._kv_region = region  # for release_kv
     return tensor
 
 
@@ -178,8 +173,15 @@ def release_kv(tensor: torch.Tensor) -> bool:
     resident memory until written. The engine calls it when a generate() ends (no sequence holds a slot),
     so the trainer's step does not sit on top of the last rollout's cache. False (nothing done) for any
     other tensor, e.g. on a GPU."""
-    region = _MAPPINGS.get(tensor.data_ptr())
+    region = getattr(tensor, "_kv_region", None)
     if region is None or not hasattr(mmap, "MADV_DONTNEED"):
         return False
     region.madvise(mmap.MADV_DONTNEED)
     return True
+
+
+def release_caches(cache: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """`release_kv` on every layer's K and V of a position-indexed cache (the target's or a drafter's)."""
+    for k, v in cache:
+        release_kv(k)
+        release_kv(v)

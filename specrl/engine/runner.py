@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..model import CausalLM, ModelOutput
-from .memory import kv_zeros, release_kv
+from .memory import kv_zeros
 from .methods import MAX_SPEC_TOKENS  # verify forwards write up to k drafts past a sequence's budget
 
 
@@ -18,10 +18,6 @@ class ModelRunner:
         shape = (num_slots, cfg.num_kv_heads, max_len + MAX_SPEC_TOKENS + 1, cfg.head_dim)
         self.cache = [(kv_zeros(shape, self.device, self.dtype),
                        kv_zeros(shape, self.device, self.dtype)) for _ in range(cfg.num_layers)]
-
-    def release_cache(self) -> None:
-        """Between generate() calls no slot is in use: the cache's pages go back to the OS (CPU only)."""
-        release_caches(self.cache)
 
     @property
     def want_full_hidden(self) -> bool:
@@ -73,10 +69,3 @@ class ModelRunner:
             if name not in own:
                 raise KeyError(f"weight {name!r} is not a parameter of the engine's model")
             own[name].copy_(tensor)
-
-
-def release_caches(cache: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """`release_kv` on every layer's K and V of a position-indexed cache (the target's or a drafter's)."""
-    for k, v in cache:
-        release_kv(k)
-        release_kv(v)

@@ -6,6 +6,7 @@ reward); the pipeline moves prompts, samples and weights between them.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -165,11 +166,11 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
            **{k: stats[k] for k in ROW_STATS if k in stats}, **train_metrics}
     times = {"rollout_s": gen_s, "rollout_cpu_s": rollout.cpu_s, "reward_s": t1 - t0, "reward_cpu_s": c1 - c0,
              "train_s": t2 - t1, "train_cpu_s": c2 - c1}
-    firsts = [sum(len(o.outputs) for o in outs[:i]) for i in range(len(outs))]  # each prompt's first sample
-    row[SAMPLES_KEY] = [{"step": rollout.step + 1, "prompt": examples[outs[i].request_id].prompt,
-                         "completion": texts[j], "answer": examples[outs[i].request_id].answer,
-                         "reward": float(rewards[j]), "tokens": len(samples[j][1].token_ids)}
-                        for i, j in enumerate(firsts[:cfg.log_samples]) if outs[i].outputs]
+    firsts = itertools.accumulate((len(r.outputs) for r in outs), initial=0)  # each request's first sample
+    row[SAMPLES_KEY] = [{"step": rollout.step + 1, "prompt": examples[r.request_id].prompt, "completion": texts[j],
+                         "answer": examples[r.request_id].answer, "reward": float(rewards[j]),
+                         "tokens": len(samples[j][1].token_ids)}
+                        for r, j in zip(outs[:cfg.log_samples], firsts) if r.outputs]
     return row, times
 
 

@@ -18,6 +18,14 @@ __all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "OptimConfig", "Pipel
            "RolloutConfig", "ScheduleConfig", "TrainConfig"]
 
 
+def is_positive_size(value) -> bool:
+    """A byte size (`parse_bytes`: 2147483648, "2GiB", ...) greater than zero."""
+    try:
+        return parse_bytes(value) > 0
+    except ValueError:
+        return False
+
+
 @dataclass
 class DataConfig:
     source: str = "arith"  # "arith" (embedded task) or a .jsonl / .parquet file with prompt/answer fields
@@ -79,11 +87,7 @@ class RolloutConfig:
                 ">= 2 or null", "null sizes it from the memory budget")
         require(0 < self.memory_utilization <= 1, "memory_utilization", self.memory_utilization, "in (0, 1]")
         if self.kv_cache_memory is not None:
-            try:
-                ok = parse_bytes(self.kv_cache_memory) > 0
-            except ValueError:
-                ok = False
-            require(ok, "kv_cache_memory", self.kv_cache_memory, "a positive size such as 2GiB or 2147483648",
+            require(is_positive_size(self.kv_cache_memory), "kv_cache_memory", self.kv_cache_memory, "a positive size such as 2GiB or 2147483648",
                     "or null to use memory_utilization")
         require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, ">= 1")
         require(self.n >= 2, "n", self.n, ">= 2 samples per prompt", "GRPO needs a group to compare against")
@@ -147,11 +151,7 @@ class OptimConfig:
         require(self.micro_batch_tokens is None or self.micro_batch_tokens >= 0, "micro_batch_tokens",
                 self.micro_batch_tokens, ">= 0 or null", "0 caps micro-batches by rows only; null sizes them from "
                 "activation_memory")
-        try:
-            ok = parse_bytes(self.activation_memory) > 0
-        except ValueError:
-            ok = False
-        require(ok, "activation_memory", self.activation_memory, "a positive size such as 2GiB or 2147483648")
+        require(is_positive_size(self.activation_memory), "activation_memory", self.activation_memory, "a positive size such as 2GiB or 2147483648")
 
 
 @dataclass

@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from ..config import ConfigError
 from ..engine.methods import METHODS, TRAINABLE_METHODS, get_method
 from ..errors import UserError

@@ -145,14 +145,18 @@ def topk_cross_entropy(logits: torch.Tensor, target: TopK, mask: torch.Tensor) -
     ids = target.ids.long()
     p = target.probs.float()  # [B, T, k]
     valid = ids >= 0  # an id of -1: a teacher token outside a reduced draft vocabulary (its mass joins the rest)
-    if not bool(valid.all()):
+    all_valid = bool(valid.all())
+    if not all_valid:
         p, ids = p * valid, ids.clamp(min=0)
     ce = -(p * logq.gather(-1, ids)).sum(-1)  # [B, T]
-    if ids.shape[-1] < logq.shape[-1] or not bool(valid.all()):  # a non-empty rest bucket
+    if ids.shape[-1] < logq.shape[-1] or not all_valid:  # a non-empty rest bucket
         rest_p = (1 - p.sum(-1)).clamp(min=0)  # [B, T]
-        taken = torch.zeros_like(logq, dtype=torch.uint8).scatter_reduce(-1, ids, valid.to(torch.uint8), "amax")
-        rest_logq = torch.logsumexp(logq.masked_fill(taken.bool(), float("-inf")), dim=-1)  # [B, T]
-        ce = ce - rest_p * rest_logq
+        if all_valid:  # the rest is every token but the k
+            rest = logq.scatter(-1, ids, float("-inf"))
+        else:  # a clamped -1 id must not mask token 0
+            taken = torch.zeros_like(logq, dtype=torch.uint8).scatter_reduce(-1, ids, valid.to(torch.uint8), "amax")
+            rest = logq.masked_fill(taken.bool(), float("-inf"))
+        ce = ce - rest_p * torch.logsumexp(rest, dim=-1)
     return (ce * mask).sum() / mask.sum().clamp(min=1)
 
 

@@ -22,17 +22,6 @@ def read_prompt_rows(path: str | Path) -> list[str | Chat]:
     return rows
 
 
-def render_chats(model_dir: str | Path, chats: list[Chat]) -> list[list[int]]:
-    """Token ids of each chat through the checkpoint's chat template (specrl's renderer, the same as
-    `LLM.chat` and training prompts use), ending with the assistant's turn opener."""
-    from ..model import load_text_tokenizer
-    tok = load_text_tokenizer(model_dir)
-    if tok is None:
-        raise FileNotFoundError(f"--data rows have `messages` but {str(model_dir)!r} has no tokenizer.json; "
-                                "give `prompt` rows or a checkpoint with its tokenizer")
-    return [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=True) for c in chats]
-
-
 def load_prompts(path: str | Path, model_dir: str | Path, limit: int | None = None) -> list[list[int]]:
     """The file's first `limit` prompts (all when None) as token ids, encoded exactly as `specrl train`
     encodes them by default (data.PromptEncoder: a `prompt` string becomes a user turn of the checkpoint's

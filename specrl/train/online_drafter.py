@@ -166,11 +166,12 @@ class OnlineDrafterTrainer:
         if self.cfg.reward_weighting and rewards is not None:
             weights = reward_weights(rewards, 0.0, self.cfg.reward_w_max)  # [N]
         u = self.cfg.updates_per_step
-        shares: list[list[DrafterBatch]] = [[] for _ in range(u)]
-        for mb in batches:  # rows were shuffled when captured: update j takes the j-th of u slices
-            for j, part in enumerate(torch.arange(len(mb.rows)).chunk(u)):
-                shares[j].append(mb.select(part))
-        shares = [share for share in shares if share]
+        shares: list[list[DrafterBatch]] = [batches] if u == 1 else [[] for _ in range(u)]
+        if u > 1:  # update j trains on the j-th of u random slices of every micro-batch's rows
+            for mb in batches:
+                for j, part in enumerate(torch.randperm(len(mb.rows), generator=self.gen).chunk(u)):
+                    shares[j].append(mb.select(part))
+            shares = [share for share in shares if share]
         sums = {"drafter_loss": 0.0, "drafter_kl": 0.0, "drafter_accept_mass": 0.0, "drafter_grad_norm": 0.0}
         for share in shares:
             self._update(share, weights, sums)
@@ -191,13 +192,16 @@ class OnlineDrafterTrainer:
         self.optimizer.step()
 
     def pick_rows(self, b: int) -> Tensor | None:
-        """`PolicyTrainer.capture_rows`: a `sample_fraction` share (at least one) of a micro-batch's b rows,
-        in random order (updates split them in that order); None keeps them all, in order. The n samples of a prompt are near duplicates at a low-entropy
-        policy, so a share of them teaches almost as much as all of them, at that share of the cost and
-        memory."""
-        if self.cfg.sample_fraction >= 1 and self.cfg.updates_per_step == 1:
+        """`PolicyTrainer.capture_rows`: a `sample_fraction` share (at least one) of a micro-batch's b rows;
+        None keeps them all. The n samples of a prompt are near duplicates at a low-entropy policy, so a share
+        of them teaches almost as much as all of them, at that share of the cost and memory."""
+        if self.cfg.sample_fraction >= 1:
             return None
         return torch.randperm(b, generator=self.gen)[:max(1, round(b * self.cfg.sample_fraction))]
+
+    def subsample(self, batches: list[DrafterBatch]) -> list[DrafterBatch]:
+        """What a capture with `pick_rows` would have kept of already captured micro-batches."""
+        return [mb if (keep := self.pick_rows(len(mb.rows))) is None else mb.select(keep) for mb in batches]
 
     def loss_queries(self, mb: DrafterBatch) -> Queries:
         """EAGLE-3: the indices whose TTT chains are unrolled, those where some unroll step takes a loss."""
@@ -210,10 +214,10 @@ class OnlineDrafterTrainer:
         terms = self.unrolled_logits(mb, q)  # [(weight, draft logits [b, t, Vd], policy logits [b, t, V], mask [b, t])]
         ids = getattr(self.module, "target_ids", None)
         total, kl0, mass0 = 0.0, 0.0, 0.0
+        trained = self.cfg.accept_coef > 0  # the accepted-mass term is in the loss (else only a metric)
         for i, (w, draft, policy, mask) in enumerate(terms):
             kl = forward_kl(draft, restrict_to(policy, ids), self.temperature)  # [b, t]
             tok = self.cfg.kl_coef * kl  # [b, t]
-            trained = self.cfg.accept_coef > 0
             if trained or i == 0:  # the loss term, or only the first draft's metric (then without a graph)
                 with torch.set_grad_enabled(trained and torch.is_grad_enabled()):
                     p_full = torch.softmax(policy.float() / self.temperature, dim=-1)  # [b, t, V]

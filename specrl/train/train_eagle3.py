@@ -181,15 +181,14 @@ def train(policy_path, out_dir, data: list[Pair], args: DrafterTrainArgs, opts: 
     policy = load_model(policy_path)
     cfg = Eagle3Config.for_target(policy.config, opts.layers, opts.intermediate_size)
     head = init_head(cfg, seed=args.seed)
+    vocab = {"draft_vocab_size": cfg.vocab_size}
     if opts.draft_vocab_size is not None and opts.draft_vocab_size < cfg.vocab_size:
         counts = token_counts([r for _, r in data], cfg.vocab_size)
         head = with_draft_vocab(head, policy.lm_head.weight.detach(), draft_vocab(counts, opts.draft_vocab_size))
-        covered = float(counts[head.target_ids].sum() / counts.sum().clamp(min=1))
+        vocab = {"draft_vocab_size": opts.draft_vocab_size,  # and the share of the responses' tokens it can draft
+                 "draft_vocab_coverage": round(float(counts[head.target_ids].sum() / counts.sum().clamp(min=1)), 4)}
     metrics = train_head(head, policy, data, args, opts, on_log)
     save_head(head, out_dir, dtype=resolve_dtype(args.save_dtype))
-    vocab = {"draft_vocab_size": head.config.draft_vocab_size or cfg.vocab_size}
-    if head.lm_head is not None:
-        vocab["draft_vocab_coverage"] = round(covered, 4)  # share of the training responses' tokens it can draft
     return {"method": "eagle3", "out_dir": str(out_dir), "target_hidden_layers": list(cfg.target_hidden_layers),
             **vocab,
             "num_params": sum(p.numel() for p in head.parameters()), "sequences": len(data), **metrics}

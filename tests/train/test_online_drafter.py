@@ -37,7 +37,7 @@ def _fresh(method, model, seed=0, **cfg):
 
 def _step(online, captured, rewards=None):
     """One drafter step on the rows it would have kept at capture time (pick_rows draws from its generator)."""
-    return online.step([mb if (k := online.pick_rows(len(mb.rows))) is None else mb.select(k) for mb in captured],
+    return online.step(online.subsample(captured),
                        rewards)
 
 

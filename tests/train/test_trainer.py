@@ -168,8 +168,17 @@ def test_token_capped_micro_batches_and_activation_checkpointing_give_the_same_u
     assert sorted(torch.cat(chunks).tolist()) == list(range(batch.num_rows)) and len(chunks) > 1
     for mb in chunks:  # within the token cap unless a single row is longer than it
         assert len(mb) == 1 or len(mb) * int(batch.lengths[mb].max()) <= 20
-    assert capped.checkpoint_layers
+    calls = {"plain": 0, "capped": 0}
+    for key, m in (("plain", plain), ("capped", capped)):  # runs of one decoder layer (hooks skip the recompute)
+        layer = m.model.layers[0]
+
+        def counted(*args, key=key, forward=layer.forward, **kw):
+            calls[key] += 1
+            return forward(*args, **kw)
+        layer.forward = counted
     ma, mb = _trainer(plain, micro=100).step(batch), t.step(batch)
+    # one forward per micro-batch, and with checkpointing one more in each backward (the recompute)
+    assert calls["plain"] == 1 and calls["capped"] == 2 * len(chunks)
     assert ma["loss"] == pytest.approx(mb["loss"], abs=1e-6)
     assert ma["grad_norm"] == pytest.approx(mb["grad_norm"], rel=1e-5)
     for (name, a), b in zip(plain.named_parameters(), capped.parameters()):  # the gradients the update used

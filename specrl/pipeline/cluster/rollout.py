@@ -23,7 +23,7 @@ from ...engine import RequestOutput, SamplingParams
 from ...engine.llm import GenerationCancelled
 from ...train.config import TrainConfig
 from ..seam import NamedTensors, register_backend
-from ..steps import RunStopped
+from ..steps import RunStopped, group_version
 from .actors import RolloutActor, remote_class
 from .connect import bundle_offset, connect, placement_groups, release, scheduling
 from .stats import merge_stats
@@ -108,8 +108,7 @@ class RayRolloutBackend:
                     continue
                 except ray.exceptions.RayTaskError as e:
                     raise e.as_instanceof_cause() from None  # e.g. a bad prompt: the engine's own error
-                version = min((c.oldest_version for o in outs for c in o.outputs if c.weight_versions),
-                              default=version)
+                version = min((group_version(o, version) for o in outs), default=version)
                 if version < floor:  # sampled by weights older than the call's: draw these groups again
                     self._dropped += len(idx)
                     self._resync(slot, version)
