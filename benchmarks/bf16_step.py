@@ -7,6 +7,7 @@
   - `decode`: engine decode throughput, SD off, fp32 vs bf16 alternating, at batch 1 and 64.
 
     OMP_NUM_THREADS=1 python benchmarks/bf16_step.py --steps 6 [--parts rl,decode] [key=value ...]
+    python benchmarks/bf16_step.py --device cuda device=cuda   # on a GPU
 """
 from __future__ import annotations
 
@@ -66,12 +67,13 @@ def rl_arms(steps: int, arms: list[str], overrides: list[str]) -> None:
               "reward_mean": statistics.fmean(r["reward_mean"] for r in rows)})
 
 
-def decode(repeats: int, max_tokens: int) -> None:
-    policy = load_model(default_policy_path(), dtype=torch.float32)
+def decode(repeats: int, max_tokens: int, device: str, model: str | None) -> None:
+    policy = load_model(model or default_policy_path(), dtype=torch.float32, device=device)
     engines = {name: LLM(copy.deepcopy(policy).to(dt), max_num_seqs=64)
                for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
     tok = engines["fp32"].tokenizer
-    prompts = [tok.encode(p.prompt).ids for p in make_problems(64, seed=7, split="test")]
+    prompts = [tok.encode(p.prompt).ids for p in make_problems(64, seed=7, split="test")] if model is None \
+        else [list(range(3, 40))] * 64  # another checkpoint: any 37 tokens (ignore_eos, so any prompt times alike)
     params = SamplingParams(temperature=1.0, max_tokens=max_tokens, ignore_eos=True, seed=0)
     for batch in (1, 64):
         secs = {name: 0.0 for name in engines}
@@ -82,7 +84,7 @@ def decode(repeats: int, max_tokens: int) -> None:
                 llm.generate(prompts[:batch], params)
                 secs[name] += time.perf_counter() - t0
         tps = {name: repeats * batch * max_tokens / s for name, s in secs.items()}
-        emit({"part": "decode", "batch": batch, "max_tokens": max_tokens, "repeats": repeats,
+        emit({"part": "decode", "model": model or "embedded", "device": device, "batch": batch, "max_tokens": max_tokens, "repeats": repeats,
               "fp32_tokens_per_s": tps["fp32"], "bf16_tokens_per_s": tps["bf16"],
               "bf16_speedup": tps["bf16"] / tps["fp32"]})
 
@@ -94,11 +96,13 @@ def main() -> None:
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--repeats", type=int, default=3, help="decode: generate() calls per dtype and batch")
     ap.add_argument("--max-tokens", type=int, default=128, help="decode: tokens per sequence")
+    ap.add_argument("--model", default=None, help="decode: an HF checkpoint dir (default: the embedded policy)")
+    ap.add_argument("--device", default="cpu", help="decode's device (the RL arms take the override device=cuda)")
     ap.add_argument("overrides", nargs="*", help="TrainConfig overrides for every RL arm")
     args = ap.parse_args()
     emit({"threads": torch.get_num_threads(), "torch": torch.__version__})
     if "decode" in args.parts:
-        decode(args.repeats, args.max_tokens)
+        decode(args.repeats, args.max_tokens, args.device, args.model)
     if "rl" in args.parts:
         rl_arms(args.steps, args.arms.split(","), args.overrides)
 

@@ -51,7 +51,7 @@ def workload(name: str, args) -> tuple[list[list[dict]], int, float, int]:
 def run_specrl(args, convs, batch, temp, n) -> dict:
     from specrl import LLM, SamplingParams
     t0 = time.perf_counter()
-    llm = LLM(args.model, dtype=args.dtype)
+    llm = LLM(args.model, dtype=args.dtype, device=args.device)
     load_s, after_load = time.perf_counter() - t0, rss_mb()
     tok = llm.get_tokenizer()
     ids = [tok.apply_chat_template(c, add_generation_prompt=True) for c in convs]
@@ -71,7 +71,7 @@ def run_hf(args, convs, batch, temp, n) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).eval()
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).to(args.device).eval()
     tok = AutoTokenizer.from_pretrained(args.model, padding_side="left")
     load_s, after_load = time.perf_counter() - t0, rss_mb()
     eos = model.generation_config.eos_token_id
@@ -83,10 +83,10 @@ def run_hf(args, convs, batch, temp, n) -> dict:
     out_tokens, w, c = [], 0.0, 0.0
     torch.manual_seed(0)
     with torch.inference_mode():
-        warm = tok(texts[:1], return_tensors="pt")
+        warm = tok(texts[:1], return_tensors="pt").to(args.device)
         model.generate(**warm, max_new_tokens=2, do_sample=False, pad_token_id=pad)
         for i in range(0, len(texts), batch):
-            enc = tok(texts[i:i + batch], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = tok(texts[i:i + batch], return_tensors="pt", padding=True, add_special_tokens=False).to(args.device)
             w0, c0 = time.perf_counter(), time.process_time()
             seqs = model.generate(**enc, **gen)
             w, c = w + time.perf_counter() - w0, c + time.process_time() - c0
@@ -103,9 +103,10 @@ def child(args) -> None:
     res = (run_specrl if args.engine == "specrl" else run_hf)(args, convs, batch, temp, n)
     toks = res.pop("tokens")
     n_tok = sum(len(t) for t in toks)
-    res.update(engine=args.engine, workload=args.workload, dtype=args.dtype, sequences=len(toks), tokens=n_tok,
+    res.update(engine=args.engine, workload=args.workload, dtype=args.dtype, device=args.device, sequences=len(toks), tokens=n_tok,
                tok_per_s_wall=n_tok / res["wall_s"], tok_per_s_cpu=n_tok / res["cpu_s"],
                peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+               peak_gpu_mb=torch.cuda.max_memory_allocated() / 2 ** 20 if args.device.startswith("cuda") else None,
                token_ids=toks if temp == 0 else None)
     print("RESULT " + json.dumps(res))
 
@@ -120,6 +121,7 @@ def main() -> None:
     ap.add_argument("--b1-prompts", type=int, default=4)
     ap.add_argument("--rl-prompts", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (on a GPU, peak_gpu_mb is torch's allocator peak)")
     ap.add_argument("--out", default=None, help="append result rows to this JSONL")
     ap.add_argument("--engine", help=argparse.SUPPRESS)
     ap.add_argument("--workload", help=argparse.SUPPRESS)
@@ -143,10 +145,12 @@ def main() -> None:
                     f.write(json.dumps(shown) + "\n")
         hf, sp = rows["transformers", wl], rows["specrl", wl]
         same = None if hf["token_ids"] is None else hf["token_ids"] == sp["token_ids"]
-        summary = {"workload": wl, "dtype": args.dtype,
+        summary = {"workload": wl, "dtype": args.dtype, "device": args.device,
                    "speed_wall_x": round(sp["tok_per_s_wall"] / hf["tok_per_s_wall"], 2),
                    "speed_cpu_x": round(sp["tok_per_s_cpu"] / hf["tok_per_s_cpu"], 2),
                    "peak_rss_ratio": round(sp["peak_rss_mb"] / hf["peak_rss_mb"], 2), "greedy_tokens_equal": same}
+        if sp["peak_gpu_mb"]:
+            summary["peak_gpu_ratio"] = round(sp["peak_gpu_mb"] / hf["peak_gpu_mb"], 2)
         print(json.dumps(summary), flush=True)
         if args.out:
             with open(args.out, "a") as f:

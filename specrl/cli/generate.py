@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
 from ..errors import MissingFileError
 from ..engine.methods import METHODS
 
@@ -41,7 +43,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--spec", default=None, help=f"speculative method: {', '.join(METHODS)}")
     ap.add_argument("--k", type=int, default=4, help="draft tokens per step")
     ap.add_argument("--draft-model", default=None)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")

@@ -33,7 +33,8 @@ class Drafter(Protocol):
         """Called after every target forward (prefill and verify) with the accepted part."""
 
     def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
-        """Up to k[b] draft tokens that continue seqs[b].tokens."""
+        """Up to k[b] draft tokens that continue seqs[b].tokens, on any device (the engine moves them to
+        the target's)."""
 
     def release(self, seq: Sequence) -> None:
         """The sequence finished; its slot will be reused."""
@@ -51,6 +52,12 @@ class StatefulDrafter(Drafter, Protocol):
 
 def has_state(drafter) -> bool:
     return drafter is not None and callable(getattr(drafter, "state_dict", None))
+
+
+def on_device(prop: Proposal, device) -> Proposal:
+    """`prop` on `device` (no copy for tensors already there): a plugged-in drafter may draft on the CPU."""
+    return Proposal(prop.tokens.to(device), prop.lengths.to(device),
+                    None if prop.probs is None else prop.probs.to(device))
 
 
 def blank_proposal(k: list[int], device) -> Proposal:

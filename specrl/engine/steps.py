@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from .drafting import Drafter, TargetForward
+from .drafting import Drafter, TargetForward, on_device
 from .rng import STREAM_ACCEPT, STREAM_SAMPLE
 from .runner import ModelRunner
 from .sampling import batch_params, hash_uniform, sample_from, target_probs, token_logprobs
@@ -86,7 +86,7 @@ def spec_step(runner: ModelRunner, drafter: Drafter, seqs: list[Sequence], k: li
     # step 1: draft; never more than the sequence may still emit minus the bonus token
     t0 = time.perf_counter()
     ks = [max(0, min(ki, s.budget - 1)) for ki, s in zip(k, seqs)]
-    prop = drafter.propose(seqs, ks)
+    prop = on_device(drafter.propose(seqs, ks), device)
     t1 = time.perf_counter()
     # step 2: verify [last token, drafts...] for every sequence in one forward
     B, K = prop.tokens.shape

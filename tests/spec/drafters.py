@@ -39,7 +39,8 @@ class OracleDrafter:
     def greedy_next(self, toks: list[int]) -> int:
         key = tuple(toks)
         if key not in self.memo:
-            self.memo[key] = int(self.model(torch.tensor([toks])).logits[0, -1].argmax())
+            ids = torch.tensor([toks], device=next(self.model.parameters()).device)
+            self.memo[key] = int(self.model(ids).logits[0, -1].argmax())
         return self.memo[key]
 
     def observe(self, fwd) -> None:

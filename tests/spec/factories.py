@@ -46,7 +46,7 @@ def _mtp(model, tmp_path):
     with_mtp = CausalLM(replace(model.config, num_mtp_modules=2))
     missing, _ = with_mtp.load_state_dict(model.state_dict(), strict=False)
     assert all(m.startswith("mtp.") for m in missing)
-    return with_mtp.eval(), SpecConfig(method="mtp", num_speculative_tokens=4)
+    return with_mtp.to(next(model.parameters()).device).eval(), SpecConfig(method="mtp", num_speculative_tokens=4)
 
 
 FACTORIES = {"ngram": _ngram, "suffix": _suffix, "auto": _auto, "draft_model": _draft_model, "eagle3": _eagle3,
