@@ -12,7 +12,7 @@ the trainer's forward is exact (teacher-forced over the whole trajectory) and co
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from torch import Tensor
 
@@ -36,19 +36,26 @@ class DrafterBatch(NamedTuple):
         cols = mask.any(0).nonzero()  # past the last loss index every column is padding (causal attention)
         T = int(cols.max()) + 1 if len(cols) else 1
         keep = keep.to(self.input_ids.device)
-        return DrafterBatch(self.input_ids[:, :T][keep], mask[:, :T].contiguous(), self.logits[:, :T][keep],
+        logits = None if self.logits is None else self.logits[:, :T][keep]
+        return DrafterBatch(self.input_ids[:, :T][keep], mask[:, :T].contiguous(), logits,
                             {i: h[:, :T][keep] for i, h in self.hidden.items()}, self.rows[keep.to(self.rows.device)])
 
 
 def capture(out, input_ids: Tensor, mask: Tensor, rows: Tensor, layers: tuple[int, ...],
-            keep: Tensor | None = None) -> DrafterBatch:
+            keep: Tensor | None = None, logits_fn: Callable[[Tensor], Tensor] | None = None) -> DrafterBatch:
     """Detaches the asked-for parts of a `ModelOutput` computed with hidden_layers=model_layers(layers);
-    `keep` [k]: only those rows, copied out."""
+    `keep` [k]: only those rows, copied out. An output without logits (the trainer computes its logprobs
+    chunk by chunk) gets them from `logits_fn` on the kept rows' final hidden states alone."""
     hidden = dict(zip(model_layers(layers), (h.detach() for h in out.hidden)))
-    if LAST in layers:
-        hidden[LAST] = out.last_hidden.detach()
-    batch = DrafterBatch(input_ids, mask, out.logits.detach(), hidden, rows)
-    return batch if keep is None else batch.select(keep)
+    hidden[LAST] = out.last_hidden.detach()  # dropped below unless asked for
+    logits = out.logits.detach() if out.logits is not None else None
+    batch = DrafterBatch(input_ids, mask, logits, hidden, rows)
+    batch = batch if keep is None else batch.select(keep)
+    if batch.logits is None:
+        batch = batch._replace(logits=logits_fn(batch.hidden[LAST]))
+    if LAST not in layers:
+        del batch.hidden[LAST]
+    return batch
 
 
 def model_layers(layers: tuple[int, ...]) -> tuple[int, ...]:

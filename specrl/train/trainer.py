@@ -13,11 +13,13 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from ..engine.memory import parse_bytes
 from ..model import CausalLM
-from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty, token_logprobs,
+from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty,
                   truncated_importance_ratio)
+from ..rl.logprobs import scaled_token_logprobs
 from .config import AlgorithmConfig, OptimConfig
 from .drafter_capture import DrafterBatch, capture, model_layers
 from .optim import build_optimizer, clip_grad, warmup_cosine_scheduler
@@ -67,11 +69,61 @@ def collate(prompts: list[list[int]], responses: list[list[int]], logprobs: list
 def activation_bytes_per_token(cfg, checkpointing: bool = False) -> int:
     """A rough fp32 estimate of what one token of a micro-batch keeps for the backward pass: per decoder layer
     ~8 hidden-sized tensors (norms, q/k/v/o, residual) and 4 MLP-sized ones (gate, up, act, product), and
-    ~3 vocabulary-sized rows (logits, log-softmax, its gradient). With activation checkpointing a layer keeps
-    only its input, and one layer's worth is live again during its recomputation."""
+    the final hidden state. With activation checkpointing a layer keeps only its input, and one layer's
+    worth is live again during its recomputation. Vocabulary-sized rows (logits, log-softmax, gradient) are
+    only live for one lm-head chunk at a time (`head_logprobs`): `micro_batch_token_cap` adds them."""
     layer = 8 * cfg.hidden_size + 4 * cfg.intermediate_size
     layers = cfg.num_layers * cfg.hidden_size + layer if checkpointing else cfg.num_layers * layer
-    return 4 * (layers + 3 * cfg.vocab_size)
+    return 4 * (layers + cfg.hidden_size)
+
+
+def micro_batch_token_cap(cfg, budget: int, checkpointing: bool) -> int:
+    """Tokens a micro-batch may hold within `budget` bytes of activations: the decoder's per token, plus ~3
+    fp32 vocabulary-sized rows (logits, log-softmax, gradient) for every token of one lm-head chunk
+    (`head_logprobs`), or of the whole micro-batch when it fits in one chunk."""
+    per_token, vocab_rows = activation_bytes_per_token(cfg, checkpointing), 4 * 3 * cfg.vocab_size
+    cap = budget // (per_token + vocab_rows)  # a micro-batch within one chunk: all its logits live at once
+    chunk = head_chunk_tokens(cfg.vocab_size)
+    if cap > chunk:
+        cap = (budget - vocab_rows * chunk) // per_token
+    return max(1, cap)
+
+
+HEAD_CHUNK_ELEMENTS = 2 ** 23  # logits a chunk of the lm-head computes at once (32 MiB in fp32)
+
+
+def head_chunk_tokens(vocab_size: int) -> int:
+    return max(1, HEAD_CHUNK_ELEMENTS // vocab_size)
+
+
+def head_logprobs(lm_head: Callable[[Tensor], Tensor], hidden: Tensor, targets: Tensor, temperature: float,
+                  autocast) -> tuple[Tensor, Tensor]:
+    """(logprobs [b, T] of `targets` under softmax(lm_head(hidden) / temperature), their entropies [b, T],
+    detached) from the final normed hidden states [b, T, D], `head_chunk_tokens` tokens at a time.
+
+    The [b, T, V] logits never exist at once: with a 49k vocabulary they and their log-softmax and gradient
+    cost ~0.6 MB a token, more than a checkpointed decoder keeps. Each chunk runs under activation
+    checkpointing (only its hidden rows are kept; the backward recomputes its logits). A micro-batch that fits
+    in one chunk (the embedded policy's) runs as one plain forward, as before."""
+    b, T, D = hidden.shape
+    flat_h, flat_t = hidden.reshape(b * T, D), targets.reshape(b * T)  # [N, D], [N]
+    temp = torch.full((1,), float(temperature), device=hidden.device)
+
+    def chunk(h: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+        with autocast():
+            logits = lm_head(h)[None]  # [1, n, V]
+        entropy = entropy_from_logits(logits.detach()[0] / (temperature or 1.0))  # [n]
+        return scaled_token_logprobs(logits, t[None], temp)[0], entropy  # [n], [n]
+
+    step = head_chunk_tokens(lm_head.out_features) if hasattr(lm_head, "out_features") else b * T
+    if b * T <= step or not torch.is_grad_enabled():
+        parts = [chunk(flat_h[i:i + step], flat_t[i:i + step]) for i in range(0, b * T, step)]
+    else:
+        parts = [checkpoint(chunk, flat_h[i:i + step], flat_t[i:i + step], use_reentrant=False)
+                 for i in range(0, b * T, step)]
+    logp = torch.cat([p[0] for p in parts]).view(b, T)
+    entropy = torch.cat([p[1] for p in parts]).view(b, T)
+    return logp, entropy
 
 
 class PolicyTrainer:
@@ -84,8 +136,8 @@ class PolicyTrainer:
         model.checkpoint_layers = optim.activation_checkpointing
         self.token_cap = optim.micro_batch_tokens
         if self.token_cap is None:  # sized from the activation budget
-            per_token = activation_bytes_per_token(model.config, optim.activation_checkpointing)
-            self.token_cap = max(1, parse_bytes(optim.activation_memory) // per_token)
+            self.token_cap = micro_batch_token_cap(model.config, parse_bytes(optim.activation_memory),
+                                                   optim.activation_checkpointing)
         self.optimizer = build_optimizer(model, optim.lr, optim.weight_decay, tuple(optim.betas))
         self.scheduler = warmup_cosine_scheduler(self.optimizer, optim.warmup_steps,
                                                  total_steps * algo.updates_per_step, optim.min_lr_ratio)
@@ -136,9 +188,16 @@ class PolicyTrainer:
         for idx in self.micro_batches(torch.arange(batch.num_rows), batch.lengths):
             mb = batch.rows(idx, self.device)
             with self.autocast():
-                logits = model(mb.input_ids).logits  # [b, t, V]
-            out[idx, :mb.input_ids.shape[1]] = token_logprobs(logits, mb.targets, self.temperature).cpu()
+                last = model(mb.input_ids, compute_logits=False).last_hidden  # [b, t, D]
+            logp, _ = head_logprobs(model.lm_head, last, mb.targets, self.temperature, self.autocast)
+            out[idx, :mb.input_ids.shape[1]] = logp.cpu()
         return out
+
+    @torch.no_grad()
+    def _logits(self, last_hidden: Tensor) -> Tensor:
+        """The policy's logits [k, T, V] for a captured micro-batch's kept rows (the drafter's teacher)."""
+        with self.autocast():
+            return self.model.lm_head(last_hidden)
 
     def step(self, batch: TrainBatch, is_cap: float | None = None) -> dict[str, float]:
         """One RL step: `updates_per_step` optimizer steps over mini-batches of the rollouts. With `is_cap`
@@ -173,12 +232,13 @@ class PolicyTrainer:
             T = mb.input_ids.shape[1]
             layers = self.capture_layers
             with self.autocast():
-                out = self.model(mb.input_ids, hidden_layers=model_layers(layers or ()))
+                out = self.model(mb.input_ids, hidden_layers=model_layers(layers or ()), compute_logits=False)
             if layers is not None:
                 keep = self.capture_rows(len(idx)) if self.capture_rows is not None else None
-                self.captured.append(capture(out, mb.input_ids, mb.mask, idx, layers, keep))
-            logits = out.logits  # [b, T, V] (bf16 under autocast; logprobs are taken in fp32)
-            logp = token_logprobs(logits, mb.targets, self.temperature)  # [b, T]
+                self.captured.append(capture(out, mb.input_ids, mb.mask, idx, layers, keep, self._logits))
+            # [b, T] (the lm-head in bf16 under autocast; logprobs and entropies in fp32)
+            logp, entropy = head_logprobs(self.model.lm_head, out.last_hidden, mb.targets, self.temperature,
+                                          self.autocast)
             if old is None:
                 seen[idx, :T] = logp.detach().cpu()
             old_mb = old[idx, :T].to(self.device) if old is not None else logp.detach()  # [b, T]
@@ -199,7 +259,6 @@ class PolicyTrainer:
                 sums["mtp_loss"] += float(mtp.detach())
             loss.backward()
             total += float(loss.detach())
-            entropy = entropy_from_logits(logits.detach() / self.temperature)  # [b, T]
             sums["entropy"] += float((entropy * mb.mask).sum() / n_tok)
             sums["clip_frac"] += float((pl.clipped.float() * mb.mask).sum() / n_tok)
         grad_norm = clip_grad(self.model, self.optim_cfg.grad_clip)

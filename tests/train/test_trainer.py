@@ -186,15 +186,44 @@ def test_token_capped_micro_batches_and_activation_checkpointing_give_the_same_u
 
 
 def test_micro_batch_tokens_default_comes_from_the_activation_budget():
+    from specrl.train import trainer as trainer_mod
     from specrl.train.trainer import activation_bytes_per_token
     model = tiny_model(seed=2)
     per_token = activation_bytes_per_token(model.config)
     assert activation_bytes_per_token(model.config, checkpointing=True) < per_token
-    t = PolicyTrainer(model, AlgorithmConfig(), OptimConfig(activation_memory=40 * per_token), total_steps=1,
-                      temperature=1.0, norm_len=8)
-    assert t.token_cap == 40
+    vocab_rows = 12 * model.config.vocab_size  # logits, log-softmax and gradient of a token, in fp32
+    t = PolicyTrainer(model, AlgorithmConfig(), OptimConfig(activation_memory=40 * (per_token + vocab_rows)),
+                      total_steps=1, temperature=1.0, norm_len=8)
+    assert t.token_cap == 40  # one lm-head chunk: every token's vocabulary rows count
+    # a chunked lm-head: its rows count once per chunk (10 tokens), the decoder's per token
+    trainer_mod.HEAD_CHUNK_ELEMENTS, old = 10 * model.config.vocab_size, trainer_mod.HEAD_CHUNK_ELEMENTS
+    try:
+        assert trainer_mod.micro_batch_token_cap(model.config, 10 * vocab_rows + 300 * per_token, False) == 300
+    finally:
+        trainer_mod.HEAD_CHUNK_ELEMENTS = old
     batch = _rollouts(model)
     for mb in t.micro_batches(torch.arange(batch.num_rows), batch.lengths):
         assert len(mb) == 1 or len(mb) * int(batch.lengths[mb].max()) <= 40
     with pytest.raises(ConfigError, match="activation_memory"):
         OptimConfig(activation_memory="lots").validate()
+
+
+def test_chunked_lm_head_gives_the_same_update_and_metrics(monkeypatch):
+    """With chunks of 5 tokens (the lm-head under checkpointing, never the whole [b, T, V] logits) the loss,
+    entropy, logprob audit and gradients equal one plain chunk's."""
+    from specrl.train import trainer as trainer_mod
+    model = tiny_model(seed=2)
+    batch = _rollouts(model)
+    whole, chunked = copy.deepcopy(model), copy.deepcopy(model)
+    calls = []
+    real = trainer_mod.checkpoint
+    monkeypatch.setattr(trainer_mod, "checkpoint", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    ma = _trainer(whole, micro=100).step(batch)
+    assert not calls  # the tiny vocabulary fits one chunk: the plain path
+    monkeypatch.setattr(trainer_mod, "HEAD_CHUNK_ELEMENTS", 5 * model.config.vocab_size)
+    mb = _trainer(chunked, micro=100).step(batch)
+    assert len(calls) == -(-batch.num_rows * int(batch.lengths.max()) // 5)  # every chunk checkpointed
+    for key in ("loss", "entropy", "logprob_diff", "grad_norm"):
+        assert mb[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), key
+    for (name, a), b in zip(whole.named_parameters(), chunked.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name
