@@ -24,9 +24,10 @@ class ModelRunner:
         return -1 in self.hidden_layers
 
     @torch.inference_mode()
-    def prefill(self, prompts: list[list[int]], slots: list[int]) -> ModelOutput:
+    def prefill(self, prompts: list[list[int]], slots: list[int], cache_only: bool = False) -> ModelOutput:
         """Right-padded batch of prompts, one slot each. Pad positions write past the prompt, where the
-        first decode step overwrites them before any query can read them."""
+        first decode step overwrites them before any query can read them. `cache_only`: write the KV cache
+        and compute no logits or hidden states (a refill after a weight update)."""
         T = max(len(p) for p in prompts)
         ids = torch.zeros(len(prompts), T, dtype=torch.long)
         for b, p in enumerate(prompts):
@@ -34,7 +35,10 @@ class ModelRunner:
         ids = ids.to(self.device)
         positions = torch.arange(T, device=self.device).expand(len(prompts), T)  # [G, T]
         last = torch.tensor([len(p) - 1 for p in prompts], device=self.device)[:, None]  # [G, 1]
-        out = self.model(ids, positions, self.cache, torch.tensor(slots, device=self.device),
+        slot_ids = torch.tensor(slots, device=self.device)
+        if cache_only:
+            return self.model(ids, positions, self.cache, slot_ids, compute_logits=False)
+        out = self.model(ids, positions, self.cache, slot_ids,
                          hidden_layers=self.hidden_layers, logits_index=None if self.want_full_hidden else last)
         if self.want_full_hidden:  # logits of the last prompt token only
             out = out._replace(logits=out.logits.gather(1, last[..., None].expand(-1, -1, out.logits.shape[-1])))

@@ -58,7 +58,7 @@ def refill_step(runner: ModelRunner, seqs: list[Sequence]) -> None:
     their next tokens are sampled from the new policy exactly (as if it had generated the prefix itself).
     Every input but the last, which the next step feeds, is written; the drafter keeps its own state (stale
     drafts only lower acceptance)."""
-    runner.prefill([s.tokens[:-1] for s in seqs], [s.slot for s in seqs])
+    runner.prefill([s.tokens[:-1] for s in seqs], [s.slot for s in seqs], cache_only=True)
 
 
 def decode_step(runner: ModelRunner, seqs: list[Sequence], stats: EngineStats) -> None:

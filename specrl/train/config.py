@@ -134,8 +134,9 @@ class OptimConfig:
     grad_clip: float = 1.0
     micro_batch_size: int = 32  # rows per forward/backward; gradients accumulate over a step's micro-batches
     # also cap a micro-batch's padded tokens (rows x longest row); 0: rows only; null: what `activation_memory`
-    # holds by the estimate in trainer.activation_bytes_per_token (~1.9 MB a token for a 135M model with a 49k
-    # vocabulary in fp32, 0.2 MB for the embedded policy, whose default micro-batches it leaves whole)
+    # holds by the estimate in trainer.micro_batch_token_cap (~1.3 MB a token of decoder activations for a 135M
+    # model in fp32, plus one lm-head chunk's vocabulary rows; ~0.2 MB for the embedded policy, whose default
+    # micro-batches it leaves whole)
     micro_batch_tokens: int | None = None
     activation_memory: int | str = "2GiB"
     # recompute each decoder layer in the backward instead of storing its activations (torch.utils.checkpoint)

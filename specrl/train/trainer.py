@@ -77,6 +77,13 @@ def activation_bytes_per_token(cfg, checkpointing: bool = False) -> int:
     return 4 * (layers + cfg.hidden_size)
 
 
+HEAD_CHUNK_ELEMENTS = 2 ** 23  # logits a chunk of the lm-head computes at once (32 MiB in fp32)
+
+
+def head_chunk_tokens(vocab_size: int) -> int:
+    return max(1, HEAD_CHUNK_ELEMENTS // vocab_size)
+
+
 def micro_batch_token_cap(cfg, budget: int, checkpointing: bool) -> int:
     """Tokens a micro-batch may hold within `budget` bytes of activations: the decoder's per token, plus ~3
     fp32 vocabulary-sized rows (logits, log-softmax, gradient) for every token of one lm-head chunk
@@ -89,14 +96,7 @@ def micro_batch_token_cap(cfg, budget: int, checkpointing: bool) -> int:
     return max(1, cap)
 
 
-HEAD_CHUNK_ELEMENTS = 2 ** 23  # logits a chunk of the lm-head computes at once (32 MiB in fp32)
-
-
-def head_chunk_tokens(vocab_size: int) -> int:
-    return max(1, HEAD_CHUNK_ELEMENTS // vocab_size)
-
-
-def head_logprobs(lm_head: Callable[[Tensor], Tensor], hidden: Tensor, targets: Tensor, temperature: float,
+def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, temperature: float,
                   autocast) -> tuple[Tensor, Tensor]:
     """(logprobs [b, T] of `targets` under softmax(lm_head(hidden) / temperature), their entropies [b, T],
     detached) from the final normed hidden states [b, T, D], `head_chunk_tokens` tokens at a time.
@@ -115,7 +115,7 @@ def head_logprobs(lm_head: Callable[[Tensor], Tensor], hidden: Tensor, targets: 
         entropy = entropy_from_logits(logits.detach()[0] / (temperature or 1.0))  # [n]
         return scaled_token_logprobs(logits, t[None], temp)[0], entropy  # [n], [n]
 
-    step = head_chunk_tokens(lm_head.out_features) if hasattr(lm_head, "out_features") else b * T
+    step = head_chunk_tokens(lm_head.out_features)
     if b * T <= step or not torch.is_grad_enabled():
         parts = [chunk(flat_h[i:i + step], flat_t[i:i + step]) for i in range(0, b * T, step)]
     else:

@@ -12,8 +12,8 @@ import torch
 
 from specrl import LLM, SamplingParams
 from tests.helpers import tiny_model
-from tests.spec.test_exactness import (ALL, PROMPT, SETTINGS, _skip_unavailable, build, peaky_model,
-                                       sample_first3)
+from tests.spec.test_exactness import (ALL, PROMPT, SETTINGS, _skip_unavailable, assert_same_as_sd_off, build,
+                                       peaky_model, sample_first3)
 from tests.stats import assert_matches, exact_distribution
 
 pytestmark = pytest.mark.gpu
@@ -42,15 +42,7 @@ def test_greedy_tokens_logprobs_and_lengths_match_sd_off_on_gpu(method, tmp_path
     base = LLM(model, max_num_seqs=4).generate(prompts, params)
     llm = build(method, model, tmp_path, max_num_seqs=4)
     assert next(llm.model.parameters()).device.type == CUDA
-    got = llm.generate(prompts, params)
-    reasons = set()
-    for r0, r1 in zip(base, got):
-        a, b = r0.outputs[0], r1.outputs[0]
-        assert b.token_ids == a.token_ids
-        assert b.finish_reason == a.finish_reason
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
-        reasons.add(a.finish_reason)
-    assert reasons == {"stop", "length"}
+    assert assert_same_as_sd_off(base, llm.generate(prompts, params), 1e-4) == {"stop", "length"}
 
 
 def test_gpu_logprobs_equal_the_cpu_engines():

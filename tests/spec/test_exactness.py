@@ -57,6 +57,19 @@ def _skip_unavailable(method):
         pytest.skip(f"drafter {method!r} is not built in this checkout")
 
 
+def assert_same_as_sd_off(base, got, logprob_tol: float) -> set[str]:
+    """Greedy outputs `got` equal SD off's `base`: tokens, finish reasons, logprobs within `logprob_tol`.
+    Returns the finish reasons seen."""
+    reasons = set()
+    for r0, r1 in zip(base, got):
+        a, b = r0.outputs[0], r1.outputs[0]
+        assert b.token_ids == a.token_ids
+        assert b.finish_reason == a.finish_reason
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < logprob_tol
+        reasons.add(a.finish_reason)
+    return reasons
+
+
 @pytest.mark.parametrize("method", ALL)
 @pytest.mark.parametrize("batch", [1, 7])
 def test_greedy_tokens_logprobs_and_lengths_match_sd_off(method, batch, tmp_path):
@@ -68,14 +81,7 @@ def test_greedy_tokens_logprobs_and_lengths_match_sd_off(method, batch, tmp_path
     params = SamplingParams(temperature=0.0, max_tokens=25, stop_token_ids=[31, 16])
     base = LLM(model, max_num_seqs=4).generate(prompts, params)
     llm = build(method, model, tmp_path, max_num_seqs=4)
-    got = llm.generate(prompts, params)
-    reasons = set()
-    for r0, r1 in zip(base, got):
-        a, b = r0.outputs[0], r1.outputs[0]
-        assert b.token_ids == a.token_ids
-        assert b.finish_reason == a.finish_reason
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
-        reasons.add(a.finish_reason)
+    reasons = assert_same_as_sd_off(base, llm.generate(prompts, params), 1e-5)
     assert "stop" in reasons
     if batch == 7:  # every way to stop is covered: a stop token, max_tokens and the context limit
         assert reasons == {"stop", "length"} and len(base[6].outputs[0].token_ids) == 40 - 16
