@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 
+from ..heap import trim
 from ..model import CausalLM, check_tokenizer_matches, load_model, load_text_tokenizer
 from ..model.chat import is_conversation
 from ..model.tokenizer import TextTokenizer
@@ -203,6 +204,7 @@ class LLM:
         drafter = getattr(self.drafter, "inner", None) or self.drafter  # "auto" wraps the model drafter
         for cache in (self.runner.cache, getattr(drafter, "cache", None) or []):  # draft_model and mtp own one
             release_caches(cache)
+        trim()  # and the step temporaries' freed heap pages (specrl/heap.py)
 
     def step(self, scheduler: Scheduler) -> None:
         t0 = time.perf_counter()

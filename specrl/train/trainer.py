@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ..engine.memory import parse_bytes
+from ..heap import trim
 from ..model import CausalLM
 from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty,
                   truncated_importance_ratio)
@@ -258,6 +259,7 @@ class PolicyTrainer:
                 loss = loss + self.algo.mtp_coef * mtp
                 sums["mtp_loss"] += float(mtp.detach())
             loss.backward()
+            trim()  # the micro-batch's activations were freed: their heap pages go back (specrl/heap.py)
             total += float(loss.detach())
             sums["entropy"] += float((entropy * mb.mask).sum() / n_tok)
             sums["clip_frac"] += float((pl.clipped.float() * mb.mask).sum() / n_tok)
@@ -266,6 +268,7 @@ class PolicyTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLossError(f"loss={total} grad_norm={grad_norm} is not finite; the update was skipped")
         self.optimizer.step()
+        trim()
         self.scheduler.step()
         sums["loss"] += total
         sums["grad_norm"] += grad_norm
