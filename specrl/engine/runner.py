@@ -72,4 +72,5 @@ class ModelRunner:
         for name, tensor in state_dict.items():
             if name not in own:
                 raise KeyError(f"weight {name!r} is not a parameter of the engine's model")
-            own[name].copy_(tensor)
+            if own[name].data_ptr() != tensor.data_ptr():  # the same tensor when the engine shares the trainer's
+                own[name].copy_(tensor)

@@ -14,6 +14,7 @@ import torch
 
 from ..engine import LLM, RequestOutput, SamplingParams
 from ..engine.drafting import has_state
+from ..model import CausalLM
 from ..spec.weights import check_fits, drafter_module, drafter_version, load_drafter_weights
 from ..train.config import TrainConfig
 from .seam import NamedTensors, register_backend
@@ -155,11 +156,13 @@ class LocalBackend:
 
 
 @register_backend("local")
-def local_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None = None) -> LocalBackend:
-    """An engine over the checkpoint in `model_dir` (the run's starting weights), as `cfg.rollout` asks."""
+def local_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None = None,
+                  policy: CausalLM | None = None) -> LocalBackend:
+    """An engine over the checkpoint in `model_dir` (the run's starting weights), as `cfg.rollout` asks; over
+    `policy` itself when given (a sync run shares the trainer's model)."""
     ro = cfg.rollout
     # rollout.dtype: the engine's own copy may be smaller than the trainer's (a bf16 engine for an fp32 policy)
-    llm = LLM(str(model_dir), device=cfg.device, dtype=ro.dtype or cfg.dtype, spec=ro.spec, max_num_seqs=ro.max_num_seqs,
+    llm = LLM(policy if policy is not None else str(model_dir), device=cfg.device, dtype=ro.dtype or cfg.dtype, spec=ro.spec, max_num_seqs=ro.max_num_seqs,
               max_model_len=ro.max_model_len, kv_cache_memory=ro.kv_cache_memory,
               memory_utilization=ro.memory_utilization, seed=cfg.seed, trace_path=str(trace_path) if trace_path else None)
     return LocalBackend(llm, inflight=cfg.pipeline.inflight_updates)

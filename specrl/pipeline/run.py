@@ -39,7 +39,10 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
         learner = ray_learner(weights_dir, cfg, version, tokenizer_dir=model_dir(cfg))
     else:
         learner = LocalLearner.build(weights_dir, cfg, version, tokenizer_dir=model_dir(cfg))
-    backend = make_backend(weights_dir, cfg, trace_path)
+    if _shares_policy(cfg):  # the engine runs on the trainer's own weights: no second copy, no sync copy
+        backend = make_backend(weights_dir, cfg, trace_path, policy=learner.policy)
+    else:
+        backend = make_backend(weights_dir, cfg, trace_path)
     backend.weights_version = version
     # async: evaluation runs on the trainer's side with its own (in-process) engine, so rollout never pauses
     eval_backend = backend_factory(cfg.rollout.backend)(weights_dir, cfg) if cfg.pipeline.mode == "async" else None
@@ -49,6 +52,13 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
     return Parts(RolloutSide(backend, source, encoder),
                  LearnerSide(learner, get_reward(cfg.reward.name), encoder, learner.pad_id), held_out, eval_backend,
                  health=health)
+
+
+def _shares_policy(cfg: TrainConfig) -> bool:
+    """A sync run with the in-process engine in the trainer's dtype: rollout and training never overlap, so
+    the engine can generate with the trainer's own model (weight syncs then copy nothing)."""
+    return (cfg.pipeline.mode == "sync" and cfg.pipeline.backend != "ray" and cfg.rollout.backend == "local"
+            and cfg.rollout.dtype in (None, cfg.dtype))
 
 
 def _has_model_drafter(cfg: TrainConfig) -> bool:

@@ -7,6 +7,7 @@ arithmetic policy, rollouts with adaptive ("auto": suffix in the tail) speculati
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..config import ConfigError, require
 from ..config.placement import PLACEMENTS
@@ -139,8 +140,10 @@ class OptimConfig:
     # micro-batches it leaves whole)
     micro_batch_tokens: int | None = None
     activation_memory: int | str = "2GiB"
-    # recompute each decoder layer in the backward instead of storing its activations (torch.utils.checkpoint)
-    activation_checkpointing: bool = False
+    # recompute each decoder layer in the backward instead of storing its activations (torch.utils.checkpoint);
+    # "auto": when a full micro-batch (micro_batch_size rows x rollout.max_tokens) would not fit
+    # activation_memory without it (on for SmolLM2-135M's defaults, off for the embedded policy's)
+    activation_checkpointing: bool | Literal["auto"] = "auto"
     # forward/backward under bf16 autocast (CPU or GPU); weights and optimizer state stay in the top-level dtype
     autocast: bool = False
 

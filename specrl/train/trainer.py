@@ -134,11 +134,14 @@ class PolicyTrainer:
         self.device = next(model.parameters()).device
         self.temperature, self.norm_len = temperature, norm_len
         self.policy_loss = POLICY_LOSSES.get(algo.policy_loss)  # "clipped": PPO/GRPO with DAPO clip-higher
-        model.checkpoint_layers = optim.activation_checkpointing
+        budget = parse_bytes(optim.activation_memory)
+        self.checkpointing = optim.activation_checkpointing
+        if self.checkpointing == "auto":  # on when a full micro-batch would not fit the budget without it
+            self.checkpointing = micro_batch_token_cap(model.config, budget, False) < optim.micro_batch_size * norm_len
+        model.checkpoint_layers = self.checkpointing
         self.token_cap = optim.micro_batch_tokens
         if self.token_cap is None:  # sized from the activation budget
-            self.token_cap = micro_batch_token_cap(model.config, parse_bytes(optim.activation_memory),
-                                                   optim.activation_checkpointing)
+            self.token_cap = micro_batch_token_cap(model.config, budget, self.checkpointing)
         self.optimizer = build_optimizer(model, optim.lr, optim.weight_decay, tuple(optim.betas))
         self.scheduler = warmup_cosine_scheduler(self.optimizer, optim.warmup_steps,
                                                  total_steps * algo.updates_per_step, optim.min_lr_ratio)

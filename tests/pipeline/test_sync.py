@@ -185,3 +185,22 @@ def test_resume_with_the_adaptive_drafter_reproduces_the_uninterrupted_run(setup
     ckpt = out / "checkpoints" / "step_000004"
     assert (ckpt / "engine_drafter.safetensors").is_file() and (ckpt / "engine_drafter.json").is_file()  # the suffix pools
     assert not list(ckpt.rglob("*.pkl")) and not list(ckpt.rglob("*.pt"))  # nothing to unpickle
+
+
+@pytest.mark.parametrize("extra, shared", [({}, True), ({"rollout.dtype": "bfloat16"}, False),
+                                           ({"pipeline.mode": "async"}, False)])
+def test_sync_engine_generates_with_the_trainers_own_weights(setup, tmp_path, extra, shared):
+    """A sync run's engine holds no second copy of the policy (and a weight sync copies nothing); a bf16
+    engine or an async run keeps its own."""
+    from specrl.pipeline.run import build_parts
+    from specrl.pipeline.steps import sync_weights
+    from specrl.train.data import build_sources
+    cfg = build_config(None, overrides(*setup, tmp_path / "run", **extra))
+    parts = build_parts(cfg, setup[0], *build_sources(cfg.data, cfg.seed))
+    policy, engine = parts.learner.learner.policy, parts.rollout.backend.llm.model
+    assert (engine is policy) == shared
+    if shared:
+        with torch.no_grad():
+            next(policy.parameters()).add_(1.0)  # what an optimizer step does, in place
+        sync_weights(parts.learner.learner, parts.rollout.backend)
+        assert parts.rollout.backend.weights_version == parts.learner.learner.version

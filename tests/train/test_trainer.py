@@ -192,7 +192,8 @@ def test_micro_batch_tokens_default_comes_from_the_activation_budget():
     per_token = activation_bytes_per_token(model.config)
     assert activation_bytes_per_token(model.config, checkpointing=True) < per_token
     vocab_rows = 12 * model.config.vocab_size  # logits, log-softmax and gradient of a token, in fp32
-    t = PolicyTrainer(model, AlgorithmConfig(), OptimConfig(activation_memory=40 * (per_token + vocab_rows)),
+    t = PolicyTrainer(model, AlgorithmConfig(), OptimConfig(activation_memory=40 * (per_token + vocab_rows),
+                                                           activation_checkpointing=False),
                       total_steps=1, temperature=1.0, norm_len=8)
     assert t.token_cap == 40  # one lm-head chunk: every token's vocabulary rows count
     # a chunked lm-head: its rows count once per chunk (10 tokens), the decoder's per token
@@ -227,3 +228,18 @@ def test_chunked_lm_head_gives_the_same_update_and_metrics(monkeypatch):
         assert mb[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), key
     for (name, a), b in zip(whole.named_parameters(), chunked.parameters()):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name
+
+
+def test_auto_activation_checkpointing_turns_on_when_a_full_micro_batch_would_not_fit():
+    from specrl.train.trainer import activation_bytes_per_token
+    model = tiny_model(seed=2)
+    full = 32 * 8 * (activation_bytes_per_token(model.config) + 12 * model.config.vocab_size)  # 32 rows x 8 tokens
+
+    def trainer(budget):
+        return PolicyTrainer(model, AlgorithmConfig(), OptimConfig(micro_batch_size=32, activation_memory=budget),
+                             total_steps=1, temperature=1.0, norm_len=8)
+    assert trainer(full).checkpointing is False and model.checkpoint_layers is False
+    assert trainer(full // 2).checkpointing is True and model.checkpoint_layers is True
+    forced = PolicyTrainer(model, AlgorithmConfig(), OptimConfig(activation_checkpointing=False, activation_memory=1),
+                           total_steps=1, temperature=1.0, norm_len=8)
+    assert forced.checkpointing is False  # an explicit false is kept, however small the budget
