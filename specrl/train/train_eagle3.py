@@ -18,8 +18,9 @@ from torch.nn.utils.rnn import pad_sequence
 from ..model import load_model, resolve_dtype
 from ..spec.eagle3_export import draft_vocab, token_counts, with_draft_vocab
 from ..spec.eagle3_head import Eagle3Config, Eagle3Head, init_head, save_head
-from .drafter_data import (DrafterTrainArgs, Pair, TokenBatch, TopK, fit, index_batches, pad_batch, teacher_forward,
-                           to_draft_vocab, topk_cross_entropy, topk_probs)
+from .drafter_data import (DrafterTrainArgs, Pair, TokenBatch, TopK, fit, index_batches, pad_batch, to_draft_vocab,
+                           topk_cross_entropy, topk_probs)
+from .trainer import head_chunk_tokens
 
 
 @dataclass
@@ -120,15 +121,29 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
         T = len(data[order[-1]][0]) + len(data[order[-1]][1])  # longest first: sets the padded width
         idx = [order.pop() for _ in range(min(len(order), max(1, batch_tokens // T)))]
         batch = pad_batch([data[i] for i in idx])
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            out = teacher_forward(policy, batch, wanted)
+        amp = torch.autocast(next(policy.parameters()).device.type, dtype=torch.bfloat16, enabled=autocast)
+        with amp:
+            out = policy(batch.ids, batch.positions, hidden_layers=wanted, compute_logits=False)
         feats = torch.cat([out.hidden[wanted.index(i)] for i in layers], dim=-1).bfloat16()  # [B, T, 3D]
-        top = topk_probs(out.logits, topk)  # [B, T, k] each
+        top = chunked_topk(policy.lm_head, out.last_hidden, topk, amp)  # [B, T, k] each
         for b, i in enumerate(idx):
             n = len(data[i][0]) + len(data[i][1])
             features[i] = feats[b, :n].clone()
             probs[i] = TopK(top.probs[b, :n].bfloat16(), top.ids[b, :n].int())
     return Teacher(features, probs)
+
+
+def chunked_topk(lm_head: torch.nn.Linear, hidden: torch.Tensor, k: int, amp) -> TopK:
+    """`topk_probs(lm_head(hidden), k)` for hidden [B, T, D], `head_chunk_tokens` tokens at a time: the
+    [B, T, V] logits (0.8 GB for 4096 tokens of a 49k vocabulary in fp32) never exist at once."""
+    B, T, D = hidden.shape
+    flat, step = hidden.reshape(B * T, D), head_chunk_tokens(lm_head.out_features)
+    parts = []
+    for i in range(0, B * T, step):
+        with amp:
+            logits = lm_head(flat[i:i + step])  # [n, V]
+        parts.append(topk_probs(logits, k))
+    return TopK(torch.cat([p.probs for p in parts]).view(B, T, -1), torch.cat([p.ids for p in parts]).view(B, T, -1))
 
 
 def ttt_loss(head: Eagle3Head, policy, batch: TokenBatch, features: torch.Tensor, target: TopK,

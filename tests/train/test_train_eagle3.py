@@ -149,3 +149,19 @@ def test_cli_reduced_draft_vocabulary_head_is_exact_and_round_trips(tmp_path, mo
     spec = llm.generate(prompts, params)
     assert [o.outputs[0].token_ids for o in spec] == [o.outputs[0].token_ids for o in plain]
     assert llm.stats["draft_tokens"] > 0
+
+
+def test_teacher_top_k_computed_in_chunks_equals_the_whole_logits(monkeypatch):
+    """The teacher's top-k rows come from the lm-head a few tokens at a time, equal to the full logits'."""
+    import contextlib
+    from specrl.train import trainer as trainer_mod
+    from specrl.train.drafter_data import topk_probs
+    from specrl.train.train_eagle3 import chunked_topk
+    from tests.helpers import tiny_model
+    model = tiny_model(seed=4, vocab=40)
+    hidden = torch.randn(3, 7, model.config.hidden_size)  # [B, T, D]
+    monkeypatch.setattr(trainer_mod, "HEAD_CHUNK_ELEMENTS", 4 * model.config.vocab_size)  # 4 tokens a chunk
+    got = chunked_topk(model.lm_head, hidden, 5, contextlib.nullcontext())
+    want = topk_probs(model.lm_head(hidden), 5)
+    assert got.ids.shape == (3, 7, 5)
+    assert torch.equal(got.ids, want.ids) and torch.allclose(got.probs, want.probs, atol=1e-6)
