@@ -56,9 +56,11 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
 
 def _shares_policy(cfg: TrainConfig) -> bool:
     """A sync run with the in-process engine in the trainer's dtype: rollout and training never overlap, so
-    the engine can generate with the trainer's own model (weight syncs then copy nothing)."""
+    the engine can generate with the trainer's own model (weight syncs then copy nothing). Not with an online
+    drafter: its weights are synced into the engine's drafter, which for MTP is the policy's own `mtp` stack
+    (a shared model would have the trainer's MTP update overwritten)."""
     return (cfg.pipeline.mode == "sync" and cfg.pipeline.backend != "ray" and cfg.rollout.backend == "local"
-            and cfg.rollout.dtype in (None, cfg.dtype))
+            and cfg.rollout.dtype in (None, cfg.dtype) and not cfg.rollout.drafter.online)
 
 
 def _has_model_drafter(cfg: TrainConfig) -> bool:

@@ -23,7 +23,8 @@ NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
 
 class RolloutBackend(Protocol):
-    """Generates rollouts with its own copy of the policy (and drafter)."""
+    """Generates rollouts with its own copy of the policy (and drafter); the local backend of a sync run may
+    generate with the trainer's own model instead (nothing to copy at a weight sync)."""
     weights_version: int  # the policy version its weights hold
     drafter_version: int  # how many drafter updates its drafter holds (0: as loaded)
 

@@ -142,8 +142,10 @@ class OptimConfig:
     activation_memory: int | str = "2GiB"
     # recompute each decoder layer in the backward instead of storing its activations (torch.utils.checkpoint);
     # "auto": when a full micro-batch (micro_batch_size rows x rollout.max_tokens) would not fit
-    # activation_memory without it (on for SmolLM2-135M's defaults, off for the embedded policy's)
-    activation_checkpointing: bool | Literal["auto"] = "auto"
+    # activation_memory without it. Off by default: with glibc's default allocator the freed per-layer
+    # temporaries stay resident, so on a CPU it cut little resident memory while the larger micro-batches it
+    # allows raised it (SmolLM2-135M's default train: 7.43 GB with auto against 6.56 GB; docs/real_models.md)
+    activation_checkpointing: bool | Literal["auto"] = False
     # forward/backward under bf16 autocast (CPU or GPU); weights and optimizer state stay in the top-level dtype
     autocast: bool = False
 

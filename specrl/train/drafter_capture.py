@@ -52,6 +52,9 @@ def capture(out, input_ids: Tensor, mask: Tensor, rows: Tensor, layers: tuple[in
     batch = DrafterBatch(input_ids, mask, logits, hidden, rows)
     batch = batch if keep is None else batch.select(keep)
     if batch.logits is None:
+        if logits_fn is None:
+            raise ValueError("capture: the model output has no logits (compute_logits=False); pass logits_fn "
+                             "to compute them for the kept rows")
         batch = batch._replace(logits=logits_fn(batch.hidden[LAST]))
     if LAST not in layers:
         del batch.hidden[LAST]

@@ -134,8 +134,9 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
 
 
 def chunked_topk(lm_head: torch.nn.Linear, hidden: torch.Tensor, k: int, amp) -> TopK:
-    """`topk_probs(lm_head(hidden), k)` for hidden [B, T, D], `head_chunk_tokens` tokens at a time: the
-    [B, T, V] logits (0.8 GB for 4096 tokens of a 49k vocabulary in fp32) never exist at once."""
+    """`topk_probs(lm_head(hidden), k)` for hidden [B, T, D], `head_chunk_tokens` tokens at a time: with
+    k > 0 the [B, T, V] logits (0.8 GB for 4096 tokens of a 49k vocabulary in fp32) never exist at once
+    (k = 0 asks for whole rows, which are then the result)."""
     B, T, D = hidden.shape
     flat, step = hidden.reshape(B * T, D), head_chunk_tokens(lm_head.out_features)
     parts = []

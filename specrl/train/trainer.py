@@ -85,11 +85,13 @@ def head_chunk_tokens(vocab_size: int) -> int:
     return max(1, HEAD_CHUNK_ELEMENTS // vocab_size)
 
 
-def micro_batch_token_cap(cfg, budget: int, checkpointing: bool) -> int:
+def micro_batch_token_cap(cfg, budget: int, checkpointing: bool, mtp_depths: int = 0) -> int:
     """Tokens a micro-batch may hold within `budget` bytes of activations: the decoder's per token, plus ~3
     fp32 vocabulary-sized rows (logits, log-softmax, gradient) for every token of one lm-head chunk
-    (`head_logprobs`), or of the whole micro-batch when it fits in one chunk."""
-    per_token, vocab_rows = activation_bytes_per_token(cfg, checkpointing), 4 * 3 * cfg.vocab_size
+    (`head_logprobs`), or of the whole micro-batch when it fits in one chunk. The MTP loss (`mtp_depths`
+    depths trained) holds its logits for every token: 3 rows per depth, per token."""
+    vocab_rows = 4 * 3 * cfg.vocab_size
+    per_token = activation_bytes_per_token(cfg, checkpointing) + mtp_depths * vocab_rows
     cap = budget // (per_token + vocab_rows)  # a micro-batch within one chunk: all its logits live at once
     chunk = head_chunk_tokens(cfg.vocab_size)
     if cap > chunk:
@@ -113,15 +115,16 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
     def chunk(h: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
         with autocast():
             logits = lm_head(h)[None]  # [1, n, V]
-        entropy = entropy_from_logits(logits.detach()[0] / (temperature or 1.0))  # [n]
-        return scaled_token_logprobs(logits, t[None], temp)[0], entropy  # [n], [n]
+        logp = scaled_token_logprobs(logits, t[None], temp)[0]  # [n]
+        # after the logprobs: the backward's recompute stops once it has them, without redoing this
+        return logp, entropy_from_logits(logits.detach()[0] / (temperature or 1.0))  # [n], [n]
 
     step = head_chunk_tokens(lm_head.out_features)
     if b * T <= step or not torch.is_grad_enabled():
         parts = [chunk(flat_h[i:i + step], flat_t[i:i + step]) for i in range(0, b * T, step)]
     else:
-        parts = [checkpoint(chunk, flat_h[i:i + step], flat_t[i:i + step], use_reentrant=False)
-                 for i in range(0, b * T, step)]
+        parts = [checkpoint(chunk, flat_h[i:i + step], flat_t[i:i + step], use_reentrant=False,
+                            preserve_rng_state=False) for i in range(0, b * T, step)]
     logp = torch.cat([p[0] for p in parts]).view(b, T)
     entropy = torch.cat([p[1] for p in parts]).view(b, T)
     return logp, entropy
@@ -135,13 +138,16 @@ class PolicyTrainer:
         self.temperature, self.norm_len = temperature, norm_len
         self.policy_loss = POLICY_LOSSES.get(algo.policy_loss)  # "clipped": PPO/GRPO with DAPO clip-higher
         budget = parse_bytes(optim.activation_memory)
+        mtp_depths = model.mtp.depth if model.mtp is not None and algo.mtp_coef > 0 else 0
         self.checkpointing = optim.activation_checkpointing
         if self.checkpointing == "auto":  # on when a full micro-batch would not fit the budget without it
-            self.checkpointing = micro_batch_token_cap(model.config, budget, False) < optim.micro_batch_size * norm_len
+            full = optim.micro_batch_size * norm_len  # rows x response tokens: an estimate (prompts come on top)
+            full = min(full, optim.micro_batch_tokens) if optim.micro_batch_tokens else full
+            self.checkpointing = micro_batch_token_cap(model.config, budget, False, mtp_depths) < full
         model.checkpoint_layers = self.checkpointing
         self.token_cap = optim.micro_batch_tokens
         if self.token_cap is None:  # sized from the activation budget
-            self.token_cap = micro_batch_token_cap(model.config, budget, self.checkpointing)
+            self.token_cap = micro_batch_token_cap(model.config, budget, self.checkpointing, mtp_depths)
         self.optimizer = build_optimizer(model, optim.lr, optim.weight_decay, tuple(optim.betas))
         self.scheduler = warmup_cosine_scheduler(self.optimizer, optim.warmup_steps,
                                                  total_steps * algo.updates_per_step, optim.min_lr_ratio)

@@ -187,11 +187,14 @@ def test_resume_with_the_adaptive_drafter_reproduces_the_uninterrupted_run(setup
     assert not list(ckpt.rglob("*.pkl")) and not list(ckpt.rglob("*.pt"))  # nothing to unpickle
 
 
+ONLINE = {"rollout.spec.method": "draft_model", "rollout.spec.draft_model": "scratch", "rollout.drafter.online": True}
+
+
 @pytest.mark.parametrize("extra, shared", [({}, True), ({"rollout.dtype": "bfloat16"}, False),
-                                           ({"pipeline.mode": "async"}, False)])
-def test_sync_engine_generates_with_the_trainers_own_weights(setup, tmp_path, extra, shared):
+                                           ({"pipeline.mode": "async"}, False), (ONLINE, False)])
+def test_sync_engine_generates_with_the_trainers_own_weights(setup, tmp_path, monkeypatch, extra, shared):
     """A sync run's engine holds no second copy of the policy (and a weight sync copies nothing); a bf16
-    engine or an async run keeps its own."""
+    engine, an async run or an online drafter (synced into the engine's drafter) keeps its own."""
     from specrl.pipeline.run import build_parts
     from specrl.pipeline.steps import sync_weights
     from specrl.train.data import build_sources
@@ -199,8 +202,10 @@ def test_sync_engine_generates_with_the_trainers_own_weights(setup, tmp_path, ex
     parts = build_parts(cfg, setup[0], *build_sources(cfg.data, cfg.seed))
     policy, engine = parts.learner.learner.policy, parts.rollout.backend.llm.model
     assert (engine is policy) == shared
-    if shared:
-        with torch.no_grad():
-            next(policy.parameters()).add_(1.0)  # what an optimizer step does, in place
-        sync_weights(parts.learner.learner, parts.rollout.backend)
-        assert parts.rollout.backend.weights_version == parts.learner.learner.version
+    copies = []
+    real_copy = torch.Tensor.copy_
+    monkeypatch.setattr(torch.Tensor, "copy_", lambda t, src, *a, **kw: copies.append(1) or real_copy(t, src, *a, **kw))
+    parts.learner.learner.version = 1
+    sync_weights(parts.learner.learner, parts.rollout.backend)
+    assert parts.rollout.backend.weights_version == 1
+    assert (len(copies) == 0) == shared  # a shared model: nothing to copy

@@ -200,6 +200,9 @@ def test_micro_batch_tokens_default_comes_from_the_activation_budget():
     trainer_mod.HEAD_CHUNK_ELEMENTS, old = 10 * model.config.vocab_size, trainer_mod.HEAD_CHUNK_ELEMENTS
     try:
         assert trainer_mod.micro_batch_token_cap(model.config, 10 * vocab_rows + 300 * per_token, False) == 300
+        # the MTP loss's logits live for every token: 3 more rows per token and depth
+        budget = 10 * vocab_rows + 300 * (per_token + 2 * vocab_rows)
+        assert trainer_mod.micro_batch_token_cap(model.config, budget, False, mtp_depths=2) == 300
     finally:
         trainer_mod.HEAD_CHUNK_ELEMENTS = old
     batch = _rollouts(model)
