@@ -239,10 +239,11 @@ def test_auto_activation_checkpointing_turns_on_when_a_full_micro_batch_would_no
     full = 32 * 8 * (activation_bytes_per_token(model.config) + 12 * model.config.vocab_size)  # 32 rows x 8 tokens
 
     def trainer(budget):
-        return PolicyTrainer(model, AlgorithmConfig(), OptimConfig(micro_batch_size=32, activation_memory=budget),
+        return PolicyTrainer(model, AlgorithmConfig(), OptimConfig(micro_batch_size=32, activation_memory=budget,
+                                                                   activation_checkpointing="auto"),
                              total_steps=1, temperature=1.0, norm_len=8)
     assert trainer(full).checkpointing is False and model.checkpoint_layers is False
     assert trainer(full // 2).checkpointing is True and model.checkpoint_layers is True
-    forced = PolicyTrainer(model, AlgorithmConfig(), OptimConfig(activation_checkpointing=False, activation_memory=1),
-                           total_steps=1, temperature=1.0, norm_len=8)
-    assert forced.checkpointing is False  # an explicit false is kept, however small the budget
+    default = PolicyTrainer(model, AlgorithmConfig(), OptimConfig(activation_memory=1), total_steps=1,
+                            temperature=1.0, norm_len=8)
+    assert default.checkpointing is False  # off unless asked for, however small the budget
