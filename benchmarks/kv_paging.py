@@ -12,8 +12,8 @@ on demand and take a finished sequence's blocks back at once. This script runs o
   - lazy_resident_mib: the pages actually resident when the rollout ends (mincore over every layer's K/V),
     the largest the lazy cache gets (pages are only released after generate());
   - paged_peak_mib: the peak over engine steps of sum over running sequences of ceil(tokens / block) blocks,
-    an exact replay of a block allocator with the same block size on the same schedule (blocks freed when a
-    sequence finishes).
+    a replay of a block allocator with the same block size on the same schedule (blocks freed when a
+    sequence finishes), read before each step (so at most one block a sequence low, at the last step).
 
     python benchmarks/kv_paging.py                       # the default embedded task's rollout
     python benchmarks/kv_paging.py --model DIR --prompts FILE --n 8 --num-prompts 8 --max-tokens 128
