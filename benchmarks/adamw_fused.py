@@ -6,7 +6,6 @@ the second step and its CPU seconds, one thread.
 """
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 

@@ -102,7 +102,7 @@ def main() -> None:
         "max_model_len": llm.max_model_len, "max_tokens": args.max_tokens, "engine_steps": paged["steps"],
         "response_tokens_p50": sorted(lengths)[len(lengths) // 2], "response_tokens_max": max(lengths),
         "kv_bytes_per_position": per_token,
-        "dense_zeroed_mib": round(llm.max_num_seqs * (llm.max_model_len + spare) * per_token / mib, 1),
+        "dense_zeroed_mib": round(llm.kv_plan.bytes / mib, 1),
         "dense_request_mib": round(llm.max_num_seqs * (longest_prompt + args.max_tokens + spare) * per_token / mib, 1),
         "lazy_resident_mib": round(resident["bytes"] / mib, 1),
         "paged_peak_mib": round(paged["peak_blocks"] * args.block * per_token / mib, 1), "block": args.block,

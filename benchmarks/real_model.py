@@ -24,12 +24,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
 
-def chat_prompts(model_dir: str, path: str, n: int) -> list[list[int]]:
-    """The file's first n prompts as `specrl train` encodes them (a text prompt becomes a user turn)."""
-    from specrl.train.drafter_prompts import load_prompts
-    return load_prompts(path, model_dir, n)
-
-
 def run_method(args, method: str, prompts: list[list[int]]) -> tuple[dict, list[list[int]]]:
     from specrl import LLM, SamplingParams, SpecConfig
     spec = SpecConfig(method=None if method == "none" else method, num_speculative_tokens=args.k,
@@ -70,7 +64,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch
     torch.set_num_threads(args.threads)
-    prompts = chat_prompts(args.model, args.prompts, args.n)
+    from specrl.train.drafter_prompts import load_prompts
+    prompts = load_prompts(args.prompts, args.model, args.n)  # as `specrl train` encodes them (chat template)
     base = None
     for method in args.spec.split(","):
         row, tokens = run_method(args, method, prompts)

@@ -21,10 +21,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def rss_mib() -> float:
-    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2 ** 20
+from real_vs_hf import rss_mb as rss_mib  # noqa: E402
 
 
 def arm(args) -> dict:

@@ -5,8 +5,8 @@ glibc serves a large allocation with its own mmap, unmapped when freed, but rais
 stays resident. A training step allocates and frees hundreds of MiB of activations and logits of shifting
 sizes; the heap then keeps their high-water mark on top of the weights and optimizer state.
 `malloc_trim(0)` hands every free page of the heap back (madvise), at the cost of one walk over it.
-The trainer calls `trim()` after each micro-batch's backward and after the optimizer step, the engine when
-a generate() ends. Measured on SmolLM2-135M's tuned 2-step `specrl train` (docs/real_models.md).
+On a CPU the trainer calls `trim()` after each micro-batch's backward and after the optimizer step, the
+engine when a generate() ends. Measured on SmolLM2-135M's tuned 2-step `specrl train` (docs/real_models.md).
 
 (A fixed 128 KiB mmap threshold, glibc's MALLOC_MMAP_THRESHOLD_, gives the same effect everywhere but
 made that run's update 1.66x slower: every activation became a fresh mapping, faulted in page by page.)

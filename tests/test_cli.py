@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -24,3 +25,10 @@ def test_bench_needs_a_known_benchmark(capsys):
 def test_module_entry_point_runs():
     out = subprocess.run([sys.executable, "-m", "specrl", "--help"], capture_output=True, text=True, check=True)
     assert "specrl <command>" in out.stdout
+
+
+def test_bench_spec_quick_runs_a_small_workload(capsys):
+    """--quick shrinks the workload to batch sizes 1 and 4 (the full run also measures 16, 64 and "rl")."""
+    assert main(["bench", "spec", "--quick", "--methods", "ngram"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [(r["method"], r["batch_size"]) for r in rows] == [("ngram", 1), ("ngram", 4)]

@@ -10,14 +10,19 @@ import torch
 
 def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=description)
+    add_runtime_args(ap)
+    ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
+    add_memory_args(ap)
+    return ap
+
+
+def add_runtime_args(ap: argparse.ArgumentParser) -> None:
+    """The policy, where and how it runs: shared by `specrl generate` and `specrl bench ...`."""
     ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the free cores)")
-    add_memory_args(ap)
-    return ap
 
 
 def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

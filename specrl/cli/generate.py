@@ -6,8 +6,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 from ..errors import MissingFileError
 from ..engine.methods import METHODS
 
@@ -29,7 +27,6 @@ def read_prompts(args) -> list[str | list[dict]]:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="specrl generate", description=__doc__)
-    ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
     ap.add_argument("--prompt", action="append", help="a prompt (repeatable)")
     ap.add_argument("--prompts", help="a .jsonl/.parquet file of 'prompt' (or chat 'messages') rows, or a text file (one per line)")
     ap.add_argument("--task-prompts", type=int, default=8, help="held-out embedded-task prompts if none given")
@@ -39,16 +36,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--top-k", type=int, default=-1)
     ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--spec", default=None, help=f"speculative method: {', '.join(METHODS)}")
     ap.add_argument("--k", type=int, default=4, help="draft tokens per step")
     ap.add_argument("--draft-model", default=None)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default="float32")
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the free cores)")
-    from .bench_common import add_memory_args, memory_kwargs, parse_args, policy_path
+    from .bench_common import add_memory_args, add_runtime_args, memory_kwargs, parse_args, policy_path
+    add_runtime_args(ap)
     add_memory_args(ap)
     args = parse_args(ap, argv)  # and torch's threads from --threads
     from .. import LLM, SamplingParams, SpecConfig

@@ -54,6 +54,11 @@ def has_state(drafter) -> bool:
     return drafter is not None and callable(getattr(drafter, "state_dict", None))
 
 
+def unwrap(drafter):
+    """The drafter that drafts: "auto" wraps a model drafter (its `inner`); any other is itself."""
+    return getattr(drafter, "inner", None) or drafter
+
+
 def on_device(prop: Proposal, device) -> Proposal:
     """`prop` on `device` (no copy for tensors already there): a plugged-in drafter may draft on the CPU."""
     return Proposal(prop.tokens.to(device), prop.lengths.to(device),

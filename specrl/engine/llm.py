@@ -12,13 +12,13 @@ import torch
 from ..heap import trim
 from ..model import CausalLM, check_tokenizer_matches, load_model, load_text_tokenizer
 from ..model.chat import is_conversation
+from ..model.layers import skip_cudnn_attention
 from ..model.tokenizer import TextTokenizer
-from .drafting import Drafter
+from .drafting import Drafter, unwrap
 from .methods import MAX_SPEC_TOKENS, SpecConfig, build_drafter
 from .outputs import CompletionOutput, RequestOutput
 from .rng import mix_seed
-from .memory import DEFAULT_MEMORY_UTILIZATION, check_dtype, memory_budget, plan_kv_cache
-from .memory import release_caches
+from .memory import DEFAULT_MEMORY_UTILIZATION, check_dtype, memory_budget, plan_kv_cache, release_caches
 from .runner import ModelRunner
 from .sampling import SamplingParams
 from .scheduler import Scheduler
@@ -55,6 +55,7 @@ class LLM:
         if self.tokenizer is not None:
             check_tokenizer_matches(self.tokenizer, cfg.vocab_size, str(src))
         p = next(self.model.parameters())
+        skip_cudnn_attention(p.device)
         self.kv_plan = plan_kv_cache(cfg, p.dtype, max_num_seqs, max_model_len,
                                      memory_budget(p.device, kv_cache_memory, memory_utilization), MAX_SPEC_TOKENS + 1)
         log.info(self.kv_plan.describe())
@@ -200,9 +201,11 @@ class LLM:
     def free_kv_pages(self) -> None:
         """No sequence holds a slot between generate() calls, so the target's and a model drafter's KV
         pages go back to the OS (CPU; engine/memory.py release_kv): a trainer step in the same process
-        does not sit on top of the last rollout's cache. Each slot is prefilled again when next used."""
-        drafter = getattr(self.drafter, "inner", None) or self.drafter  # "auto" wraps the model drafter
-        for cache in (self.runner.cache, getattr(drafter, "cache", None) or []):  # draft_model and mtp own one
+        does not sit on top of the last rollout's cache. Each slot is prefilled again when next used.
+        Nothing to do on a GPU, where the cache stays allocated."""
+        if self.runner.device.type != "cpu":
+            return
+        for cache in (self.runner.cache, getattr(unwrap(self.drafter), "cache", None) or []):  # draft_model, mtp
             release_caches(cache)
         trim()  # and the step temporaries' freed heap pages (specrl/heap.py)
 

@@ -27,7 +27,7 @@ class ModelRunner:
     def prefill(self, prompts: list[list[int]], slots: list[int], cache_only: bool = False) -> ModelOutput:
         """Right-padded batch of prompts, one slot each. Pad positions write past the prompt, where the
         first decode step overwrites them before any query can read them. `cache_only`: write the KV cache
-        and compute no logits or hidden states (a refill after a weight update)."""
+        only (a refill after a weight update): no logits, and the final norm on the last row alone."""
         T = max(len(p) for p in prompts)
         ids = torch.zeros(len(prompts), T, dtype=torch.long)
         for b, p in enumerate(prompts):
@@ -37,7 +37,7 @@ class ModelRunner:
         last = torch.tensor([len(p) - 1 for p in prompts], device=self.device)[:, None]  # [G, 1]
         slot_ids = torch.tensor(slots, device=self.device)
         if cache_only:
-            return self.model(ids, positions, self.cache, slot_ids, compute_logits=False)
+            return self.model(ids, positions, self.cache, slot_ids, logits_index=last, compute_logits=False)
         out = self.model(ids, positions, self.cache, slot_ids,
                          hidden_layers=self.hidden_layers, logits_index=None if self.want_full_hidden else last)
         if self.want_full_hidden:  # logits of the last prompt token only

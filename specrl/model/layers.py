@@ -9,14 +9,19 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .config import ModelConfig
 
 KV = tuple[torch.Tensor, torch.Tensor]  # k_cache, v_cache: [S, Hkv, L, D] each
-# Cached attention on a GPU leaves out cuDNN's kernel: it builds a graph for every new (batch, length) shape,
-# and an engine step has a new one almost every time (H100, bf16 RL rollout: 3.2x slower than fp32 with it)
-CACHED_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def skip_cudnn_attention(device) -> None:
+    """On a GPU, turns PyTorch's cuDNN attention backend off for the process (flash, memory-efficient and
+    math stay). cuDNN builds a graph for every new (batch, length) shape, and an engine step or a trainer's
+    micro-batch has a new one almost every time: on an H100 it made the bf16 RL rollout 3.2x slower than
+    fp32. Called once by the engine and the trainer; nothing is done on a CPU."""
+    if torch.device(device).type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 class RMSNorm(nn.Module):
@@ -73,9 +78,6 @@ def cached_attention(q, k, v, kv: KV, slots: torch.Tensor | slice, positions: to
         k_cache[rows, :, positions] = k.transpose(1, 2)
         v_cache[rows, :, positions] = v.transpose(1, 2)
         keys, values = k_cache[slots, :, :length], v_cache[slots, :, :length]  # gathers [B, Hkv, L, D]
-    if q.is_cuda:
-        with sdpa_kernel(CACHED_SDPA_BACKENDS):
-            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
 
 
@@ -105,10 +107,7 @@ class Attention(nn.Module):
         q = apply_rope(q.transpose(1, 2), cos, sin)  # [B, H, T, D]
         k = apply_rope(k.transpose(1, 2), cos, sin)  # [B, Hkv, T, D]
         v = v.transpose(1, 2)
-        if kv is None and q.is_cuda:
-            with sdpa_kernel(CACHED_SDPA_BACKENDS):  # a trainer's micro-batches change shape too
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        elif kv is None:
+        if kv is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
             out = cached_attention(q, k, v, kv, slots, positions, mask)

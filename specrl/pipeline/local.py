@@ -1,10 +1,10 @@
-"""The in-process rollout backend: an `LLM` behind the seam, with its own copy of the policy or, in a sync run
-in the trainer's dtype, the trainer's own model (`run._shares_policy`).
+"""The in-process rollout backend: an `LLM` behind the seam, with its own copy of the policy, or the trainer's
+own model where `run._shares_policy` allows it (a sync run never generates while it trains, so nothing is
+copied at a sync).
 
-Async runs, a bf16 engine for an fp32 policy and runs with an online drafter hold a separate model, so that
-an optimizer step can never change weights under a running generation; each new policy version is copied
-in place into it (MTP modules trained with the policy travel with it, since they are part of its state
-dict). A sync run never generates while it trains, so there a shared model is safe and a sync copies nothing.
+With its own copy, an optimizer step can never change weights under a running generation; each new policy
+version is copied in place into it (MTP modules trained with the policy travel with it, since they are part
+of its state dict).
 """
 from __future__ import annotations
 

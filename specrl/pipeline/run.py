@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from ..config import dump_yaml
+from ..model import resolve_dtype
 from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, build_sources
@@ -60,7 +61,8 @@ def _shares_policy(cfg: TrainConfig) -> bool:
     drafter: its weights are synced into the engine's drafter, which for MTP is the policy's own `mtp` stack
     (a shared model would have the trainer's MTP update overwritten)."""
     return (cfg.pipeline.mode == "sync" and cfg.pipeline.backend != "ray" and cfg.rollout.backend == "local"
-            and cfg.rollout.dtype in (None, cfg.dtype) and not cfg.rollout.drafter.online)
+            and resolve_dtype(cfg.rollout.dtype or cfg.dtype) == resolve_dtype(cfg.dtype)
+            and not cfg.rollout.drafter.online)
 
 
 def _has_model_drafter(cfg: TrainConfig) -> bool:

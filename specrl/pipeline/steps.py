@@ -6,7 +6,6 @@ reward); the pipeline moves prompts, samples and weights between them.
 """
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -143,15 +142,14 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
     Returns the metrics row (without the step's timings) and the reward/train seconds on both clocks."""
     examples, outs = rollout.examples, rollout.outputs
     t0, c0 = time.perf_counter(), cpu_clock()
-    owners = [r for r in outs for _ in r.outputs]  # the request of each sample
-    samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs]
+    samples = [(r, c) for r in outs for c in r.outputs]  # each sample with its request
     texts = [side.encoder.decode(c.token_ids) for _, c in samples]
     rewards = torch.tensor([side.reward(text, examples[r.request_id].answer, examples[r.request_id].prompt)
-                            for text, r in zip(texts, owners)], dtype=torch.float32)  # [N]
+                            for text, (r, _) in zip(texts, samples)], dtype=torch.float32)  # [N]
     advantages = compute_advantages(cfg.algorithm.advantage, rewards, group_size=cfg.rollout.n)  # [N]
     t1, c1 = time.perf_counter(), cpu_clock()
-    batch = collate([p for p, _ in samples], [c.token_ids for _, c in samples], [c.logprobs for _, c in samples],
-                    advantages, side.pad_id)
+    batch = collate([r.prompt_token_ids for r, _ in samples], [c.token_ids for _, c in samples],
+                    [c.logprobs for _, c in samples], advantages, side.pad_id)
     off_policy = rollout.version < rollout.step
     train_metrics = side.learner.step(batch, is_cap=cfg.algorithm.is_cap if off_policy else None, rewards=rewards)
     t2, c2 = time.perf_counter(), cpu_clock()
@@ -166,11 +164,10 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
            **{k: stats[k] for k in ROW_STATS if k in stats}, **train_metrics}
     times = {"rollout_s": gen_s, "rollout_cpu_s": rollout.cpu_s, "reward_s": t1 - t0, "reward_cpu_s": c1 - c0,
              "train_s": t2 - t1, "train_cpu_s": c2 - c1}
-    firsts = itertools.accumulate((len(r.outputs) for r in outs), initial=0)  # each request's first sample
-    row[SAMPLES_KEY] = [{"step": rollout.step + 1, "prompt": examples[r.request_id].prompt, "completion": texts[j],
-                         "answer": examples[r.request_id].answer, "reward": float(rewards[j]),
-                         "tokens": len(samples[j][1].token_ids)}
-                        for r, j in zip(outs[:cfg.log_samples], firsts) if r.outputs]
+    firsts = [j for j, (r, c) in enumerate(samples) if c is r.outputs[0]][:cfg.log_samples]  # a sample a request
+    row[SAMPLES_KEY] = [{"step": rollout.step + 1, "prompt": examples[samples[j][0].request_id].prompt,
+                         "completion": texts[j], "answer": examples[samples[j][0].request_id].answer,
+                         "reward": float(rewards[j]), "tokens": len(samples[j][1].token_ids)} for j in firsts]
     return row, times
 
 
@@ -192,8 +189,6 @@ def sync_drafter(learner: Learner, backend: RolloutBackend, force: bool = False)
 def check_signal(parts: Parts, row: dict, bar: StepProgress) -> None:
     """Warns when every sample's reward was the same for FLAT_REWARD_STEPS steps in a row (then again every
     10): zero advantages, so the policy does not learn (a reward that never matches the policy's format)."""
-    if "reward_std" not in row:
-        return
     parts.flat_reward_steps = parts.flat_reward_steps + 1 if row["reward_std"] == 0 else 0
     n = parts.flat_reward_steps
     if n >= FLAT_REWARD_STEPS and (n - FLAT_REWARD_STEPS) % 10 == 0:

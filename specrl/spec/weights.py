@@ -27,6 +27,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from ..engine.drafting import unwrap
 from ..engine.methods import TABLE
 
 MODEL_FREE = tuple(m.name for m in TABLE if not m.model_based and not m.adaptive)
@@ -37,9 +38,7 @@ def drafter_module(drafter) -> nn.Module:
     from .draft_model import DraftModelDrafter
     from .eagle3 import Eagle3Drafter
     from .mtp import MTPDrafter
-    inner = getattr(drafter, "inner", None)
-    if inner is not None:  # "auto" wraps its drafter
-        return drafter_module(inner)
+    drafter = unwrap(drafter)  # "auto" wraps its drafter
     if isinstance(drafter, Eagle3Drafter):
         return drafter.head
     if isinstance(drafter, DraftModelDrafter):
@@ -79,7 +78,7 @@ def load_drafter_weights(drafter, named: Iterable[tuple[str, torch.Tensor]], ver
         check_fits(own, named)
     for k, v in named.items():
         own[k].copy_(v)
-    target = getattr(drafter, "inner", None) or drafter
+    target = unwrap(drafter)
     if hasattr(target, "cached"):  # the draft model's own KV cache: re-prefilled at its next propose
         target.cached = [0] * len(target.cached)
     drafter.drafter_version = int(version)

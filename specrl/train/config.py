@@ -7,7 +7,6 @@ arithmetic policy, rollouts with adaptive ("auto": suffix in the tail) speculati
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from ..config import ConfigError, require
 from ..config.placement import PLACEMENTS
@@ -88,7 +87,8 @@ class RolloutConfig:
                 ">= 2 or null", "null sizes it from the memory budget")
         require(0 < self.memory_utilization <= 1, "memory_utilization", self.memory_utilization, "in (0, 1]")
         if self.kv_cache_memory is not None:
-            require(is_positive_size(self.kv_cache_memory), "kv_cache_memory", self.kv_cache_memory, "a positive size such as 2GiB or 2147483648",
+            require(is_positive_size(self.kv_cache_memory), "kv_cache_memory", self.kv_cache_memory,
+                    "a positive size such as 2GiB or 2147483648",
                     "or null to use memory_utilization")
         require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, ">= 1")
         require(self.n >= 2, "n", self.n, ">= 2 samples per prompt", "GRPO needs a group to compare against")
@@ -140,12 +140,10 @@ class OptimConfig:
     # micro-batches it leaves whole)
     micro_batch_tokens: int | None = None
     activation_memory: int | str = "2GiB"
-    # recompute each decoder layer in the backward instead of storing its activations (torch.utils.checkpoint);
-    # "auto": when a full micro-batch (micro_batch_size rows x rollout.max_tokens) would not fit
-    # activation_memory without it. Off by default: with glibc's default allocator the freed per-layer
-    # temporaries stay resident, so on a CPU it cut little resident memory while the larger micro-batches it
-    # allows raised it (SmolLM2-135M's default train: 7.43 GB with auto against 6.56 GB; docs/real_models.md)
-    activation_checkpointing: bool | Literal["auto"] = False
+    # recompute each decoder layer in the backward instead of storing its activations (torch.utils.checkpoint).
+    # Off by default: with glibc's default allocator the freed per-layer temporaries stay resident, so on a CPU
+    # it cut little resident memory, while the larger micro-batches it allows raised it (docs/real_models.md)
+    activation_checkpointing: bool = False
     # forward/backward under bf16 autocast (CPU or GPU); weights and optimizer state stay in the top-level dtype
     autocast: bool = False
 
@@ -157,7 +155,8 @@ class OptimConfig:
         require(self.micro_batch_tokens is None or self.micro_batch_tokens >= 0, "micro_batch_tokens",
                 self.micro_batch_tokens, ">= 0 or null", "0 caps micro-batches by rows only; null sizes them from "
                 "activation_memory")
-        require(is_positive_size(self.activation_memory), "activation_memory", self.activation_memory, "a positive size such as 2GiB or 2147483648")
+        require(is_positive_size(self.activation_memory), "activation_memory", self.activation_memory,
+                "a positive size such as 2GiB or 2147483648")
 
 
 @dataclass

@@ -22,7 +22,7 @@ LAST = -1  # capture key of the final normed hidden state
 class DrafterBatch(NamedTuple):
     input_ids: Tensor  # [b, T] prompt + response[:-1], right-padded (the trainer's micro-batch)
     mask: Tensor  # [b, T] float, 1 where the next token is a response token
-    logits: Tensor  # [b, T, V] the policy's logits (temperature 1), detached
+    logits: Tensor | None  # [b, T, V] the policy's logits (temperature 1), detached (None inside `capture`)
     hidden: dict[int, Tensor]  # layer index (-1: final normed) -> [b, T, D] outputs, detached
     rows: Tensor  # [b] rows of the step's batch, to look per-trajectory rewards up
 
@@ -42,20 +42,15 @@ class DrafterBatch(NamedTuple):
 
 
 def capture(out, input_ids: Tensor, mask: Tensor, rows: Tensor, layers: tuple[int, ...],
-            keep: Tensor | None = None, logits_fn: Callable[[Tensor], Tensor] | None = None) -> DrafterBatch:
+            logits_fn: Callable[[Tensor], Tensor], keep: Tensor | None = None) -> DrafterBatch:
     """Detaches the asked-for parts of a `ModelOutput` computed with hidden_layers=model_layers(layers);
-    `keep` [k]: only those rows, copied out. An output without logits (the trainer computes its logprobs
-    chunk by chunk) gets them from `logits_fn` on the kept rows' final hidden states alone."""
+    `keep` [k]: only those rows, copied out. The policy's logits come from `logits_fn` on the kept rows'
+    final hidden states alone (the trainer never holds a whole micro-batch's logits)."""
     hidden = dict(zip(model_layers(layers), (h.detach() for h in out.hidden)))
-    hidden[LAST] = out.last_hidden.detach()  # dropped below unless asked for
-    logits = out.logits.detach() if out.logits is not None else None
-    batch = DrafterBatch(input_ids, mask, logits, hidden, rows)
+    hidden[LAST] = out.last_hidden.detach()  # cut and selected with the rest; dropped below unless asked for
+    batch = DrafterBatch(input_ids, mask, None, hidden, rows)
     batch = batch if keep is None else batch.select(keep)
-    if batch.logits is None:
-        if logits_fn is None:
-            raise ValueError("capture: the model output has no logits (compute_logits=False); pass logits_fn "
-                             "to compute them for the kept rows")
-        batch = batch._replace(logits=logits_fn(batch.hidden[LAST]))
+    batch = batch._replace(logits=logits_fn(batch.hidden[LAST]))
     if LAST not in layers:
         del batch.hidden[LAST]
     return batch

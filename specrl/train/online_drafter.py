@@ -166,8 +166,9 @@ class OnlineDrafterTrainer:
         if self.cfg.reward_weighting and rewards is not None:
             weights = reward_weights(rewards, 0.0, self.cfg.reward_w_max)  # [N]
         u = self.cfg.updates_per_step
-        shares: list[list[DrafterBatch]] = [batches] if u == 1 else [[] for _ in range(u)]
+        shares: list[list[DrafterBatch]] = [batches]
         if u > 1:  # update j trains on the j-th of u random slices of every micro-batch's rows
+            shares = [[] for _ in range(u)]
             for mb in batches:
                 for j, part in enumerate(torch.randperm(len(mb.rows), generator=self.gen).chunk(u)):
                     shares[j].append(mb.select(part))

@@ -124,8 +124,8 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
         amp = torch.autocast(next(policy.parameters()).device.type, dtype=torch.bfloat16, enabled=autocast)
         with amp:
             out = policy(batch.ids, batch.positions, hidden_layers=wanted, compute_logits=False)
+            top = chunked_topk(policy.lm_head, out.last_hidden, topk)  # [B, T, k] each
         feats = torch.cat([out.hidden[wanted.index(i)] for i in layers], dim=-1).bfloat16()  # [B, T, 3D]
-        top = chunked_topk(policy.lm_head, out.last_hidden, topk, amp)  # [B, T, k] each
         for b, i in enumerate(idx):
             n = len(data[i][0]) + len(data[i][1])
             features[i] = feats[b, :n].clone()
@@ -133,7 +133,7 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
     return Teacher(features, probs)
 
 
-def chunked_topk(lm_head: torch.nn.Linear, hidden: torch.Tensor, k: int, amp) -> TopK:
+def chunked_topk(lm_head: torch.nn.Linear, hidden: torch.Tensor, k: int) -> TopK:
     """`topk_probs(lm_head(hidden), k)` for hidden [B, T, D], `head_chunk_tokens` tokens at a time: with
     k > 0 the [B, T, V] logits (0.8 GB for 4096 tokens of a 49k vocabulary in fp32) never exist at once
     (k = 0 asks for whole rows, which are then the result)."""
@@ -141,9 +141,7 @@ def chunked_topk(lm_head: torch.nn.Linear, hidden: torch.Tensor, k: int, amp) ->
     flat, step = hidden.reshape(B * T, D), head_chunk_tokens(lm_head.out_features)
     parts = []
     for i in range(0, B * T, step):
-        with amp:
-            logits = lm_head(flat[i:i + step])  # [n, V]
-        parts.append(topk_probs(logits, k))
+        parts.append(topk_probs(lm_head(flat[i:i + step]), k))  # from [n, V] logits
     return TopK(torch.cat([p.probs for p in parts]).view(B, T, -1), torch.cat([p.ids for p in parts]).view(B, T, -1))
 
 

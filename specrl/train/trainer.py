@@ -18,9 +18,9 @@ from torch.utils.checkpoint import checkpoint
 from ..engine.memory import parse_bytes
 from ..heap import trim
 from ..model import CausalLM
-from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty,
+from ..model.layers import skip_cudnn_attention
+from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty, token_logprobs,
                   truncated_importance_ratio)
-from ..rl.logprobs import scaled_token_logprobs
 from .config import AlgorithmConfig, OptimConfig
 from .drafter_capture import DrafterBatch, capture, model_layers
 from .optim import build_optimizer, clip_grad, warmup_cosine_scheduler
@@ -99,10 +99,11 @@ def micro_batch_token_cap(cfg, budget: int, checkpointing: bool, mtp_depths: int
     return max(1, cap)
 
 
-def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, temperature: float,
-                  autocast) -> tuple[Tensor, Tensor]:
+def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, temperature: float, autocast,
+                  with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
     """(logprobs [b, T] of `targets` under softmax(lm_head(hidden) / temperature), their entropies [b, T],
-    detached) from the final normed hidden states [b, T, D], `head_chunk_tokens` tokens at a time.
+    detached, or None without `with_entropy`) from the final normed hidden states [b, T, D],
+    `head_chunk_tokens` tokens at a time.
 
     The [b, T, V] logits never exist at once: with a 49k vocabulary they and their log-softmax and gradient
     cost ~0.6 MB a token, more than a checkpointed decoder keeps. Each chunk runs under activation
@@ -110,14 +111,14 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
     in one chunk (the embedded policy's) runs as one plain forward, as before."""
     b, T, D = hidden.shape
     flat_h, flat_t = hidden.reshape(b * T, D), targets.reshape(b * T)  # [N, D], [N]
-    temp = torch.full((1,), float(temperature), device=hidden.device)
 
-    def chunk(h: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+    def chunk(h: Tensor, t: Tensor) -> tuple[Tensor, Tensor | None]:
         with autocast():
             logits = lm_head(h)[None]  # [1, n, V]
-        logp = scaled_token_logprobs(logits, t[None], temp)[0]  # [n]
+        logp = token_logprobs(logits, t[None], temperature)[0]  # [n]
         # after the logprobs: the backward's recompute stops once it has them, without redoing this
-        return logp, entropy_from_logits(logits.detach()[0] / (temperature or 1.0))  # [n], [n]
+        entropy = entropy_from_logits(logits.detach()[0] / (temperature or 1.0)) if with_entropy else None
+        return logp, entropy  # [n], [n]
 
     step = head_chunk_tokens(lm_head.out_features)
     if b * T <= step or not torch.is_grad_enabled():
@@ -126,8 +127,7 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
         parts = [checkpoint(chunk, flat_h[i:i + step], flat_t[i:i + step], use_reentrant=False,
                             preserve_rng_state=False) for i in range(0, b * T, step)]
     logp = torch.cat([p[0] for p in parts]).view(b, T)
-    entropy = torch.cat([p[1] for p in parts]).view(b, T)
-    return logp, entropy
+    return logp, torch.cat([p[1] for p in parts]).view(b, T) if with_entropy else None
 
 
 class PolicyTrainer:
@@ -135,19 +135,15 @@ class PolicyTrainer:
                  temperature: float, norm_len: int):
         self.model, self.algo, self.optim_cfg = model, algo, optim
         self.device = next(model.parameters()).device
+        skip_cudnn_attention(self.device)
         self.temperature, self.norm_len = temperature, norm_len
         self.policy_loss = POLICY_LOSSES.get(algo.policy_loss)  # "clipped": PPO/GRPO with DAPO clip-higher
-        budget = parse_bytes(optim.activation_memory)
-        mtp_depths = model.mtp.depth if model.mtp is not None and algo.mtp_coef > 0 else 0
-        self.checkpointing = optim.activation_checkpointing
-        if self.checkpointing == "auto":  # on when a full micro-batch would not fit the budget without it
-            full = optim.micro_batch_size * norm_len  # rows x response tokens: an estimate (prompts come on top)
-            full = min(full, optim.micro_batch_tokens) if optim.micro_batch_tokens else full
-            self.checkpointing = micro_batch_token_cap(model.config, budget, False, mtp_depths) < full
-        model.checkpoint_layers = self.checkpointing
+        model.checkpoint_layers = optim.activation_checkpointing
         self.token_cap = optim.micro_batch_tokens
         if self.token_cap is None:  # sized from the activation budget
-            self.token_cap = micro_batch_token_cap(model.config, budget, self.checkpointing, mtp_depths)
+            mtp_depths = model.mtp.depth if model.mtp is not None and algo.mtp_coef > 0 else 0
+            self.token_cap = micro_batch_token_cap(model.config, parse_bytes(optim.activation_memory),
+                                                   optim.activation_checkpointing, mtp_depths)
         self.optimizer = build_optimizer(model, optim.lr, optim.weight_decay, tuple(optim.betas))
         self.scheduler = warmup_cosine_scheduler(self.optimizer, optim.warmup_steps,
                                                  total_steps * algo.updates_per_step, optim.min_lr_ratio)
@@ -199,7 +195,8 @@ class PolicyTrainer:
             mb = batch.rows(idx, self.device)
             with self.autocast():
                 last = model(mb.input_ids, compute_logits=False).last_hidden  # [b, t, D]
-            logp, _ = head_logprobs(model.lm_head, last, mb.targets, self.temperature, self.autocast)
+            logp, _ = head_logprobs(model.lm_head, last, mb.targets, self.temperature, self.autocast,
+                                    with_entropy=False)
             out[idx, :mb.input_ids.shape[1]] = logp.cpu()
         return out
 
@@ -245,7 +242,7 @@ class PolicyTrainer:
                 out = self.model(mb.input_ids, hidden_layers=model_layers(layers or ()), compute_logits=False)
             if layers is not None:
                 keep = self.capture_rows(len(idx)) if self.capture_rows is not None else None
-                self.captured.append(capture(out, mb.input_ids, mb.mask, idx, layers, keep, self._logits))
+                self.captured.append(capture(out, mb.input_ids, mb.mask, idx, layers, self._logits, keep))
             # [b, T] (the lm-head in bf16 under autocast; logprobs and entropies in fp32)
             logp, entropy = head_logprobs(self.model.lm_head, out.last_hidden, mb.targets, self.temperature,
                                           self.autocast)
@@ -268,7 +265,8 @@ class PolicyTrainer:
                 loss = loss + self.algo.mtp_coef * mtp
                 sums["mtp_loss"] += float(mtp.detach())
             loss.backward()
-            trim()  # the micro-batch's activations were freed: their heap pages go back (specrl/heap.py)
+            if self.device.type == "cpu":  # the micro-batch's freed activations: their heap pages go back
+                trim()
             total += float(loss.detach())
             sums["entropy"] += float((entropy * mb.mask).sum() / n_tok)
             sums["clip_frac"] += float((pl.clipped.float() * mb.mask).sum() / n_tok)
@@ -277,7 +275,8 @@ class PolicyTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLossError(f"loss={total} grad_norm={grad_norm} is not finite; the update was skipped")
         self.optimizer.step()
-        trim()
+        if self.device.type == "cpu":
+            trim()  # specrl/heap.py
         self.scheduler.step()
         sums["loss"] += total
         sums["grad_norm"] += grad_norm

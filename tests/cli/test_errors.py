@@ -1,7 +1,6 @@
 """The CLI's one error boundary: a user error ends any command with one line on stderr and a non-zero exit."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -188,11 +187,3 @@ def test_a_user_error_prints_no_traceback_from_the_shell(argv):
     assert "Traceback" not in proc.stderr
     assert one_error_line(proc.stderr, argv[0])
     assert proc.stdout == ""  # no results on an error
-
-
-def test_bench_spec_quick_runs_a_small_workload(capsys):
-    """--quick shrinks the workload (batch sizes 1 and 4, 64 tokens, one batch each) unless told otherwise."""
-    assert main(["bench", "spec", "--quick", "--methods", "ngram"]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    assert [(r["method"], r["batch_size"]) for r in rows] == [("ngram", 1), ("ngram", 4)]
-    assert all(r["tokens_per_s"] > 0 and r["acceptance_length"] >= 1 for r in rows)

@@ -76,7 +76,7 @@ def _captured(model, prompts, outs, layers):
     batch = collate(prompts, responses, [o.outputs[0].logprobs for o in outs], torch.zeros(len(prompts)), 0)
     with torch.no_grad():
         out = model(batch.input_ids, hidden_layers=model_layers(layers))
-    return [capture(out, batch.input_ids, batch.mask, torch.arange(len(prompts)), layers)]
+        return [capture(out, batch.input_ids, batch.mask, torch.arange(len(prompts)), layers, model.lm_head)]
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -153,7 +153,6 @@ def test_cli_reduced_draft_vocabulary_head_is_exact_and_round_trips(tmp_path, mo
 
 def test_teacher_top_k_computed_in_chunks_equals_the_whole_logits(monkeypatch):
     """The teacher's top-k rows come from the lm-head a few tokens at a time, equal to the full logits'."""
-    import contextlib
     from specrl.train import trainer as trainer_mod
     from specrl.train.drafter_data import topk_probs
     from specrl.train.train_eagle3 import chunked_topk
@@ -161,7 +160,7 @@ def test_teacher_top_k_computed_in_chunks_equals_the_whole_logits(monkeypatch):
     model = tiny_model(seed=4, vocab=40)
     hidden = torch.randn(3, 7, model.config.hidden_size)  # [B, T, D]
     monkeypatch.setattr(trainer_mod, "HEAD_CHUNK_ELEMENTS", 4 * model.config.vocab_size)  # 4 tokens a chunk
-    got = chunked_topk(model.lm_head, hidden, 5, contextlib.nullcontext())
+    got = chunked_topk(model.lm_head, hidden, 5)
     want = topk_probs(model.lm_head(hidden), 5)
     assert got.ids.shape == (3, 7, 5)
     assert torch.equal(got.ids, want.ids) and torch.allclose(got.probs, want.probs, atol=1e-6)

@@ -185,26 +185,22 @@ def test_token_capped_micro_batches_and_activation_checkpointing_give_the_same_u
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name
 
 
-def test_micro_batch_tokens_default_comes_from_the_activation_budget():
+def test_micro_batch_tokens_default_comes_from_the_activation_budget(monkeypatch):
     from specrl.train import trainer as trainer_mod
     from specrl.train.trainer import activation_bytes_per_token
     model = tiny_model(seed=2)
     per_token = activation_bytes_per_token(model.config)
     assert activation_bytes_per_token(model.config, checkpointing=True) < per_token
     vocab_rows = 12 * model.config.vocab_size  # logits, log-softmax and gradient of a token, in fp32
-    t = PolicyTrainer(model, AlgorithmConfig(), OptimConfig(activation_memory=40 * (per_token + vocab_rows),
-                                                           activation_checkpointing=False),
+    t = PolicyTrainer(model, AlgorithmConfig(), OptimConfig(activation_memory=40 * (per_token + vocab_rows)),
                       total_steps=1, temperature=1.0, norm_len=8)
     assert t.token_cap == 40  # one lm-head chunk: every token's vocabulary rows count
     # a chunked lm-head: its rows count once per chunk (10 tokens), the decoder's per token
-    trainer_mod.HEAD_CHUNK_ELEMENTS, old = 10 * model.config.vocab_size, trainer_mod.HEAD_CHUNK_ELEMENTS
-    try:
-        assert trainer_mod.micro_batch_token_cap(model.config, 10 * vocab_rows + 300 * per_token, False) == 300
-        # the MTP loss's logits live for every token: 3 more rows per token and depth
-        budget = 10 * vocab_rows + 300 * (per_token + 2 * vocab_rows)
-        assert trainer_mod.micro_batch_token_cap(model.config, budget, False, mtp_depths=2) == 300
-    finally:
-        trainer_mod.HEAD_CHUNK_ELEMENTS = old
+    monkeypatch.setattr(trainer_mod, "HEAD_CHUNK_ELEMENTS", 10 * model.config.vocab_size)
+    assert trainer_mod.micro_batch_token_cap(model.config, 10 * vocab_rows + 300 * per_token, False) == 300
+    # the MTP loss's logits live for every token: 3 more rows per token and depth
+    budget = 10 * vocab_rows + 300 * (per_token + 2 * vocab_rows)
+    assert trainer_mod.micro_batch_token_cap(model.config, budget, False, mtp_depths=2) == 300
     batch = _rollouts(model)
     for mb in t.micro_batches(torch.arange(batch.num_rows), batch.lengths):
         assert len(mb) == 1 or len(mb) * int(batch.lengths[mb].max()) <= 40
@@ -231,19 +227,3 @@ def test_chunked_lm_head_gives_the_same_update_and_metrics(monkeypatch):
         assert mb[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), key
     for (name, a), b in zip(whole.named_parameters(), chunked.parameters()):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name
-
-
-def test_auto_activation_checkpointing_turns_on_when_a_full_micro_batch_would_not_fit():
-    from specrl.train.trainer import activation_bytes_per_token
-    model = tiny_model(seed=2)
-    full = 32 * 8 * (activation_bytes_per_token(model.config) + 12 * model.config.vocab_size)  # 32 rows x 8 tokens
-
-    def trainer(budget):
-        return PolicyTrainer(model, AlgorithmConfig(), OptimConfig(micro_batch_size=32, activation_memory=budget,
-                                                                   activation_checkpointing="auto"),
-                             total_steps=1, temperature=1.0, norm_len=8)
-    assert trainer(full).checkpointing is False and model.checkpoint_layers is False
-    assert trainer(full // 2).checkpointing is True and model.checkpoint_layers is True
-    default = PolicyTrainer(model, AlgorithmConfig(), OptimConfig(activation_memory=1), total_steps=1,
-                            temperature=1.0, norm_len=8)
-    assert default.checkpointing is False  # off unless asked for, however small the budget
