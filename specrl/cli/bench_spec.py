@@ -1,7 +1,9 @@
 """`specrl bench spec`: speculative decoding against SD off on the same policy, in one process.
 
-For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": 64 prompts x n=8 with max_num_seqs 64) the
-baseline runs first, then every method, all at temperature 1 on held-out task prompts, stopping at EOS.
+For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one `specrl train` rollout of the default
+config, rollout.prompts_per_step training prompts x rollout.n samples through rollout.max_num_seqs slots, up to
+rollout.max_tokens) the baseline runs first, then every method, all at temperature 1 on task prompts, stopping
+at EOS. Every prompt has its own seed, the same for SD off and on.
 `--quick`: batch sizes 1 and 4, 64 new tokens, one batch each (a smoke test, e.g. on a real checkpoint).
 """
 from __future__ import annotations
@@ -14,12 +16,14 @@ from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_p
 def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats):
     from .. import SamplingParams
     llm = llm_factory()
-    params = SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, seed=seed)
     llm.generate(prompts[:1], SamplingParams(max_tokens=4))  # warm-up
     llm.reset_stats()
     tokens, seconds = 0, 0.0
     for r in range(repeats):
         chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
+        # a seed per prompt: prompts that shared one would share their random draws
+        params = [SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, seed=seed * 1_000_003 + r * batch + i)
+                  for i in range(len(chunk))]
         outs, dt = timed(lambda: llm.generate(chunk, params))
         tokens += sum(len(o.token_ids) for q in outs for o in q.outputs)
         seconds += dt
@@ -39,34 +43,41 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
     ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=None, help="default 384 (--quick: 64)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="default 512 (--quick: 64); the rl workload "
+                    "takes rollout.max_tokens")
     ap.add_argument("--repeats", type=int, default=None,
                     help="batches per measurement (n=1 workloads); default 3 (--quick: 1)")
     args = parse_args(ap, argv)
-    for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 384, 64), ("repeats", 3, 1)):
+    for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 512, 64), ("repeats", 3, 1)):
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
     from .. import LLM, SpecConfig
+    from ..train.config import TrainConfig
     methods = [m for m in args.methods.split(",") if m]
     for method in methods:  # an unknown method or k fails here, before any measurement
         SpecConfig(method=method, num_speculative_tokens=args.k)
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     path = policy_path(args.model)
     probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1, **memory_kwargs(args))
+    rollout = TrainConfig().rollout  # the RL workload is the default run's rollout
     for bs in batch_sizes:
         rl = bs == "rl"
-        batch, n = (64, 8) if rl else (int(bs), 1)
-        prompts = task_prompts(probe, batch if rl else batch * args.repeats, seed=args.seed + 7)
+        batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
+        if rl:
+            prompts = task_prompts(probe, rollout.prompts_per_step, seed=args.seed + 7, split="train")
+        else:
+            prompts = task_prompts(probe, batch * args.repeats, seed=args.seed + 7)
         repeats = 1 if rl else args.repeats
+        max_tokens = rollout.max_tokens if rl and not args.quick else args.max_tokens
 
         def factory(spec=None):
             return lambda: LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec,
                                 **memory_kwargs(args))
-        base_tps, _ = run(factory(), prompts, n, batch, args.max_tokens, args.seed, repeats)
+        base_tps, _ = run(factory(), prompts, n, batch, max_tokens, args.seed, repeats)
         for method in methods:
             spec = SpecConfig(method=method, num_speculative_tokens=args.k)
             try:
-                tps, stats = run(factory(spec), prompts, n, batch, args.max_tokens, args.seed, repeats)
+                tps, stats = run(factory(spec), prompts, n, batch, max_tokens, args.seed, repeats)
             except (FileNotFoundError, ValueError) as e:  # a drafter that is not built here
                 emit({"method": method, "batch_size": bs, "k": args.k, "error": str(e)[:200]})
                 continue

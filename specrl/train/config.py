@@ -7,6 +7,7 @@ arithmetic policy, rollouts with adaptive ("auto": suffix in the tail) speculati
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..config import ConfigError, require
 from ..config.placement import PLACEMENTS
@@ -28,22 +29,51 @@ def is_positive_size(value) -> bool:
 
 @dataclass
 class DataConfig:
-    source: str = "arith"  # "arith" (embedded task) or a .jsonl / .parquet file with prompt/answer fields
-    eval_source: str | None = None  # held-out file; None: the arith test split, or the last eval_size rows
-    eval_size: int = 200  # held-out problems scored by greedy accuracy
-    eval_max_tokens: int = 200
+    source: str = "chain"  # an embedded task (specrl.tasks.TASKS: "chain", "arith") or a .jsonl / .parquet file
+    eval_source: str | None = None  # held-out file; None: the task's test split, or the last eval_size rows
+    eval_size: int = 200  # held-out problems, one completion each
+    eval_max_tokens: int = 1100
+    # sampling temperature of the held-out completions; null: the rollout's (accuracy of the policy RL trains);
+    # 0: greedy (a small policy may loop on long chains until eval_max_tokens)
+    eval_temperature: float | None = None
     prompt_key: str = "prompt"
     answer_key: str = "answer"
     chat_template: bool = True  # wrap prompts in the tokenizer's chat template when it has one
+    # an embedded task's hop counts (a clipped lognormal); null keeps the task's own
+    hops_median: float | None = None
+    hops_sigma: float | None = None
+    max_hops: int | None = None
+
+    @property
+    def is_task(self) -> bool:
+        """The source names an embedded task rather than a file."""
+        return Path(self.source).suffix == "" and "/" not in self.source
 
     def validate(self) -> None:
         require(self.eval_size >= 0, "eval_size", self.eval_size, ">= 0", "use 0 to turn evaluation off")
         require(self.eval_max_tokens >= 1, "eval_max_tokens", self.eval_max_tokens, ">= 1")
+        require(self.eval_temperature is None or self.eval_temperature >= 0, "eval_temperature",
+                self.eval_temperature, ">= 0 or null", "null samples at the rollout temperature, 0 is greedy")
+        knobs = {"hops_median": self.hops_median, "hops_sigma": self.hops_sigma, "max_hops": self.max_hops}
+        if not self.is_task:
+            set_knobs = [k for k, v in knobs.items() if v is not None]
+            require(not set_knobs, set_knobs[0] if set_knobs else "", knobs.get(set_knobs[0]) if set_knobs else None,
+                    "null with a file source", "hop counts shape the embedded tasks only")
+            return
+        from ..tasks.arith import COUNTER_DIGITS, TASKS
+        require(self.source in TASKS, "source", self.source, f"an embedded task, one of {list(TASKS)}, or a .jsonl / "
+                ".parquet file", "e.g. data.source=chain (the default) or data.source=arith (the short one)")
+        require(self.hops_median is None or self.hops_median > 0, "hops_median", self.hops_median, "> 0 or null")
+        require(self.hops_sigma is None or self.hops_sigma >= 0, "hops_sigma", self.hops_sigma, ">= 0 or null",
+                "0 gives every problem the median's hop count")
+        most = 10 ** COUNTER_DIGITS - 1
+        require(self.max_hops is None or 1 <= self.max_hops <= most, "max_hops", self.max_hops,
+                f"in [1, {most}] or null", f"a counted worked solution numbers its lines with {COUNTER_DIGITS} digits")
 
 
 @dataclass
 class RewardConfig:
-    name: str = "arith"  # see specrl.train.rewards.REWARDS
+    name: str = "chain"  # see specrl.train.rewards.REWARDS
 
     def validate(self) -> None:
         from .rewards import REWARDS
@@ -53,12 +83,12 @@ class RewardConfig:
 
 @dataclass
 class RolloutConfig:
-    prompts_per_step: int = 16
+    prompts_per_step: int = 8
     n: int = 8  # samples per prompt (the GRPO group)
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
-    max_tokens: int = 200  # arithmetic responses: p99 ~205 characters+EOS, the tail past this earns nothing
+    max_tokens: int = 1100  # the longest worked solution of the default task (125 hops, counted) is 1004 tokens
     max_num_seqs: int = 64  # engine batch (concurrent sequences)
     # "auto": plain decoding while more than 32 sequences run (a CPU verify forward then costs ~linear in
     # the tokens it checks), suffix drafting with k up to 4 in the tail. Inside `specrl train` on the 2-core
