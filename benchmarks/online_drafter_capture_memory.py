@@ -23,10 +23,10 @@ def one(fraction: float, rows: int, tokens: int, micro: int) -> dict:
     import torch
 
     from specrl import SpecConfig
+    from specrl.drafters.training.online import OnlineDrafterTrainer
     from specrl.model import CausalLM, ModelConfig
     from specrl.train.config import AlgorithmConfig, OptimConfig
     from specrl.train.drafter_config import DrafterConfig
-    from specrl.train.online_drafter import OnlineDrafterTrainer
     from specrl.train.trainer import PolicyTrainer, collate
 
     torch.manual_seed(0)

@@ -97,12 +97,12 @@ def main() -> None:
     import torch
 
     from specrl import LLM, SamplingParams, SpecConfig
+    from specrl.drafters.training.data import default_prompts
+    from specrl.drafters.training.online import OnlineDrafterTrainer
     from specrl.model import load_model
     from specrl.tasks import default_policy_path
     from specrl.train.config import AlgorithmConfig, OptimConfig
-    from specrl.train.drafter_data import default_prompts
     from specrl.train.drafter_config import DrafterConfig
-    from specrl.train.online_drafter import OnlineDrafterTrainer
     from specrl.train.trainer import PolicyTrainer, collate
 
     ap = argparse.ArgumentParser()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ..config import ConfigError, require
 from ..config.placement import PLACEMENTS
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION, parse_bytes
-from ..spec.config import SpecConfig
+from ..engine.methods import SpecConfig
 from .drafter_config import DrafterConfig
 
 __all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "OptimConfig", "PipelineConfig", "RayConfig", "RewardConfig",
@@ -268,7 +268,7 @@ class TrainConfig:
         d, spec = self.rollout.drafter, self.rollout.spec
         if not d.online:
             return
-        from ..spec.scratch import model_method
+        from ..drafters.scratch import model_method
         try:
             model_method(spec, "rollout.drafter.online=true")
         except ValueError as e:

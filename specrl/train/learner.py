@@ -18,11 +18,11 @@ from typing import Iterator
 
 import torch
 
+from ..drafters.training.capture import DrafterBatch
+from ..drafters.training.online import OnlineDrafterTrainer
 from ..model import CausalLM, load_model, resolve_dtype, save_model
 from ..state_files import has_state, load_state, save_state
 from .config import TrainConfig
-from .drafter_capture import DrafterBatch
-from .online_drafter import OnlineDrafterTrainer
 from .trainer import PolicyTrainer, TrainBatch
 
 TRAINER_STATE, DRAFTER_TRAINER_STATE = "trainer", "drafter_trainer"

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from ..drafters.training.capture import DrafterBatch, capture, model_layers
 from ..engine.memory import parse_bytes
 from ..heap import trim
 from ..model import CausalLM
@@ -22,7 +23,6 @@ from ..model.layers import skip_cudnn_attention
 from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty, token_logprobs,
                   truncated_importance_ratio)
 from .config import AlgorithmConfig, OptimConfig
-from .drafter_capture import DrafterBatch, capture, model_layers
 from .optim import build_optimizer, clip_grad, warmup_cosine_scheduler
 
 
