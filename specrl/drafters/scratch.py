@@ -15,24 +15,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..engine.methods import SCRATCH, SpecConfig, TRAINABLE_METHODS as SCRATCH_METHODS  # the model drafters
+from ..engine.methods import SCRATCH, SpecConfig, TRAINABLE_METHODS as SCRATCH_METHODS, model_method
 from ..model import CausalLM, ModelConfig
 from ..model.mtp import MTPStack
 
 DRAFT_LAYERS = 2
 MTP_MODULES = 2
-
-
-def model_method(spec: SpecConfig, what: str = "draft_model='scratch'") -> str:
-    """The model drafter `spec` runs ("auto" resolves to the drafter it wraps); an error for model-free ones."""
-    method = spec.method
-    if method == "auto":
-        method = spec.auto_methods[0] if spec.auto_methods else None
-    if method not in SCRATCH_METHODS:
-        raise ValueError(f"{what} needs a model drafter, but method={spec.method!r}"
-                         f"{f' (auto over {method!r})' if spec.method == 'auto' else ''} has no weights: use "
-                         f"method in {list(SCRATCH_METHODS)} (or auto_methods=('eagle3',)), or drop {what}")
-    return method
 
 
 def student_from_policy(policy: CausalLM, num_layers: int) -> CausalLM:

@@ -84,6 +84,19 @@ class SpecConfig:
 SCRATCH, SCRATCH_MODULE = "scratch", "specrl.drafters.scratch"  # cold start: spec.draft_model="scratch"
 
 
+def model_method(spec: SpecConfig, what: str = "draft_model='scratch'") -> str:
+    """The model drafter `spec` runs ("auto" resolves to the drafter it wraps); an error for model-free ones.
+    Here, torch-free, so that config validation (rollout.drafter.online) reads it without the drafters."""
+    method = spec.method
+    if method == "auto":
+        method = spec.auto_methods[0] if spec.auto_methods else None
+    if method not in TRAINABLE_METHODS:
+        raise ValueError(f"{what} needs a model drafter, but method={spec.method!r}"
+                         f"{f' (auto over {method!r})' if spec.method == 'auto' else ''} has no weights: use "
+                         f"method in {list(TRAINABLE_METHODS)} (or auto_methods=('eagle3',)), or drop {what}")
+    return method
+
+
 def build_drafter(spec: SpecConfig, target, num_slots: int, max_len: int):
     """The Drafter (see specrl.engine.drafting) of `spec.method`; its module is imported only now.
     draft_model="scratch" starts a model drafter from the policy itself (specrl.drafters.scratch)."""
@@ -91,5 +104,5 @@ def build_drafter(spec: SpecConfig, target, num_slots: int, max_len: int):
     if spec.draft_model == SCRATCH and not row.adaptive:  # auto builds its inner drafter through here
         return importlib.import_module(SCRATCH_MODULE).build(spec, target, num_slots, max_len)
     if spec.draft_model == SCRATCH:
-        importlib.import_module(SCRATCH_MODULE).model_method(spec)  # auto over a model-free one: a clear error
+        model_method(spec)  # auto over a model-free one: a clear error
     return importlib.import_module(row.module).build(spec, target, num_slots, max_len)

@@ -2,10 +2,14 @@
 
 NeMo-RL's way: the policy trainer already runs the policy over every rollout to recompute logprobs, so it
 can hand over the hidden states a drafter reads and the policy's next-token logits at no extra forward.
-`PolicyTrainer.capture_layers = (...)` turns it on; after `step()`, `PolicyTrainer.captured` holds one
-`DrafterBatch` per micro-batch (all detached). Layer -1 stands for the final normed hidden state (MTP's h^0).
-`PolicyTrainer.capture_rows(b)` may pick the rows kept (OnlineDrafterTrainer.pick_rows): only those are
-copied out, so a [b, T, V] logits tensor is held for a micro-batch only while its backward runs.
+
+    capture = Capture(layers, pick_rows)     # or OnlineDrafterTrainer.forward_hook()
+    policy_trainer.forward_hook = capture    # specrl.train.trainer.ForwardHook
+    policy_trainer.step(batch)               # capture.batches: one DrafterBatch per micro-batch, detached
+
+Layer -1 stands for the final normed hidden state (MTP's h^0). `pick_rows(b)` may pick the rows kept
+(OnlineDrafterTrainer.pick_rows): only those are copied out, so a [b, T, V] logits tensor is held for a
+micro-batch only while its backward runs.
 
 TLT's alternative, capturing hidden states during rollout (the engine's verify forwards), is not built:
 the trainer's forward is exact (teacher-forced over the whole trajectory) and costs no extra work.
@@ -15,6 +19,8 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from torch import Tensor
+
+from ...train.trainer import ForwardInfo
 
 LAST = -1  # capture key of the final normed hidden state
 
@@ -59,3 +65,21 @@ def capture(out, input_ids: Tensor, mask: Tensor, rows: Tensor, layers: tuple[in
 def model_layers(layers: tuple[int, ...]) -> tuple[int, ...]:
     """The decoder layers to ask the model for, in the order it returns them (ascending, no -1)."""
     return tuple(sorted({i for i in layers if i != LAST}))
+
+
+class Capture:
+    """The policy trainer's forward hook of online drafter training: keeps one `DrafterBatch` per micro-batch
+    in `batches`, the `layers` of `pick_rows(b)`'s rows (all of them without `pick_rows`)."""
+
+    def __init__(self, layers: tuple[int, ...], pick_rows: Callable[[int], Tensor | None] | None = None):
+        self.layers, self.pick_rows = layers, pick_rows
+        self.batches: list[DrafterBatch] = []
+
+    @property
+    def hidden_layers(self) -> tuple[int, ...]:
+        return model_layers(self.layers)
+
+    def __call__(self, info: ForwardInfo) -> None:
+        keep = self.pick_rows(len(info.rows)) if self.pick_rows is not None else None
+        self.batches.append(capture(info.output, info.input_ids, info.mask, info.rows, self.layers, info.logits,
+                                    keep))

@@ -1,15 +1,14 @@
 """Online drafter training: keeps a model drafter (eagle3, draft_model, mtp) aligned with the policy as it trains.
 
     online = OnlineDrafterTrainer.from_drafter(llm.drafter, policy, DrafterConfig())  # or .from_spec
-    policy_trainer.capture_layers = online.capture_layers       # the trainer's forward hands over the data
-    policy_trainer.capture_rows = online.pick_rows              # ... of a sample_fraction share of its rows
-    metrics = policy_trainer.step(batch)
-    metrics |= online.step(policy_trainer.captured, rewards)     # drafter_loss, drafter_kl, ...
+    policy_trainer.forward_hook = capture = online.forward_hook()  # the trainer's forward hands over the data
+    metrics = policy_trainer.step(batch)                           # ... of a sample_fraction share of its rows
+    metrics |= online.step(capture.batches, rewards)               # drafter_loss, drafter_kl, ...
     load_drafter_weights(llm.drafter, online.named_weights(), online.version)   # drafters/weights.py
     online.state_dict() / load_state_dict(...)    # exact resume (weights, AdamW, version, shuffle generator)
     online.save_drafter(ckpt / "drafter")         # the method's own layout: SpecConfig(draft_model=...), export
 
-The config is `rollout.drafter` (`DrafterConfig`, drafter_config.py); `temperature` is the rollouts' and
+The config is `rollout.drafter` (`DrafterConfig`, in specrl/train/config.py); `temperature` is the rollouts' and
 `seed` the run's. The policy's forward keeps a `sample_fraction` share of each micro-batch's rows
 (`pick_rows`, drawn by the trainer's own generator when they are captured: the rest is never stored). One
 `step` = `updates_per_step` AdamW steps on the trainer's own fp32 copy of the drafter, the kept rows split
@@ -33,12 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...engine.methods import SpecConfig
-from ...train.drafter_config import DrafterConfig
+from ...engine.methods import SCRATCH, SpecConfig, model_method
+from ...train.config import DrafterConfig
 from ...train.optim import build_optimizer, clip_grad
 from ..eagle3.train import shift_left, take, ttt_unroll
-from ..scratch import SCRATCH, model_method, scratch_module
-from .capture import LAST, DrafterBatch
+from ..scratch import scratch_module
+from .capture import LAST, Capture, DrafterBatch
 from .losses import accepted_mass, forward_kl, restrict_to, reward_weights, weighted_token_mean
 
 
@@ -119,10 +118,14 @@ class OnlineDrafterTrainer:
 
     @property
     def capture_layers(self) -> tuple[int, ...]:
-        """What `PolicyTrainer.capture_layers` must be set to for this drafter."""
+        """The policy layers this drafter reads (-1: the final normed hidden state)."""
         if self.method == "eagle3":
             return tuple(sorted(set(self.module.config.target_hidden_layers)))
         return (LAST,) if self.method == "mtp" else ()
+
+    def forward_hook(self) -> Capture:
+        """A hook for `PolicyTrainer.forward_hook`: what this drafter learns from, of `pick_rows`' rows."""
+        return Capture(self.capture_layers, self.pick_rows)
 
     def named_weights(self) -> list[tuple[str, Tensor]]:
         """(name, tensor) pairs for `load_drafter_weights` (detached; the engine copies them in place)."""
@@ -160,8 +163,8 @@ class OnlineDrafterTrainer:
         share of every micro-batch's rows); `rewards` [N] per trajectory (indexed by DrafterBatch.rows) for
         reward weighting."""
         if not batches:
-            raise ValueError("no captured micro-batches: set PolicyTrainer.capture_layers = "
-                             "OnlineDrafterTrainer.capture_layers before PolicyTrainer.step")
+            raise ValueError("no captured micro-batches: set PolicyTrainer.forward_hook = "
+                             "OnlineDrafterTrainer.forward_hook() before PolicyTrainer.step")
         weights = None
         if self.cfg.reward_weighting and rewards is not None:
             weights = reward_weights(rewards, 0.0, self.cfg.reward_w_max)  # [N]
@@ -193,7 +196,7 @@ class OnlineDrafterTrainer:
         self.optimizer.step()
 
     def pick_rows(self, b: int) -> Tensor | None:
-        """`PolicyTrainer.capture_rows`: a `sample_fraction` share (at least one) of a micro-batch's b rows;
+        """The rows `forward_hook` keeps: a `sample_fraction` share (at least one) of a micro-batch's b rows;
         None keeps them all. The n samples of a prompt are near duplicates at a low-entropy policy, so a share
         of them teaches almost as much as all of them, at that share of the cost and memory."""
         if self.cfg.sample_fraction >= 1:

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from specrl import LLM, SpecConfig
+from specrl.drafters.training.capture import Capture
 from specrl.drafters.training.online import OnlineDrafterTrainer, queries
 from specrl.drafters.weights import drafter_module, drafter_version, load_drafter_weights
-from specrl.train.drafter_config import DrafterConfig
+from specrl.train.config import DrafterConfig
 from tests.helpers import tiny_model
 from tests.train.test_trainer import _rollouts, _trainer
 
@@ -25,9 +26,9 @@ def _captured(method, seed=1, online=None):
     online = online or OnlineDrafterTrainer.from_spec(SpecConfig(method=method, draft_model="scratch"), model,
                                                       DrafterConfig(sample_fraction=1.0))
     pt = _trainer(model, micro=4)
-    pt.capture_layers, pt.capture_rows = online.capture_layers, online.pick_rows
+    pt.forward_hook = capture = online.forward_hook()
     pt.step(batch)
-    return model, pt.captured, batch
+    return model, capture.batches, batch
 
 
 def _fresh(method, model, seed=0, **cfg):
@@ -46,14 +47,14 @@ def test_capture_leaves_the_policy_update_unchanged():
     batch = _rollouts(model)
     a, b = copy.deepcopy(model), copy.deepcopy(model)
     ta, tb = _trainer(a, micro=4), _trainer(b, micro=4)
-    tb.capture_layers = (0, 2, -1)
+    tb.forward_hook = capture = Capture((0, 2, -1))
     ma, mb = ta.step(batch), tb.step(batch)
-    assert ma == mb and ta.captured == []
+    assert ma == mb and ta.forward_hook is None
     for pa, pb in zip(a.parameters(), b.parameters()):
         assert torch.equal(pa, pb)
     # one DrafterBatch per micro-batch, covering every row once, holding what a plain forward gives
-    assert sorted(torch.cat([c.rows for c in tb.captured]).tolist()) == list(range(batch.num_rows))
-    c = tb.captured[0]
+    assert sorted(torch.cat([c.rows for c in capture.batches]).tolist()) == list(range(batch.num_rows))
+    c = capture.batches[0]
     with torch.no_grad():
         out = model(c.input_ids, hidden_layers=(0, 2))  # the weights before the update
     assert torch.allclose(c.logits, out.logits, atol=1e-6)
@@ -188,7 +189,7 @@ def test_scratch_needs_a_model_drafter():
 
 def test_no_capture_is_a_clear_error():
     online = _fresh("eagle3", tiny_model(layers=3))
-    with pytest.raises(ValueError, match="set PolicyTrainer.capture_layers"):
+    with pytest.raises(ValueError, match="set PolicyTrainer.forward_hook"):
         online.step([])
 
 

@@ -1,14 +1,16 @@
-"""The in-process learner: the policy and its `PolicyTrainer`, behind the pipeline's `Learner` protocol.
+"""The in-process learner: the policy and its `PolicyTrainer`, behind the pipeline's `Learner` protocol. It
+joins the policy trainer (specrl.train) and the online drafter trainer (specrl.drafters), so it sits above
+both: specrl.train imports no drafter code.
 
 Its checkpoint part is `model/` (the policy as a Hugging Face directory, usable as is) and `trainer.*`
 (optimizer, LR schedule, KL reference and the torch RNG, as safetensors + JSON: nothing is unpickled).
 
 With `rollout.drafter.online`, it also trains the rollout drafter online (NeMo-RL's way): the policy
-update's own forward captures the drafter's inputs (hidden states, policy logits), and an
-`OnlineDrafterTrainer` distils them into its copy of the drafter, whose weights the pipeline hot-swaps
-into the engine. `defer_drafter` (the long_tail schedule) keeps the captured data for `train_drafter()`,
-which the pipeline calls in the next rollout's tail; `drafter_trainer.*` in a checkpoint holds the
-drafter, its optimizer, version, RNG and any data still pending, so a resume is exact.
+update's own forward captures the drafter's inputs (hidden states, policy logits) through the trainer's
+`forward_hook`, and an `OnlineDrafterTrainer` distils them into its copy of the drafter, whose weights the
+pipeline hot-swaps into the engine. `defer_drafter` (the long_tail schedule) keeps the captured data for
+`train_drafter()`, which the pipeline calls in the next rollout's tail; `drafter_trainer.*` in a checkpoint
+holds the drafter, its optimizer, version, RNG and any data still pending, so a resume is exact.
 """
 from __future__ import annotations
 
@@ -22,10 +24,11 @@ from ..drafters.training.capture import DrafterBatch
 from ..drafters.training.online import OnlineDrafterTrainer
 from ..model import CausalLM, load_model, resolve_dtype, save_model
 from ..state_files import has_state, load_state, save_state
-from .config import TrainConfig
-from .trainer import PolicyTrainer, TrainBatch
+from ..train.checkpoint import TRAINER_STATE
+from ..train.config import TrainConfig
+from ..train.trainer import PolicyTrainer, TrainBatch
 
-TRAINER_STATE, DRAFTER_TRAINER_STATE = "trainer", "drafter_trainer"
+DRAFTER_TRAINER_STATE = "drafter_trainer"
 
 
 class LocalLearner:
@@ -37,8 +40,6 @@ class LocalLearner:
         self.drafter, self.defer_drafter = drafter, defer_drafter
         self._pending: tuple[list[DrafterBatch], torch.Tensor | None] | None = None  # captured, not yet trained
         self._drafter_metrics: dict[str, float] = {}  # of a deferred update, reported with the next step
-        if drafter is not None:
-            trainer.capture_layers, trainer.capture_rows = drafter.capture_layers, drafter.pick_rows
 
     @classmethod
     def build(cls, model_dir: str | Path, cfg: TrainConfig, version: int = 0,
@@ -59,10 +60,15 @@ class LocalLearner:
     def step(self, batch: TrainBatch, is_cap: float | None = None, rewards: torch.Tensor | None = None) -> dict[str, float]:
         """The policy update; with an online drafter, its update on the data this forward captured (now,
         or deferred to `train_drafter`). The metrics include a deferred update's, once it ran."""
-        metrics = self.trainer.step(batch, is_cap=is_cap)
+        # installed for this step only: afterwards the hook would keep the captured data alive
+        self.trainer.forward_hook = capture = self.drafter.forward_hook() if self.drafter is not None else None
+        try:
+            metrics = self.trainer.step(batch, is_cap=is_cap)
+        finally:
+            self.trainer.forward_hook = None
         self.version += 1
         if self.drafter is not None:
-            self._pending, self.trainer.captured = (self.trainer.captured, rewards), []
+            self._pending = (capture.batches, rewards)
             if not self.defer_drafter:
                 self.train_drafter()
             metrics.update(self._drafter_metrics)
