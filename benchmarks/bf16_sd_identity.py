@@ -1,6 +1,6 @@
 """Greedy SD on vs off token identity in fp32 and bf16 on the embedded policy, as JSON lines.
 
-In fp32 greedy SD is token-identical to SD off (tests/spec/test_exactness.py). In bf16 the verify forward
+In fp32 greedy SD is token-identical to SD off (tests/drafters/test_exactness.py). In bf16 the verify forward
 (k+1 positions per sequence) and a decode forward (1 position) may round differently, so an argmax whose
 top two logits are within a bf16 rounding step can flip, and the two runs part from there. This counts how
 often, per method: sequences that differ, and the share of tokens before the first difference. The row

@@ -64,7 +64,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
     torch.set_num_threads(args.threads)
-    from specrl.train.drafter_prompts import load_prompts
+    from specrl.drafters.training.prompts import load_prompts
     prompts = load_prompts(args.prompts, args.model, args.n)  # as `specrl train` encodes them (chat template)
     base = None
     for method in args.spec.split(","):

@@ -34,7 +34,7 @@ def rss_mb() -> float:
 
 
 def chats(path: str, n: int) -> list[list[dict]]:
-    from specrl.train.drafter_prompts import read_prompt_rows
+    from specrl.drafters.training.prompts import read_prompt_rows
     rows = read_prompt_rows(path)[:n]
     return [r if isinstance(r, list) else [{"role": "user", "content": r}] for r in rows]
 

@@ -1,8 +1,11 @@
 """The layering of DESIGN.md's parts table, read from the source (every import, module- or function-level).
 
 Packages import downwards only: no cycle between packages, `rl` imports nothing from the rest of specrl, the
-engine does not import the drafters (it builds them through the method table's module paths), and drafters
-use the engine core only (never `engine.llm`, `engine.steps`, `engine.scheduler`).
+engine does not import the drafters (it builds them through the method table's module paths), drafters use the
+engine core only (never `engine.llm`, `engine.steps`, `engine.scheduler`), and `train` (the policy trainer)
+imports nothing from `drafters`: online drafter training reaches the trainer through `PolicyTrainer.forward_hook`.
+
+`python tests/test_layering.py [SPECRL_DIR]` prints the arrows (see `print_arrows`).
 """
 from __future__ import annotations
 
@@ -20,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1] / "specrl"
 KNOWN_CYCLES: set[tuple[str, str]] = set()
 
 
-def _module_name(path: Path) -> list[str]:
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+def _module_name(path: Path, root: Path = ROOT) -> list[str]:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
     return parts[:-1] if parts[-1] == "__init__" else parts
 
 
@@ -29,7 +32,7 @@ def import_edges(root: Path = ROOT) -> list[tuple[str, str]]:
     """(importing module, imported specrl module) for every import statement, relative ones resolved."""
     edges = []
     for f in sorted(root.rglob("*.py")):
-        mod = _module_name(f)
+        mod = _module_name(f, root)
         package = mod if f.name == "__init__.py" else mod[:-1]
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, ast.ImportFrom):
@@ -41,21 +44,31 @@ def import_edges(root: Path = ROOT) -> list[tuple[str, str]]:
                     continue
                 for alias in node.names:  # `from .pkg import module` imports the module
                     sub = base + [alias.name]
-                    is_module = (ROOT.parent.joinpath(*sub).with_suffix(".py").is_file()
-                                 or ROOT.parent.joinpath(*sub).is_dir())
+                    is_module = (root.parent.joinpath(*sub).with_suffix(".py").is_file()
+                                 or root.parent.joinpath(*sub).is_dir())
                     edges.append((".".join(mod), ".".join(sub if is_module else base)))
             elif isinstance(node, ast.Import):
                 edges += [(".".join(mod), a.name) for a in node.names if a.name.split(".")[0] == "specrl"]
     return edges
 
 
-def package_arrows(edges) -> dict[str, set[str]]:
+def package_arrows(edges, root: Path = ROOT) -> dict[str, set[str]]:
     """specrl.<package> -> the other packages it imports (top-level modules such as specrl.io are leaves)."""
     arrows = defaultdict(set)
     for src, dst in edges:
         a, b = src.split("."), dst.split(".")
-        if len(a) > 1 and len(b) > 1 and a[1] != b[1] and (ROOT / b[1]).is_dir() and (ROOT / a[1]).is_dir():
+        if len(a) > 1 and len(b) > 1 and a[1] != b[1] and (root / b[1]).is_dir() and (root / a[1]).is_dir():
             arrows[a[1]].add(b[1])
+    return arrows
+
+
+def module_arrows(edges, package: str = "specrl.pipeline") -> dict[str, set[str]]:
+    """Module -> the other modules of `package` (subpackages included) it imports, named relative to it."""
+    arrows = defaultdict(set)
+    prefix = package + "."
+    for src, dst in edges:
+        if src.startswith(prefix) and dst.startswith(prefix) and src != dst:
+            arrows[src.removeprefix(prefix)].add(dst.removeprefix(prefix))
     return arrows
 
 
@@ -75,7 +88,7 @@ def test_the_graph_sees_the_imports_it_should():
     # a self-check, so that the rules below cannot pass on an empty graph
     edges = import_edges()
     assert ("specrl.engine.steps", "specrl.engine.verify") in edges
-    assert ("specrl.spec.eagle3", "specrl.engine.sampling") in edges
+    assert ("specrl.drafters.eagle3.drafter", "specrl.engine.sampling") in edges
     assert package_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == {("a", "b"), ("a", "c"), ("b", "c")}
 
 
@@ -95,16 +108,33 @@ def test_engine_imports_only_model_and_rl():
         f"engine imports {sorted(arrows['engine'])}: drafters are built through specrl.engine.methods.TABLE")
 
 
+def test_engine_does_not_import_the_drafters():
+    bad = [(s, d) for s, d in import_edges() if s.startswith("specrl.engine") and d.startswith("specrl.drafters")]
+    assert not bad, f"the engine imports drafter code: {bad}; name the module in specrl.engine.methods.TABLE instead"
+
+
+def test_train_imports_nothing_from_the_drafters():
+    bad = [(s, d) for s, d in import_edges() if s.startswith("specrl.train") and d.startswith("specrl.drafters")]
+    assert not bad, (f"the policy trainer imports drafter code: {bad}; online drafter training installs "
+                     "PolicyTrainer.forward_hook from specrl.drafters (or the pipeline) instead")
+
+
 def test_drafters_use_the_engine_core_only():
+    """What the engine runs (drafters, heads, auto, hot swap) uses its core only. Training code may drive the
+    front end: offline training collects the policy's own generations with an `LLM`."""
     banned = {"specrl.engine.llm", "specrl.engine.steps", "specrl.engine.scheduler", "specrl.engine"}
-    bad = [(s, d) for s, d in import_edges() if s.startswith("specrl.spec.") and d in banned]
+
+    def training(module: str) -> bool:
+        return module.startswith("specrl.drafters.training.") or module.endswith(".train")
+    bad = [(s, d) for s, d in import_edges() if s.startswith("specrl.drafters.") and not training(s) and d in banned]
     assert not bad, f"drafters import the engine's front end: {bad}"
 
 
 @pytest.mark.parametrize("module", ["specrl.engine.verify", "specrl.engine.steps", "specrl.engine.sampling",
-                                    "specrl.spec.eagle3", "specrl.spec.auto", "specrl.rl"])
+                                    "specrl.drafters.eagle3.drafter", "specrl.drafters.auto",
+                                    "specrl.drafters.training.online", "specrl.rl"])
 def test_module_imports_first_in_a_fresh_interpreter(module):
-    """No circular import whatever is imported first (specrl.spec.verify used to fail this way)."""
+    """No circular import whatever is imported first (a verify module beside the drafters used to fail this way)."""
     out = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
                          cwd=ROOT.parent)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -116,3 +146,18 @@ def test_the_method_table_reads_without_torch():
             "assert 'torch' not in sys.modules, 'torch was imported'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def print_arrows(root: Path = ROOT) -> None:
+    """`python tests/test_layering.py [SPECRL_DIR]`: the import arrows between packages and between the
+    pipeline's modules, and any cycle (e.g. of an older checkout: git archive COMMIT specrl | tar -x -C DIR)."""
+    edges = import_edges(root)
+    for title, arrows in (("packages", package_arrows(edges, root)), ("specrl.pipeline modules", module_arrows(edges))):
+        print(f"{title}:")
+        for src in sorted(arrows):
+            print(f"  {src} -> {', '.join(sorted(arrows[src]))}")
+        print(f"  cycles: {sorted(package_cycles(arrows)) or 'none'}")
+
+
+if __name__ == "__main__":
+    print_arrows(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT)

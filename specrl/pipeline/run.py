@@ -7,13 +7,13 @@ from pathlib import Path
 import torch
 
 from ..config import ConfigError, dump_yaml
+from ..drafters.training.health import DrafterHealth, HealthConfig
 from ..model import resolve_dtype
 from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, build_sources
-from ..train.drafter_health import DrafterHealth, HealthConfig
-from ..train.learner import LocalLearner
 from ..train.rewards import get_reward
+from .learner import LocalLearner
 from .progress import StepProgress
 from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
 from .seam import backend_factory

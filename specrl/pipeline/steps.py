@@ -13,12 +13,12 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..drafters.training.health import DrafterHealth
 from ..engine import SamplingParams
 from ..rl import compute_advantages
 from ..train.checkpoint import latest_checkpoint, save_checkpoint
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, step_seed
-from ..train.drafter_health import DrafterHealth
 from ..train.rewards import RewardFn
 from ..train.trainer import NonFiniteLossError, collate
 from .progress import StepProgress
