@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -14,8 +13,9 @@ from ..model import CausalLM, check_tokenizer_matches, load_model, load_text_tok
 from ..model.chat import is_conversation
 from ..model.layers import skip_cudnn_attention
 from ..model.tokenizer import TextTokenizer
-from .drafting import Drafter, unwrap
-from .methods import MAX_SPEC_TOKENS, SpecConfig, build_drafter
+from .drafting import Drafter
+from .engine import Engine
+from .methods import MAX_SPEC_TOKENS, SpecConfig, build_engine_drafting
 from .outputs import CompletionOutput, RequestOutput
 from .rng import mix_seed
 from .memory import DEFAULT_MEMORY_UTILIZATION, check_dtype, memory_budget, plan_kv_cache, release_caches
@@ -24,8 +24,10 @@ from .sampling import SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence, Status
 from .stop import StopStrings
+from .strategy import Strategy
+from .result import StepResult
 from .stats import EngineStats, Tracer
-from .steps import decode_step, prefill_step, refill_step, spec_step
+from .steps import refill_step
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +41,9 @@ class LLM:
                  spec: SpecConfig | None = None, max_num_seqs: int = 64, max_model_len: int | None = None,
                  tokenizer: str | Path | None = None, trace_path: str | None = None, seed: int = 0,
                  drafter: Drafter | None = None, kv_cache_memory: int | str | None = None,
-                 memory_utilization: float = DEFAULT_MEMORY_UTILIZATION):
-        """`drafter` plugs in a custom Drafter (see specrl.engine.drafting) instead of `spec.method`'s.
+                 memory_utilization: float = DEFAULT_MEMORY_UTILIZATION, strategy: Strategy | None = None):
+        """`drafter` plugs in a custom Drafter (see specrl.engine.drafting) instead of `spec.method`'s, or a
+        DrafterPool of several; `strategy` a custom schedule over them (engine/strategy.py).
         `dtype` applies when `model` is a path (a CausalLM keeps its own). The KV cache is sized from
         `kv_cache_memory` bytes (or "4GiB"), else from `memory_utilization` x the free memory (see
         specrl.engine.memory): with no `max_model_len` the budget sets it, capped by the model's limit."""
@@ -62,28 +65,55 @@ class LLM:
         self.max_model_len = self.kv_plan.max_model_len
         self.max_num_seqs = self.kv_plan.num_slots
         self.spec = spec if spec is not None else SpecConfig()
-        self.drafter: Drafter | None = drafter
-        if self.drafter is None and self.spec.enabled:
-            self.drafter = build_drafter(self.spec, self.model, self.max_num_seqs, self.max_model_len)
-        hidden_layers = tuple(self.drafter.hidden_layers) if self.drafter is not None else ()
-        self.runner = ModelRunner(self.model, self.max_num_seqs, self.max_model_len, hidden_layers)
-        self.stats_acc = EngineStats()
-        self.tracer = Tracer(trace_path, self.spec.method, cfg.num_params)
+        pool, built = build_engine_drafting(self.spec, drafter, self.model, self.max_num_seqs, self.max_model_len)
+        strategy = strategy if strategy is not None and pool is not None else built
+        runner = ModelRunner(self.model, self.max_num_seqs, self.max_model_len,
+                             tuple(pool.hidden_layers) if pool is not None else ())
+        self.engine = Engine(runner, pool, strategy, Tracer(trace_path, self.spec.method, cfg.num_params))
         # checked between engine steps: True cancels the running generate() (e.g. from another thread)
         self.should_stop: Callable[[], bool] | None = None
         # called between engine steps with the number of unfinished sequences (hot swaps, long-tail work)
         self.between_steps: Callable[[int], None] | None = None
-        self.weights_version = 0  # a tag for the weights the engine holds, recorded on the tokens they sample
         self._rng = random.Random(seed)
         self._next_seq_id = 0
         self._scheduler: Scheduler | None = None  # the running generate()'s, for updates in flight
+
+    # the engine's parts, as the front end has always exposed them
+    @property
+    def runner(self) -> ModelRunner:
+        return self.engine.runner
+
+    @property
+    def drafter(self):
+        """The drafter: the one `spec.method` names (or the plugged-in one), or for "auto" the DrafterPool
+        it chooses from (its `inner` is the model drafter); None with SD off."""
+        pool = self.engine.pool
+        if pool is None:
+            return None
+        return pool if len(pool.drafters) > 1 or self.spec.method == "auto" else next(iter(pool.drafters.values()))
+
+    @property
+    def tracer(self) -> Tracer:
+        return self.engine.tracer
+
+    @property
+    def stats_acc(self) -> EngineStats:
+        return self.engine.stats
+
+    @property
+    def weights_version(self) -> int:
+        return self.engine.weights_version
+
+    @weights_version.setter
+    def weights_version(self, v: int) -> None:
+        self.engine.weights_version = v
 
     @property
     def stats(self) -> dict:
         return self.stats_acc.as_dict()
 
     def reset_stats(self) -> None:
-        self.stats_acc = EngineStats()
+        self.engine.stats = EngineStats()
 
     def update_weights(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> None:
         """Weight sync from the trainer (same parameter names as the HF checkpoint), tagged `version`.
@@ -205,44 +235,14 @@ class LLM:
         Nothing to do on a GPU, where the cache stays allocated."""
         if self.runner.device.type != "cpu":
             return
-        for cache in (self.runner.cache, getattr(unwrap(self.drafter), "cache", None) or []):  # draft_model, mtp
+        pool = self.engine.pool
+        drafter_caches = [getattr(d, "cache", None) or [] for d in (pool.drafters.values() if pool else ())]
+        for cache in (self.runner.cache, *drafter_caches):  # draft_model, mtp
             release_caches(cache)
         trim()  # and the step temporaries' freed heap pages (specrl/heap.py)
 
-    def step(self, scheduler: Scheduler) -> None:
-        t0 = time.perf_counter()
-        groups = scheduler.admit()
-        if groups:
-            for seq in (s for g in groups for s in g):
-                seq.mark_version(self.weights_version)
-            prefill_step(self.runner, groups, self.drafter, self.stats_acc)
-            dt = time.perf_counter() - t0
-            self.stats_acc.prefill_s += dt
-            self.tracer.record(phase="prefill", active=sum(map(len, groups)), tokens_in=sum(len(g[0].prompt) for g in groups),
-                               k=0, draft_tokens=0, accepted_tokens=0, emitted_tokens=sum(map(len, groups)),
-                               draft_s=0.0, verify_s=dt, other_s=0.0,
-                               context_len_mean=_mean_len(scheduler.running) if self.tracer.file else 0.0)
-        else:
-            self._decode(scheduler.running, t0)
-        for seq in scheduler.retire_finished():
-            if self.drafter is not None:
-                self.drafter.release(seq)
-
-    def _decode(self, running: list[Sequence], t0: float) -> None:
-        ctx = _mean_len(running) if self.tracer.file else 0.0
-        if self.drafter is None:
-            decode_step(self.runner, running, self.stats_acc)
-            dt = time.perf_counter() - t0
-            self.stats_acc.verify_s += dt
-            self.tracer.record(phase="decode", active=len(running), tokens_in=len(running), k=0, draft_tokens=0,
-                               accepted_tokens=0, emitted_tokens=len(running), draft_s=0.0, verify_s=dt,
-                               other_s=0.0, context_len_mean=ctx)
-            return
-        k = [self.spec.num_speculative_tokens] * len(running)
-        row = spec_step(self.runner, self.drafter, running, k, self.stats_acc)
-        other = time.perf_counter() - t0 - row["draft_s"] - row["verify_s"]
-        self.stats_acc.other_s += other
-        self.tracer.record(phase="spec", active=len(running), other_s=other, context_len_mean=ctx, **row)
+    def step(self, scheduler: Scheduler) -> StepResult:
+        return self.engine.step(scheduler)
 
     def _outputs(self, prompts, token_prompts, seqs) -> list[RequestOutput]:
         by_request: dict[int, list[CompletionOutput]] = {}
@@ -300,10 +300,6 @@ def _refuse_chat_messages(p, i: int | None) -> None:
         where = "prompts" if i is None else f"prompt {i}"
         raise ValueError(f"{where} is chat messages ({{'role', 'content'}} dicts); generate() takes text or "
                          "token ids: use LLM.chat(messages, sampling_params) to apply the chat template")
-
-
-def _mean_len(seqs: list[Sequence]) -> float:
-    return sum(s.num_tokens for s in seqs) / max(len(seqs), 1)
 
 
 def _progress(enabled: bool, total: int):

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from .methods import MAX_SPEC_TOKENS
+from .result import StepResult
 
 
 @dataclass
@@ -23,6 +24,26 @@ class EngineStats:
     draft_s: float = 0.0
     verify_s: float = 0.0
     other_s: float = 0.0
+
+    def add(self, r: "StepResult") -> None:
+        """Counts one engine step."""
+        self.target_forwards += 1
+        self.generated_tokens += r.emitted_tokens
+        if r.phase == "prefill":
+            self.prefill_tokens += r.tokens_in
+            self.prefill_s += r.verify_s
+            return
+        self.decode_tokens += r.emitted_tokens
+        self.seq_forwards += r.active
+        self.draft_tokens += r.draft_tokens
+        self.accepted_tokens += r.accepted_tokens
+        for length, acc in zip(r.lengths, r.accepted):
+            for i in range(length):
+                self.drafted_at[i] += 1
+                self.accepted_at[i] += i < acc
+        self.draft_s += r.draft_s
+        self.verify_s += r.verify_s
+        self.other_s += r.other_s
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if not isinstance(v, list)}

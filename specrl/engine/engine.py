@@ -1,0 +1,76 @@
+"""The engine under the `LLM` front end. One `step()` reads as three parts:
+
+    schedule     admit waiting sequences (a prefill step), or ask the strategy which drafter drafts how many
+                 tokens for each running sequence (engine/strategy.py, engine/adaptive.py)
+    run          draft (each drafter over its rows), one target forward, verify (engine/steps.py)
+    postprocess  one `StepResult` (engine/result.py) to the counters, the tracer and the strategy; retire
+                 finished sequences and release their drafter state
+"""
+from __future__ import annotations
+
+import time
+
+from .drafting import DrafterPool
+from .result import StepResult
+from .runner import ModelRunner
+from .scheduler import Scheduler
+from .sequence import Sequence
+from .stats import EngineStats, Tracer
+from .steps import decode_step, prefill_step, spec_step
+from .strategy import Plan, Strategy
+
+
+class Engine:
+    def __init__(self, runner: ModelRunner, pool: DrafterPool | None, strategy: Strategy | None, tracer: Tracer):
+        self.runner, self.pool, self.strategy, self.tracer = runner, pool, strategy, tracer
+        if pool is not None:
+            pool.strategy = strategy
+        self.stats = EngineStats()
+        self.weights_version = 0  # a tag for the weights the engine holds, recorded on the tokens they sample
+
+    def step(self, scheduler: Scheduler) -> StepResult:
+        t0 = time.perf_counter()
+        groups = scheduler.admit()
+        if groups:
+            for seq in (s for g in groups for s in g):
+                seq.mark_version(self.weights_version)
+            result = prefill_step(self.runner, groups, self.pool)
+            result.context_len_mean = _mean_len(scheduler.running) if self.tracer.file else 0.0
+        else:
+            ctx = _mean_len(scheduler.running) if self.tracer.file else 0.0
+            result = self.run(scheduler.running, self.schedule(scheduler.running))
+            result.context_len_mean = ctx
+        self.postprocess(result, scheduler, time.perf_counter() - t0)
+        return result
+
+    def schedule(self, running: list[Sequence]) -> Plan | None:
+        """None: no draft this step (no drafter, or the strategy asked for none)."""
+        if self.pool is None or self.strategy is None:
+            return None
+        return self.strategy.schedule(running, self.pool)
+
+    def run(self, running: list[Sequence], plan: Plan | None) -> StepResult:
+        if self.pool is None:
+            return decode_step(self.runner, running)
+        if plan is None:  # SD off this step, but the drafters still observe the forward (no re-prefill later)
+            plan = Plan([None] * len(running), [0] * len(running))
+        result = spec_step(self.runner, self.pool.drafters, self.pool, running, plan.drafters, plan.k, plan.ready)
+        result.draft_s += plan.draft_s
+        return result
+
+    def postprocess(self, result: StepResult, scheduler: Scheduler, step_s: float) -> None:
+        if result.phase == "spec":
+            result.other_s = step_s - result.draft_s - result.verify_s
+        else:  # a prefill or plain decode step: the whole step counts as the forward, as it always has
+            result.verify_s = step_s
+        self.stats.add(result)
+        self.tracer.record(**result.trace_row())
+        if self.strategy is not None:
+            self.strategy.update(result)
+        for seq in scheduler.retire_finished():
+            if self.pool is not None:
+                self.pool.release(seq)
+
+
+def _mean_len(seqs: list[Sequence]) -> float:
+    return sum(s.num_tokens for s in seqs) / max(len(seqs), 1)

@@ -1,0 +1,43 @@
+"""Strategies: the schedule part of an engine step decides, for each running sequence, which drafter drafts
+and how many tokens (0: none). `StaticStrategy` is one drafter at one k for every sequence (what
+`spec.method` = a drafter's name runs); the adaptive one ("auto") is in engine/adaptive.py."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .drafting import DrafterPool, Proposal
+from .result import StepResult
+from .sequence import Sequence
+
+
+@dataclass
+class Plan:
+    drafters: list[str | None]  # per running sequence: the drafter that drafts for it (None: no draft)
+    k: list[int]  # per running sequence: how many tokens to ask for
+    ready: dict[str, Proposal] = field(default_factory=dict)  # proposals already made while scheduling (all rows)
+    draft_s: float = 0.0  # seconds the schedule spent drafting (those proposals)
+
+    @property
+    def drafts(self) -> bool:
+        return any(d is not None and k > 0 for d, k in zip(self.drafters, self.k))
+
+
+class Strategy(Protocol):
+    def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan: ...
+
+    def update(self, result: StepResult) -> None:
+        """Called with every step's result (prefill ones too), after the counters."""
+
+
+class StaticStrategy:
+    """Drafter `name` drafts `k` tokens for every sequence, every step."""
+
+    def __init__(self, name: str, k: int):
+        self.name, self.k = name, k
+
+    def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan:
+        return Plan([self.name] * len(seqs), [self.k] * len(seqs))
+
+    def update(self, result: StepResult) -> None:
+        pass
