@@ -58,7 +58,10 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
         where = path or "<root>"
         raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    removed = getattr(cls, "REMOVED_FIELDS", {})  # {old key: what replaced it}
     for key in data:
+        if key in removed:
+            raise ConfigError(f"config key '{_join(path, str(key))}' was removed: {removed[key]}")
         if key not in fields:
             raise ConfigError(_unknown_key_message(str(key), list(fields), path))
     hints = typing.get_type_hints(cls)

@@ -23,7 +23,7 @@ SHIPPED_DRAFTERS_DIR = Path(__file__).resolve().parents[1] / "tasks" / "assets" 
 @dataclass(frozen=True)
 class DrafterMethod:
     name: str
-    module: str  # has `build(spec, target, num_slots, max_len) -> Drafter`
+    module: str  # has `build(spec, target, num_slots, max_len) -> Drafter` (adaptive: -> (DrafterPool, Strategy))
     model_based: bool  # has trainable weights (a checkpoint dir; the shipped one is `shipped_dir`)
     trainer: str | None = None  # module with `train(policy, out, data, args)` for `specrl train-drafter`
     adaptive: bool = False  # picks another method's drafts per step instead of drafting itself
@@ -40,7 +40,7 @@ TABLE: tuple[DrafterMethod, ...] = (
     DrafterMethod("mtp", "specrl.drafters.mtp.drafter", True, "specrl.drafters.mtp.train"),
     DrafterMethod("ngram", "specrl.drafters.ngram.drafter", False),
     DrafterMethod("suffix", "specrl.drafters.suffix.drafter", False),
-    DrafterMethod("auto", "specrl.drafters.auto", False, adaptive=True),
+    DrafterMethod("auto", "specrl.engine.adaptive", False, adaptive=True),
 )
 _BY_NAME = {m.name: m for m in TABLE}
 METHODS: tuple[str, ...] = tuple(_BY_NAME)
@@ -64,12 +64,25 @@ class SpecConfig:
     ngram_min: int = 2  # shortest suffix an n-gram/suffix match must have
     ngram_max: int = 8  # longest suffix the n-gram drafter tries
     suffix_scale: float = 1.0  # suffix drafter: draft up to scale * match_length tokens (capped at k)
-    auto_max_batch: int = 32  # "auto": SD off above this many running sequences (TLT)
-    auto_methods: tuple[str, ...] = ("suffix",)  # "auto": the drafter it runs when SD is on
+    # "auto" (the adaptive engine, engine/adaptive.py): the drafters it chooses among per sequence and step;
+    # one that cannot be built here (no checkpoint) is left out with a warning, none at all is an error
+    drafters: tuple[str, ...] = ("suffix", "ngram", "eagle3")
+    # "auto": "measured" (default) fits its cost model to this engine's own step timings, so its choices
+    # follow the machine and its load (every sample stays exact, but which drafts ran, and so the sampled
+    # tokens, can differ between two runs); "deterministic" freezes the cost model (from `cost_profile`, else
+    # from counted work), so a seeded run repeats token for token and a resume is exact
+    adaptive_mode: str = "measured"
+    cost_profile: str | None = None  # a cost model saved as JSON (`specrl bench adaptive --save-profile`)
 
     def __post_init__(self):
         if self.method is not None:
             get_method(self.method)
+        if self.adaptive_mode not in ADAPTIVE_MODES:
+            raise ValueError(f"adaptive_mode={self.adaptive_mode!r} is not one of {list(ADAPTIVE_MODES)}")
+        bad = [d for d in self.drafters if d not in DRAFTING_METHODS]
+        if bad or not self.drafters:
+            raise ValueError(f"drafters={list(self.drafters)}: each must be one of {list(DRAFTING_METHODS)} (the "
+                             "drafters 'auto' can choose among), at least one")
         if not 1 <= self.num_speculative_tokens <= MAX_SPEC_TOKENS:
             raise ValueError(f"num_speculative_tokens={self.num_speculative_tokens} must be in "
                              f"[1, {MAX_SPEC_TOKENS}]")
@@ -81,6 +94,36 @@ class SpecConfig:
         return self.method is not None
 
 
+ADAPTIVE_MODES = ("measured", "deterministic")
+# Settings that no longer exist, and what replaced them: an old config or call names them in a clear error.
+REMOVED_SPEC_KEYS = {
+    "auto_max_batch": "'auto' no longer turns SD off above a fixed batch size: its cost model, measured on this "
+                      "machine during the run, decides per step whether drafting pays (see rollout.spec."
+                      "adaptive_mode); delete the key",
+    "auto_methods": "'auto' now chooses per sequence among `drafters` (default suffix, ngram, eagle3): rename "
+                    "auto_methods to drafters",
+}
+
+
+def removed_key_message(key: str, where: str = "SpecConfig") -> str:
+    return f"{where}: '{key}' was removed: {REMOVED_SPEC_KEYS[key]}"
+
+
+def _refuse_removed(init):
+    def __init__(self, *args, **kwargs):
+        for key in REMOVED_SPEC_KEYS:
+            if key in kwargs:
+                raise ValueError(removed_key_message(key))
+        init(self, *args, **kwargs)
+    __init__.__doc__ = init.__doc__
+    __init__.__wrapped__ = init
+    return __init__
+
+
+SpecConfig.__init__ = _refuse_removed(SpecConfig.__init__)
+SpecConfig.REMOVED_FIELDS = REMOVED_SPEC_KEYS
+
+
 SCRATCH, SCRATCH_MODULE = "scratch", "specrl.drafters.scratch"  # cold start: spec.draft_model="scratch"
 
 
@@ -89,11 +132,12 @@ def model_method(spec: SpecConfig, what: str = "draft_model='scratch'") -> str:
     Here, torch-free, so that config validation (rollout.drafter.online) reads it without the drafters."""
     method = spec.method
     if method == "auto":
-        method = spec.auto_methods[0] if spec.auto_methods else None
+        method = next((d for d in spec.drafters if d in TRAINABLE_METHODS), None)
     if method not in TRAINABLE_METHODS:
-        raise ValueError(f"{what} needs a model drafter, but method={spec.method!r}"
-                         f"{f' (auto over {method!r})' if spec.method == 'auto' else ''} has no weights: use "
-                         f"method in {list(TRAINABLE_METHODS)} (or auto_methods=('eagle3',)), or drop {what}")
+        over = f" (auto over {list(spec.drafters)})" if spec.method == "auto" else ""
+        raise ValueError(f"{what} needs a model drafter, but method={spec.method!r}{over} has no weights: use "
+                         f"method in {list(TRAINABLE_METHODS)} (or add one to drafters, e.g. drafters=('suffix', "
+                         f"'eagle3')), or drop {what}")
     return method
 
 
@@ -101,8 +145,29 @@ def build_drafter(spec: SpecConfig, target, num_slots: int, max_len: int):
     """The Drafter (see specrl.engine.drafting) of `spec.method`; its module is imported only now.
     draft_model="scratch" starts a model drafter from the policy itself (specrl.drafters.scratch)."""
     row = get_method(spec.method)
-    if spec.draft_model == SCRATCH and not row.adaptive:  # auto builds its inner drafter through here
-        return importlib.import_module(SCRATCH_MODULE).build(spec, target, num_slots, max_len)
+    if row.adaptive:
+        raise ValueError("'auto' is not one drafter: the engine builds its drafters and strategy through "
+                         "build_engine_drafting")
     if spec.draft_model == SCRATCH:
-        model_method(spec)  # auto over a model-free one: a clear error
+        model_method(spec)  # a model-free method: a clear error
+        return importlib.import_module(SCRATCH_MODULE).build(spec, target, num_slots, max_len)
     return importlib.import_module(row.module).build(spec, target, num_slots, max_len)
+
+
+def build_engine_drafting(spec: SpecConfig, drafter, target, num_slots: int, max_len: int):
+    """The engine's (DrafterPool, Strategy) for `spec`, or for a plugged-in `drafter` (it drafts
+    spec.num_speculative_tokens tokens every step; a DrafterPool is used as it is); (None, None) with SD off."""
+    from .drafting import DrafterPool
+    from .strategy import StaticStrategy
+    if isinstance(drafter, DrafterPool):
+        return drafter, StaticStrategy(next(iter(drafter.drafters)), spec.num_speculative_tokens)
+    if drafter is not None:
+        return DrafterPool({"custom": drafter}), StaticStrategy("custom", spec.num_speculative_tokens)
+    if not spec.enabled:
+        return None, None
+    row = get_method(spec.method)
+    if row.adaptive:
+        return importlib.import_module(row.module).build(spec, target, num_slots, max_len)
+    pool = DrafterPool({row.name: build_drafter(spec, target, num_slots, max_len)},
+                       (row.name,) if row.model_based else ())
+    return pool, StaticStrategy(row.name, spec.num_speculative_tokens)

@@ -23,7 +23,18 @@ def _suffix(model, tmp_path):
 
 
 def _auto(model, tmp_path):
-    return model, SpecConfig(method="auto", num_speculative_tokens=4, ngram_min=1, auto_max_batch=4)
+    """The adaptive engine over a point drafter pair and a random EAGLE-3 head (drafts with q), deterministic,
+    with a cost profile under which drafting always pays: every step mixes drafters in one verify."""
+    _, eagle = _eagle3(model, tmp_path)
+    profile = tmp_path / "cheap_drafts.json"
+    if not profile.exists():
+        from specrl.engine.cost_model import CostModel
+        cost = CostModel(model.config.num_params, {"suffix": 0, "ngram": 0, "eagle3": 0}, deterministic=True)
+        cost.target.prior = [1.0, 1e-6, 0.0]  # a forward costs the same whatever it verifies
+        cost.to_profile(profile)
+    return model, SpecConfig(method="auto", num_speculative_tokens=4, ngram_min=1, draft_model=eagle.draft_model,
+                             drafters=("suffix", "ngram", "eagle3"), adaptive_mode="deterministic",
+                             cost_profile=str(profile))
 
 
 def _draft_model(model, tmp_path):

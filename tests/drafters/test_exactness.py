@@ -5,8 +5,6 @@ max_tokens / the context limit are unchanged, and sampled sequences follow the e
 distribution (chi-square, >= 20,000 samples) while the drafter really drafts and verification both accepts
 and rejects. A broken verifier must fail the same test.
 """
-from dataclasses import replace
-
 import pytest
 import torch
 
@@ -33,9 +31,9 @@ def methods_available():
     return factories.available(MODEL_FREE + ["draft_model", "eagle3", "mtp"])
 
 
-def build(method, model, tmp_path, max_num_seqs=8, auto_drafts=False, **kw):
-    """`auto_drafts`: "auto" keeps drafting with all max_num_seqs sequences running (it turns SD off above
-    auto_max_batch running sequences, 4 in its factory; 2 * max_num_seqs gives k = 3 for a full batch)."""
+def build(method, model, tmp_path, max_num_seqs=8, **kw):
+    """`auto` mixes suffix, n-gram and EAGLE-3 drafts in every verify forward (its factory's cost profile
+    makes drafting always pay)."""
     if method in ("uniform_q", "uniform_point"):
         return LLM(model, max_num_seqs=max_num_seqs,
                    drafter=UniformDrafter(model.config.vocab_size, method == "uniform_q"), **kw)
@@ -43,8 +41,6 @@ def build(method, model, tmp_path, max_num_seqs=8, auto_drafts=False, **kw):
         return LLM(model, max_num_seqs=max_num_seqs, drafter=OracleDrafter(model), **kw)
     from tests.drafters import factories
     model, spec = factories.make(method, model, tmp_path)
-    if method == "auto" and auto_drafts:
-        spec = replace(spec, auto_max_batch=2 * max_num_seqs)
     return LLM(model, max_num_seqs=max_num_seqs, spec=spec, **kw)
 
 
@@ -124,7 +120,7 @@ def test_sampled_distribution_is_exact(method, setting, tmp_path):
     _skip_unavailable(method)
     model = peaky_model()
     dist = exact_distribution(model, PROMPT, 3, **{k: SETTINGS[setting][k] for k in ("temperature", "top_k", "top_p")})
-    llm = build(method, model, tmp_path, max_num_seqs=1024, auto_drafts=True)
+    llm = build(method, model, tmp_path, max_num_seqs=1024)
     samples = sample_first3(llm, SETTINGS[setting])
     assert_matches(samples, dist)
     # the test covers drafting, not only the no-draft path: drafts were proposed, some accepted, some rejected

@@ -132,9 +132,9 @@ def test_model_free_drafters_have_no_weights(method):
         load_drafter_weights(llm.drafter, [], 1)
 
 
-def test_auto_swaps_its_inner_drafter():
+def test_auto_swaps_its_model_drafter():
     model = tiny_model(layers=3)
-    llm = LLM(model, spec=SpecConfig(method="auto", auto_methods=("eagle3",), draft_model="scratch"))
+    llm = LLM(model, spec=SpecConfig(method="auto", drafters=("suffix", "eagle3"), draft_model="scratch"))
     assert drafter_module(llm.drafter) is llm.drafter.inner.head
     load_drafter_weights(llm.drafter, _noisy(llm.drafter.inner, 0.1).items(), 2)
     assert drafter_version(llm.drafter) == 2

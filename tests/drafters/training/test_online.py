@@ -174,7 +174,7 @@ def test_equal_rewards_weigh_like_no_rewards():
 
 
 @pytest.mark.parametrize("spec", [SpecConfig(method="ngram"), SpecConfig(method="suffix"),
-                                  SpecConfig(method="auto", auto_methods=("suffix",))])
+                                  SpecConfig(method="auto", drafters=("suffix", "ngram"))])
 def test_model_free_methods_cannot_train_online(spec):
     with pytest.raises(ValueError, match="online drafter training needs a model drafter.*has no weights"):
         OnlineDrafterTrainer.from_spec(spec, tiny_model(), DrafterConfig())
@@ -183,8 +183,8 @@ def test_model_free_methods_cannot_train_online(spec):
 def test_scratch_needs_a_model_drafter():
     with pytest.raises(ValueError, match="draft_model='scratch' needs a model drafter, but method='ngram'"):
         LLM(tiny_model(), spec=SpecConfig(method="ngram", draft_model="scratch"))
-    with pytest.raises(ValueError, match="auto over 'suffix'"):
-        LLM(tiny_model(), spec=SpecConfig(method="auto", draft_model="scratch"))
+    with pytest.raises(ValueError, match=r"auto over \['suffix'\]"):
+        LLM(tiny_model(), spec=SpecConfig(method="auto", drafters=("suffix",), draft_model="scratch"))
 
 
 def test_no_capture_is_a_clear_error():

@@ -1,0 +1,174 @@
+"""`specrl bench adaptive`: every static strategy against the adaptive engine ("auto"), in one process.
+
+For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one `specrl train` rollout of the default
+config, rollout.prompts_per_step prompts x rollout.n samples through rollout.max_num_seqs slots) SD off runs
+first, then every drafter at every k of --ks, then "auto" (drafters from SpecConfig's default, k up to the
+largest of --ks), all at temperature 1 on task prompts with a seed per prompt, the same for every strategy.
+Prints one JSON line per measurement (the adaptive rows also say which drafters it chose and its mean k),
+then writes --png: speedup over SD off by batch size, and what the engine chose over the RL rollout (drafter
+mix and mean k against running sequences). --save-profile writes the adaptive engine's learned cost model
+(after the RL workload) as the JSON that `rollout.spec.cost_profile` reads.
+"""
+from __future__ import annotations
+
+from ..engine.methods import DRAFTING_METHODS
+from ..errors import UserError
+from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
+from .bench_spec import parse_batch_sizes
+
+
+def measure(llm, prompts, n, batch, max_tokens, seed, repeats):
+    from .. import SamplingParams
+    llm.generate(prompts[:1], SamplingParams(max_tokens=4))  # warm-up
+    llm.reset_stats()
+    tokens, seconds = 0, 0.0
+    for r in range(repeats):
+        chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
+        params = [SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, seed=seed * 1_000_003 + r * batch + i)
+                  for i in range(len(chunk))]
+        outs, dt = timed(lambda: llm.generate(chunk, params))
+        tokens += sum(len(o.token_ids) for q in outs for o in q.outputs)
+        seconds += dt
+    return tokens / seconds, llm.stats
+
+
+def parse_ks(text: str) -> list[int]:
+    try:
+        ks = sorted({int(k) for k in text.split(",") if k})
+    except ValueError:
+        ks = []
+    if not ks or any(not 1 <= k <= 16 for k in ks):
+        raise UserError(f"--ks {text!r} is invalid: expected draft lengths in 1..16, comma-separated, e.g. --ks 1,2,4,8")
+    return ks
+
+
+def main(argv: list[str]) -> int:
+    ap = base_parser("specrl bench adaptive", __doc__)
+    ap.add_argument("--methods", default=",".join(DRAFTING_METHODS), help="the static drafters to compare")
+    ap.add_argument("--ks", default="1,2,4,8")
+    ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="default 256 (--quick: 32)")
+    ap.add_argument("--rl-max-tokens", type=int, default=None, help="default rollout.max_tokens (--quick: 32)")
+    ap.add_argument("--repeats", type=int, default=None, help="batches per n=1 measurement; default 2 (--quick: 1)")
+    ap.add_argument("--adaptive-mode", default="measured", choices=["measured", "deterministic"])
+    ap.add_argument("--png", default="bench_adaptive.png", help="the plot ('' for none; needs matplotlib)")
+    ap.add_argument("--save-profile", default=None, help="write the adaptive engine's cost model here (JSON)")
+    args = parse_args(ap, argv)
+    from .. import LLM, SpecConfig
+    from ..train.config import TrainConfig
+    rollout = TrainConfig().rollout  # the RL workload is the default run's rollout
+    for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 256, 32), ("repeats", 2, 1),
+                             ("rl_max_tokens", rollout.max_tokens, 32)):
+        if getattr(args, key) is None:
+            setattr(args, key, quick if args.quick else full)
+    ks = parse_ks(args.ks)
+    methods = [m for m in args.methods.split(",") if m]
+    for m in methods:
+        if m not in DRAFTING_METHODS:
+            raise UserError(f"--methods: {m!r} is not a drafter; valid: {list(DRAFTING_METHODS)}")
+    batch_sizes = parse_batch_sizes(args.batch_sizes)
+    path = policy_path(args.model)
+    probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1, **memory_kwargs(args))
+    rows, history = [], None
+    for bs in batch_sizes:
+        rl = bs == "rl"
+        batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
+        if rl:
+            prompts = task_prompts(probe, rollout.prompts_per_step, seed=args.seed + 7, split="train")
+        else:
+            prompts = task_prompts(probe, batch * args.repeats, seed=args.seed + 7)
+        repeats = 1 if rl else args.repeats
+        max_tokens = args.rl_max_tokens if rl else args.max_tokens
+
+        def engine(spec=None):
+            return LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec, **memory_kwargs(args))
+        base_tps, _ = measure(engine(), prompts, n, batch, max_tokens, args.seed, repeats)
+        common = {"batch_size": bs if rl else batch, "dtype": args.dtype, "baseline_tokens_per_s": base_tps}
+        rows.append({**common, "strategy": "off", "k": 0, "tokens_per_s": base_tps, "speedup": 1.0})
+        emit(rows[-1])
+        for method in methods:
+            for k in ks:
+                try:
+                    llm = engine(SpecConfig(method=method, num_speculative_tokens=k))
+                except (FileNotFoundError, ValueError) as e:  # a drafter that is not built here
+                    emit({**common, "strategy": method, "k": k, "error": str(e)[:200]})
+                    break
+                tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats)
+                rows.append({**common, "strategy": method, "k": k, "tokens_per_s": tps, "speedup": tps / base_tps,
+                             "acceptance_length": stats["acceptance_length"]})
+                emit(rows[-1])
+        llm = engine(SpecConfig(method="auto", num_speculative_tokens=max(ks), adaptive_mode=args.adaptive_mode))
+        strategy = llm.engine.strategy
+        strategy.history = [] if rl else None
+        tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats)
+        steps_rows = sum(v for d, v in strategy.chosen.items() if d != "k_sum")
+        drafted = steps_rows - strategy.chosen.get("none", 0)
+        static = [r for r in rows if r["batch_size"] == common["batch_size"] and r["strategy"] != "off"]
+        best = max(static, key=lambda r: r["speedup"], default=None)
+        rows.append({**common, "strategy": "auto", "k": max(ks), "tokens_per_s": tps, "speedup": tps / base_tps,
+                     "acceptance_length": stats["acceptance_length"],
+                     "mix": {d: round(v / max(steps_rows, 1), 3) for d, v in strategy.chosen.items() if d != "k_sum"},
+                     "mean_k": strategy.chosen.get("k_sum", 0) / max(drafted, 1),
+                     "best_static": f"{best['strategy']}@{best['k']}" if best else None,
+                     "vs_best_static": tps / best["tokens_per_s"] if best else None,
+                     "drafters": list(llm.drafter.drafters)})
+        emit(rows[-1])
+        if rl:
+            history = strategy.history
+        if args.save_profile and (rl or bs == batch_sizes[-1]):
+            strategy.cost.to_profile(args.save_profile, device=args.device, dtype=args.dtype, model=str(path))
+    if args.png:
+        plot(rows, history, args.png, args.dtype)
+    return 0
+
+
+def plot(rows: list[dict], history: list[dict] | None, png: str, dtype: str) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"matplotlib is not installed: no {png} (pip install matplotlib)")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    sizes = list(dict.fromkeys(r["batch_size"] for r in rows))
+    x = list(range(len(sizes)))
+    fig, axes = plt.subplots(1, 2 if history else 1, figsize=(12 if history else 6, 4), squeeze=False)
+    ax = axes[0][0]
+    static = sorted({(r["strategy"], r["k"]) for r in rows if r["strategy"] not in ("off", "auto")})
+    for name, k in static:
+        ys = [next((r["speedup"] for r in rows if r["batch_size"] == s and (r["strategy"], r["k"]) == (name, k)), None)
+              for s in sizes]
+        ax.plot(x, [y if y is not None else float("nan") for y in ys], color="0.75", lw=0.8)
+    best = [max((r["speedup"] for r in rows if r["batch_size"] == s and r["strategy"] not in ("off", "auto")),
+                default=float("nan")) for s in sizes]
+    ax.plot(x, best, "k--", lw=1.5, label="best static (per batch size)")
+    auto = [next((r["speedup"] for r in rows if r["batch_size"] == s and r["strategy"] == "auto"), float("nan"))
+            for s in sizes]
+    ax.plot(x, auto, "r-o", lw=2, label="auto (adaptive)")
+    ax.axhline(1.0, color="b", lw=0.8, label="SD off")
+    ax.set_xticks(x, [str(s) for s in sizes])
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("speedup over SD off")
+    ax.set_title(f"static strategies (grey) vs adaptive, {dtype}")
+    ax.legend(fontsize=8)
+    if history:
+        ax = axes[0][1]
+        steps = range(len(history))
+        names = sorted({d for h in history for d in h["mix"]})
+        bottom = [0.0] * len(history)
+        for name in names:
+            frac = [h["mix"].get(name, 0) / max(h["running"], 1) for h in history]
+            ax.bar(steps, frac, bottom=bottom, width=1.0, label=name)
+            bottom = [b + f for b, f in zip(bottom, frac)]
+        ax.set_ylabel("share of running sequences")
+        ax.set_xlabel("engine step of the RL rollout")
+        twin = ax.twinx()
+        twin.plot(steps, [h["running"] for h in history], "k-", lw=1, label="running")
+        twin.plot(steps, [h["mean_k"] * 8 for h in history], "r.", ms=2, label="mean k x 8")
+        twin.set_ylabel("running sequences / mean k x 8")
+        ax.legend(fontsize=7, loc="upper left")
+        twin.legend(fontsize=7, loc="upper right")
+        ax.set_title("what auto chose over one RL rollout")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")

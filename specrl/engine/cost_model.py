@@ -1,0 +1,161 @@
+"""The adaptive engine's cost model: how long the parts of one engine step take, on this machine.
+
+    target forward  seconds = a + b * tokens_in + c * batch   (tokens_in = batch x (longest draft + 1))
+    drafter d       seconds = a_d + b_d * tokens asked of it
+
+Each line is a decayed least-squares fit of the engine's own step timings (`observe_*`), so it follows the
+device, the dtype, the model size and the machine's load, and no threshold is set by hand. Until a fit has
+data it leans on a prior: the target's is counted work (multiply-adds of the tokens plus one pass over the
+weights) scaled to the first forward actually timed; a drafter's is zero (it has not drafted yet, so the
+bandit tries it).
+
+Two modes. "measured" keeps fitting. "deterministic" never reads a clock: the model is frozen, from a saved
+profile (`to_profile` / `from_profile`, JSON) or else from counted work alone, so that the engine's choices,
+and with them the sampled tokens, are a pure function of the seeds and the starting state.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+PROFILE_VERSION = 1
+DECAY = 0.98  # weight of the past per observation: the fit follows roughly the last 50 steps
+SCALE = 64.0  # features are in units of 64 tokens / rows, so the ridge prior weighs them alike
+PRIOR_WEIGHT = 2.0  # the prior counts as this many observations
+# Counted work: one forward reads every weight once, which on the devices we measured costs about as much as
+# the multiply-adds of this many tokens. Only the deterministic mode without a profile, and the shape of the
+# measured mode's prior before its first timings, rest on it.
+WEIGHT_READ_TOKENS = 8.0
+
+
+class CostProfileError(ValueError):
+    """A cost-model profile file is missing or malformed."""
+
+
+class LinearFit:
+    """Decayed ridge regression y ~ theta . x, pulled toward `prior` with weight PRIOR_WEIGHT."""
+
+    def __init__(self, dim: int, prior: list[float] | None = None):
+        self.dim = dim
+        self.xx = [[0.0] * dim for _ in range(dim)]
+        self.xy = [0.0] * dim
+        self.n = 0.0
+        self.prior = list(prior) if prior is not None else [0.0] * dim
+        self._theta: list[float] | None = None
+
+    def add(self, x: list[float], y: float) -> None:
+        d = self.dim
+        for i in range(d):
+            self.xy[i] = DECAY * self.xy[i] + x[i] * y
+            for j in range(d):
+                self.xx[i][j] = DECAY * self.xx[i][j] + x[i] * x[j]
+        self.n = DECAY * self.n + 1.0
+        self._theta = None
+
+    @property
+    def theta(self) -> list[float]:
+        if self._theta is None:
+            a = torch.tensor(self.xx, dtype=torch.float64) + PRIOR_WEIGHT * torch.eye(self.dim, dtype=torch.float64)
+            b = torch.tensor(self.xy, dtype=torch.float64) + PRIOR_WEIGHT * torch.tensor(self.prior, dtype=torch.float64)
+            self._theta = torch.linalg.solve(a, b).tolist()
+        return self._theta
+
+    def predict(self, x: list[float]) -> float:
+        return max(sum(t * v for t, v in zip(self.theta, x)), 1e-7)
+
+    def state_dict(self) -> dict:
+        return {"xx": self.xx, "xy": self.xy, "n": self.n, "prior": self.prior}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.xx = [[float(v) for v in row] for row in s["xx"]]
+        self.xy, self.n, self.prior = [float(v) for v in s["xy"]], float(s["n"]), [float(v) for v in s["prior"]]
+        self._theta = None
+
+
+def target_x(tokens_in: int, batch: int) -> list[float]:
+    return [1.0, tokens_in / SCALE, batch / SCALE]
+
+
+def draft_x(tokens: int) -> list[float]:
+    return [1.0, tokens / SCALE]
+
+
+class CostModel:
+    def __init__(self, target_params: int, drafter_params: dict[str, int], deterministic: bool = False):
+        """`drafter_params`: each drafter's own weights (0 for a model-free one), for counted work."""
+        self.target_params, self.drafter_params = target_params, dict(drafter_params)
+        self.deterministic = deterministic
+        self.target = LinearFit(3, self._counted_target(1.0))
+        self.drafters = {n: LinearFit(2, self._counted_draft(n, 1.0)) for n in drafter_params}
+        self.scaled = deterministic  # measured mode: the prior is rescaled to the first timed forward
+
+    def _counted_target(self, seconds_per_unit: float) -> list[float]:
+        # work in units of "one token through the target": WEIGHT_READ_TOKENS + tokens_in
+        return [WEIGHT_READ_TOKENS * seconds_per_unit, SCALE * seconds_per_unit, 0.0]
+
+    def _counted_draft(self, name: str, seconds_per_unit: float) -> list[float]:
+        share = self.drafter_params[name] / max(self.target_params, 1)  # a model drafter's tokens cost its size
+        return [0.0, SCALE * share * seconds_per_unit]
+
+    # ---- predictions ---------------------------------------------------------------------------------
+    def target_s(self, tokens_in: int, batch: int) -> float:
+        return self.target.predict(target_x(tokens_in, batch))
+
+    def draft_s(self, name: str, tokens: int) -> float:
+        """Seconds drafter `name` takes to propose `tokens` tokens in one call (0 tokens: no call)."""
+        return self.drafters[name].predict(draft_x(tokens)) if tokens > 0 else 0.0
+
+    def draft_slope(self, name: str) -> float:
+        """Marginal seconds per token asked of drafter `name` (never negative)."""
+        return max(self.drafters[name].theta[1] / SCALE, 0.0)
+
+    # ---- learning --------------------------------------------------------------------------------------
+    def observe_target(self, tokens_in: int, batch: int, seconds: float) -> None:
+        if self.deterministic:
+            return
+        if not self.scaled:  # the prior takes the first timed forward's scale: counted work -> seconds
+            per_unit = seconds / (WEIGHT_READ_TOKENS + tokens_in)
+            self.target.prior = self._counted_target(per_unit)
+            for n, fit in self.drafters.items():
+                fit.prior = self._counted_draft(n, per_unit)
+            self.scaled = True
+        self.target.add(target_x(tokens_in, batch), seconds)
+
+    def observe_draft(self, name: str, tokens: int, seconds: float) -> None:
+        if self.deterministic or tokens <= 0 or name not in self.drafters:
+            return
+        self.drafters[name].add(draft_x(tokens), seconds)
+
+    # ---- state, profiles -------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"version": PROFILE_VERSION, "scaled": self.scaled, "target": self.target.state_dict(),
+                "drafters": {n: f.state_dict() for n, f in self.drafters.items()}}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.target.load_state_dict(s["target"])
+        for n, sub in s["drafters"].items():
+            if n in self.drafters:
+                self.drafters[n].load_state_dict(sub)
+        self.scaled = bool(s["scaled"]) or self.deterministic
+
+    def to_profile(self, path: str | Path, **meta) -> None:
+        """Writes the fitted model as JSON (what `cost_profile` reads), with `meta` (device, dtype, model)."""
+        Path(path).write_text(json.dumps({**self.state_dict(), "meta": meta}, indent=1))
+
+    def load_profile(self, path: str | Path) -> None:
+        p = Path(path)
+        if not p.is_file():
+            raise CostProfileError(f"cost_profile {str(p)!r} does not exist: write one with `specrl bench adaptive "
+                                   "--save-profile PATH`, or drop cost_profile (deterministic mode then uses "
+                                   "counted work)")
+        try:
+            s = json.loads(p.read_text())
+            if s.get("version") != PROFILE_VERSION:
+                raise KeyError(f"version {s.get('version')!r}, expected {PROFILE_VERSION}")
+            self.load_state_dict(s)
+            self.target.theta  # noqa: B018 (a singular or ragged fit fails here, not mid-run)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError) as e:
+            raise CostProfileError(f"cost_profile {str(p)!r} is not a cost-model profile ({type(e).__name__}: {e}): "
+                                   "write a fresh one with `specrl bench adaptive --save-profile PATH`") from None
