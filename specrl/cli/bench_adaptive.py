@@ -11,15 +11,20 @@ mix and mean k against running sequences). --save-profile writes the adaptive en
 """
 from __future__ import annotations
 
+import sys
+
 from ..engine.methods import DRAFTING_METHODS
 from ..errors import UserError
 from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
 from .bench_spec import parse_batch_sizes
 
 
-def measure(llm, prompts, n, batch, max_tokens, seed, repeats):
+def measure(llm, prompts, n, batch, max_tokens, seed, repeats, warmup, warmup_tokens):
     from .. import SamplingParams
-    llm.generate(prompts[:1], SamplingParams(max_tokens=4))  # warm-up
+    # a warm-up of the workload's shape on other prompts, the same for every strategy: what an engine that
+    # has run before has learnt (the adaptive one: its cost model, acceptance and bandit)
+    llm.generate(warmup, [SamplingParams(n=n, temperature=1.0, max_tokens=warmup_tokens, seed=seed + 99 + i)
+                          for i in range(len(warmup))])
     llm.reset_stats()
     tokens, seconds = 0, 0.0
     for r in range(repeats):
@@ -50,6 +55,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-tokens", type=int, default=None, help="default 256 (--quick: 32)")
     ap.add_argument("--rl-max-tokens", type=int, default=None, help="default rollout.max_tokens (--quick: 32)")
     ap.add_argument("--repeats", type=int, default=None, help="batches per n=1 measurement; default 2 (--quick: 1)")
+    ap.add_argument("--warmup-tokens", type=int, default=64, help="a warm-up generate of the workload per engine")
     ap.add_argument("--adaptive-mode", default="measured", choices=["measured", "deterministic"])
     ap.add_argument("--png", default="bench_adaptive.png", help="the plot ('' for none; needs matplotlib)")
     ap.add_argument("--save-profile", default=None, help="write the adaptive engine's cost model here (JSON)")
@@ -79,10 +85,12 @@ def main(argv: list[str]) -> int:
             prompts = task_prompts(probe, batch * args.repeats, seed=args.seed + 7)
         repeats = 1 if rl else args.repeats
         max_tokens = args.rl_max_tokens if rl else args.max_tokens
+        warmup = task_prompts(probe, rollout.prompts_per_step if rl else batch, seed=args.seed + 8,
+                              split="train" if rl else "test")
 
         def engine(spec=None):
             return LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec, **memory_kwargs(args))
-        base_tps, _ = measure(engine(), prompts, n, batch, max_tokens, args.seed, repeats)
+        base_tps, _ = measure(engine(), prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
         common = {"batch_size": bs if rl else batch, "dtype": args.dtype, "baseline_tokens_per_s": base_tps}
         rows.append({**common, "strategy": "off", "k": 0, "tokens_per_s": base_tps, "speedup": 1.0})
         emit(rows[-1])
@@ -93,14 +101,14 @@ def main(argv: list[str]) -> int:
                 except (FileNotFoundError, ValueError) as e:  # a drafter that is not built here
                     emit({**common, "strategy": method, "k": k, "error": str(e)[:200]})
                     break
-                tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats)
+                tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
                 rows.append({**common, "strategy": method, "k": k, "tokens_per_s": tps, "speedup": tps / base_tps,
                              "acceptance_length": stats["acceptance_length"]})
                 emit(rows[-1])
         llm = engine(SpecConfig(method="auto", num_speculative_tokens=max(ks), adaptive_mode=args.adaptive_mode))
         strategy = llm.engine.strategy
         strategy.history = [] if rl else None
-        tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats)
+        tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
         steps_rows = sum(v for d, v in strategy.chosen.items() if d != "k_sum")
         drafted = steps_rows - strategy.chosen.get("none", 0)
         static = [r for r in rows if r["batch_size"] == common["batch_size"] and r["strategy"] != "off"]
@@ -126,7 +134,7 @@ def plot(rows: list[dict], history: list[dict] | None, png: str, dtype: str) -> 
     try:
         import matplotlib
     except ImportError:
-        print(f"matplotlib is not installed: no {png} (pip install matplotlib)")
+        print(f"matplotlib is not installed: no {png} (pip install matplotlib)", file=sys.stderr)
         return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -171,4 +179,4 @@ def plot(rows: list[dict], history: list[dict] | None, png: str, dtype: str) -> 
         ax.set_title("what auto chose over one RL rollout")
     fig.tight_layout()
     fig.savefig(png, dpi=110)
-    print(f"wrote {png}")
+    print(f"wrote {png}", file=sys.stderr)

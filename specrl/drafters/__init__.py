@@ -6,7 +6,6 @@
     mtp/          drafter.py (the policy's MTP modules as a drafter, MTP-only checkpoints), train.py
     suffix/       drafter.py (SuffixDecoding), tree.py (the per-problem suffix tries and their state)
     ngram/        drafter.py (prompt lookup)
-    auto.py       the adaptive strategy: SD off above a batch size, an inner drafter's k by batch and acceptance
     scratch.py    cold start: a model drafter built from the policy (spec.draft_model="scratch")
     weights.py    hot swap: new drafter weights into a running engine's drafter, all or nothing
     training/     data.py (offline fit: teacher data, top-k targets), prompts.py, losses.py, capture.py (the

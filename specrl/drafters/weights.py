@@ -8,7 +8,7 @@ Which module each drafter holds (its `state_dict()` names are the swap's names):
     Eagle3Drafter     .head   Eagle3Head   fc.*, midlayer.*, norm.* (+ lm_head.weight, d2t with a draft vocabulary)
     DraftModelDrafter .model  CausalLM     model.*, lm_head.weight
     MTPDrafter        .stack  MTPStack     layers.{d}.*
-    AutoDrafter       .inner  whichever of the above it wraps
+    DrafterPool       .inner  "auto"'s model drafter (the first model-based one of its drafters)
 
 The swap is all or nothing: every name and shape is checked before the first copy, so a mismatch raises
 and the engine keeps its old weights. Tensors are copied in place (the engine's dtype and device), so

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 ACCEPT_DECAY = 0.9  # weight of the past in a drafter's running acceptance
 PRIOR_ROWS = 2.0  # a row's own acceptance counts against this many drafts of its drafter's average
-UNTRIED_RATE = 0.5  # acceptance assumed for a drafter that has not drafted yet
+UNTRIED_RATE = 0.9  # acceptance assumed for a drafter that has not drafted yet: optimistic, so each is tried
 MIN_PULLS = 3  # pulls after which an arm's measured reward replaces its predicted one
 TIE = 0.10  # arms within this fraction of the best score are "not yet told apart"
 EPS_MIN = 0.02  # exploration never stops entirely
@@ -137,7 +137,7 @@ class AdaptiveStrategy:
 
     def _explore_prob(self, arms: dict) -> float:
         pulls = sum(a[0] for a in arms.values())
-        return max(EPS_MIN, 1.0 / math.sqrt(1.0 + pulls / len(arms)))
+        return max(EPS_MIN, 1.0 / (1.0 + pulls / 2.0))
 
     @staticmethod
     def _score(arm: list[float], predicted: float) -> float:

@@ -148,9 +148,9 @@ class RolloutConfig:
     top_k: int = -1
     max_tokens: int = 1100  # the longest worked solution of the default task (125 hops, counted) is 1004 tokens
     max_num_seqs: int = 64  # engine batch (concurrent sequences)
-    # "auto": plain decoding while more than 32 sequences run (a CPU verify forward then costs ~linear in
-    # the tokens it checks), suffix drafting with k up to 4 in the tail. Inside `specrl train` on the 2-core
-    # CPU it gives a 1.12x rollout speedup where always-on suffix drafting gives 0.87x (README, Results).
+    # "auto": the adaptive engine (specrl/engine/adaptive.py) picks per step and sequence which drafter
+    # drafts how many tokens, from a cost model fit to this machine's step timings: plain decoding where a
+    # verify forward costs ~linear in the tokens it checks (a full batch on a CPU), drafting in the tail
     spec: SpecConfig = field(default_factory=lambda: SpecConfig(method="auto", num_speculative_tokens=4))
     # write the engine's per-step trace (rollout_trace.jsonl) and each step's workload and process-CPU
     # times (rollout_workload.jsonl) to the run directory: the input of `specrl simulate calibrate --train-runs`
