@@ -95,14 +95,14 @@ class AdaptiveStrategy:
         if max(cap, default=0) == 0:
             return None
         bucket = str(B.bit_length())
-        arms = self.arms.setdefault(bucket, {str(K): [0.0, 0.0] for K in self.choices})
+        arms = self.arms.setdefault(bucket, {})
         rates = torch.tensor([[self.row_rate(s, n) for s in seqs] for n in self.names], dtype=torch.float64)
         explore = self._explore_prob(arms)
         # a first look, as if every drafter drafted k for every row: when no K > 0 is near the best, skip
         # even the model-free proposals (microseconds per row, which a large batch would notice)
         coarse, _ = self._rates(B, rates, cap, None)
         if not self._may_draft(coarse, arms, explore):
-            self.last = {"K": 0, "bucket": bucket, "explored": False}
+            self.last = {"K": "0", "bucket": bucket, "explored": False}
             return None
         ready, lengths, probe_s = {}, {}, 0.0
         for name in self.names:
@@ -110,33 +110,35 @@ class AdaptiveStrategy:
                 t = time.perf_counter()
                 ready[name] = pool.drafters[name].propose(seqs, cap)
                 dt = time.perf_counter() - t
-                self.cost.observe_draft(name, sum(cap), dt)
+                self.cost.observe_draft(name, sum(cap), max(cap), dt)
                 probe_s += dt
                 lengths[name] = ready[name].lengths.tolist()
         predicted, plans = self._rates(B, rates, cap, lengths)
-        scores = {K: self._score(arms[str(K)], predicted[K]) for K in predicted}
-        best = max(scores, key=lambda K: (scores[K], -K))
+        scores = {K: self._score(arms.setdefault(K, [0.0, 0.0]), predicted[K]) for K in predicted}
+        best = max(scores, key=lambda K: (scores[K], -int(K.rstrip("p"))))
         explored = False
         if self.rng.random() < explore:
             tied = [K for K in scores if scores[K] >= (1.0 - TIE) * scores[best]]
             if len(tied) > 1:
                 best, explored = self.rng.choice(tied), True
         self.last = {"K": best, "bucket": bucket, "explored": explored, "predicted": predicted[best]}
-        if best == 0:
+        if best == "0":
             return None
         which, ks = plans[best]
         return Plan(which, ks, {n: p for n, p in ready.items() if n in which}, draft_s=probe_s)
 
     def _may_draft(self, coarse: dict, arms: dict, explore: float) -> bool:
-        scores = {K: self._score(arms[str(K)], r) for K, r in coarse.items()}
+        scores = {K: self._score(arms.setdefault(K, [0.0, 0.0]), r) for K, r in coarse.items()}
         top = max(scores.values())
-        if any(scores[K] >= (1.0 - TIE) * top for K in scores if K > 0):
+        if any(scores[K] >= (1.0 - TIE) * top for K in scores if K != "0"):
             return True
-        untried = any(arms[str(K)][0] < MIN_PULLS for K in scores if K > 0)
+        untried = any(arms[K][0] < MIN_PULLS for K in scores if K != "0")
         return untried and self.rng.random() < explore
 
     def _explore_prob(self, arms: dict) -> float:
         pulls = sum(a[0] for a in arms.values())
+        if not arms:
+            return 1.0
         return max(EPS_MIN, 1.0 / (1.0 + pulls / 2.0))
 
     @staticmethod
@@ -144,6 +146,18 @@ class AdaptiveStrategy:
         return arm[1] if arm[0] >= MIN_PULLS else predicted
 
     def _rates(self, B: int, rates: torch.Tensor, cap: list[int], lengths: dict | None):
+        """Each arm's predicted rate and plan: an arm is a longest draft K, and for K > 0 whether the model
+        drafters take part ("K") or only the model-free ones ("Kp"): a model drafter's cost grows with
+        the longest draft whichever rows it serves, which a per-row choice alone cannot weigh."""
+        out, plans = self._rates_for(B, rates, cap, lengths, allow_model=True)
+        if self.point and len(self.point) < len(self.names):
+            more, more_plans = self._rates_for(B, rates, cap, lengths, allow_model=False)
+            for K in self.choices:
+                if K > 0:
+                    out[f"{K}p"], plans[f"{K}p"] = more[K], more_plans[K]
+        return {str(K): v for K, v in out.items()}, {str(K): v for K, v in plans.items()}
+
+    def _rates_for(self, B: int, rates: torch.Tensor, cap: list[int], lengths: dict | None, allow_model: bool):
         """Predicted tokens per second per row for each longest draft K in `choices`, and each K's plan
         (drafter, k per row). `rates` [D, B]: per-row acceptance of each drafter. With `lengths` None every
         drafter is taken to draft k for every row (the coarse look); else a model-free drafter's row takes
@@ -163,6 +177,9 @@ class AdaptiveStrategy:
         e = r * (1.0 - r ** k) / (1.0 - r)  # [C, D, B] expected accepted drafts
         lam = 1.0 / self.cost.target_s(B, B)  # a plain decode step's tokens per second per row: a second's price
         v = torch.where(k > 0, e - lam * B * slope[None, :, None] * k, torch.zeros_like(e))
+        if not allow_model:
+            model = torch.tensor([n not in self.point for n in self.names])
+            v[:, model] = -1.0
         best_v, best_d = v.max(dim=1)  # [C, B]
         use = best_v > 0  # [C, B]
         k_row = k.gather(1, best_d[:, None]).squeeze(1) * use  # [C, B]
@@ -172,12 +189,13 @@ class AdaptiveStrategy:
             kr = k_row[c].long().tolist()
             dr = best_d[c].tolist()
             which = [self.names[dr[b]] if kr[b] > 0 else None for b in range(B)]
-            tokens_by: dict[str, int] = {}
+            by: dict[str, list[int]] = {}
             for name, kb in zip(which, kr):
                 if name is not None and (lengths is None or name not in lengths):
-                    tokens_by[name] = tokens_by.get(name, 0) + kb
+                    by.setdefault(name, []).append(kb)
             Kf = max(kr, default=0)
-            seconds = self.cost.target_s(B * (Kf + 1), B) + sum(self.cost.draft_s(n, t) for n, t in tokens_by.items())
+            seconds = self.cost.target_s(B * (Kf + 1), B) + sum(self.cost.draft_s(n, sum(ks), max(ks))
+                                                                for n, ks in by.items())
             out[K] = (B + float(e_row[c].sum())) / seconds / B
             plans[K] = (which, kr)
         return out, plans
@@ -196,13 +214,13 @@ class AdaptiveStrategy:
         if self.history is not None:
             drafted = [k for k in result.asked if k > 0]
             self.history.append({"running": B, "mix": mix, "mean_k": sum(drafted) / max(len(drafted), 1),
-                                 "K": self.last.get("K", 0), "explored": self.last.get("explored", False)})
+                                 "K": self.last.get("K", "0"), "explored": self.last.get("explored", False)})
         if not self.deterministic:
             self.cost.observe_target(result.tokens_in, B, result.verify_s)
             for name, dt in result.draft_s_by.items():
-                asked = sum(k for d, k in zip(result.drafters_asked, result.asked) if d == name)
+                asked = [k for d, k in zip(result.drafters_asked, result.asked) if d == name]
                 if name not in self.point:
-                    self.cost.observe_draft(name, asked, dt)
+                    self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt)
         for name, seq, length, acc in zip(result.drafters, result.seqs, result.lengths, result.accepted):
             if name is None or length == 0:
                 continue
@@ -220,13 +238,14 @@ class AdaptiveStrategy:
         # the arm pulled: reward = tokens per second per row, timed (measured) or predicted (deterministic)
         if not self.last or "bucket" not in self.last:
             return
-        K = str(self.last["K"])
+        K = self.last["K"]
         if self.deterministic:
-            tokens_by: dict[str, int] = {}
+            by: dict[str, list[int]] = {}
             for d, k in zip(result.drafters_asked, result.asked):
                 if d is not None and d not in self.point:
-                    tokens_by[d] = tokens_by.get(d, 0) + k
-            seconds = self.cost.target_s(result.tokens_in, B) + sum(self.cost.draft_s(n, t) for n, t in tokens_by.items())
+                    by.setdefault(d, []).append(k)
+            seconds = self.cost.target_s(result.tokens_in, B) + sum(self.cost.draft_s(n, sum(ks), max(ks))
+                                                                    for n, ks in by.items())
         else:
             seconds = result.total_s
         arm = self.arms[self.last["bucket"]][K]

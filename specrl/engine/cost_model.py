@@ -1,7 +1,8 @@
 """The adaptive engine's cost model: how long the parts of one engine step take, on this machine.
 
     target forward  seconds = a + b * tokens_in + c * batch   (tokens_in = batch x (longest draft + 1))
-    drafter d       seconds = a_d + b_d * tokens asked of it
+    drafter d       seconds = a_d + c_d * its longest draft + b_d * tokens asked of it (a model drafter runs
+                    one forward per draft position, so its cost grows with the longest draft)
 
 Each line is a decayed least-squares fit of the engine's own step timings (`observe_*`), so it follows the
 device, the dtype, the model size and the machine's load, and no threshold is set by hand. Until a fit has
@@ -78,8 +79,8 @@ def target_x(tokens_in: int, batch: int) -> list[float]:
     return [1.0, tokens_in / SCALE, batch / SCALE]
 
 
-def draft_x(tokens: int) -> list[float]:
-    return [1.0, tokens / SCALE]
+def draft_x(tokens: int, steps: int) -> list[float]:
+    return [1.0, tokens / SCALE, steps / 8.0]
 
 
 class CostModel:
@@ -88,7 +89,7 @@ class CostModel:
         self.target_params, self.drafter_params = target_params, dict(drafter_params)
         self.deterministic = deterministic
         self.target = LinearFit(3, self._counted_target(1.0))
-        self.drafters = {n: LinearFit(2, self._counted_draft(n, 1.0)) for n in drafter_params}
+        self.drafters = {n: LinearFit(3, self._counted_draft(n, 1.0)) for n in drafter_params}
         self.scaled = deterministic  # measured mode: the prior is rescaled to the first timed forward
 
     def _counted_target(self, seconds_per_unit: float) -> list[float]:
@@ -97,15 +98,15 @@ class CostModel:
 
     def _counted_draft(self, name: str, seconds_per_unit: float) -> list[float]:
         share = self.drafter_params[name] / max(self.target_params, 1)  # a model drafter's tokens cost its size
-        return [0.0, SCALE * share * seconds_per_unit]
+        return [0.0, SCALE * share * seconds_per_unit, 0.0]
 
     # ---- predictions ---------------------------------------------------------------------------------
     def target_s(self, tokens_in: int, batch: int) -> float:
         return self.target.predict(target_x(tokens_in, batch))
 
-    def draft_s(self, name: str, tokens: int) -> float:
-        """Seconds drafter `name` takes to propose `tokens` tokens in one call (0 tokens: no call)."""
-        return self.drafters[name].predict(draft_x(tokens)) if tokens > 0 else 0.0
+    def draft_s(self, name: str, tokens: int, steps: int) -> float:
+        """Seconds drafter `name` takes to propose `tokens` tokens, `steps` the longest draft (0: no call)."""
+        return self.drafters[name].predict(draft_x(tokens, steps)) if tokens > 0 else 0.0
 
     def draft_slope(self, name: str) -> float:
         """Marginal seconds per token asked of drafter `name` (never negative)."""
@@ -123,10 +124,10 @@ class CostModel:
             self.scaled = True
         self.target.add(target_x(tokens_in, batch), seconds)
 
-    def observe_draft(self, name: str, tokens: int, seconds: float) -> None:
+    def observe_draft(self, name: str, tokens: int, steps: int, seconds: float) -> None:
         if self.deterministic or tokens <= 0 or name not in self.drafters:
             return
-        self.drafters[name].add(draft_x(tokens), seconds)
+        self.drafters[name].add(draft_x(tokens, steps), seconds)
 
     # ---- state, profiles -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
