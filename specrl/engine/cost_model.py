@@ -70,6 +70,8 @@ class LinearFit:
         return {"xx": self.xx, "xy": self.xy, "n": self.n, "prior": self.prior}
 
     def load_state_dict(self, s: dict) -> None:
+        if len(s["xy"]) != self.dim or len(s["xx"]) != self.dim or len(s["prior"]) != self.dim:
+            raise ValueError(f"a fit of {len(s['xy'])} features where this version has {self.dim}")
         self.xx = [[float(v) for v in row] for row in s["xx"]]
         self.xy, self.n, self.prior = [float(v) for v in s["xy"]], float(s["n"]), [float(v) for v in s["prior"]]
         self._theta = None
