@@ -59,6 +59,11 @@ def test_profiles_round_trip_and_bad_ones_are_clear_errors(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps({"version": 99}))
     with pytest.raises(CostProfileError, match="version 99"):
         frozen.load_profile(tmp_path / "old.json")
+    state = json.loads((tmp_path / "p.json").read_text())
+    state["drafters"]["suffix"]["xy"] = [0.0, 0.0]  # a fit from a version with other features
+    (tmp_path / "other.json").write_text(json.dumps(state))
+    with pytest.raises(CostProfileError, match="a fit of 2 features where this version has 3"):
+        frozen.load_profile(tmp_path / "other.json")
     with pytest.raises(CostProfileError, match="does not exist"):
         LLM(tiny_model(), spec=SpecConfig(method="auto", drafters=("suffix",), cost_profile=str(tmp_path / "x")))
 
