@@ -23,3 +23,15 @@ def set_threads(n: int | None) -> int:
     n = n or free_cpus()
     torch.set_num_threads(n)
     return n
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AMX or AVX512-BF16). Without it (AVX2 only)
+    torch emulates bf16 matmuls and runs them several times slower than fp32, so bf16 autocast would cost
+    time instead of saving it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags

@@ -30,7 +30,7 @@ def is_positive_size(value) -> bool:
 class DataConfig:
     source: str = "chain"  # an embedded task (specrl.tasks.TASKS: "chain", "arith") or a .jsonl / .parquet file
     eval_source: str | None = None  # held-out file; None: the task's test split, or the last eval_size rows
-    eval_size: int = 200  # held-out problems, one completion each
+    eval_size: int = 100  # held-out problems, one completion each
     eval_max_tokens: int = 1100
     # sampling temperature of the held-out completions; null: the rollout's (accuracy of the policy RL trains);
     # 0: greedy (a small policy may loop on long chains until eval_max_tokens)
@@ -249,8 +249,8 @@ class OptimConfig:
 
 @dataclass
 class ScheduleConfig:
-    max_steps: int = 40
-    eval_every: int = 10  # steps between held-out evaluations (also at step 0 and at the end); 0: only the ends
+    max_steps: int = 10
+    eval_every: int = 5  # steps between held-out evaluations (also at step 0 and at the end); 0: only the ends
     save_every: int = 10  # steps between checkpoints (the last step is always saved)
     keep_last: int = 2  # checkpoints kept on disk
 

@@ -103,6 +103,12 @@ def test_generate_truncated_weights_names_the_file(tiny, tmp_path, capsys):
     (["bogus_key=1"], "unknown config key 'bogus_key'"),
     (["optim.lr=abc"], "optim.lr='abc' is invalid: expected a number"),
     (["--config", "/nonexistent.yaml"], "config file '/nonexistent.yaml' does not exist"),
+    # the embedded task: a name that does not exist lists the valid ones; hop knobs out of range
+    (["data.source=chian"], "in 'data': source='chian' is invalid: expected an embedded task, one of ['chain', 'arith']"),
+    (["data.max_hops=0"], "in 'data': max_hops=0 is invalid: expected"),
+    (["data.max_hops=1000"], "in 'data': max_hops=1000 is invalid: expected in [1, 999]"),
+    (["data.hops_median=-3"], "in 'data': hops_median=-3.0 is invalid: expected > 0 or null"),
+    (["data.hops_sigma=-1"], "in 'data': hops_sigma=-1.0 is invalid: expected >= 0 or null"),
 ])
 def test_train_bad_config(args, expected, capsys):
     code, err = run(["train", *args], capsys)
@@ -187,3 +193,12 @@ def test_a_user_error_prints_no_traceback_from_the_shell(argv):
     assert "Traceback" not in proc.stderr
     assert one_error_line(proc.stderr, argv[0])
     assert proc.stdout == ""  # no results on an error
+
+
+def test_train_response_budget_beyond_the_context_names_the_knob(tmp_path, capsys):
+    model, data = make_setup(tmp_path)  # a policy of max_position_embeddings 96
+    out = tmp_path / "run"
+    code, err = run(["train", *overrides(model, data, out, **{"rollout.max_tokens": 500})], capsys)
+    line = one_error_line(err, "train")
+    assert code == 2 and "rollout.max_tokens=500 is invalid" in line and "lower rollout.max_tokens to at most" in line
+    assert not out.exists()  # refused before the run directory is written

@@ -28,7 +28,7 @@ class DrafterTrainArgs:
     grad_clip: float = 1.0
     seed: int = 0
     time_budget_s: float = 480.0  # training wall-clock cap; the LR schedule follows steps or time, whichever is further
-    bf16_autocast: bool = True  # matmuls in bf16 on the CPU; master weights stay fp32
+    bf16_autocast: bool | None = None  # matmuls in bf16 on the CPU, master weights fp32; None: where it is fast
     save_dtype: str = "bfloat16"  # dtype of the shipped weights
     log_every: int = 20
     # stored teacher distributions keep their k most likely tokens plus the tail mass (see topk_cross_entropy):
@@ -36,6 +36,9 @@ class DrafterTrainArgs:
     teacher_topk: int = 32
 
     def __post_init__(self):
+        if self.bf16_autocast is None:
+            from ...threads import cpu_has_fast_bf16
+            self.bf16_autocast = cpu_has_fast_bf16()
         for name in ("steps", "batch_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DrafterTrainArgs.{name}={getattr(self, name)}: expected >= 1")
