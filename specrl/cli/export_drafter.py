@@ -25,8 +25,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="specrl export-drafter", description=__doc__.split("\n\n")[0])
     ap.add_argument("src", help="a drafter directory, or a run directory (latest checkpoint's drafter/)")
     ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--policy", help="the policy checkpoint (EAGLE-3: its lm_head goes into the export); "
-                                     "default for a run directory: the checkpoint's model/")
+    ap.add_argument("--policy", help="the policy checkpoint the head drafts for (EAGLE-3: required; checked "
+                                     "against the head, its lm_head goes into the export); default for a run "
+                                     "directory: the checkpoint's model/")
     ap.add_argument("--draft-vocab-size", type=int, help="EAGLE-3: draft over the N most frequent tokens")
     ap.add_argument("--data", help="JSONL with token_ids per row (`specrl generate` output) to count tokens in")
     ap.add_argument("--dtype", default=None, help="stored dtype, e.g. bfloat16 (default: the head's own)")
