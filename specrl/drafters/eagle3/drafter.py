@@ -93,7 +93,9 @@ class Eagle3Drafter:
 
 
 def check_compatible(head: Eagle3Head, target, source: str) -> None:
-    hc, tc = head.config, target.config
+    """The head was made for a policy of this vocabulary, width and depth (`target`: the policy or its
+    ModelConfig)."""
+    hc, tc = head.config, getattr(target, "config", target)
     if hc.vocab_size != tc.vocab_size:
         raise ValueError(f"EAGLE-3 head {source!r} has vocab_size {hc.vocab_size} but the policy has "
                          f"{tc.vocab_size}: the head reuses the policy's embeddings and lm_head, so train one for "
