@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1] / "specrl"
 KNOWN_CYCLES: set[tuple[str, str]] = set()
 
 
-def _module_name(path: Path) -> list[str]:
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+def _module_name(path: Path, root: Path = ROOT) -> list[str]:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
     return parts[:-1] if parts[-1] == "__init__" else parts
 
 
@@ -29,7 +29,7 @@ def import_edges(root: Path = ROOT) -> list[tuple[str, str]]:
     """(importing module, imported specrl module) for every import statement, relative ones resolved."""
     edges = []
     for f in sorted(root.rglob("*.py")):
-        mod = _module_name(f)
+        mod = _module_name(f, root)
         package = mod if f.name == "__init__.py" else mod[:-1]
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, ast.ImportFrom):
@@ -41,21 +41,31 @@ def import_edges(root: Path = ROOT) -> list[tuple[str, str]]:
                     continue
                 for alias in node.names:  # `from .pkg import module` imports the module
                     sub = base + [alias.name]
-                    is_module = (ROOT.parent.joinpath(*sub).with_suffix(".py").is_file()
-                                 or ROOT.parent.joinpath(*sub).is_dir())
+                    is_module = (root.parent.joinpath(*sub).with_suffix(".py").is_file()
+                                 or root.parent.joinpath(*sub).is_dir())
                     edges.append((".".join(mod), ".".join(sub if is_module else base)))
             elif isinstance(node, ast.Import):
                 edges += [(".".join(mod), a.name) for a in node.names if a.name.split(".")[0] == "specrl"]
     return edges
 
 
-def package_arrows(edges) -> dict[str, set[str]]:
+def package_arrows(edges, root: Path = ROOT) -> dict[str, set[str]]:
     """specrl.<package> -> the other packages it imports (top-level modules such as specrl.io are leaves)."""
     arrows = defaultdict(set)
     for src, dst in edges:
         a, b = src.split("."), dst.split(".")
-        if len(a) > 1 and len(b) > 1 and a[1] != b[1] and (ROOT / b[1]).is_dir() and (ROOT / a[1]).is_dir():
+        if len(a) > 1 and len(b) > 1 and a[1] != b[1] and (root / b[1]).is_dir() and (root / a[1]).is_dir():
             arrows[a[1]].add(b[1])
+    return arrows
+
+
+def module_arrows(edges, package: str = "specrl.pipeline") -> dict[str, set[str]]:
+    """Module -> the other modules of `package` (subpackages included) it imports, named relative to it."""
+    arrows = defaultdict(set)
+    prefix = package + "."
+    for src, dst in edges:
+        if src.startswith(prefix) and dst.startswith(prefix) and src != dst:
+            arrows[src.removeprefix(prefix)].add(dst.removeprefix(prefix))
     return arrows
 
 
@@ -82,6 +92,12 @@ def test_the_graph_sees_the_imports_it_should():
 def test_no_import_cycle_between_packages():
     cycles = package_cycles(package_arrows(import_edges()))
     assert cycles <= KNOWN_CYCLES, f"package import cycles: {sorted(cycles - KNOWN_CYCLES)}"
+
+
+def test_no_import_cycle_between_the_pipelines_modules():
+    """The seam names its backends by module path, so drivers, seam and backends import one way only."""
+    cycles = package_cycles(module_arrows(import_edges()))
+    assert not cycles, f"specrl.pipeline import cycles: {sorted(cycles)}"
 
 
 def test_rl_imports_nothing_from_the_rest_of_specrl():
@@ -116,3 +132,18 @@ def test_the_method_table_reads_without_torch():
             "assert 'torch' not in sys.modules, 'torch was imported'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def print_arrows(root: Path = ROOT) -> None:
+    """`python tests/test_layering.py [SPECRL_DIR]`: the import arrows between packages and between the
+    pipeline's modules, and any cycle (e.g. of an older checkout: git archive COMMIT specrl | tar -x -C DIR)."""
+    edges = import_edges(root)
+    for title, arrows in (("packages", package_arrows(edges, root)), ("specrl.pipeline modules", module_arrows(edges))):
+        print(f"{title}:")
+        for src in sorted(arrows):
+            print(f"  {src} -> {', '.join(sorted(arrows[src]))}")
+        print(f"  cycles: {sorted(package_cycles(arrows)) or 'none'}")
+
+
+if __name__ == "__main__":
+    print_arrows(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT)

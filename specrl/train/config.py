@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import ConfigError, require
-from ..config.placement import PLACEMENTS
+from ..config.choices import PIPELINE_MODES, PLACEMENTS
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION, parse_bytes
+from ..model.checkpoint import DTYPES
 from ..spec.config import SpecConfig
 from .drafter_config import DrafterConfig
 
@@ -67,9 +68,6 @@ class RolloutConfig:
     # write the engine's per-step trace (rollout_trace.jsonl) and each step's workload and process-CPU
     # times (rollout_workload.jsonl) to the run directory: the input of `specrl simulate calibrate --train-runs`
     trace: bool = False
-    # the rollout engine behind the pipeline's seam (specrl.pipeline.seam.BACKENDS): "local" is an
-    # in-process engine; the name is checked against the registry before the run directory is touched
-    backend: str = "local"
     drafter: DrafterConfig = field(default_factory=DrafterConfig)  # online drafter training (drafter_config.py)
     # the engine's copy of the policy (weights and KV cache); null: the policy's (top-level `dtype`).
     # "bfloat16" halves the copy's memory; sampling and logprobs are fp32 either way (README, Memory and precision)
@@ -80,9 +78,11 @@ class RolloutConfig:
     kv_cache_memory: int | str | None = None
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
 
+    MOVED = {"backend": "pipeline.backend"}  # keys that moved: from_dict's error names the new one
+
     def validate(self) -> None:
-        require(self.dtype in (None, "float32", "bfloat16", "float16"), "dtype", self.dtype,
-                "float32, bfloat16, float16 or null (the policy's dtype)")
+        require(self.dtype is None or self.dtype in DTYPES, "dtype", self.dtype,
+                f"one of {sorted(DTYPES)} or null (the policy's dtype)")
         require(self.max_model_len is None or self.max_model_len >= 2, "max_model_len", self.max_model_len,
                 ">= 2 or null", "null sizes it from the memory budget")
         require(0 < self.memory_utilization <= 1, "memory_utilization", self.memory_utilization, "in (0, 1]")
@@ -173,10 +173,6 @@ class ScheduleConfig:
         require(self.keep_last >= 1, "keep_last", self.keep_last, ">= 1", "at least the last checkpoint is kept")
 
 
-PIPELINE_MODES = ("sync", "async")
-PIPELINE_BACKENDS = ("local", "ray")
-
-
 @dataclass
 class PipelineConfig:
     # "sync": rollout, then train, then weight sync. "async": a rollout worker generates the next steps
@@ -187,8 +183,9 @@ class PipelineConfig:
     # num_threads (or of torch's default), at least 1
     rollout_threads: int = 0
     train_threads: int = 0
-    # "local": engine and trainer in this process. "ray": rollout actors and a trainer actor group on a Ray
-    # cluster (the `ray` section; specrl.pipeline.cluster), needs `pip install 'specrl[ray]'`
+    # both sides of the pipeline (specrl.pipeline.seam.BACKENDS): "local", engine and trainer in this process;
+    # "ray", rollout actors and a trainer actor group on a Ray cluster (the `ray` section), needs
+    # `pip install 'specrl[ray]'`. Checked against the table before the run directory is touched
     backend: str = "local"
     # async: a policy version published while the rollout side is inside generate() is taken between two
     # engine steps (running sequences continue on it; each token keeps the logprob it was sampled with)
@@ -197,7 +194,6 @@ class PipelineConfig:
 
     def validate(self) -> None:
         require(self.mode in PIPELINE_MODES, "mode", self.mode, f"one of {list(PIPELINE_MODES)}")
-        require(self.backend in PIPELINE_BACKENDS, "backend", self.backend, f"one of {list(PIPELINE_BACKENDS)}")
         require(self.max_policy_lag >= 0, "max_policy_lag", self.max_policy_lag, ">= 0",
                 "0 makes async wait for every update (the sync schedule); 1 overlaps one step")
         for key in ("rollout_threads", "train_threads"):
@@ -259,8 +255,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         require(self.log_samples >= 0, "log_samples", self.log_samples, ">= 0", "0 writes no samples.jsonl")
-        require(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
-                "float32, bfloat16 or float16", "float32 keeps logprob_diff ~0")
+        require(self.dtype in DTYPES, "dtype", self.dtype, f"one of {sorted(DTYPES)}", "float32 keeps logprob_diff ~0")
         require(self.num_threads >= 0, "num_threads", self.num_threads, ">= 0")
         self._validate_online_drafter()
 

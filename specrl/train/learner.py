@@ -20,10 +20,11 @@ import torch
 
 from ..model import CausalLM, load_model, resolve_dtype, save_model
 from ..state_files import has_state, load_state, save_state
+from .batch import TrainBatch
 from .config import TrainConfig
 from .drafter_capture import DrafterBatch
 from .online_drafter import OnlineDrafterTrainer
-from .trainer import PolicyTrainer, TrainBatch
+from .trainer import PolicyTrainer
 
 TRAINER_STATE, DRAFTER_TRAINER_STATE = "trainer", "drafter_trainer"
 
