@@ -19,7 +19,7 @@ COMMANDS = {
     "train": ("specrl.cli.train", "main", "GRPO training with speculative rollouts (the main job)"),
     "generate": ("specrl.cli.generate", "main", "generate completions to JSONL (vLLM-style sampling)"),
     "bench": ("specrl.cli.bench", "main", "benchmarks: `bench engine`, `bench spec` (JSON lines)"),
-    "simulate": ("specrl.sim.cli", "main", "performance simulator: project speedups on GPU clusters"),
+    "simulate": ("specrl.cli.simulate", "main", "performance simulator: project speedups on GPU clusters"),
     "pretrain": ("specrl.tasks.pretrain", "pretrain_main", "build the embedded base policy"),
     "train-drafter": ("specrl.train.drafter_cli", "main", "offline drafter training (eagle3/draft_model/mtp)"),
     "make-data": ("specrl.cli.make_data", "main", "write a JSONL prompt set (`make-data math`, boxed answers)"),
