@@ -56,8 +56,9 @@ class LLM:
             check_tokenizer_matches(self.tokenizer, cfg.vocab_size, str(src))
         p = next(self.model.parameters())
         skip_cudnn_attention(p.device)
-        self.kv_plan = plan_kv_cache(cfg, p.dtype, max_num_seqs, max_model_len,
-                                     memory_budget(p.device, kv_cache_memory, memory_utilization), MAX_SPEC_TOKENS + 1)
+        budget = memory_budget(p.device, kv_cache_memory, memory_utilization)
+        self.kv_plan = plan_kv_cache(cfg, p.dtype, max_num_seqs, max_model_len, budget.bytes, MAX_SPEC_TOKENS + 1,
+                                     budget.fix)
         log.info(self.kv_plan.describe())
         self.max_model_len = self.kv_plan.max_model_len
         self.max_num_seqs = self.kv_plan.num_slots
