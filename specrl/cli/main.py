@@ -17,6 +17,7 @@ from ..errors import USER_ERRORS
 
 COMMANDS = {
     "train": ("specrl.cli.train", "main", "GRPO training with speculative rollouts (the main job)"),
+    "compare": ("specrl.cli.compare", "main", "runs of `specrl train` side by side: a table and one figure"),
     "generate": ("specrl.cli.generate", "main", "generate completions to JSONL (vLLM-style sampling)"),
     "bench": ("specrl.cli.bench", "main", "benchmarks: `bench engine`, `bench spec` (JSON lines)"),
     "simulate": ("specrl.cli.simulate", "main", "performance simulator: project speedups on GPU clusters"),
