@@ -9,7 +9,7 @@ Settings are JSON objects of `rollout.drafter` keys plus `layers`, `window`, `ep
 decay to 5% over the 30 steps); {"from": DIR} only scores the EAGLE-3 head saved in DIR (e.g. one that
 `specrl train-drafter` trained offline on as many tokens). One thread; CPU seconds of the drafter updates.
 
-    python benchmarks/online_drafter_cold_curve.py '{"lr": 1e-3, "sample_fraction": 1.0}' \\
+    python experiments/online_drafter_cold_curve.py '{"lr": 1e-3, "sample_fraction": 1.0}' \\
         '{"lr": 1e-3, "sample_fraction": 1.0, "updates_per_step": 4}'
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ its learning per update? A fresh EAGLE-3 head learns the embedded policy from 5 
 batches (cycled, 15 updates, lr 1e-3) at each fraction; its first-draft KL and expected accepted mass are
 measured on a sixth, held-out batch after 5, 10 and 15 updates. Prints one JSON line per fraction.
 
-    python benchmarks/online_drafter_sample_fraction.py [--fractions 1,0.25,0.125]
+    python experiments/online_drafter_sample_fraction.py [--fractions 1,0.25,0.125]
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 def captured_batches(policy, count: int) -> list:
     """`count` captured 8x8 rollout batches at the default EAGLE-3 layers of the 6-layer embedded policy."""
-    from online_drafter_cold_curve import captured  # benchmarks/ is on sys.path when run as a script
+    from online_drafter_cold_curve import captured  # experiments/ is on sys.path when run as a script
     return captured(policy, count, prompts_per_batch=8, layers=(1, 2, 3))
 
 

@@ -17,7 +17,7 @@ one head in fp32, 32 in bf16), not slots x max_model_len. The budget then bounds
 default budget costs nothing until it is used. This is paging at the operating system's granularity, with
 none of a block table's gathers. On a GPU, memory is committed at allocation as usual.
 
-Paged KV blocks (nano-vllm, vLLM) are not built; `benchmarks/kv_paging.py` replays a 16-position block
+Paged KV blocks (nano-vllm, vLLM) are not built; `experiments/kv_paging.py` replays a 16-position block
 allocator on the engine's own schedule of an RL rollout and reads the lazy cache's resident pages with
 mincore (docs/results/kv_paging.jsonl): the embedded task's default rollout (128 sequences, 64 slots) holds
 66.5 MiB resident against 43.9 MiB of blocks at their peak, SmolLM2-135M's (64 x 64 tokens, bf16) 170.6
