@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from ..heap import trim
+from ..heap import TRIM_MIN_FREE, trim
 from ..model import CausalLM, check_tokenizer_matches, load_model, load_text_tokenizer
 from ..model.chat import is_conversation
 from ..model.layers import skip_cudnn_attention
@@ -208,7 +208,7 @@ class LLM:
             return
         for cache in (self.runner.cache, getattr(unwrap(self.drafter), "cache", None) or []):  # draft_model, mtp
             release_caches(cache)
-        trim()  # and the step temporaries' freed heap pages (specrl/heap.py)
+        trim(TRIM_MIN_FREE)  # and the step temporaries' freed heap pages, when there are many (specrl/heap.py)
 
     def step(self, scheduler: Scheduler) -> None:
         t0 = time.perf_counter()

@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ..engine.memory import parse_bytes
-from ..heap import trim
+from ..heap import TRIM_MIN_FREE, trim
 from ..model import CausalLM
 from ..model.layers import skip_cudnn_attention
 from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty, token_logprobs,
@@ -198,7 +198,11 @@ class PolicyTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         lr = self.scheduler.get_last_lr()[0]
         total = 0.0
-        for idx in self.micro_batches(rows, batch.lengths):
+        chunks = self.micro_batches(rows, batch.lengths)
+        largest = max(range(len(chunks)), key=lambda i: len(chunks[i]) * int(batch.lengths[chunks[i]].max()))
+        for i, idx in enumerate(chunks):
+            if i == largest and self.device.type == "cpu":  # the update peaks here: free heap pages go back first
+                trim(TRIM_MIN_FREE)  # specrl/heap.py
             mb = batch.rows(idx, self.device)
             T = mb.input_ids.shape[1]
             layers = self.capture_layers
@@ -229,8 +233,6 @@ class PolicyTrainer:
                 loss = loss + self.algo.mtp_coef * mtp
                 sums["mtp_loss"] += float(mtp.detach())
             loss.backward()
-            if self.device.type == "cpu":  # the micro-batch's freed activations: their heap pages go back
-                trim()
             total += float(loss.detach())
             sums["entropy"] += float((entropy * mb.mask).sum() / n_tok)
             sums["clip_frac"] += float((pl.clipped.float() * mb.mask).sum() / n_tok)
@@ -239,8 +241,6 @@ class PolicyTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLossError(f"loss={total} grad_norm={grad_norm} is not finite; the update was skipped")
         self.optimizer.step()
-        if self.device.type == "cpu":
-            trim()  # specrl/heap.py
         self.scheduler.step()
         sums["loss"] += total
         sums["grad_norm"] += grad_norm
