@@ -139,7 +139,9 @@ class OptimConfig:
     # model in fp32, plus one lm-head chunk's vocabulary rows; ~0.2 MB for the embedded policy, whose default
     # micro-batches it leaves whole)
     micro_batch_tokens: int | None = None
-    activation_memory: int | str = "2GiB"
+    # null: what 2 GiB leaves beside the weights, gradients and AdamW state, at least 512 MiB
+    # (trainer.activation_budget: 2 GiB minus 176 MiB for the embedded policy, 512 MiB for a 135M model)
+    activation_memory: int | str | None = None
     # recompute each decoder layer in the backward instead of storing its activations (torch.utils.checkpoint).
     # Off by default: with glibc's default allocator the freed per-layer temporaries stay resident, so on a CPU
     # it cut little resident memory, while the larger micro-batches it allows raised it (docs/real_models.md)
@@ -155,8 +157,8 @@ class OptimConfig:
         require(self.micro_batch_tokens is None or self.micro_batch_tokens >= 0, "micro_batch_tokens",
                 self.micro_batch_tokens, ">= 0 or null", "0 caps micro-batches by rows only; null sizes them from "
                 "activation_memory")
-        require(is_positive_size(self.activation_memory), "activation_memory", self.activation_memory,
-                "a positive size such as 2GiB or 2147483648")
+        require(self.activation_memory is None or is_positive_size(self.activation_memory), "activation_memory",
+                self.activation_memory, "a positive size such as 2GiB or 2147483648, or null (sized from the model)")
 
 
 @dataclass

@@ -43,6 +43,23 @@ def activation_bytes_per_token(cfg, checkpointing: bool = False) -> int:
 
 
 HEAD_CHUNK_ELEMENTS = 2 ** 23  # logits a chunk of the lm-head computes at once (32 MiB in fp32)
+# optim.activation_memory=null: what ACTIVATION_TOTAL leaves beside the training state, at least ACTIVATION_FLOOR;
+# past LARGE_STATE the heap is also trimmed before every micro-batch (see PolicyTrainer.trim_points)
+ACTIVATION_TOTAL, ACTIVATION_FLOOR, LARGE_STATE = 2 * 2 ** 30, 2 ** 29, 2 ** 30
+
+
+def training_state_bytes(model: torch.nn.Module) -> int:
+    """Weights, their gradients and AdamW's two moments: four copies of the parameters."""
+    return 4 * sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def activation_budget(setting: int | str | None, state: int) -> int:
+    """`optim.activation_memory`, or for null what 2 GiB leaves beside a `state`-byte training state, at least
+    512 MiB: a small policy keeps its whole micro-batches, and a 135M model's update stays under 4 GB, where
+    its fixed state alone takes 2.2 GB (docs/real_models.md, "Training memory")."""
+    if setting is not None:
+        return parse_bytes(setting)
+    return max(ACTIVATION_FLOOR, ACTIVATION_TOTAL - state)
 
 
 def head_chunk_tokens(vocab_size: int) -> int:
@@ -106,8 +123,9 @@ class PolicyTrainer:
         self.token_cap = optim.micro_batch_tokens
         if self.token_cap is None:  # sized from the activation budget
             mtp_depths = model.mtp.depth if model.mtp is not None and algo.mtp_coef > 0 else 0
-            self.token_cap = micro_batch_token_cap(model.config, parse_bytes(optim.activation_memory),
-                                                   optim.activation_checkpointing, mtp_depths)
+            budget = activation_budget(optim.activation_memory, training_state_bytes(model))
+            self.token_cap = micro_batch_token_cap(model.config, budget, optim.activation_checkpointing, mtp_depths)
+        self.large = training_state_bytes(model) >= LARGE_STATE
         self.optimizer = build_optimizer(model, optim.lr, optim.weight_decay, tuple(optim.betas))
         self.scheduler = warmup_cosine_scheduler(self.optimizer, optim.warmup_steps,
                                                  total_steps * algo.updates_per_step, optim.min_lr_ratio)
@@ -145,6 +163,18 @@ class PolicyTrainer:
                 out.append(idx[start:end - 1])
                 start = end - 1
         return out + [idx[start:]] if len(idx) else []
+
+    def trim_points(self, chunks: list[Tensor], lengths: Tensor) -> set[int]:
+        """The micro-batches before which freed heap pages go back to the OS (CPU). Once per update, before
+        its largest, where it peaks: the pages a smaller micro-batch frees are the ones the next reuses, so
+        trimming after each costs page faults for little less peak. Before every one for a large model,
+        whose heap otherwise grows from micro-batch to micro-batch and whose compute dwarfs the faults
+        (measured in docs/real_models.md, "Training memory")."""
+        if self.device.type != "cpu" or not chunks:
+            return set()
+        if self.large:
+            return set(range(len(chunks)))
+        return {max(range(len(chunks)), key=lambda i: len(chunks[i]) * int(lengths[chunks[i]].max()))}
 
     def autocast(self):
         """bf16 autocast around forwards and backwards when optim.autocast: the matmuls run in bf16 while
@@ -199,9 +229,9 @@ class PolicyTrainer:
         lr = self.scheduler.get_last_lr()[0]
         total = 0.0
         chunks = self.micro_batches(rows, batch.lengths)
-        largest = max(range(len(chunks)), key=lambda i: len(chunks[i]) * int(batch.lengths[chunks[i]].max()))
+        trims = self.trim_points(chunks, batch.lengths)
         for i, idx in enumerate(chunks):
-            if i == largest and self.device.type == "cpu":  # the update peaks here: free heap pages go back first
+            if i in trims:
                 trim(TRIM_MIN_FREE)  # specrl/heap.py
             mb = batch.rows(idx, self.device)
             T = mb.input_ids.shape[1]
