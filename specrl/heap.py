@@ -6,9 +6,9 @@ glibc serves a large allocation with its own mmap, unmapped when freed, but rais
 stays resident. A training update allocates and frees hundreds of MiB of activations per micro-batch; the
 heap keeps their high-water mark, and fragmentation grows it from step to step. `malloc_trim(0)` hands every
 free page of the heap back (madvise), at the cost of one walk over it, and of faulting the pages in again
-when they are next used: trimming after every micro-batch made the default task's update ~10% slower.
-So the trainer trims once per update, before its largest micro-batch (where the update peaks), and the
-engine when a generate() ends; `trim(min_free)` skips a heap with little free (mallinfo2).
+when they are next used. So the trainer trims where it pays (`PolicyTrainer.trim_points`: once per update,
+or before every micro-batch of a large model), the engine when a generate() ends, and `trim(min_free)`
+skips a heap with little free (mallinfo2). Measured in docs/real_models.md, "Training memory".
 
 (A fixed 128 KiB mmap threshold, glibc's MALLOC_MMAP_THRESHOLD_, gives the same effect everywhere but made
 SmolLM2's update 1.66x slower: every activation became a fresh mapping, faulted in page by page.)

@@ -65,7 +65,8 @@ def summary(run: Run, first: Run) -> dict:
 
 
 COLUMNS = (("run", "run", "{}"), ("steps", "steps", "{}"), ("final_accuracy", "acc final", "{:.3f}"),
-           ("peak_accuracy", "acc peak", "{:.3f}"), ("step_s", "step s", "{:.2f}"), ("rollout_s", "rollout s", "{:.2f}"),
+           ("peak_accuracy", "acc peak", "{:.3f}"), ("step_s", "step s", "{:.2f}"),
+           ("rollout_s", "rollout s", "{:.2f}"),
            ("train_s", "train s", "{:.2f}"), ("acceptance_length", "accept len", "{:.2f}"),
            ("step_speedup", "step x", "{:.2f}"), ("rollout_speedup", "rollout x", "{:.2f}"))
 
@@ -85,6 +86,7 @@ def plot(runs: list[Run], out: Path) -> Path:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError as e:
         raise MissingDependency("--out needs matplotlib: pip install matplotlib (or 'specrl[plots]')") from e
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
@@ -97,6 +99,7 @@ def plot(runs: list[Run], out: Path) -> Path:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=run.name)
         ax.set_title(title)
         ax.set_xlabel("RL step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes.flat[0].legend()
     fig.tight_layout()

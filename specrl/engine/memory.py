@@ -191,7 +191,7 @@ def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
         space = limits.address_space_free()
         left = f"; {space} bytes are left under the address-space limit (ulimit -v)" if space is not None else ""
         raise AddressSpaceError(f"cannot reserve {nbytes} bytes of address space for a KV cache{left}: lower "
-                          "kv_cache_memory (or memory_utilization), max_model_len or max_num_seqs") from e
+                                "kv_cache_memory (or memory_utilization), max_model_len or max_num_seqs") from e
     if hasattr(mmap, "MADV_NOHUGEPAGE"):  # a 2 MiB huge page would make one written position cost 2 MiB
         region.madvise(mmap.MADV_NOHUGEPAGE)
     tensor = torch.frombuffer(region, dtype=torch.uint8).view(dtype).view(shape)

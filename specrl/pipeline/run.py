@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import dump_yaml
+from ..config import ConfigError, dump_yaml
 from ..model import resolve_dtype
 from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
 from ..train.config import TrainConfig
@@ -41,7 +41,11 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
     else:
         backend = make_backend(weights_dir, cfg, trace_path)
     backend.weights_version = version
-    check_capabilities(cfg, learner, backend)
+    try:
+        check_capabilities(cfg, learner, backend)
+    except ConfigError:
+        backend.close()  # e.g. Ray actors
+        raise
     # async: evaluation runs on the trainer's side with its own (in-process) engine, so rollout never pauses
     eval_backend = (load(get_backend(IN_PROCESS_ENGINE).rollout)(weights_dir, cfg) if cfg.pipeline.mode == "async"
                     else None)

@@ -76,7 +76,8 @@ class Learner(Protocol):
     drafter_version: int | None  # online drafter updates applied; None without online drafter training
     pad_id: int  # the token that pads a TrainBatch
 
-    def step(self, batch: TrainBatch, is_cap: float | None = None, rewards: torch.Tensor | None = None) -> dict[str, float]:
+    def step(self, batch: TrainBatch, is_cap: float | None = None,
+             rewards: torch.Tensor | None = None) -> dict[str, float]:
         """One RL update on a batch of rollouts (rewards [N] per trajectory, for reward-weighted drafter
         training); returns its metrics."""
 

@@ -60,7 +60,8 @@ def test_a_protocol_only_backend_trains_like_the_local_one(setup, tmp_path, mode
     args = {"max_steps": 3, "schedule.eval_every": 1, "pipeline.mode": mode, "pipeline.train_threads": 1,
             "pipeline.rollout_threads": 1}
     MADE.clear()
-    assert cli_main(["train", *overrides(*setup, tmp_path / "wrapped", **args, **{"pipeline.backend": "only_protocol"})]) == 0
+    wrapped = {**args, "pipeline.backend": "only_protocol"}
+    assert cli_main(["train", *overrides(*setup, tmp_path / "wrapped", **wrapped)]) == 0
     assert cli_main(["train", *overrides(*setup, tmp_path / "local", **args)]) == 0
     for f in ("metrics.jsonl", "eval.jsonl"):
         assert strip_timings(read_jsonl(tmp_path / "wrapped" / f)) == strip_timings(read_jsonl(tmp_path / "local" / f))
