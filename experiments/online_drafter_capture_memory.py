@@ -23,10 +23,10 @@ def one(fraction: float, rows: int, tokens: int, micro: int) -> dict:
     import torch
 
     from specrl import SpecConfig
+    from specrl.drafters.training.online import OnlineDrafterTrainer
     from specrl.model import CausalLM, ModelConfig
     from specrl.train.config import AlgorithmConfig, OptimConfig
-    from specrl.train.drafter_config import DrafterConfig
-    from specrl.train.online_drafter import OnlineDrafterTrainer
+    from specrl.train.config import DrafterConfig
     from specrl.train.trainer import PolicyTrainer, collate
 
     torch.manual_seed(0)
@@ -43,12 +43,12 @@ def one(fraction: float, rows: int, tokens: int, micro: int) -> dict:
     trainer = PolicyTrainer(policy, AlgorithmConfig(), OptimConfig(warmup_steps=0, micro_batch_size=micro,
                                                                    micro_batch_tokens=0),
                             total_steps=10, temperature=1.0, norm_len=resp)
-    trainer.capture_layers, trainer.capture_rows = online.capture_layers, online.pick_rows
+    trainer.forward_hook = capture = online.forward_hook()
     trainer.step(batch)
-    held = sum(t.numel() * t.element_size() for mb in trainer.captured
+    held = sum(t.numel() * t.element_size() for mb in capture.batches
                for t in (mb.input_ids, mb.mask, mb.logits, *mb.hidden.values()))
     return {"sample_fraction": fraction, "rows": rows, "tokens": tokens, "micro_batch_rows": micro,
-            "captured_rows": sum(len(mb.rows) for mb in trainer.captured), "captured_mb": round(held / 2**20, 1),
+            "captured_rows": sum(len(mb.rows) for mb in capture.batches), "captured_mb": round(held / 2**20, 1),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 

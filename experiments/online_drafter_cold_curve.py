@@ -26,8 +26,9 @@ def captured(policy, batches: int, prompts_per_batch: int = 4, layers: tuple[int
     import torch
 
     from specrl import LLM, SamplingParams
+    from specrl.drafters.training.capture import Capture
+    from specrl.drafters.training.data import default_prompts
     from specrl.train.config import AlgorithmConfig, OptimConfig
-    from specrl.train.drafter_data import default_prompts
     from specrl.train.trainer import PolicyTrainer, collate
     k = prompts_per_batch
     llm, prompts, out = LLM(policy, max_num_seqs=64), default_prompts(k * batches), []
@@ -38,9 +39,9 @@ def captured(policy, batches: int, prompts_per_batch: int = 4, layers: tuple[int
                         torch.zeros(len(samples)), pad_id=0)
         trainer = PolicyTrainer(copy.deepcopy(policy), AlgorithmConfig(), OptimConfig(warmup_steps=0),
                                 total_steps=100, temperature=1.0, norm_len=200)
-        trainer.capture_layers = layers or tuple(range(policy.config.num_layers))
+        trainer.forward_hook = capture = Capture(layers or tuple(range(policy.config.num_layers)))
         trainer.step(batch)
-        out.append(trainer.captured)
+        out.append(capture.batches)
     return out
 
 
@@ -48,11 +49,11 @@ def main() -> None:
     import torch
 
     from specrl import SpecConfig
+    from specrl.drafters.eagle3.head import Eagle3Config, init_head
+    from specrl.drafters.training.online import OnlineDrafterTrainer
     from specrl.model import load_model
-    from specrl.spec.eagle3_head import Eagle3Config, init_head
     from specrl.tasks import default_policy_path
-    from specrl.train.drafter_config import DrafterConfig
-    from specrl.train.online_drafter import OnlineDrafterTrainer
+    from specrl.train.config import DrafterConfig
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("settings", nargs="+", help="JSON objects, one per setting")

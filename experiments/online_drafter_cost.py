@@ -7,7 +7,7 @@ other load changes little). One fixed batch for every variant.
 
 Rollouts: 8 training-split prompts x n=8 from the embedded policy (temperature 1), as `specrl train` with
 rollout.prompts_per_step=8 samples them. For each
-method the policy trainer step runs with and without `capture_layers` on copies of the same policy
+method the policy trainer step runs with and without the drafter's `forward_hook` on copies of the same policy
 (alternating, `--repeats` times; the median is kept), then `OnlineDrafterTrainer.step` on the captured
 micro-batches. Prints one JSON line per method and sample_fraction.
 
@@ -97,12 +97,12 @@ def main() -> None:
     import torch
 
     from specrl import LLM, SamplingParams, SpecConfig
+    from specrl.drafters.training.data import default_prompts
+    from specrl.drafters.training.online import OnlineDrafterTrainer
     from specrl.model import load_model
     from specrl.tasks import default_policy_path
     from specrl.train.config import AlgorithmConfig, OptimConfig
-    from specrl.train.drafter_data import default_prompts
-    from specrl.train.drafter_config import DrafterConfig
-    from specrl.train.online_drafter import OnlineDrafterTrainer
+    from specrl.train.config import DrafterConfig
     from specrl.train.trainer import PolicyTrainer, collate
 
     ap = argparse.ArgumentParser()
@@ -137,10 +137,10 @@ def main() -> None:
         plain, capt, drafter = [], [], []
         for _ in range(args.repeats):
             a, b = trainer(copy.deepcopy(policy)), trainer(copy.deepcopy(policy))
-            b.capture_layers, b.capture_rows = online.capture_layers, online.pick_rows
+            b.forward_hook = capture = online.forward_hook()
             plain.append(timed(lambda: a.step(batch)))
             capt.append(timed(lambda: b.step(batch)))
-            drafter.append(timed(lambda: online.step(b.captured)))
+            drafter.append(timed(lambda: online.step(capture.batches)))
         med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
         print(json.dumps({
             "method": method, "sample_fraction": fraction, "rows": batch.num_rows, "response_tokens": int(batch.mask.sum()),

@@ -25,10 +25,10 @@ def main() -> None:
     import torch
 
     from specrl import SpecConfig
+    from specrl.drafters.training.online import OnlineDrafterTrainer
     from specrl.model import load_model
     from specrl.tasks import default_policy_path
-    from specrl.train.drafter_config import DrafterConfig
-    from specrl.train.online_drafter import OnlineDrafterTrainer
+    from specrl.train.config import DrafterConfig
     ap = argparse.ArgumentParser()
     ap.add_argument("--fractions", default="1.0,0.25,0.125")
     args = ap.parse_args()

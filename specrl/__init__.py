@@ -7,7 +7,7 @@ import importlib
 
 __version__ = "0.1.0"
 _EXPORTS = {"LLM": "specrl.engine", "CompletionOutput": "specrl.engine", "RequestOutput": "specrl.engine",
-            "SamplingParams": "specrl.engine", "SpecConfig": "specrl.spec"}
+            "SamplingParams": "specrl.engine", "SpecConfig": "specrl.engine.methods"}
 __all__ = list(_EXPORTS)
 
 

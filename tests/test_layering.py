@@ -1,8 +1,11 @@
 """The layering of DESIGN.md's parts table, read from the source (every import, module- or function-level).
 
 Packages import downwards only: no cycle between packages, `rl` imports nothing from the rest of specrl, the
-engine does not import the drafters (it builds them through the method table's module paths), and drafters
-use the engine core only (never `engine.llm`, `engine.steps`, `engine.scheduler`).
+engine does not import the drafters (it builds them through the method table's module paths), drafters use the
+engine core only (never `engine.llm`, `engine.steps`, `engine.scheduler`), and `train` (the policy trainer)
+imports nothing from `drafters`: online drafter training reaches the trainer through `PolicyTrainer.forward_hook`.
+
+`python tests/test_layering.py [SPECRL_DIR]` prints the arrows (see `print_arrows`).
 """
 from __future__ import annotations
 
@@ -85,7 +88,7 @@ def test_the_graph_sees_the_imports_it_should():
     # a self-check, so that the rules below cannot pass on an empty graph
     edges = import_edges()
     assert ("specrl.engine.steps", "specrl.engine.verify") in edges
-    assert ("specrl.spec.eagle3", "specrl.engine.sampling") in edges
+    assert ("specrl.drafters.eagle3.drafter", "specrl.engine.sampling") in edges
     assert package_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == {("a", "b"), ("a", "c"), ("b", "c")}
 
 
@@ -111,16 +114,33 @@ def test_engine_imports_only_model_and_rl():
         f"engine imports {sorted(arrows['engine'])}: drafters are built through specrl.engine.methods.TABLE")
 
 
+def test_engine_does_not_import_the_drafters():
+    bad = [(s, d) for s, d in import_edges() if s.startswith("specrl.engine") and d.startswith("specrl.drafters")]
+    assert not bad, f"the engine imports drafter code: {bad}; name the module in specrl.engine.methods.TABLE instead"
+
+
+def test_train_imports_nothing_from_the_drafters():
+    bad = [(s, d) for s, d in import_edges() if s.startswith("specrl.train") and d.startswith("specrl.drafters")]
+    assert not bad, (f"the policy trainer imports drafter code: {bad}; online drafter training installs "
+                     "PolicyTrainer.forward_hook from specrl.drafters (or the pipeline) instead")
+
+
 def test_drafters_use_the_engine_core_only():
+    """What the engine runs (drafters, heads, auto, hot swap) uses its core only. Training code may drive the
+    front end: offline training collects the policy's own generations with an `LLM`."""
     banned = {"specrl.engine.llm", "specrl.engine.steps", "specrl.engine.scheduler", "specrl.engine"}
-    bad = [(s, d) for s, d in import_edges() if s.startswith("specrl.spec.") and d in banned]
+
+    def training(module: str) -> bool:
+        return module.startswith("specrl.drafters.training.") or module.endswith(".train")
+    bad = [(s, d) for s, d in import_edges() if s.startswith("specrl.drafters.") and not training(s) and d in banned]
     assert not bad, f"drafters import the engine's front end: {bad}"
 
 
 @pytest.mark.parametrize("module", ["specrl.engine.verify", "specrl.engine.steps", "specrl.engine.sampling",
-                                    "specrl.spec.eagle3", "specrl.spec.auto", "specrl.rl"])
+                                    "specrl.drafters.eagle3.drafter", "specrl.drafters.auto",
+                                    "specrl.drafters.training.online", "specrl.rl"])
 def test_module_imports_first_in_a_fresh_interpreter(module):
-    """No circular import whatever is imported first (specrl.spec.verify used to fail this way)."""
+    """No circular import whatever is imported first (a verify module beside the drafters used to fail this way)."""
     out = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
                          cwd=ROOT.parent)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -57,10 +57,10 @@ def policy_path(path: str | None) -> str:
     return str(default_policy_path())
 
 
-def task_prompts(llm, count: int, seed: int = 1234) -> list[list[int]]:
-    """Token ids of held-out task prompts (the RL rollout workload)."""
+def task_prompts(llm, count: int, seed: int = 1234, split: str = "test") -> list[list[int]]:
+    """Token ids of the default task's prompts (held-out ones unless `split="train"`)."""
     from ..tasks import make_problems
-    return [llm.tokenizer.encode(p.prompt).ids for p in make_problems(count, seed=seed, split="test")]
+    return [llm.tokenizer.encode(p.prompt).ids for p in make_problems(count, seed=seed, split=split)]
 
 
 def file_prompts(path: str, model_dir: str, count: int) -> list[list[int]]:

@@ -1,7 +1,9 @@
 """`specrl bench spec`: speculative decoding against SD off on the same policy, in one process.
 
-For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": 64 prompts x n=8 with max_num_seqs 64) the
-baseline runs first, then every method, all at temperature 1 on held-out task prompts, stopping at EOS.
+For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one `specrl train` rollout of the default
+config, rollout.prompts_per_step training prompts x rollout.n samples through rollout.max_num_seqs slots, up to
+rollout.max_tokens) the baseline runs first, then every method, all at temperature 1 on task prompts, stopping
+at EOS. Every prompt has its own seed, the same for SD off and on.
 `--quick`: batch sizes 1 and 4, 64 new tokens, one batch each (a smoke test, e.g. on a real checkpoint).
 A real checkpoint: `--model DIR --prompts FILE` (a `specrl make-data` file) and `--draft-model DIR` for a
 model-based drafter. `--check-identity`: greedy decoding, and whether each method gives SD off's tokens
@@ -21,13 +23,15 @@ def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats, temperature=1
     """(tokens per wall second, per process-CPU second, the engine's stats, every completion's token ids)."""
     from .. import SamplingParams
     llm = llm_factory()
-    params = SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
     llm.generate(prompts[:1], SamplingParams(max_tokens=4))  # warm-up
     llm.reset_stats()
     tokens, seconds, cpu, ids = 0, 0.0, 0.0, []
     for r in range(repeats):
         chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
         c0 = time.process_time()
+        # a seed per prompt: prompts that shared one would share their random draws
+        params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens,
+                                 seed=seed * 1_000_003 + r * batch + i) for i in range(len(chunk))]
         outs, dt = timed(lambda: llm.generate(chunk, params))
         cpu += time.process_time() - c0
         ids += [list(o.token_ids) for q in outs for o in q.outputs]
@@ -59,7 +63,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
     ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=None, help="default 384 (--quick: 64)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="default 512 (--quick: 64); the rl workload "
+                    "takes rollout.max_tokens")
     ap.add_argument("--repeats", type=int, default=None,
                     help="batches per measurement (n=1 workloads); default 3 (--quick: 1)")
     ap.add_argument("--prompts", default=None, help="a JSONL of prompt or messages rows (`specrl make-data`), "
@@ -71,10 +76,11 @@ def main(argv: list[str]) -> int:
     args = parse_args(ap, argv)
     if args.check_identity:
         args.temperature = 0.0
-    for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 384, 64), ("repeats", 3, 1)):
+    for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 512, 64), ("repeats", 3, 1)):
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
     from .. import LLM, SpecConfig
+    from ..train.config import TrainConfig
     methods = [m for m in args.methods.split(",") if m]
     def spec_for(method):
         model_based = get_method(method).model_based
@@ -85,22 +91,26 @@ def main(argv: list[str]) -> int:
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     path = policy_path(args.model)
     probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1, **memory_kwargs(args))
+    rollout = TrainConfig().rollout  # the RL workload is the default run's rollout
     for bs in batch_sizes:
         rl = bs == "rl"
-        batch, n = (64, 8) if rl else (int(bs), 1)
-        count = batch if rl else batch * args.repeats
-        prompts = (file_prompts(args.prompts, path, count) if args.prompts
-                   else task_prompts(probe, count, seed=args.seed + 7))
+        batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
+        count = rollout.prompts_per_step if rl else batch * args.repeats
+        if args.prompts:
+            prompts = file_prompts(args.prompts, path, count)
+        else:
+            prompts = task_prompts(probe, count, seed=args.seed + 7, split="train" if rl else "test")
         repeats = 1 if rl else args.repeats
+        max_tokens = rollout.max_tokens if rl and not args.quick else args.max_tokens
 
         def factory(spec=None):
             return lambda: LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec,
                                 **memory_kwargs(args))
-        base_tps, _, _, base_ids = run(factory(), prompts, n, batch, args.max_tokens, args.seed, repeats,
+        base_tps, _, _, base_ids = run(factory(), prompts, n, batch, max_tokens, args.seed, repeats,
                                        args.temperature)
         for method in methods:
             try:
-                tps, cpu_tps, stats, ids = run(factory(spec_for(method)), prompts, n, batch, args.max_tokens,
+                tps, cpu_tps, stats, ids = run(factory(spec_for(method)), prompts, n, batch, max_tokens,
                                                args.seed, repeats, args.temperature)
             except (FileNotFoundError, ValueError) as e:  # a drafter that is not built here
                 emit({"method": method, "batch_size": bs, "k": args.k, "error": str(e)[:200]})

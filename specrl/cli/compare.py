@@ -21,7 +21,7 @@ from ..errors import MissingDependency, UserError
 from ..pipeline.run_dir import is_run_dir, read_jsonl
 
 # (metrics.jsonl key, panel title); held-out accuracy comes from eval.jsonl
-PANELS = (("reward_mean", "train reward (mean)"), ("eval", "held-out greedy accuracy"), ("step_s", "step seconds"),
+PANELS = (("reward_mean", "train reward (mean)"), ("eval", "held-out accuracy"), ("step_s", "step seconds"),
           ("rollout_s", "rollout seconds"), ("train_s", "train (update) seconds"),
           ("acceptance_length", "acceptance length (tokens / target forward)"))
 

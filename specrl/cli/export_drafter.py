@@ -1,7 +1,7 @@
 """`specrl export-drafter SRC --out DIR`: a trained drafter in the layout serving engines load.
 
 SRC is a drafter directory or a run directory (its latest checkpoint's `drafter/`, with the checkpoint's
-`model/` as the policy). An EAGLE-3 head is written in the public EAGLE-3 layout (spec/eagle3_export.py,
+`model/` as the policy). An EAGLE-3 head is written in the public EAGLE-3 layout (drafters/eagle3/export.py,
 docs/drafter_export.md), optionally over a reduced draft vocabulary (`--draft-vocab-size N` with token
 frequencies from `--data FILE.jsonl`, rows with `token_ids` as `specrl generate` writes them); a draft
 model is written as a plain Hugging Face checkpoint. MTP modules have no standalone public layout (they
@@ -61,7 +61,7 @@ def kind_of(drafter: Path) -> str:
 
 
 def counts_from(path: str | None, vocab_size: int):
-    from ..spec.eagle3_export import token_counts
+    from ..drafters.eagle3.export import token_counts
     if path is None or not Path(path).is_file():
         raise UserError(f"--draft-vocab-size needs token frequencies: --data {path!r} "
                          "is not a file (write one with `specrl generate --out FILE.jsonl`)")
@@ -71,8 +71,8 @@ def counts_from(path: str | None, vocab_size: int):
 
 def export(args: argparse.Namespace) -> dict:
     from ..model import load_model, resolve_dtype, save_model
-    from ..spec.eagle3_export import draft_vocab, export_eagle3, with_draft_vocab
-    from ..spec.eagle3_head import load_head
+    from ..drafters.eagle3.export import draft_vocab, export_eagle3, with_draft_vocab
+    from ..drafters.eagle3.head import load_head
     drafter, run_policy = resolve_source(Path(args.src))
     policy_dir = Path(args.policy) if args.policy else run_policy
     policy = load_model(policy_dir) if policy_dir else None

@@ -3,7 +3,7 @@
 Every list of method names in specrl (config validation, `specrl bench spec`, `specrl train-drafter`, the
 simulator's `--sd-method`, "auto"'s inner drafter) is derived from `TABLE`. The engine builds a drafter
 through its row's module path (a plugin lookup with importlib), so the engine core has no static import of
-`specrl.spec`: drafters import the core, never the other way round. Torch-free, so light commands (e.g.
+`specrl.drafters`: drafters import the core, never the other way round. Torch-free, so light commands (e.g.
 `specrl simulate`) can read the table without importing torch.
 """
 from __future__ import annotations
@@ -35,12 +35,12 @@ class DrafterMethod:
 
 
 TABLE: tuple[DrafterMethod, ...] = (
-    DrafterMethod("draft_model", "specrl.spec.draft_model", True, "specrl.train.train_draft_model"),
-    DrafterMethod("eagle3", "specrl.spec.eagle3", True, "specrl.train.train_eagle3"),
-    DrafterMethod("mtp", "specrl.spec.mtp", True, "specrl.train.train_mtp"),
-    DrafterMethod("ngram", "specrl.spec.ngram", False),
-    DrafterMethod("suffix", "specrl.spec.suffix", False),
-    DrafterMethod("auto", "specrl.spec.auto", False, adaptive=True),
+    DrafterMethod("draft_model", "specrl.drafters.draft_model.drafter", True, "specrl.drafters.draft_model.train"),
+    DrafterMethod("eagle3", "specrl.drafters.eagle3.drafter", True, "specrl.drafters.eagle3.train"),
+    DrafterMethod("mtp", "specrl.drafters.mtp.drafter", True, "specrl.drafters.mtp.train"),
+    DrafterMethod("ngram", "specrl.drafters.ngram.drafter", False),
+    DrafterMethod("suffix", "specrl.drafters.suffix.drafter", False),
+    DrafterMethod("auto", "specrl.drafters.auto", False, adaptive=True),
 )
 _BY_NAME = {m.name: m for m in TABLE}
 METHODS: tuple[str, ...] = tuple(_BY_NAME)
@@ -81,15 +81,28 @@ class SpecConfig:
         return self.method is not None
 
 
-SCRATCH, SCRATCH_MODULE = "scratch", "specrl.spec.scratch"  # cold start: spec.draft_model="scratch"
+SCRATCH, SCRATCH_MODULE = "scratch", "specrl.drafters.scratch"  # cold start: spec.draft_model="scratch"
+
+
+def model_method(spec: SpecConfig, what: str = "draft_model='scratch'") -> str:
+    """The model drafter `spec` runs ("auto" resolves to the drafter it wraps); an error for model-free ones.
+    Here, torch-free, so that config validation (rollout.drafter.online) reads it without the drafters."""
+    method = spec.method
+    if method == "auto":
+        method = spec.auto_methods[0] if spec.auto_methods else None
+    if method not in TRAINABLE_METHODS:
+        raise ValueError(f"{what} needs a model drafter, but method={spec.method!r}"
+                         f"{f' (auto over {method!r})' if spec.method == 'auto' else ''} has no weights: use "
+                         f"method in {list(TRAINABLE_METHODS)} (or auto_methods=('eagle3',)), or drop {what}")
+    return method
 
 
 def build_drafter(spec: SpecConfig, target, num_slots: int, max_len: int):
     """The Drafter (see specrl.engine.drafting) of `spec.method`; its module is imported only now.
-    draft_model="scratch" starts a model drafter from the policy itself (specrl.spec.scratch)."""
+    draft_model="scratch" starts a model drafter from the policy itself (specrl.drafters.scratch)."""
     row = get_method(spec.method)
     if spec.draft_model == SCRATCH and not row.adaptive:  # auto builds its inner drafter through here
         return importlib.import_module(SCRATCH_MODULE).build(spec, target, num_slots, max_len)
     if spec.draft_model == SCRATCH:
-        importlib.import_module(SCRATCH_MODULE).model_method(spec)  # auto over a model-free one: a clear error
+        model_method(spec)  # auto over a model-free one: a clear error
     return importlib.import_module(row.module).build(spec, target, num_slots, max_len)

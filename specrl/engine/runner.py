@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..model import CausalLM, ModelOutput
+from ..model.layers import Slots, slot_index
 from .memory import kv_zeros
 from .methods import MAX_SPEC_TOKENS  # verify forwards write up to k drafts past a sequence's budget
 
@@ -54,11 +55,9 @@ class ModelRunner:
             k[dst, :, :length] = k[src, :, :length]
             v[dst, :, :length] = v[src, :, :length]
 
-    def slot_index(self, slots: list[int]) -> torch.Tensor | slice:
-        """A slice when the batch owns consecutive slots in order (the cache is then read as a view)."""
-        if slots == list(range(slots[0], slots[0] + len(slots))):
-            return slice(slots[0], slots[0] + len(slots))
-        return torch.tensor(slots, device=self.device)
+    def slot_index(self, slots: list[int]) -> Slots:
+        """How the batch reads the cache: as views of its stretches of consecutive slots (model.layers)."""
+        return slot_index(slots, self.device)
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: list[int]) -> ModelOutput:

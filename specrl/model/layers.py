@@ -6,6 +6,8 @@ rejected draft left behind are never read: the next forward overwrites them firs
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -58,11 +60,23 @@ def attention_mask(positions: torch.Tensor) -> torch.Tensor:
     return (key_pos[None, None, :] <= positions[:, :, None])[:, None]
 
 
-def cached_attention(q, k, v, kv: KV, slots: torch.Tensor | slice, positions: torch.Tensor,
+class SlotRuns(NamedTuple):
+    """The cache slots of a batch whose rows do not own consecutive slots: `index` [B] for the writes, and
+    `runs`, (first slot, first row, rows) per stretch of consecutive slots, for the reads. Reading each
+    stretch as a view costs one attention call per stretch; gathering the rows instead copies the batch's
+    whole cache every layer, which at long contexts costs more than the layer itself."""
+    index: torch.Tensor
+    runs: tuple[tuple[int, int, int], ...]
+
+
+Slots = torch.Tensor | slice | SlotRuns
+
+
+def cached_attention(q, k, v, kv: KV, slots: Slots, positions: torch.Tensor,
                      mask: torch.Tensor | None = None) -> torch.Tensor:
-    """q: [B, H, T, D]; k, v: [B, Hkv, T, D]; slots: [B] (or a slice when the batch owns consecutive
-    slots: then the cache rows are read as views, without a gather); positions: [B, T];
-    mask: `attention_mask(positions)` when the caller has it -> [B, H, T, D]."""
+    """q: [B, H, T, D]; k, v: [B, Hkv, T, D]; slots: [B], a slice when the batch owns consecutive slots (the
+    cache rows are then read as views), or `SlotRuns`; positions: [B, T]; mask: `attention_mask(positions)`
+    when the caller has it -> [B, H, T, D]."""
     k_cache, v_cache = kv
     if mask is None:
         mask = attention_mask(positions)
@@ -73,12 +87,31 @@ def cached_attention(q, k, v, kv: KV, slots: torch.Tensor | slice, positions: to
         k_cache[rows, :, positions] = k.transpose(1, 2)  # write [B, T, Hkv, D]
         v_cache[rows, :, positions] = v.transpose(1, 2)
         keys, values = k_cache[:, :, :length], v_cache[:, :, :length]  # views [B, Hkv, L, D]
-    else:
-        rows = slots[:, None].expand_as(positions)  # [B, T]
-        k_cache[rows, :, positions] = k.transpose(1, 2)
-        v_cache[rows, :, positions] = v.transpose(1, 2)
-        keys, values = k_cache[slots, :, :length], v_cache[slots, :, :length]  # gathers [B, Hkv, L, D]
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+    index = slots.index if isinstance(slots, SlotRuns) else slots
+    rows = index[:, None].expand_as(positions)  # [B, T]
+    k_cache[rows, :, positions] = k.transpose(1, 2)
+    v_cache[rows, :, positions] = v.transpose(1, 2)
+    if isinstance(slots, SlotRuns):
+        return torch.cat([F.scaled_dot_product_attention(
+            q[r:r + n], k_cache[s:s + n, :, :length], v_cache[s:s + n, :, :length], attn_mask=mask[r:r + n],
+            enable_gqa=True) for s, r, n in slots.runs])  # one view [n, Hkv, L, D] per stretch
+    keys, values = k_cache[index, :, :length], v_cache[index, :, :length]  # gathers [B, Hkv, L, D]
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+
+
+def slot_index(slots: list[int], device, max_runs: int = 16) -> Slots:
+    """How a batch owning cache `slots` (ascending) reads the cache: a slice when they are consecutive, else
+    by stretches of consecutive slots (`SlotRuns`) when there are at most `max_runs`, else a gather."""
+    runs, first = [], 0
+    for row in range(1, len(slots) + 1):
+        if row == len(slots) or slots[row] != slots[row - 1] + 1:
+            runs.append((slots[first], first, row - first))
+            first = row
+    if len(runs) == 1:
+        return slice(slots[0], slots[0] + len(slots))
+    index = torch.tensor(slots, device=device)
+    return SlotRuns(index, tuple(runs)) if len(runs) <= max_runs else index
 
 
 class Attention(nn.Module):

@@ -14,10 +14,10 @@ from typing import Callable
 
 import torch
 
+from ..drafters.weights import check_fits, drafter_module, drafter_version, load_drafter_weights
 from ..engine import LLM, RequestOutput, SamplingParams
 from ..engine.drafting import has_state
 from ..model import CausalLM
-from ..spec.weights import check_fits, drafter_module, drafter_version, load_drafter_weights
 from ..train.config import TrainConfig
 from .seam import NamedTensors
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import torch
 
 from ..config import ConfigError, dump_yaml
+from ..drafters.training.health import DrafterHealth, HealthConfig
 from ..model import resolve_dtype
 from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, build_sources
-from ..train.drafter_health import DrafterHealth, HealthConfig
 from ..train.rewards import get_reward
 from .progress import StepProgress
 from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
@@ -92,6 +92,7 @@ def train(cfg: TrainConfig) -> dict:
     if backend_row.check is not None:
         load(backend_row.check)()  # e.g. without Ray: how to install it
     source, held_out = build_sources(cfg.data, cfg.seed)
+    check_context(cfg, held_out)
     run, ckpt = _start(cfg)
     start = 0 if ckpt is None else ckpt.step
     try:
@@ -116,6 +117,22 @@ def train(cfg: TrainConfig) -> dict:
         if cfg.plots:
             run.plot()
     return _summary(run)
+
+
+def check_context(cfg: TrainConfig, held_out: list[Example]) -> None:
+    """A response budget the policy's context cannot hold would cut every long response short: refuse it
+    before the run directory is touched, naming the knobs. The prompts checked are the held-out ones (an
+    embedded task's are as long as its training prompts)."""
+    from ..model.checkpoint import read_config
+    context = read_config(model_dir(cfg)).max_position_embeddings
+    encoder = PromptEncoder(model_dir(cfg), cfg.data.chat_template)
+    prompt = max((len(encoder.encode(e.prompt)) for e in held_out[:64]), default=1)
+    for key, value in (("rollout.max_tokens", cfg.rollout.max_tokens), ("data.eval_max_tokens", cfg.data.eval_max_tokens)):
+        if prompt + value > context:
+            raise ConfigError(f"{key}={value} is invalid: with prompts of up to {prompt} tokens it needs "
+                              f"{prompt + value} positions, but the policy's context is {context} "
+                              f"(max_position_embeddings in {model_dir(cfg)}/config.json): lower {key} to at most "
+                              f"{context - prompt}, or train a policy with a longer context")
 
 
 def _start(cfg: TrainConfig) -> tuple[RunDir, Checkpoint | None]:

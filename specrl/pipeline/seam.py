@@ -145,7 +145,7 @@ class Backend:
     check: str | None = None  # "module:attribute" called before the run directory is touched (e.g. require_ray)
 
 
-LOCAL_LEARNER = "specrl.train.learner:LocalLearner.build"
+LOCAL_LEARNER = "specrl.pipeline.learner:LocalLearner.build"
 BACKENDS: dict[str, Backend] = {
     "local": Backend("specrl.pipeline.local:local_backend", LOCAL_LEARNER, in_process=True),
     "ray": Backend("specrl.pipeline.cluster.rollout:ray_backend", "specrl.pipeline.cluster.learner:ray_learner",

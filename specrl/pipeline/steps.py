@@ -13,12 +13,12 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..drafters.training.health import DrafterHealth
 from ..engine import SamplingParams
 from ..rl import compute_advantages
 from ..train.checkpoint import latest_checkpoint, save_checkpoint
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, step_seed
-from ..train.drafter_health import DrafterHealth
 from ..train.rewards import RewardFn
 from ..train.batch import collate
 from ..train.trainer import NonFiniteLossError
@@ -28,6 +28,7 @@ from .seam import ROW_STATS, Learner, RolloutBackend, RunStopped, group_version
 
 SAMPLES_KEY = "samples"  # metrics-row key of the step's logged completions (popped before the row is written)
 FLAT_REWARD_STEPS = 3  # steps of all-equal rewards before check_signal warns
+EVAL_SALT = 0x5EED_E7A1  # the held-out samples' seed stream, apart from the rollouts' (salt = prompt index + 1)
 
 
 @dataclass
@@ -217,13 +218,19 @@ def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict) -> dict:
             else 0, "version": rollout.version, **times}
 
 
-def evaluate(parts: Parts, max_tokens: int, backend: RolloutBackend) -> float:
-    """Greedy accuracy on the held-out examples (greedy + lossless SD = the same tokens as without SD)."""
+def evaluate(parts: Parts, cfg: TrainConfig, backend: RolloutBackend) -> float:
+    """Accuracy on the held-out examples, one completion each at `data.eval_temperature` (null: the rollout's;
+    0: greedy), with a seed per example, so that a run's evaluations are repeatable and lossless SD gives the
+    same distribution (greedy: the same tokens) as without it."""
     if not parts.held_out:
         return float("nan")
-    enc, reward = parts.rollout.encoder, parts.learner.reward
+    enc, reward, data = parts.rollout.encoder, parts.learner.reward, cfg.data
+    temperature = cfg.rollout.temperature if data.eval_temperature is None else data.eval_temperature
     prompts = [enc.encode(e.prompt) for e in parts.held_out]
-    outs = backend.generate(prompts, [SamplingParams(temperature=0.0, max_tokens=max_tokens)] * len(prompts))
+    params = [SamplingParams(temperature=temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
+                             max_tokens=data.eval_max_tokens, seed=step_seed(cfg.seed, i, salt=EVAL_SALT))
+              for i in range(len(prompts))]
+    outs = backend.generate(prompts, params)
     scores = [reward(enc.decode(o.outputs[0].token_ids), e.answer, e.prompt) for o, e in zip(outs, parts.held_out)]
     return sum(s >= 1.0 for s in scores) / len(scores)
 
@@ -236,10 +243,10 @@ def run_eval(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepPr
     t0 = time.perf_counter()
     backend = parts.evaluator
     backend.set_trace_tags({"rl_step": step, "call": "eval"})  # after step `step`, so resume can truncate it
-    acc = evaluate(parts, cfg.data.eval_max_tokens, backend)
+    acc = evaluate(parts, cfg, backend)
     run.log({"step": step, "accuracy": acc, "eval_s": time.perf_counter() - t0, "problems": len(parts.held_out)},
             "eval.jsonl")
-    bar.log(f"step {step}: held-out greedy accuracy {acc:.3f} on {len(parts.held_out)} problems")
+    bar.log(f"step {step}: held-out accuracy {acc:.3f} on {len(parts.held_out)} problems")
     return acc
 
 

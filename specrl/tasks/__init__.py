@@ -1,7 +1,8 @@
-"""The embedded default task (multi-step lookups with a scratchpad, see arith.py), its tokenizer, reward and base policy.
+"""The embedded tasks (multi-step lookups with a scratchpad, see arith.py), their tokenizer, reward and base policy.
 
-    from specrl.tasks import make_problems, arith_reward, default_policy_path
-    problems = make_problems(64, seed=0, split="train")   # .prompt, .response, .answer
+    from specrl.tasks import make_problems, arith_reward, default_policy_path, task_spec
+    problems = make_problems(64, seed=0, split="train")   # the default task, "chain": .prompt, .response, .answer
+    short = make_problems(64, seed=0, split="train", spec=task_spec("arith"))
     arith_reward(completion_text, problems[0].answer, problems[0].prompt)  # 1.0 or 0.0
     model = load_model(default_policy_path())              # shipped Qwen3-style base policy
 """
@@ -10,14 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .arith import ArithSpec, Problem, check_solution, make_problems
+from .arith import DEFAULT_TASK, TASKS, ArithSpec, Problem, check_solution, is_counted, make_problems, task_spec
 from .reward import arith_reward, extract_answer
 from .tokenizer import SpecialIds, build_tokenizer, load_tokenizer, save_tokenizer
 
 POLICY_DIR = Path(__file__).parent / "assets" / "policy"
 
-# Name under which the lead's reward registry exposes the task's reward.
-REWARD_NAME = "arith"
+# Name under which the reward registry (specrl.train.rewards) exposes the tasks' checker.
+REWARD_NAME = "chain"
 
 
 def default_policy_path() -> Path:
@@ -25,13 +26,13 @@ def default_policy_path() -> Path:
     if not (POLICY_DIR / "config.json").is_file() or not any(POLICY_DIR.glob("*.safetensors")):
         raise FileNotFoundError(
             f"the embedded base policy is missing at {str(POLICY_DIR)!r}; build it with "
-            f"`specrl pretrain --out {POLICY_DIR}` (about 7 minutes on 2 CPU cores)"
+            f"`specrl pretrain --out {POLICY_DIR}` (about 20 minutes on 2 CPU cores)"
         )
     return POLICY_DIR
 
 
 __all__ = [
-    "ArithSpec", "POLICY_DIR", "Problem", "REWARD_NAME", "SpecialIds", "arith_reward", "build_tokenizer",
-    "check_solution", "default_policy_path", "extract_answer", "load_tokenizer", "make_problems",
-    "save_tokenizer",
+    "ArithSpec", "DEFAULT_TASK", "POLICY_DIR", "Problem", "REWARD_NAME", "SpecialIds", "TASKS", "arith_reward",
+    "build_tokenizer", "check_solution", "default_policy_path", "extract_answer", "is_counted", "load_tokenizer",
+    "make_problems", "save_tokenizer", "task_spec",
 ]

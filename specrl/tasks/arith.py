@@ -1,12 +1,17 @@
-"""The embedded default task: multi-step problems with a worked scratchpad and a verifiable answer.
+"""The embedded tasks: multi-step problems with a worked scratchpad and a verifiable answer.
 
 Two kinds share one generator, tokenizer and reward (ArithSpec.kind):
 
-- "chase" (the default, what the shipped policy is trained on): the prompt lists a random map f on the
-  digits, a start s and a hop count n; the answer is f applied n times to s, one scratchpad line per hop.
+- "chase": the prompt lists a random map f on the digits, a start s and a hop count n; the answer is f
+  applied n times to s, one scratchpad line per hop. A worked solution comes in one of two styles, and the
+  checker accepts either:
 
       prompt   = "Q:0=3 1=7 2=2 3=5 4=0 5=8 6=1 7=9 8=6 9=4 s6 n3=?\n"
-      response = "6=1\n1=7\n7=9\nA:9"     (then EOS)
+      plain    = "6=1\n1=7\n7=9\nA:9"              (then EOS)
+      counted  = "003:6=1\n002:1=7\n001:7=9\nA:9"  (each line first says how many hops are left)
+
+  A plain solution must count its own lines to know when to stop, which a small model cannot do on long
+  chains; a counted one stops at the line that says 1, at the price of more tokens a line.
 
 - "arith": chained single-digit +/- mod `modulus`, labelled so that line i finds operation i in the prompt.
 
@@ -14,10 +19,9 @@ Two kinds share one generator, tokenizer and reward (ArithSpec.kind):
       response = "6a-7=9\n9b+5=4\n4c-8=6\nA:6"
 
 The number of steps is drawn from a clipped lognormal, which gives response lengths the long right tail of
-real reasoning rollouts: most problems are short, a few are many times longer than the median. Every step
-copies the previous result, so a small model errs more the longer the chain, and RL has room to improve.
-The shipped policy (see pretrain.py and grow.py) looks digits up without error but miscounts hops on
-short chains, since it was trained on longer ones; the reward checks the whole worked solution.
+real reasoning rollouts: most problems are short, a few are many times longer than the median. The named
+tasks (`TASKS`) are two such distributions of chase problems: "chain", the default, long enough that most
+of a rollout's time goes to a few long responses, and "arith", the earlier short one.
 """
 
 from __future__ import annotations
@@ -26,12 +30,18 @@ import hashlib
 import math
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 SPLITS = ("train", "test")
 # Each split has its own seed stream, and a prompt's hash decides its split: the two never share a prompt.
 _SPLIT_SALT = {"train": 0x5EED_0001, "test": 0x5EED_7E57}
+
+
+# Counted lines carry the hops left in a fixed width: every line then has the same length, so a small model
+# finds the previous line's counter at a fixed distance back (with variable-width counters it never learned
+# to decrement within 900 steps; zero-padded, in 500).
+COUNTER_DIGITS = 3
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,9 @@ class ArithSpec:
     min_ops: int = 1
     max_ops: int = 20           # the longest response is then ~150 tokens
     kind: str = "chase"         # "chase": follow a digit function n hops; "arith": chained +/- mod modulus
+    # share of generated chase solutions (`Problem.response`, the supervised data) in the counted style; a
+    # prompt's hash picks its style, so the prompts themselves do not depend on it
+    counted_share: float = 0.0
 
     def __post_init__(self) -> None:
         if self.modulus < 2:
@@ -57,11 +70,37 @@ class ArithSpec:
             )
         if self.kind not in ("chase", "arith"):
             raise ValueError(f"ArithSpec.kind={self.kind!r}: expected 'chase' or 'arith'")
+        if self.kind == "chase" and self.max_ops >= 10 ** COUNTER_DIGITS:
+            raise ValueError(f"ArithSpec.max_ops={self.max_ops}: a chase counter has {COUNTER_DIGITS} digits, so "
+                             f"expected max_ops < {10 ** COUNTER_DIGITS}")
+        if not 0.0 <= self.counted_share <= 1.0:
+            raise ValueError(f"ArithSpec.counted_share={self.counted_share}: expected a share in [0, 1]")
         if self.ops_median <= 0 or self.ops_sigma < 0:
             raise ValueError(
                 f"ArithSpec ops_median={self.ops_median}, ops_sigma={self.ops_sigma}: "
                 "expected median > 0 and sigma >= 0"
             )
+
+
+# The named embedded tasks (`data.source`): chase problems whose hop counts follow a clipped lognormal.
+# "chain" (the default) is shaped like reasoning RL: median responses of 100+ tokens and a right tail to ~1,000
+# tokens, so a rollout's time goes to a few long responses. "arith" is the earlier short task.
+TASKS: dict[str, ArithSpec] = {
+    "chain": ArithSpec(ops_median=22.0, ops_sigma=0.7, max_ops=125),
+    "arith": ArithSpec(),
+}
+DEFAULT_TASK = "chain"
+
+
+def task_spec(name: str, ops_median: float | None = None, ops_sigma: float | None = None,
+              max_ops: int | None = None) -> ArithSpec:
+    """The named task's spec, with any hop-count knob given replacing its own; an unknown name raises a
+    ValueError listing the valid ones."""
+    if name not in TASKS:
+        raise ValueError(f"unknown embedded task {name!r}; valid: {list(TASKS)} (or a .jsonl / .parquet file of "
+                         "prompt/answer rows)")
+    knobs = {"ops_median": ops_median, "ops_sigma": ops_sigma, "max_ops": max_ops}
+    return replace(TASKS[name], **{k: v for k, v in knobs.items() if v is not None})
 
 
 class Problem(NamedTuple):
@@ -92,22 +131,30 @@ def solve(first: int, ops: list[tuple[str, int]], modulus: int) -> tuple[list[st
     return lines, value
 
 
+def chase_lines(f: list[int], start: int, hops: int, counted: bool) -> tuple[list[str], int]:
+    """Scratchpad lines of `hops` lookups from `start` through the map `f`, and the value reached."""
+    lines, x = [], start
+    for i in range(hops):
+        lines.append(f"{hops - i:0{COUNTER_DIGITS}d}:{x}={f[x]}" if counted else f"{x}={f[x]}")
+        x = f[x]
+    return lines, x
+
+
 def make_chase(rng: random.Random, spec: ArithSpec) -> Problem:
     """Function chasing: the prompt lists a random map f on the digits and a start s; the answer is
     f applied n times. Each scratchpad line `x=f(x)` looks f(x) up in the prompt by matching `x=`.
 
         prompt   = "Q:0=3 1=7 2=2 3=5 4=0 5=8 6=1 7=9 8=6 9=4 s6 n3=?\n"
-        response = "6=1\n1=7\n7=9\nA:9"
+        response = "6=1\n1=7\n7=9\nA:9"  or, counted, "003:6=1\n002:1=7\n001:7=9\nA:9"
     """
     n = sample_num_ops(rng, spec)
     f = [rng.randint(0, 9) for _ in range(10)]
     start = rng.randint(0, 9)
-    lines, x = [], start
-    for _ in range(n):
-        lines.append(f"{x}={f[x]}")
-        x = f[x]
     table = " ".join(f"{i}={f[i]}" for i in range(10))
-    return Problem(f"Q:{table} s{start} n{n}=?\n", "\n".join(lines + [f"A:{x}"]), str(x), n)
+    prompt = f"Q:{table} s{start} n{n}=?\n"
+    counted = (prompt_hash(prompt) >> 1) % 1000 < 1000 * spec.counted_share  # bit 0 picks the split
+    lines, x = chase_lines(f, start, n, counted)
+    return Problem(prompt, "\n".join(lines + [f"A:{x}"]), str(x), n)
 
 
 def make_problem(rng: random.Random, spec: ArithSpec) -> Problem:
@@ -130,7 +177,8 @@ def prompt_hash(prompt: str) -> int:
 def make_problems(
     n: int, seed: int = 0, split: str = "train", spec: ArithSpec | None = None
 ) -> list[Problem]:
-    """`n` deterministic problems of `split`. The same (n, seed, split, spec) always gives the same list.
+    """`n` deterministic problems of `split` (of the default task, "chain", without `spec`). The same
+    (n, seed, split, spec) always gives the same list.
 
     Train and test never share a prompt: a prompt goes to test iff `prompt_hash` is odd, and the two
     splits also use disjoint seed streams so that their difficulty mixes are independent draws.
@@ -139,7 +187,7 @@ def make_problems(
         raise ValueError(f"split={split!r}: expected one of {SPLITS}")
     if n < 0:
         raise ValueError(f"n={n}: expected a non-negative number of problems")
-    spec = spec or ArithSpec()
+    spec = spec or TASKS[DEFAULT_TASK]
     rng = random.Random(_SPLIT_SALT[split] * 1_000_003 + seed)
     want_odd = split == "test"
     out: list[Problem] = []
@@ -154,23 +202,33 @@ _CHASE_PROMPT = re.compile(r"Q:((?:\d=\d ){10})s(\d) n(\d+)=\?\n?")
 _ARITH_PROMPT = re.compile(r"Q:(\d+)((?:[a-t][+-]\d+)+)=\?\n?")
 
 
-def reference_solution(prompt: str, modulus: int = 10) -> str | None:
-    """The one correct worked solution (scratchpad and `A:` line) of an embedded-task prompt of either
-    kind, rebuilt from the prompt alone; None when `prompt` is not one of this task's prompts."""
+def reference_solutions(prompt: str, modulus: int = 10) -> tuple[str, ...]:
+    """Every correct worked solution (scratchpad and `A:` line) of an embedded-task prompt of either kind,
+    rebuilt from the prompt alone: both styles of a chase prompt; () when `prompt` is not one of this
+    task's prompts."""
     m = _CHASE_PROMPT.fullmatch(prompt)
     if m:
         f = [int(pair[2]) for pair in m.group(1).split()]
-        x, lines = int(m.group(2)), []
-        for _ in range(int(m.group(3))):
-            lines.append(f"{x}={f[x]}")
-            x = f[x]
-        return "\n".join(lines + [f"A:{x}"])
+        start, hops = int(m.group(2)), int(m.group(3))
+        out = []
+        for counted in (False, True):
+            lines, x = chase_lines(f, start, hops, counted)
+            out.append("\n".join(lines + [f"A:{x}"]))
+        return tuple(out)
     m = _ARITH_PROMPT.fullmatch(prompt)
     if m:
         ops = [(op, int(b)) for _, op, b in re.findall(r"([a-t])([+-])(\d+)", m.group(2))]
         lines, value = solve(int(m.group(1)), ops, modulus)
-        return "\n".join(lines + [f"A:{value}"])
-    return None
+        return ("\n".join(lines + [f"A:{value}"]),)
+    return ()
+
+
+def is_counted(response: str) -> bool:
+    """Whether a chase response is written in the counted style (its first line starts `<hops left>:`)."""
+    return bool(_COUNTED_LINE.match(response))
+
+
+_COUNTED_LINE = re.compile(rf"\d{{{COUNTER_DIGITS}}}:\d=\d")
 
 
 def check_solution(problem: Problem, spec: ArithSpec | None = None) -> bool:

@@ -11,8 +11,10 @@ grown into the large shape so that the large model computes the same function:
   dimensions of which only `h` are non-zero.
 - heads and MLP width: the small model's heads are the first heads (with the same query/KV group
   ratio and head_dim) and its MLP units the first units; new heads and units have zero output weights.
-- depth: the small model's layers go to evenly spaced depths; the other layers are residual identities
-  (zero output projections).
+- depth: the small model's layers go to evenly spaced depths in the lower half (`grown_depths`); the other
+  layers are residual identities (zero output projections). The upper layers then carry the final hidden
+  state, so a drafter can read it from a layer below the last: SGLang and vLLM capture EAGLE-3 inputs only
+  before layers 0..L-1, never the last layer's output.
 
 `noise_std` adds Gaussian noise to the new (zero) weights, so that training can move them (exact zeros
 in both the input and output side of a block get no gradient); the function then changes by about that
@@ -54,6 +56,11 @@ def grown_config(small: ModelConfig, hidden_size: int, intermediate_size: int, n
                    num_heads=num_heads, num_kv_heads=num_kv_heads, rms_norm_eps=eps, num_mtp_modules=0)
 
 
+def grown_depths(l_small: int, l_big: int) -> list[int]:
+    """Where the small model's layers go: evenly spaced over depths 0..L//2 (2 into 6: 0 and 3)."""
+    return [round(i * (l_big // 2) / max(l_small - 1, 1)) for i in range(l_small)] if l_small > 1 else [0]
+
+
 @torch.no_grad()
 def grow(small: CausalLM, cfg: ModelConfig, noise_std: float = 0.0, seed: int = 0) -> CausalLM:
     """A `cfg`-shaped CausalLM computing the same function as `small` (up to `noise_std`)."""
@@ -76,7 +83,7 @@ def grow(small: CausalLM, cfg: ModelConfig, noise_std: float = 0.0, seed: int = 
     dst["model.norm.weight"].fill_(norm_scale)
     put("model.norm.weight", src["model.norm.weight"] * norm_scale)
     l_small, l_big = small.config.num_layers, cfg.num_layers
-    depths = [round(i * (l_big - 1) / max(l_small - 1, 1)) for i in range(l_small)]
+    depths = grown_depths(l_small, l_big)
     for j in range(l_big):
         prefix = f"model.layers.{j}."
         for norm in ("input_layernorm", "post_attention_layernorm"):

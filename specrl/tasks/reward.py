@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 
-from .arith import reference_solution
+from .arith import reference_solutions
 
 # The final answer line: "A:" then digits, alone on its line, at the end of the completion.
 _ANSWER = re.compile(r"(?:^|\n)A:(\d+)\s*$")
-_LINE = re.compile(r"^(\d+[a-t][+-]\d+=\d+|\d=\d)$")
+_LINE = re.compile(r"^(\d+[a-t][+-]\d+=\d+|(\d{3}:)?\d=\d)$")
 
 
 def extract_answer(completion: str) -> str | None:
@@ -39,12 +39,12 @@ def is_well_formed(completion: str) -> bool:
 
 
 def arith_reward(completion: str, answer: str, prompt: str = "", format_bonus: float = 0.0) -> float:
-    """1.0 when the final answer equals `answer` and, if `prompt` is given, the scratchpad is exactly the
-    prompt's worked solution (`arith.reference_solution`); otherwise `format_bonus` for a well-formed
-    scratchpad (off by default), else 0.0."""
+    """1.0 when the final answer equals `answer` and, if `prompt` is given, the scratchpad is exactly one of
+    the prompt's worked solutions (`arith.reference_solutions`: plain or counted); otherwise `format_bonus`
+    for a well-formed scratchpad (off by default), else 0.0."""
     got = extract_answer(completion)
     if got is not None and got == str(int(answer)):
-        reference = reference_solution(prompt) if prompt else None
-        if reference is None or _clean(completion) == reference:
+        references = reference_solutions(prompt) if prompt else ()
+        if not references or _clean(completion) in references:
             return 1.0
     return format_bonus if format_bonus and is_well_formed(completion) else 0.0

@@ -33,6 +33,7 @@ from ..state_files import StateFileError, has_state, load_state, save_state
 
 CKPT_DIR = "checkpoints"
 DRAFTER_STATE = "engine_drafter"  # the rollout drafter's cross-step state; drafter/ is the trained drafter
+TRAINER_STATE = "trainer"  # the policy trainer's state and the torch RNG (LocalLearner, FSDPLearner)
 _NAME = re.compile(r"^step_(\d{6,})$")
 
 

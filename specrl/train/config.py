@@ -7,16 +7,16 @@ arithmetic policy, rollouts with adaptive ("auto": suffix in the tail) speculati
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..config import ConfigError, require
 from ..config.choices import PIPELINE_MODES, PLACEMENTS
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION, parse_bytes
+from ..engine.methods import SpecConfig, model_method
 from ..model.checkpoint import DTYPES
-from ..spec.config import SpecConfig
-from .drafter_config import DrafterConfig
 
-__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "OptimConfig", "PipelineConfig", "RayConfig", "RewardConfig",
-           "RolloutConfig", "ScheduleConfig", "TrainConfig"]
+__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "DrafterConfig", "OptimConfig", "PipelineConfig",
+           "RayConfig", "RewardConfig", "RolloutConfig", "ScheduleConfig", "TrainConfig"]
 
 
 def is_positive_size(value) -> bool:
@@ -29,22 +29,51 @@ def is_positive_size(value) -> bool:
 
 @dataclass
 class DataConfig:
-    source: str = "arith"  # "arith" (embedded task) or a .jsonl / .parquet file with prompt/answer fields
-    eval_source: str | None = None  # held-out file; None: the arith test split, or the last eval_size rows
-    eval_size: int = 200  # held-out problems scored by greedy accuracy
-    eval_max_tokens: int = 200
+    source: str = "chain"  # an embedded task (specrl.tasks.TASKS: "chain", "arith") or a .jsonl / .parquet file
+    eval_source: str | None = None  # held-out file; None: the task's test split, or the last eval_size rows
+    eval_size: int = 200  # held-out problems, one completion each
+    eval_max_tokens: int = 1100
+    # sampling temperature of the held-out completions; null: the rollout's (accuracy of the policy RL trains);
+    # 0: greedy (a small policy may loop on long chains until eval_max_tokens)
+    eval_temperature: float | None = None
     prompt_key: str = "prompt"
     answer_key: str = "answer"
     chat_template: bool = True  # wrap prompts in the tokenizer's chat template when it has one
+    # an embedded task's hop counts (a clipped lognormal); null keeps the task's own
+    hops_median: float | None = None
+    hops_sigma: float | None = None
+    max_hops: int | None = None
+
+    @property
+    def is_task(self) -> bool:
+        """The source names an embedded task rather than a file."""
+        return Path(self.source).suffix == "" and "/" not in self.source
 
     def validate(self) -> None:
         require(self.eval_size >= 0, "eval_size", self.eval_size, ">= 0", "use 0 to turn evaluation off")
         require(self.eval_max_tokens >= 1, "eval_max_tokens", self.eval_max_tokens, ">= 1")
+        require(self.eval_temperature is None or self.eval_temperature >= 0, "eval_temperature",
+                self.eval_temperature, ">= 0 or null", "null samples at the rollout temperature, 0 is greedy")
+        knobs = {"hops_median": self.hops_median, "hops_sigma": self.hops_sigma, "max_hops": self.max_hops}
+        if not self.is_task:
+            set_knobs = [k for k, v in knobs.items() if v is not None]
+            require(not set_knobs, set_knobs[0] if set_knobs else "", knobs.get(set_knobs[0]) if set_knobs else None,
+                    "null with a file source", "hop counts shape the embedded tasks only")
+            return
+        from ..tasks.arith import COUNTER_DIGITS, TASKS
+        require(self.source in TASKS, "source", self.source, f"an embedded task, one of {list(TASKS)}, or a .jsonl / "
+                ".parquet file", "e.g. data.source=chain (the default) or data.source=arith (the short one)")
+        require(self.hops_median is None or self.hops_median > 0, "hops_median", self.hops_median, "> 0 or null")
+        require(self.hops_sigma is None or self.hops_sigma >= 0, "hops_sigma", self.hops_sigma, ">= 0 or null",
+                "0 gives every problem the median's hop count")
+        most = 10 ** COUNTER_DIGITS - 1
+        require(self.max_hops is None or 1 <= self.max_hops <= most, "max_hops", self.max_hops,
+                f"in [1, {most}] or null", f"a counted worked solution numbers its lines with {COUNTER_DIGITS} digits")
 
 
 @dataclass
 class RewardConfig:
-    name: str = "arith"  # see specrl.train.rewards.REWARDS
+    name: str = "chain"  # see specrl.train.rewards.REWARDS
 
     def validate(self) -> None:
         from .rewards import REWARDS
@@ -52,14 +81,73 @@ class RewardConfig:
                 "register a new one with specrl.train.rewards.register_reward")
 
 
+DRAFTER_SCHEDULES = ("after_step", "long_tail", "beside_trainer")
+
+
+@dataclass
+class DrafterConfig:
+    """`rollout.drafter`: online training of the rollout engine's model drafter while the policy trains
+    (specrl.drafters.training.online). Defined here, in the run's config tree, because specrl.train imports
+    nothing from specrl.drafters.
+
+        specrl train rollout.spec.method=eagle3 rollout.drafter.online=true                 # from the shipped head
+        specrl train rollout.spec.method=eagle3 rollout.spec.draft_model=scratch rollout.drafter.online=true
+
+    Schedules (where the drafter update runs; measured in the README, Results):
+        after_step      after the policy update, on the data its forward captured (cost added to the step)
+        long_tail       during the next rollout's long tail, between engine steps, once at most
+                        `tail_max_running` sequences run (TLT's idle capacity); sync pipeline, in-process engine
+        beside_trainer  async pipeline: on the trainer's side after each policy update, while the rollout
+                        worker keeps generating
+    """
+    online: bool = False
+    schedule: str = "after_step"
+    tail_max_running: int = 8  # long_tail: train once this few sequences are still running
+    lr: float = 3e-4
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    kl_coef: float = 1.0  # forward KL(p || q) to the policy's distribution
+    accept_coef: float = 0.0  # 1 - expected accepted mass sum_x min(p, q)
+    reward_weighting: bool = False  # ReSpec: trajectories weighted by w(r), normalised and clipped
+    reward_w_max: float = 2.0
+    # AdamW steps per RL step; the kept trajectories are split among them (each update its own share)
+    updates_per_step: int = 1
+    ttt_steps: int = 3  # EAGLE-3 training-time-test unroll
+    unroll_decay: float = 0.8  # weight decay^j of unroll step j (EAGLE-3 TTT steps, MTP depths)
+    mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
+    # share of each micro-batch's trajectories kept for the drafter, drawn when the policy's forward
+    # captures them (the rest is never stored): the n samples of a prompt are near duplicates at a
+    # low-entropy policy; 0.125 learns about as fast per update as 1.0
+    # (benchmarks/online_drafter_sample_fraction.py) at 3.4% instead of 23% of an 8x8 RL step
+    sample_fraction: float = 0.125
+    # health alarm: acceptance below half of its recent average, or an engine drafter older than allowed
+    alarm_window: int = 5
+    alarm_max_lag: int = 1
+
+    def validate(self) -> None:
+        require(self.schedule in DRAFTER_SCHEDULES, "schedule", self.schedule, f"one of {list(DRAFTER_SCHEDULES)}")
+        require(self.tail_max_running >= 1, "tail_max_running", self.tail_max_running, ">= 1")
+        require(self.lr > 0, "lr", self.lr, "> 0")
+        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")
+        require(self.grad_clip > 0, "grad_clip", self.grad_clip, "> 0")
+        require(self.reward_w_max >= 1, "reward_w_max", self.reward_w_max, ">= 1")
+        require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
+        require(self.kl_coef >= 0 and self.accept_coef >= 0 and self.kl_coef + self.accept_coef > 0, "kl_coef",
+                self.kl_coef, ">= 0, with accept_coef >= 0 and not both 0")
+        for key in ("updates_per_step", "ttt_steps", "mtp_depths", "alarm_window"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
+        require(0 < self.sample_fraction <= 1, "sample_fraction", self.sample_fraction, "in (0, 1]")
+        require(self.alarm_max_lag >= 0, "alarm_max_lag", self.alarm_max_lag, ">= 0")
+
+
 @dataclass
 class RolloutConfig:
-    prompts_per_step: int = 16
+    prompts_per_step: int = 8
     n: int = 8  # samples per prompt (the GRPO group)
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
-    max_tokens: int = 200  # arithmetic responses: p99 ~205 characters+EOS, the tail past this earns nothing
+    max_tokens: int = 1100  # the longest worked solution of the default task (125 hops, counted) is 1004 tokens
     max_num_seqs: int = 64  # engine batch (concurrent sequences)
     # "auto": plain decoding while more than 32 sequences run (a CPU verify forward then costs ~linear in
     # the tokens it checks), suffix drafting with k up to 4 in the tail. Inside `specrl train` on the 2-core
@@ -68,7 +156,7 @@ class RolloutConfig:
     # write the engine's per-step trace (rollout_trace.jsonl) and each step's workload and process-CPU
     # times (rollout_workload.jsonl) to the run directory: the input of `specrl simulate calibrate --train-runs`
     trace: bool = False
-    drafter: DrafterConfig = field(default_factory=DrafterConfig)  # online drafter training (drafter_config.py)
+    drafter: DrafterConfig = field(default_factory=DrafterConfig)  # online drafter training (DrafterConfig)
     # the engine's copy of the policy (weights and KV cache); null: the policy's (top-level `dtype`).
     # "bfloat16" halves the copy's memory; sampling and logprobs are fp32 either way (README, Memory and precision)
     dtype: str | None = None
@@ -265,7 +353,6 @@ class TrainConfig:
         d, spec = self.rollout.drafter, self.rollout.spec
         if not d.online:
             return
-        from ..spec.scratch import model_method
         try:
             model_method(spec, "rollout.drafter.online=true")
         except ValueError as e:

@@ -1,4 +1,4 @@
-"""Prompt sets for RL: the embedded arithmetic task, or a JSONL / Parquet file of `prompt` (or chat
+"""Prompt sets for RL: an embedded task (specrl.tasks.TASKS), or a JSONL / Parquet file of `prompt` (or chat
 `messages`) + `answer` rows.
 
 A `PromptSource` hands out each step's prompts as a pure function of (seed, step), so a resumed run sees the
@@ -35,15 +35,16 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
     return ((x * 0xD6E8FEB86659FD93) & MASK64) >> 2
 
 
-class ArithSource:
-    """Fresh train-split problems every step (the generator never runs dry)."""
+class TaskSource:
+    """Fresh train-split problems of an embedded task every step (the generator never runs dry)."""
 
-    def __init__(self, seed: int):
-        self.seed = seed
+    def __init__(self, spec, seed: int):
+        self.spec, self.seed = spec, seed
 
     def batch(self, step: int, k: int) -> list[Example]:
         from ..tasks import make_problems
-        return [Example(p.prompt, p.answer) for p in make_problems(k, seed=step_seed(self.seed, step), split="train")]
+        problems = make_problems(k, seed=step_seed(self.seed, step), split="train", spec=self.spec)
+        return [Example(p.prompt, p.answer) for p in problems]
 
 
 class ListSource:
@@ -76,7 +77,7 @@ def _prompt_rows(path: str | Path, prompt_key: str, answer_key: str | None, flag
     if not path.is_file():
         raise MissingFileError(f"{flag} {str(path)!r} does not exist: pass a .jsonl or .parquet file of "
                                f"{{\"{prompt_key}\": \"...\"}} (or chat {MESSAGES_KEY!r}) rows, e.g. from "
-                               "`specrl make-data math --out FILE` (data.source=arith is the embedded task)")
+                               "`specrl make-data math --out FILE` (data.source=chain is the embedded task)")
     if path.suffix == ".parquet":
         records = _parquet_records(path)
     elif path.suffix in (".jsonl", ".json"):
@@ -133,10 +134,12 @@ def _parquet_records(path: Path):
 
 def build_sources(cfg: DataConfig, seed: int) -> tuple[PromptSource, list[Example]]:
     """The training source and the held-out examples (greedy accuracy is measured on these)."""
-    if cfg.source == "arith":
+    if cfg.is_task:
         from ..tasks import make_problems
-        held_out = [Example(p.prompt, p.answer) for p in make_problems(cfg.eval_size, seed=0, split="test")]
-        return ArithSource(seed), held_out
+        from ..tasks.arith import task_spec
+        spec = task_spec(cfg.source, cfg.hops_median, cfg.hops_sigma, cfg.max_hops)
+        held_out = [Example(p.prompt, p.answer) for p in make_problems(cfg.eval_size, seed=0, split="test", spec=spec)]
+        return TaskSource(spec, seed), held_out
     rows = read_rows(cfg.source, cfg.prompt_key, cfg.answer_key)
     if cfg.eval_source is not None:
         return ListSource(rows, seed), read_rows(cfg.eval_source, cfg.prompt_key, cfg.answer_key)[:cfg.eval_size]

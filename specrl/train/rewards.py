@@ -1,6 +1,7 @@
 """Verifiable rewards by name: (completion text, reference answer, prompt) -> float.
 
-    "arith"        the embedded task's checker (the whole worked solution, rebuilt from the prompt)
+    "chain"        the embedded tasks' checker (the whole worked solution in either style, rebuilt from the
+                   prompt); "arith" is the same checker under the short task's name
     "boxed"        the last \\boxed{...} in the completion against the answer: numerically when both read as
                    numbers (19 = 19.0, 1,900 = 1900, \\frac{1}{2} = 1/2 = 0.5), else the exact text up to
                    whitespace, $...$ and \\text{...} wrappers
@@ -32,6 +33,7 @@ def get_reward(name: str) -> RewardFn:
     return REWARDS.get(name)
 
 
+@register_reward("chain")
 @register_reward("arith")
 def arith(completion: str, answer: str, prompt: str = "") -> float:
     from ..tasks.reward import arith_reward

@@ -1,14 +1,15 @@
 """Policy trainer: GRPO update on a batch of rollouts, with micro-batches and gradient accumulation.
 
 The trainer recomputes the logprobs of the sampled tokens with its own model; their gap to the engine's
-logprobs (`logprob_diff`) audits that rollouts were sampled from exactly this policy.
+logprobs (`logprob_diff`) audits that rollouts were sampled from exactly this policy. `forward_hook` sees what
+that forward computed for each micro-batch (online drafter training installs one to learn from it).
 """
 from __future__ import annotations
 
 import copy
 import math
 from collections import defaultdict
-from typing import Callable
+from typing import Callable, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -17,18 +18,33 @@ from torch.utils.checkpoint import checkpoint
 
 from ..engine.memory import parse_bytes
 from ..heap import TRIM_MIN_FREE, trim
-from ..model import CausalLM
+from ..model import CausalLM, ModelOutput
 from ..model.layers import skip_cudnn_attention
 from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty, token_logprobs,
                   truncated_importance_ratio)
 from .batch import TrainBatch, collate  # noqa: F401 - collate: the trainer's input, imported from here too
 from .config import AlgorithmConfig, OptimConfig
-from .drafter_capture import DrafterBatch, capture, model_layers
 from .optim import build_optimizer, clip_grad, warmup_cosine_scheduler
 
 
 class NonFiniteLossError(RuntimeError):
     """The loss or gradient norm was NaN/inf; the update was not applied."""
+
+
+class ForwardInfo(NamedTuple):
+    """What the update's forward computed for one micro-batch (not detached: a hook that keeps any, detaches)."""
+    output: ModelOutput  # .hidden: [b, T, D] per layer the hook asked for, ascending; .last_hidden [b, T, D]
+    input_ids: Tensor  # [b, T] the micro-batch's inputs, right-padded
+    mask: Tensor  # [b, T] float, 1 where the next token is a response token
+    rows: Tensor  # [b] its rows of the step's batch
+    logits: Callable[[Tensor], Tensor]  # final hidden [k, T, D] of chosen rows -> policy logits [k, T, V], no grad
+
+
+class ForwardHook(Protocol):
+    """`PolicyTrainer.forward_hook`: called once per micro-batch of every update, after its forward."""
+    hidden_layers: tuple[int, ...]  # decoder layers whose outputs the forward also returns, ascending
+
+    def __call__(self, info: ForwardInfo) -> None: ...
 
 
 def activation_bytes_per_token(cfg, checkpointing: bool = False) -> int:
@@ -131,12 +147,7 @@ class PolicyTrainer:
                                                  total_steps * algo.updates_per_step, optim.min_lr_ratio)
         # the frozen reference of the KL penalty: the policy as it was when training started
         self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if algo.kl_coef > 0 else None
-        # online drafter training (drafter_capture.py): layers to capture from the update's own forward (-1:
-        # the final normed hidden); None: off. `step` leaves one DrafterBatch per micro-batch in `captured`.
-        self.capture_layers: tuple[int, ...] | None = None
-        self.captured: list[DrafterBatch] = []
-        # b -> the rows [k] of a b-row micro-batch to keep (OnlineDrafterTrainer.pick_rows); None: all of them
-        self.capture_rows: Callable[[int], Tensor | None] | None = None
+        self.forward_hook: ForwardHook | None = None
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
@@ -196,7 +207,7 @@ class PolicyTrainer:
 
     @torch.no_grad()
     def _logits(self, last_hidden: Tensor) -> Tensor:
-        """The policy's logits [k, T, V] for a captured micro-batch's kept rows (the drafter's teacher)."""
+        """The policy's logits [k, T, V] from final hidden states [k, T, D] (`ForwardInfo.logits`)."""
         with self.autocast():
             return self.model.lm_head(last_hidden)
 
@@ -209,7 +220,6 @@ class PolicyTrainer:
         old = self.score(self.model, batch) if self.algo.updates_per_step > 1 else None
         ref = self.score(self.ref_model, batch) if self.ref_model is not None else None
         seen = torch.zeros_like(batch.gen_logp) if old is None else old  # [N, T] trainer logprobs, for the audit
-        self.captured = []
         sums: dict[str, float] = defaultdict(float)
         for rows in torch.arange(batch.num_rows).chunk(self.algo.updates_per_step):
             self._update(batch, rows, old, ref, seen, sums, is_cap)
@@ -235,12 +245,12 @@ class PolicyTrainer:
                 trim(TRIM_MIN_FREE)  # specrl/heap.py
             mb = batch.rows(idx, self.device)
             T = mb.input_ids.shape[1]
-            layers = self.capture_layers
+            hook = self.forward_hook
+            layers = hook.hidden_layers if hook is not None else ()
             with self.autocast():
-                out = self.model(mb.input_ids, hidden_layers=model_layers(layers or ()), compute_logits=False)
-            if layers is not None:
-                keep = self.capture_rows(len(idx)) if self.capture_rows is not None else None
-                self.captured.append(capture(out, mb.input_ids, mb.mask, idx, layers, self._logits, keep))
+                out = self.model(mb.input_ids, hidden_layers=layers, compute_logits=False)
+            if hook is not None:
+                hook(ForwardInfo(out, mb.input_ids, mb.mask, idx, self._logits))
             # [b, T] (the lm-head in bf16 under autocast; logprobs and entropies in fp32)
             logp, entropy = head_logprobs(self.model.lm_head, out.last_hidden, mb.targets, self.temperature,
                                           self.autocast)

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from specrl import LLM, SamplingParams
-from tests.helpers import tiny_model
-from tests.spec.test_exactness import (ALL, PROMPT, SETTINGS, _skip_unavailable, assert_same_as_sd_off, build,
+from tests.drafters.test_exactness import (ALL, PROMPT, SETTINGS, _skip_unavailable, assert_same_as_sd_off, build,
                                        peaky_model, sample_first3)
+from tests.helpers import tiny_model
 from tests.stats import assert_matches, exact_distribution
 
 pytestmark = pytest.mark.gpu

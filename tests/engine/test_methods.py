@@ -27,15 +27,13 @@ def test_every_row_points_at_a_drafter_and_its_trainer(row):
 
 
 def test_every_list_of_methods_is_the_table():
-    import specrl.spec as spec
-    from specrl.cli import bench_spec
+    from specrl.cli import bench_spec, train_drafter
+    from specrl.drafters import auto
     from specrl.sim.build import SD_METHODS
-    from specrl.spec import auto
-    from specrl.train import drafter_cli
-    assert spec.METHODS == METHODS == ("draft_model", "eagle3", "mtp", "ngram", "suffix", "auto")
+    assert METHODS == ("draft_model", "eagle3", "mtp", "ngram", "suffix", "auto")
     assert TRAINABLE_METHODS == ("draft_model", "eagle3", "mtp")
     assert SD_METHODS == ("none", *DRAFTING_METHODS) and "auto" not in DRAFTING_METHODS
-    assert drafter_cli.default_out("eagle3") == get_method("eagle3").shipped_dir
+    assert train_drafter.default_out("eagle3") == get_method("eagle3").shipped_dir
     assert "auto" in METHODS and bench_spec.METHODS is METHODS
     with pytest.raises(ValueError, match=r"auto_methods\[0\]='auto'.*valid: \['draft_model', 'eagle3', 'mtp', "
                                          r"'ngram', 'suffix'\]"):

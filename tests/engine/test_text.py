@@ -1,5 +1,5 @@
 """Text options of SamplingParams (stop strings, min_tokens, top-N logprobs, special tokens), tokenizer eos ids,
-and LLM.chat / get_tokenizer, with SD off (tests/spec/test_exactness_text.py checks SD gives the same)."""
+and LLM.chat / get_tokenizer, with SD off (tests/drafters/test_exactness_text.py checks SD gives the same)."""
 from __future__ import annotations
 
 import json

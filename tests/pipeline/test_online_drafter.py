@@ -6,12 +6,12 @@ import pytest
 import torch
 
 import specrl.pipeline.sync as sync
+from specrl import SamplingParams
 from specrl.cli.main import main
+from specrl.drafters.weights import drafter_module
 from specrl.model import load_model
 from specrl.pipeline.run_dir import read_jsonl
-from specrl.spec.weights import drafter_module
 from tests.helpers import weights_equal
-from specrl import SamplingParams
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 from tests.stats import assert_matches, exact_distribution
 
@@ -142,7 +142,7 @@ def test_online_drafter_bad_input(setup, tmp_path, capsys, args, message):
 
 
 def test_the_run_loop_keeps_alarming_steps_out_of_the_history():
-    from specrl.train.drafter_health import DrafterHealth, HealthConfig
+    from specrl.drafters.training.health import DrafterHealth, HealthConfig
     health = DrafterHealth(HealthConfig(window=3, min_history=2))
     # 3.0, 3.1, 2.9 build the history; 1.2 and 1.1 alarm (below half of ~3.0) and do not join it; 3.0 is fine
     assert [health.check(a, None, None)[0] for a in (3.0, 3.1, 2.9, 1.2, 1.1, 3.0)] == [

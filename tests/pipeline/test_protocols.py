@@ -80,7 +80,7 @@ def _provides(cls: type) -> set[str]:
 @pytest.mark.parametrize("module, name, protocols", [
     ("specrl.pipeline.local", "LocalBackend", ("RolloutBackend", "IdleWork")),
     ("specrl.pipeline.cluster.rollout", "RayRolloutBackend", ("RolloutBackend",)),
-    ("specrl.train.learner", "LocalLearner", ("Learner", "OnlineDrafter", "SharedPolicy")),
+    ("specrl.pipeline.learner", "LocalLearner", ("Learner", "OnlineDrafter", "SharedPolicy")),
     ("specrl.pipeline.cluster.learner", "RayLearner", ("Learner",)),
 ])
 def test_each_backend_and_learner_provides_its_protocols(module, name, protocols):

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
+import specrl.pipeline.learner as learner_mod
 import specrl.pipeline.sync as sync
-import specrl.train.learner as learner_mod
 from specrl.cli.main import main as specrl_main
 from specrl.cli.train import build_config, main
 from specrl.model import load_model

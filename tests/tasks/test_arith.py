@@ -56,12 +56,22 @@ def test_format_of_a_problem():
     assert 0 <= int(p.answer) < 10
 
 
-def test_response_lengths_have_a_long_tail():
-    lens = np.array([len(p.response) + 1 for p in make_problems(5000, seed=0, split="train")])
+@pytest.mark.parametrize("task, median, cap", [("chain", 22, 125), ("arith", 3, 20)])
+def test_response_lengths_have_a_long_tail(task, median, cap):
+    from specrl.tasks.arith import task_spec
+    problems = make_problems(5000, seed=0, split="train", spec=task_spec(task))
+    lens = np.array([len(p.response) + 1 for p in problems])  # plain style: 4 tokens a hop, then "A:x" and EOS
     p50, p99 = np.percentile(lens, [50, 99])
-    assert p99 / p50 > 3
-    ops = [p.num_ops for p in make_problems(5000, seed=0, split="train")]
-    assert min(ops) == 1 and max(ops) <= 40
+    assert p99 / p50 > 4
+    ops = [p.num_ops for p in problems]
+    assert min(ops) >= 1 and max(ops) == cap and np.median(ops) == median
+
+
+def test_unknown_task_lists_the_valid_ones():
+    from specrl.tasks.arith import task_spec
+    with pytest.raises(ValueError, match=r"'chian'; valid: \['chain', 'arith'\]"):
+        task_spec("chian")
+    assert task_spec("chain", max_ops=50).max_ops == 50 and task_spec("chain").max_ops == 125
 
 
 def test_num_ops_respects_bounds():

@@ -31,8 +31,14 @@ def test_noise_moves_the_function_a_little_and_lets_new_weights_learn():
         logits.logsumexp(-1).sum().backward()
         new_cols = big.model.layers[0].self_attn.q_proj.weight.grad[:, 32:]  # reads the new dimensions
         assert bool(new_cols.abs().sum() > 0) == expect_grad
-        identity_out = big.model.layers[1].self_attn.o_proj.weight  # layer 1 starts as a residual identity
+        identity_out = big.model.layers[2].self_attn.o_proj.weight  # small layers at depths 0, 1: 2 is an identity
         assert identity_out.abs().sum() == 0 and bool(identity_out.grad.abs().sum() > 0) == expect_grad
+
+
+def test_small_layers_fill_the_lower_half_so_the_last_layers_are_identities():
+    from specrl.tasks.grow import grown_depths
+    assert grown_depths(2, 6) == [0, 3]  # EAGLE-3 may read layers <= L-2 = 4 and still see both small layers
+    assert grown_depths(2, 3) == [0, 1] and grown_depths(3, 6) == [0, 2, 3] and grown_depths(1, 6) == [0]
 
 
 def test_shrinking_or_changing_the_head_shape_is_refused():

@@ -4,7 +4,7 @@ import json
 import pytest
 
 import specrl.tasks as tasks
-from specrl.tasks.pretrain import parse_args
+from specrl.cli.pretrain import parse_args
 
 
 def test_missing_policy_tells_how_to_build_it(tmp_path, monkeypatch):
@@ -15,9 +15,18 @@ def test_missing_policy_tells_how_to_build_it(tmp_path, monkeypatch):
 
 def test_cli_arguments_map_onto_the_config(tmp_path):
     out, cfg = parse_args(["--out", str(tmp_path), "--seed", "3", "--time-budget-s", "12.5",
-                           "--bf16-autocast", "false"])
+                           "--bf16-autocast", "false", "--stage", "chains.steps=7", "--stage", "habit.stop_after=2"])
     assert out == tmp_path
     assert (cfg.seed, cfg.time_budget_s, cfg.bf16_autocast) == (3, 12.5, False)
+    by_name = {st.name: st for st in cfg.stages}
+    assert (by_name["chains"].steps, by_name["habit"].stop_after, by_name["lookups"].steps) == (7, 2, 2400)
+
+
+@pytest.mark.parametrize("bad", ["chains.nope=1", "nostage.steps=1", "chains.steps", "chains.steps=x"])
+def test_bad_stage_overrides_name_the_fix(bad):
+    from specrl.errors import UserError
+    with pytest.raises(UserError, match="--stage"):
+        parse_args(["--stage", bad])
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +51,8 @@ def test_shipped_policy_meets_the_bars(policy_dir):
     assert n >= 10_000_000 and n * 4 > 32 * 2**20  # fp32 weights exceed a 32 MB L3 cache
     assert next(model.parameters()).dtype.is_floating_point
     recipe = json.loads((policy_dir / "recipe.json").read_text())
-    assert 0.2 <= recipe["heldout_accuracy"] <= 0.8
+    assert 0.1 <= recipe["heldout_accuracy"] <= 0.6  # room for RL to improve
+    assert 0.05 <= recipe["heldout_counted_share"] <= 0.5  # the habit is the plain style, the better one is known
     tok, ids = tasks.load_tokenizer(policy_dir)
     assert tok.get_vocab_size() == cfg.vocab_size and cfg.eos_token_id == [ids.eos]
 
@@ -55,5 +65,5 @@ def test_shipped_policy_accuracy_reproduces(policy_dir):
 
     tok, ids = tasks.load_tokenizer(policy_dir)
     acc, completions = accuracy(load_model(policy_dir), tok, ids, tasks.make_problems(48, 0, "test"))
-    assert 0.05 <= acc <= 0.95
+    assert 0.05 <= acc <= 0.8
     assert all("\n" in c or c.startswith("A:") for c in completions[:8])

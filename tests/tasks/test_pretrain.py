@@ -6,13 +6,19 @@ import torch
 from specrl.model import load_model
 from specrl.tasks.arith import make_problems
 from specrl.tasks.batches import collate, encode_problem
-from specrl.tasks.evaluate import greedy_decode
-from specrl.tasks.pretrain import PretrainConfig, lr_at, pretrain
+from specrl.tasks.evaluate import accuracy
+from specrl.tasks.pretrain import PretrainConfig, Stage, lr_at, pretrain
 from specrl.tasks.tokenizer import build_tokenizer, special_ids
 from tests.helpers import tiny_model
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64,
-            batch_tokens=512, eval_problems=8, eval_max_new_tokens=12, max_position_embeddings=512, grow=False)
+            batch_tokens=512, eval_problems=8, eval_max_new_tokens=12, max_position_embeddings=512, grow=False,
+            eval_task="arith")
+
+
+def stages(steps: int) -> tuple[Stage, ...]:
+    """Two short stages: plain short chains, then both styles."""
+    return (Stage("a", steps=steps, lr=1e-3), Stage("b", steps=steps, lr=1e-3, counted_share=0.5))
 
 
 def test_collate_masks_prompt_and_padding():
@@ -35,36 +41,35 @@ def test_encode_problem_layout():
 
 
 def test_lr_schedule():
-    cfg = PretrainConfig(lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
-    assert lr_at(0.0, cfg, step=0) == pytest.approx(0.1)  # warmup 1/10
-    assert lr_at(0.0, cfg, step=20) == pytest.approx(1.0)
-    assert lr_at(0.5, cfg, step=20) == pytest.approx(0.55)  # 0.1 + 0.9 * 0.5
-    assert lr_at(1.0, cfg, step=20) == pytest.approx(0.1)
-    assert lr_at(7.0, cfg, step=20) == pytest.approx(0.1)  # clock overshoot stays at the floor
+    stage = Stage("s", steps=100, lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_at(0.0, stage, step=0) == pytest.approx(0.1)  # warmup 1/10
+    assert lr_at(0.0, stage, step=20) == pytest.approx(1.0)
+    assert lr_at(0.5, stage, step=20) == pytest.approx(0.55)  # 0.1 + 0.9 * 0.5
+    assert lr_at(1.0, stage, step=20) == pytest.approx(0.1)
+    assert lr_at(7.0, stage, step=20) == pytest.approx(0.1)  # clock overshoot stays at the floor
 
 
-def test_greedy_decode_with_cache_matches_full_recompute():
-    model = tiny_model(seed=1, vocab=24, max_pos=64)
-    prompts = [[1, 5, 6, 7], [1, 8], [1, 9, 10, 11, 12, 13]]
-    got = greedy_decode(model, prompts, max_new_tokens=6, eos_id=99, pad_id=0)  # eos never hit
-    for p, g in zip(prompts, got):
-        seq = list(p)
-        with torch.no_grad():
-            for _ in range(6):
-                seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
-        assert g == seq[len(p):]
+def test_engine_accuracy_scores_the_completions_it_returns():
+    tok, ids = build_tokenizer(), None
+    ids = special_ids(tok)
+    model = tiny_model(seed=1, vocab=tok.get_vocab_size(), max_pos=128)
+    problems = make_problems(6, seed=0, split="test")
+    acc, texts = accuracy(model, tok, ids, problems, max_new_tokens=8, temperature=0.0)
+    assert len(texts) == 6 and acc == 0.0  # an untrained model writes no worked solution
+    again = accuracy(model, tok, ids, problems, max_new_tokens=8, temperature=1.0, seed=3)[1]
+    assert again == accuracy(model, tok, ids, problems, max_new_tokens=8, temperature=1.0, seed=3)[1]
 
 
 def test_pretrain_smoke_writes_a_loadable_checkpoint(tmp_path):
-    cfg = PretrainConfig(steps=4, time_budget_s=60, **TINY)
+    cfg = PretrainConfig(stages=stages(2), time_budget_s=60, **TINY)
     record = pretrain(tmp_path / "policy", cfg)
-    assert record["steps_done"] == 4
+    assert record["steps_done"] == 4 and [st["steps_done"] for st in record["stages"]] == [2, 2]
     assert 0.0 <= record["heldout_accuracy"] <= 1.0
     model = load_model(tmp_path / "policy")
     assert model.config.arch == "qwen3" and model.config.num_layers == 2
     assert model.config.eos_token_id == [2]
     saved = json.loads((tmp_path / "policy" / "recipe.json").read_text())
-    assert saved["recipe"]["steps"] == 4
+    assert [st["name"] for st in saved["recipe"]["stages"]] == ["a", "b"]
     assert json.loads((tmp_path / "policy" / "config.json").read_text())["torch_dtype"] == "bfloat16"
     assert (tmp_path / "policy" / "tokenizer.json").is_file()
 
@@ -72,7 +77,7 @@ def test_pretrain_smoke_writes_a_loadable_checkpoint(tmp_path):
 def test_pretrain_grows_the_trained_model_into_the_shipped_shape(tmp_path):
     shape = dict(grow=True, grow_hidden_size=64, grow_intermediate_size=96, grow_num_layers=3, grow_num_heads=4,
                  grow_num_kv_heads=2)
-    record = pretrain(tmp_path / "policy", PretrainConfig(steps=2, time_budget_s=60, **{**TINY, **shape}))
+    record = pretrain(tmp_path / "policy", PretrainConfig(stages=stages(1), time_budget_s=60, **{**TINY, **shape}))
     model = load_model(tmp_path / "policy")
     assert (model.config.num_layers, model.config.hidden_size, model.config.num_heads) == (3, 64, 4)
     assert record["num_params"] == model.config.num_params > record["trained_num_params"]
@@ -82,8 +87,13 @@ def test_stop_after_ends_early_on_the_longer_schedule(tmp_path, monkeypatch):
     import specrl.tasks.pretrain as pt
     seen = []
     monkeypatch.setattr(pt, "lr_at", lambda progress, cfg, step: seen.append(progress) or 1e-3)
-    record = pretrain(tmp_path / "policy", PretrainConfig(steps=8, stop_after=3, time_budget_s=600, **{**TINY, "grow": False}))
+    cut = (Stage("a", steps=8, stop_after=3, lr=1e-3),)
+    record = pretrain(tmp_path / "policy", PretrainConfig(stages=cut, time_budget_s=600, **{**TINY, "grow": False}))
     assert record["steps_done"] == 3
     assert seen[:3] == pytest.approx([0.0, 1 / 8, 2 / 8], abs=0.01)  # the 8-step schedule, cut after 3 steps
     with pytest.raises(ValueError, match="stop_after"):
-        PretrainConfig(stop_after=-1)
+        Stage("a", steps=8, lr=1e-3, stop_after=-1)
+    with pytest.raises(ValueError, match="max_ops=1000"):
+        Stage("a", steps=8, lr=1e-3, max_ops=1000)  # a counter has 3 digits
+    with pytest.raises(ValueError, match="stages is empty"):
+        PretrainConfig(stages=())

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specrl.train.config import DataConfig
-from specrl.train.data import ArithSource, ListSource, PromptEncoder, build_sources, read_rows
+from specrl.train.data import ListSource, TaskSource, PromptEncoder, build_sources, read_rows
 from tests.helpers import save_tiny
 
 
@@ -47,7 +47,7 @@ def test_row_without_answer_and_bad_json_name_their_lines(tmp_path):
         read_rows(_write(tmp_path / "b.jsonl", ["{oops"]))
     with pytest.raises(ValueError, match="expected .jsonl or .parquet"):
         read_rows(_write(tmp_path / "c.csv", ["a,b"]))
-    with pytest.raises(FileNotFoundError, match="data.source=arith"):
+    with pytest.raises(FileNotFoundError, match="data.source=chain"):
         read_rows(tmp_path / "missing.jsonl")
 
 
@@ -58,11 +58,24 @@ def test_parquet_without_pyarrow_says_how_to_install_it(tmp_path):
         read_rows(tmp_path / "d.parquet")
 
 
-def test_arith_source_is_a_pure_function_of_seed_and_step():
-    a, b = ArithSource(seed=0), ArithSource(seed=0)
+def test_task_source_is_a_pure_function_of_seed_and_step():
+    from specrl.tasks import task_spec
+    spec = task_spec("chain")
+    a, b = TaskSource(spec, seed=0), TaskSource(spec, seed=0)
     assert a.batch(3, 5) == b.batch(3, 5)
     assert a.batch(3, 5) != a.batch(4, 5)
-    assert ArithSource(seed=1).batch(3, 5) != a.batch(3, 5)
+    assert TaskSource(spec, seed=1).batch(3, 5) != a.batch(3, 5)
+
+
+def test_named_tasks_and_their_hop_knobs_shape_the_prompts():
+    from specrl.train.config import DataConfig
+    hops = lambda cfg: [int(e.prompt.split(" n")[1].split("=")[0]) for e in build_sources(cfg, 0)[0].batch(0, 400)]
+    chain, short = hops(DataConfig()), hops(DataConfig(source="arith"))
+    assert max(short) <= 20 < max(chain) <= 125  # the tasks' own caps
+    assert sorted(chain)[200] > 3 * sorted(short)[200]  # medians 22 and 3 hops
+    assert max(hops(DataConfig(max_hops=9))) == 9 and set(hops(DataConfig(hops_sigma=0.0))) == {22}
+    held_out = build_sources(DataConfig(source="arith", eval_size=7), 0)[1]
+    assert len(held_out) == 7 and all(" n" in e.prompt for e in held_out)
 
 
 def test_list_source_covers_the_rows_before_repeating_them(tmp_path):

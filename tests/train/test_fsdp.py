@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from specrl.pipeline.learner import LocalLearner
 from specrl.train.config import TrainConfig
-from specrl.train.learner import LocalLearner
 from specrl.train.trainer import collate
 from tests.helpers import save_tiny
 

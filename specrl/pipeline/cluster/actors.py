@@ -74,7 +74,7 @@ class TrainerActor:
     def setup(self, model_dir: str, cfg: TrainConfig, version: int, tokenizer_dir: str, master: str) -> None:
         """Builds this rank's learner; with two or more ranks every rank must call it at once."""
         if self.world == 1:
-            from ...train.learner import LocalLearner
+            from ..learner import LocalLearner
             self.learner = LocalLearner.build(model_dir, cfg, version, tokenizer_dir=tokenizer_dir)
         else:
             from ...train.fsdp import FSDPLearner, init_process_group

@@ -1,0 +1,19 @@
+"""Everything about drafters: each method's drafter, head, training and export, and the shared training machinery.
+
+    eagle3/       drafter.py (the engine's Drafter), head.py (the EAGLE-3 head, its checkpoint), train.py
+                  (offline training with training-time test), export.py (reduced vocabulary, vLLM/SGLang layout)
+    draft_model/  drafter.py (a small causal LM), train.py (offline distillation)
+    mtp/          drafter.py (the policy's MTP modules as a drafter, MTP-only checkpoints), train.py
+    suffix/       drafter.py (SuffixDecoding), tree.py (the per-problem suffix tries and their state)
+    ngram/        drafter.py (prompt lookup)
+    auto.py       the adaptive strategy: SD off above a batch size, an inner drafter's k by batch and acceptance
+    scratch.py    cold start: a model drafter built from the policy (spec.draft_model="scratch")
+    weights.py    hot swap: new drafter weights into a running engine's drafter, all or nothing
+    training/     data.py (offline fit: teacher data, top-k targets), prompts.py, losses.py, capture.py (the
+                  policy trainer's forward hook), online.py (OnlineDrafterTrainer), health.py (the alarm)
+
+The settings (`SpecConfig`) and the table of methods (`TABLE`, `get_method`) live in the engine core,
+`specrl.engine.methods`: the engine builds a drafter from its row's module path, so it never imports this
+package. This package imports the engine core, model and train (the policy trainer's hook, its optimizer
+helpers); `specrl.train` imports nothing from it.
+"""

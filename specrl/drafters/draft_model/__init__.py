@@ -1,0 +1,1 @@
+"""A small causal LM as drafter: the drafter and its offline distillation."""

@@ -1,0 +1,114 @@
+"""Draft-model drafter: a small `CausalLM` with the policy's tokenizer drafts greedily (q = one-hot).
+
+It keeps its own position-indexed KV cache per slot and, per slot, how many leading positions of that
+cache hold tokens that are still in the sequence (`cached`). `observe` only moves that count back to the
+accepted prefix; rejected entries are simply overwritten by the next `propose`, as in the target's cache.
+`propose` first feeds every token not cached yet (the accepted drafts and the correction token, or the
+whole prompt of a new sequence) in one right-padded forward, then runs one batched forward per draft.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ...engine.drafting import Proposal, TargetForward, blank_proposal
+from ...engine.memory import kv_zeros
+from ...engine.methods import MAX_SPEC_TOKENS, SpecConfig, get_method
+from ...engine.sequence import Sequence
+from ...model import CausalLM, load_model, load_tokenizer
+
+DEFAULT_DIR = get_method("draft_model").shipped_dir
+
+
+def check_same_vocab(target: CausalLM, draft: CausalLM, draft_path: str) -> None:
+    """The draft must speak the policy's token ids: same vocab size and, when both ship one, same tokenizer."""
+    target_path = getattr(target, "source_path", None) or "<in-memory policy>"
+    tv, dv = target.config.vocab_size, draft.config.vocab_size
+    if tv != dv:
+        raise ValueError(f"draft model {draft_path!r} has vocab_size {dv} but the policy {target_path!r} has {tv}: "
+                         "a draft model must use the policy's tokenizer. Train one with "
+                         "`specrl train-drafter --method draft_model --policy POLICY`.")
+    t_tok = load_tokenizer(target_path) if getattr(target, "source_path", None) else None
+    d_tok = load_tokenizer(draft_path)
+    if t_tok is not None and d_tok is not None and t_tok.get_vocab(True) != d_tok.get_vocab(True):
+        raise ValueError(f"the tokenizer of draft model {draft_path!r} differs from the policy's tokenizer in "
+                         f"{target_path!r} (same size {tv}, different token ids): use a draft model trained "
+                         "with the policy's tokenizer.")
+
+
+def load_draft(path: str | Path | None, target: CausalLM) -> CausalLM:
+    path = Path(path) if path else DEFAULT_DIR
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"no draft model checkpoint at {str(path)!r} (expected config.json and *.safetensors): set "
+            "SpecConfig.draft_model to a small CausalLM with the policy's tokenizer, or train one with "
+            "`specrl train-drafter --method draft_model --policy POLICY --out DIR`.")
+    p = next(target.parameters())
+    draft = load_model(path, device=p.device, dtype=p.dtype)
+    check_same_vocab(target, draft, str(path))
+    return draft
+
+
+class DraftModelDrafter:
+    hidden_layers: tuple[int, ...] = ()
+
+    def __init__(self, draft: CausalLM, num_slots: int, max_len: int):
+        self.model = draft.eval()
+        cfg = draft.config
+        p = next(draft.parameters())
+        self.device = p.device
+        # positions up to max_len + MAX_SPEC_TOKENS; one more row at the end is scratch for padding
+        self.scratch = max_len + MAX_SPEC_TOKENS + 1
+        shape = (num_slots, cfg.num_kv_heads, self.scratch + 1, cfg.head_dim)
+        self.cache = [(kv_zeros(shape, p.device, p.dtype),
+                       kv_zeros(shape, p.device, p.dtype)) for _ in range(cfg.num_layers)]
+        self.cached = [0] * num_slots  # leading cache positions per slot that match the sequence
+
+    def observe(self, fwd: TargetForward) -> None:
+        starts, valid = fwd.positions[:, 0].tolist(), fwd.valid.tolist()
+        for s, start, n in zip(fwd.seqs, starts, valid):
+            # prefill starts a sequence (a reused slot holds a stale count); verify keeps the accepted inputs
+            self.cached[s.slot] = 0 if start == 0 else min(self.cached[s.slot], start + n)
+
+    @torch.inference_mode()
+    def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
+        out = blank_proposal(k, self.device)
+        tokens, K = out.tokens, out.tokens.shape[1]  # [B, K], filled in below
+        if K == 0:
+            return out
+        slots = torch.tensor([s.slot for s in seqs], device=self.device)  # [B]
+        # step 1: feed what the cache lacks; its last logits give the first draft
+        tok = self._catch_up(seqs, slots)  # [B]
+        pos = torch.tensor([s.num_tokens for s in seqs], device=self.device)  # [B] position of draft 1
+        # step 2: one forward per further draft, feeding the previous draft
+        for j in range(K):
+            tokens[:, j] = tok
+            if j + 1 < K:
+                logits = self.model(tok[:, None], (pos + j)[:, None], self.cache, slots).logits  # [B, 1, V]
+                tok = logits[:, -1].argmax(-1)
+        for s, kj in zip(seqs, k):
+            self.cached[s.slot] = s.num_tokens + max(kj - 1, 0)
+        return out
+
+    def _catch_up(self, seqs: list[Sequence], slots: torch.Tensor) -> torch.Tensor:
+        """Feeds tokens[cached:] of every row, right-padded; returns each row's greedy next token [B]."""
+        news = [s.tokens[min(self.cached[s.slot], s.num_tokens - 1):] for s in seqs]
+        starts = [s.num_tokens - len(t) for s, t in zip(seqs, news)]
+        T = max(len(t) for t in news)
+        ids = torch.zeros(len(seqs), T, dtype=torch.long)  # [B, T]
+        for b, t in enumerate(news):
+            ids[b, :len(t)] = torch.tensor(t)
+        # pads continue past the row's tokens, where drafting overwrites them before any read; the rare
+        # pad that would leave the cache goes to the scratch row
+        positions = (torch.tensor(starts)[:, None] + torch.arange(T)).clamp_max(self.scratch)  # [B, T]
+        last = torch.tensor([len(t) - 1 for t in news], device=self.device)[:, None]  # [B, 1]
+        out = self.model(ids.to(self.device), positions.to(self.device), self.cache, slots, logits_index=last)
+        return out.logits[:, -1].argmax(-1)  # [B]
+
+    def release(self, seq: Sequence) -> None:
+        self.cached[seq.slot] = 0
+
+
+def build(spec: SpecConfig, target: CausalLM, num_slots: int, max_len: int) -> DraftModelDrafter:
+    return DraftModelDrafter(load_draft(spec.draft_model, target), num_slots, max_len)

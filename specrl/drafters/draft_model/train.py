@@ -1,0 +1,48 @@
+"""Offline distillation of a small draft model (`specrl train-drafter --method draft_model`).
+
+The student is a `num_layers`-layer model of the policy's family and vocabulary, initialised from the
+policy (embedding, final norm, and evenly spaced decoder layers), then trained with soft cross-entropy to
+the policy's full next-token distribution (temperature 1) on the policy's own generations. The loop is
+`training.data.fit`, shared with the MTP and EAGLE-3 recipes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ...model import CausalLM, load_model, save_model
+from ..scratch import student_from_policy  # noqa: F401 (shared with the online cold start)
+from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, fit, pad_batch, soft_cross_entropy, teacher_forward,
+                             token_batches)
+
+
+@dataclass
+class DraftModelOptions:
+    num_layers: int | None = None  # decoder layers of the student; None: a third of the policy's, at least 1
+
+    def __post_init__(self):
+        if self.num_layers is not None and self.num_layers < 1:
+            raise ValueError(f"DraftModelOptions.num_layers={self.num_layers}: expected >= 1")
+
+
+def distil_loss(policy: CausalLM, student: CausalLM, batch: TokenBatch) -> torch.Tensor:
+    p = torch.softmax(teacher_forward(policy, batch).logits.float(), dim=-1)  # [B, T, V]
+    return soft_cross_entropy(student(batch.ids, batch.positions).logits, p, batch.loss_mask)
+
+
+def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: DrafterTrainArgs,
+          opts: DraftModelOptions | None = None) -> dict:
+    """Distils a draft model from the policy at `policy_path` on `data` (from `collect_sequences`) and
+    saves it atomically to `out_dir` with the policy's tokenizer."""
+    opts = opts or DraftModelOptions()
+    torch.manual_seed(args.seed)
+    policy = load_model(policy_path).requires_grad_(False)
+    num_layers = opts.num_layers or max(1, policy.config.num_layers // 3)
+    student = student_from_policy(policy, num_layers)
+    metrics = fit(student, lambda batch: distil_loss(policy, student, batch),
+                  map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args)
+    save_model(student, out_dir, tokenizer_dir=policy_path, dtype=args.save_dtype)
+    return {"method": "draft_model", "out_dir": str(out_dir), "num_layers": num_layers,
+            "num_params": student.config.num_params, "sequences": len(data), **metrics}

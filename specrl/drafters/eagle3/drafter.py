@@ -1,0 +1,120 @@
+"""EAGLE-3 drafter: a one-layer head over fused target hidden states (see head.py).
+
+Position bookkeeping: the head's cache entry at position t holds (fused target features of t, embedding of
+token t+1), and its output there predicts token t+2. `observe` writes the entries of every accepted position
+and keeps the output of the last one, which predicts the first draft. `propose` then feeds its own output
+back in place of target features (training-time-test style), writing entries past the accepted prefix;
+the next `observe` overwrites them, so a rejected draft needs no rollback.
+
+Drafts: with `sample_drafts` (default) each draft is sampled from q = the head's distribution under the
+row's own temperature/top-k/top-p, and q is returned, so verification accepts with prob sum_v min(p, q):
+at temperature 1 that beats a point draft's p(argmax) whenever the policy is unsure. Greedy rows give a
+one-hot q, i.e. the argmax. With `sample_drafts=False` drafts are greedy point drafts (probs=None).
+Either way verification is exact whatever the head predicts; the draft uniforms come from their own
+counter-based stream, so outputs stay a pure function of the seeds.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ...engine.drafting import Proposal, TargetForward
+from ...engine.methods import MAX_SPEC_TOKENS, SpecConfig, get_method
+from ...engine.rng import STREAM_DRAFT
+from ...engine.sampling import batch_params, hash_uniform, sample_from, target_probs
+from ...engine.sequence import Sequence
+from .head import DEFAULT_INSTALL_HINT, Eagle3Head, load_head
+
+DEFAULT_HEAD_DIR = get_method("eagle3").shipped_dir
+
+
+def slot_index(slots: list[int], device) -> torch.Tensor | slice:
+    """A slice when the batch owns consecutive slots in order, so cache rows are read as views."""
+    if slots == list(range(slots[0], slots[0] + len(slots))):
+        return slice(slots[0], slots[0] + len(slots))
+    return torch.tensor(slots, device=device)
+
+
+class Eagle3Drafter:
+    def __init__(self, head: Eagle3Head, target, num_slots: int, max_len: int, sample_drafts: bool = True):
+        self.head, self.target, self.sample_drafts = head, target, sample_drafts
+        layers = head.config.target_hidden_layers
+        self.hidden_layers = tuple(sorted(set(layers)))
+        self._pick = [self.hidden_layers.index(i) for i in layers]  # the target returns layers in order
+        p = next(head.parameters())
+        cfg = head.config
+        shape = (num_slots, cfg.num_kv_heads, max_len + MAX_SPEC_TOKENS + 1, cfg.head_dim)
+        self.kv = tuple(torch.zeros(shape, device=p.device, dtype=p.dtype) for _ in range(2))  # [S, Hkv, L, hd]
+        self.last_h = torch.zeros(num_slots, cfg.hidden_size, device=p.device, dtype=p.dtype)  # [S, D] pre-norm
+        self.last_pos = torch.zeros(num_slots, dtype=torch.long, device=p.device)  # [S]
+        self.device = p.device
+
+    @torch.inference_mode()
+    def observe(self, fwd: TargetForward) -> None:
+        B = len(fwd.seqs)
+        slots = slot_index([s.slot for s in fwd.seqs], self.device)  # [B] or a slice
+        fused = self.head.fuse([fwd.hidden[i] for i in self._pick])  # [B, T, D]
+        out = self.head(fused, self.target.embed(fwd.next_tokens), fwd.positions, self.kv, slots)  # [B, T, D]
+        rows = torch.arange(B, device=self.device)
+        last = (fwd.valid - 1).clamp(min=0)  # [B]
+        self.last_h[slots] = out[rows, last]
+        self.last_pos[slots] = fwd.positions[rows, last]
+
+    @torch.inference_mode()
+    def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
+        B, K = len(seqs), max(k, default=0)
+        lengths = torch.tensor(k, dtype=torch.long, device=self.device)  # [B]
+        if K == 0:
+            return Proposal(torch.zeros(B, 0, dtype=torch.long, device=self.device), lengths, None)
+        slots = slot_index([s.slot for s in seqs], self.device)  # [B] or a slice
+        h = self.last_h[slots][:, None]  # [B, 1, D]
+        pos = self.last_pos[slots][:, None]  # [B, 1]
+        params = batch_params(seqs, self.device) if self.sample_drafts else None
+        if params is not None:  # every step's uniforms in one call
+            steps = torch.arange(K, device=self.device)[None]  # [1, K]
+            u = hash_uniform(params[3], pos + 2 + steps, STREAM_DRAFT)  # [B, K]
+        drafts, qs = [], []
+        for j in range(K):  # one head forward per draft step for the whole batch
+            logits = self.head.full_logits(h, self.target)  # [B, 1, V], -inf outside a draft vocabulary
+            if params is None:
+                tok = logits.argmax(-1)  # [B, 1]
+            else:  # q = the head's distribution under each row's own temperature/top-k/top-p
+                q = target_probs(logits, *params[:3])  # [B, 1, V]
+                tok = sample_from(q, u[:, j:j + 1])  # [B, 1]
+                qs.append(q)
+            drafts.append(tok)
+            if j + 1 < K:
+                h = self.head(h, self.target.embed(tok), pos + 1 + j, self.kv, slots)  # [B, 1, D]
+        return Proposal(torch.cat(drafts, dim=1), lengths, torch.cat(qs, dim=1) if qs else None)  # [B, K], [B, K, V]
+
+    def release(self, seq: Sequence) -> None:
+        pass  # the slot's cache rows are overwritten by its next prefill
+
+
+def check_compatible(head: Eagle3Head, target, source: str) -> None:
+    hc, tc = head.config, target.config
+    if hc.vocab_size != tc.vocab_size:
+        raise ValueError(f"EAGLE-3 head {source!r} has vocab_size {hc.vocab_size} but the policy has "
+                         f"{tc.vocab_size}: the head reuses the policy's embeddings and lm_head, so train one for "
+                         f"this policy ({DEFAULT_INSTALL_HINT} --policy PATH)")
+    if hc.hidden_size != tc.hidden_size:
+        raise ValueError(f"EAGLE-3 head {source!r} has hidden_size {hc.hidden_size} but the policy has "
+                         f"{tc.hidden_size}: train a head for this policy ({DEFAULT_INSTALL_HINT} --policy PATH)")
+    bad = [i for i in hc.target_hidden_layers if not 0 <= i < tc.num_layers]
+    if bad:
+        raise ValueError(f"EAGLE-3 head {source!r} reads target layers {bad}, but the policy has layers "
+                         f"0..{tc.num_layers - 1}: train a head for this policy ({DEFAULT_INSTALL_HINT})")
+
+
+def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> Eagle3Drafter:
+    path = Path(spec.draft_model) if spec.draft_model else DEFAULT_HEAD_DIR
+    if not (path / "config.json").is_file():
+        which = "the embedded default EAGLE-3 head" if spec.draft_model is None else "EAGLE-3 head"
+        raise FileNotFoundError(f"{which} is missing: no config.json in {str(path)!r}. Pass "
+                                f"SpecConfig(draft_model=DIR) or {DEFAULT_INSTALL_HINT} "
+                                "(`--out DIR`, then draft_model=DIR)")
+    p = next(target.parameters())
+    head = load_head(path, device=p.device, dtype=p.dtype)
+    check_compatible(head, target, str(path))
+    return Eagle3Drafter(head, target, num_slots, max_len)

@@ -1,0 +1,244 @@
+"""The EAGLE-3 head (Li et al. 2025) as an nn.Module, and its checkpoint format.
+
+The head fuses three target hidden-state layers (low, middle, high) through `fc` (3D -> D), then runs one
+decoder layer whose attention reads concat(RMSNorm(embed(token)), RMSNorm(hidden)) (width 2D), then a final
+RMSNorm. It reuses the target's embeddings and lm_head, so it stores neither and its vocabulary is the
+target's. The pre-norm output is fed back as the next draft step's hidden (training-time test).
+
+Checkpoint directory (HF-like, one `model.safetensors`):
+
+    config.json   {"architectures": ["Eagle3Head"], "model_type": "eagle3", "target_hidden_layers": [1, 2, 3],
+                   "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                   "rms_norm_eps", "rope_theta", "vocab_size", "target_hidden_size", "torch_dtype",
+                   "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 4]}}
+    fc.weight                                   [D, 3D]
+    midlayer.hidden_norm.weight                 [D]     norm of the fused/fed-back hidden
+    midlayer.input_layernorm.weight             [D]     norm of the token embedding
+    midlayer.self_attn.{q,k,v}_proj.weight      [H*hd | Hkv*hd, 2D]
+    midlayer.self_attn.o_proj.weight            [D, H*hd]
+    midlayer.post_attention_layernorm.weight    [D]
+    midlayer.mlp.{gate,up,down}_proj.weight     [I, D] / [D, I]
+    norm.weight                                 [D]
+
+These are the key names of the EAGLE-3 checkpoints that vLLM (`llama_eagle3.py`, which maps `midlayer.` to
+`layers.0.`) and SGLang/SpecForge load, with the same norm placement (residual taken before `hidden_norm`).
+Differences: (1) by default no `lm_head.weight`, `d2t` or `t2d`: the head drafts over the full target
+vocabulary with the target's lm_head. With `draft_vocab_size` set it carries its own `lm_head.weight`
+[Vd, D] and `d2t` [Vd] (target id = draft id + d2t[draft id], vLLM's convention) and `full_logits` puts
+-inf outside the draft vocabulary; `specrl export-drafter` writes the public layout (docs/drafter_export.md).
+(2) `embed_tokens` is also omitted; vLLM then shares the target's, as we do. (3) `target_hidden_layers`
+index decoder-layer *outputs*; vLLM's `eagle_aux_hidden_state_layer_ids` index layer *inputs*, i.e. +1,
+and we write both.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from ...io import atomic_dir
+from ...model import ModelConfig
+from ...model.checkpoint import load_safetensors
+from ...model.layers import MLP, Attention, RMSNorm, apply_rope, cached_attention, rope_cos_sin
+
+DEFAULT_INSTALL_HINT = "run `specrl train-drafter --method eagle3` to train one"
+
+
+def default_layers(num_layers: int) -> tuple[int, int, int]:
+    """NeMo-RL/vLLM default (1, L/2-1, L-4), pushed up to be increasing and clamped into [0, L-1] for
+    small L: L=36 gives (1, 17, 32), L=6 gives (1, 2, 3), L=2 gives (1, 1, 1)."""
+    out: list[int] = []
+    for want in (1, num_layers // 2 - 1, num_layers - 4):
+        layer = max(want, out[-1] + 1) if out else want
+        out.append(max(0, min(layer, num_layers - 1)))
+    return tuple(out)
+
+
+@dataclass
+class Eagle3Config:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    target_hidden_layers: tuple[int, ...]
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    draft_vocab_size: int | None = None  # None: draft over the target's vocabulary with the target's lm_head
+
+    def __post_init__(self):
+        self.target_hidden_layers = tuple(int(i) for i in self.target_hidden_layers)
+        if len(self.target_hidden_layers) != 3:
+            raise ValueError(f"target_hidden_layers={list(self.target_hidden_layers)}: EAGLE-3 fuses exactly 3 "
+                             "target layers (low, mid, high), e.g. [1, 2, 3]")
+        if self.draft_vocab_size is not None and not 1 <= self.draft_vocab_size <= self.vocab_size:
+            raise ValueError(f"draft_vocab_size={self.draft_vocab_size}: expected 1..vocab_size ({self.vocab_size}) "
+                             "or None for the full vocabulary")
+
+    @classmethod
+    def for_target(cls, target: ModelConfig, layers: tuple[int, ...] | None = None,
+                   intermediate_size: int | None = None) -> "Eagle3Config":
+        return cls(target.vocab_size, target.hidden_size, intermediate_size or target.intermediate_size,
+                   target.num_heads, target.num_kv_heads, target.head_dim,
+                   layers if layers is not None else default_layers(target.num_layers),
+                   target.rms_norm_eps, target.rope_theta)
+
+    def layer_config(self) -> ModelConfig:
+        """The decoder-layer shape as a ModelConfig, so the shared Attention/MLP blocks can be reused
+        (Llama style: no qkv bias, no q/k norm, as in the published EAGLE-3 heads)."""
+        return ModelConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+                           intermediate_size=self.intermediate_size, num_layers=1, num_heads=self.num_heads,
+                           num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, arch="llama",
+                           rope_theta=self.rope_theta, rms_norm_eps=self.rms_norm_eps)
+
+    def to_hf(self) -> dict:
+        return {"architectures": ["Eagle3Head"], "model_type": "eagle3", "num_hidden_layers": 1,
+                "target_hidden_layers": list(self.target_hidden_layers), "vocab_size": self.vocab_size,
+                "hidden_size": self.hidden_size, "target_hidden_size": self.hidden_size,
+                "intermediate_size": self.intermediate_size, "num_attention_heads": self.num_heads,
+                "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
+                "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i + 1 for i in self.target_hidden_layers]},
+                **({"draft_vocab_size": self.draft_vocab_size} if self.draft_vocab_size is not None else {})}
+
+    @classmethod
+    def from_hf(cls, hf: dict) -> "Eagle3Config":
+        """Reads our own `Eagle3Head` config or the public `LlamaForCausalLMEagle3` one (see export.py)."""
+        archs = hf.get("architectures", [])
+        if "Eagle3Head" not in archs and "LlamaForCausalLMEagle3" not in archs:
+            raise ValueError(f"config.json architectures={archs}: expected ['Eagle3Head'] (an EAGLE-3 head written "
+                             f"by specrl) or ['LlamaForCausalLMEagle3'] (`specrl export-drafter`); "
+                             f"{DEFAULT_INSTALL_HINT}")
+        layers = hf.get("target_hidden_layers")
+        if layers is None:  # the public layout counts layer inputs: ours = theirs - 1
+            layers = [i - 1 for i in hf["eagle_config"]["eagle_aux_hidden_state_layer_ids"]]
+        head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
+        dvs = hf.get("draft_vocab_size")
+        if "Eagle3Head" not in archs:  # the public layout always carries its own lm_head (vLLM's default: V)
+            dvs = dvs or hf["vocab_size"]
+        return cls(hf["vocab_size"], hf["hidden_size"], hf["intermediate_size"], hf["num_attention_heads"],
+                   hf["num_key_value_heads"], head_dim, tuple(layers), hf.get("rms_norm_eps", 1e-6),
+                   hf.get("rope_theta", 10000.0), dvs)
+
+
+class Eagle3Layer(nn.Module):
+    def __init__(self, cfg: Eagle3Config):
+        super().__init__()
+        lc = cfg.layer_config()
+        D, hd = cfg.hidden_size, cfg.head_dim
+        self.self_attn = Attention(lc)
+        # attention reads [embedding; hidden], width 2D
+        self.self_attn.q_proj = nn.Linear(2 * D, cfg.num_heads * hd, bias=False)
+        self.self_attn.k_proj = nn.Linear(2 * D, cfg.num_kv_heads * hd, bias=False)
+        self.self_attn.v_proj = nn.Linear(2 * D, cfg.num_kv_heads * hd, bias=False)
+        self.mlp = MLP(lc)
+        self.hidden_norm = RMSNorm(D, cfg.rms_norm_eps)
+        self.input_layernorm = RMSNorm(D, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(D, cfg.rms_norm_eps)
+
+
+class Eagle3Head(nn.Module):
+    def __init__(self, cfg: Eagle3Config):
+        super().__init__()
+        self.config = cfg
+        self.fc = nn.Linear(3 * cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.midlayer = Eagle3Layer(cfg)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = None  # own output layer over a draft vocabulary; None: the target's lm_head
+        if cfg.draft_vocab_size is not None:
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+            # the public convention: target id = draft id + d2t[draft id]
+            self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+
+    @property
+    def target_ids(self) -> torch.Tensor | None:
+        """Target id of each draft id [Vd], or None when the head drafts over the whole target vocabulary."""
+        if self.lm_head is None:
+            return None
+        return torch.arange(len(self.d2t), device=self.d2t.device) + self.d2t
+
+    def draft_logits(self, h: torch.Tensor, target) -> torch.Tensor:
+        """Pre-norm output h [B, T, D] -> logits over the draft vocabulary [B, T, Vd] (Vd = V without one)."""
+        x = self.norm(h)
+        return target.lm_head_logits(x) if self.lm_head is None else self.lm_head(x)
+
+    def full_logits(self, h: torch.Tensor, target) -> torch.Tensor:
+        """Logits over the target vocabulary [B, T, V]: -inf outside the draft vocabulary, so q is 0 there
+        and verification stays exact."""
+        small = self.draft_logits(h, target)  # [B, T, Vd]
+        if self.lm_head is None:
+            return small
+        full = small.new_full((*small.shape[:-1], self.config.vocab_size), float("-inf"))  # [B, T, V]
+        return full.index_copy(-1, self.target_ids, small)
+
+    def fuse(self, hidden: list[torch.Tensor]) -> torch.Tensor:
+        """Three target layers' outputs, each [B, T, D] -> fused feature [B, T, D]."""
+        return self.fc(torch.cat(hidden, dim=-1))
+
+    def qkv(self, h: torch.Tensor, emb: torch.Tensor, positions: torch.Tensor):
+        """h, emb: [B, T, D]; positions: [B, T] -> q [B, H, T, hd], k, v [B, Hkv, T, hd] (rope applied)."""
+        layer, attn = self.midlayer, self.midlayer.self_attn
+        x = torch.cat([layer.input_layernorm(emb), layer.hidden_norm(h)], dim=-1)  # [B, T, 2D]
+        B, T, _ = x.shape
+        q = attn.q_proj(x).view(B, T, attn.num_heads, attn.head_dim).transpose(1, 2)  # [B, H, T, hd]
+        k = attn.k_proj(x).view(B, T, attn.num_kv_heads, attn.head_dim).transpose(1, 2)  # [B, Hkv, T, hd]
+        v = attn.v_proj(x).view(B, T, attn.num_kv_heads, attn.head_dim).transpose(1, 2)
+        cos, sin = rope_cos_sin(positions, attn.head_dim, attn.rope_theta, q.dtype)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def finish(self, h: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        """Residual from the un-normed hidden h [B, T, D]; attn_out [B, H, T, hd] -> pre-norm output [B, T, D]."""
+        layer = self.midlayer
+        B, _, T, _ = attn_out.shape
+        x = h + layer.self_attn.o_proj(attn_out.transpose(1, 2).reshape(B, T, -1))  # [B, T, D]
+        return x + layer.mlp(layer.post_attention_layernorm(x))
+
+    def forward(self, h, emb, positions, kv, slots) -> torch.Tensor:
+        """One step over a position-indexed cache (k, v each [S, Hkv, L, hd]) -> pre-norm output [B, T, D]."""
+        q, k, v = self.qkv(h, emb, positions)
+        return self.finish(h, cached_attention(q, k, v, kv, slots, positions))
+
+
+def init_head(cfg: Eagle3Config, seed: int = 0, std: float = 0.02) -> Eagle3Head:
+    """A fresh head: normal(0, std) matrices, unit norm gains. Deterministic in `seed`."""
+    gen = torch.Generator().manual_seed(seed)
+    head = Eagle3Head(cfg)
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            if p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
+            else:
+                p.fill_(1.0)
+    return head
+
+
+def save_head(head: Eagle3Head, path: str | Path, dtype: torch.dtype | None = None) -> Path:
+    """Writes config.json + model.safetensors atomically (`dtype`, e.g. bf16, to ship small)."""
+    state = {k: v.detach().to("cpu", (dtype or v.dtype) if v.is_floating_point() else v.dtype).contiguous()
+             for k, v in head.state_dict().items()}
+    hf = head.config.to_hf()
+    hf["torch_dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")
+    with atomic_dir(path) as tmp:
+        (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    return Path(path)
+
+
+def load_head(path: str | Path, device="cpu", dtype: torch.dtype = torch.float32) -> Eagle3Head:
+    path = Path(path)
+    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+        raise FileNotFoundError(f"no EAGLE-3 head at {str(path)!r}: expected config.json and model.safetensors; "
+                                f"{DEFAULT_INSTALL_HINT}")
+    cfg = Eagle3Config.from_hf(json.loads((path / "config.json").read_text()))
+    head = Eagle3Head(cfg)
+    state = {k: v for k, v in load_safetensors(path / "model.safetensors").items() if k != "t2d"}  # t2d: from d2t
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"EAGLE-3 checkpoint {str(path)!r} does not match its config: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
+    return head.to(device=device, dtype=dtype).eval()

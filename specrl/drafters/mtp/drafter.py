@@ -1,0 +1,137 @@
+"""MTP drafter: chains the policy's multi-token-prediction modules (DeepSeek-V3), greedy, q = one-hot.
+
+Draft j comes from depth j: module j (the last module for j > D) combines h^{j-1} with the embedding of
+the previous token (draft j-1, or the sequence's last token for j = 1). Every depth runs at the position
+p of the last token the target has seen, and each module keeps its own KV cache over positions:
+`observe` fills positions the target verified teacher-forced (module d at i reads t_{i+d}, exact up to
+the accepted prefix, rejected drafts in its last d-1 entries), `propose` overwrites position p with
+drafts. The KV of deeper modules is therefore an approximation; exactness never depends on it.
+
+Where the modules come from, in order: `SpecConfig.draft_model` (an MTP-only directory written by
+`specrl train-drafter --method mtp`, or a full checkpoint with `mtp.*` weights), the policy's
+own `mtp` modules, and the embedded default in `specrl/tasks/assets/drafters/mtp/` when its shapes fit.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+from ...engine.drafting import Proposal, TargetForward, blank_proposal
+from ...engine.memory import kv_zeros
+from ...engine.methods import MAX_SPEC_TOKENS, SpecConfig, get_method
+from ...engine.sequence import Sequence
+from ...io import atomic_dir
+from ...model import CausalLM, ModelConfig, resolve_dtype
+from ...model.checkpoint import read_state_dict
+from ...model.mtp import MTPStack
+
+DEFAULT_DIR = get_method("mtp").shipped_dir
+MATCH_KEYS = ("vocab_size", "hidden_size")  # what h^0, the embedding and the lm_head share with the policy
+
+
+def save_mtp_only(stack: MTPStack, cfg: ModelConfig, path: str | Path, dtype=None) -> Path:
+    """Writes config.json (the policy's config with num_nextn_predict_layers) and mtp.safetensors."""
+    state = {f"mtp.{k}": v.detach().to("cpu", resolve_dtype(dtype) if dtype else v.dtype).contiguous()
+             for k, v in stack.state_dict().items()}
+    hf = ModelConfig(**{**cfg.to_dict(), "num_mtp_modules": stack.depth}).to_hf()
+    with atomic_dir(path) as tmp:
+        (tmp / "config.json").write_text(json.dumps(hf, indent=2))
+        save_file(state, str(tmp / "mtp.safetensors"), metadata={"format": "pt"})
+    return Path(path)
+
+
+def load_mtp(path: str | Path, target: CausalLM) -> MTPStack:
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no MTP checkpoint at {str(path)!r} (expected config.json and *.safetensors "
+                                "with mtp.* weights): train one with `specrl train-drafter --method mtp`.")
+    cfg = ModelConfig.from_hf(json.loads((path / "config.json").read_text()))
+    if cfg.num_mtp_modules < 1:
+        raise ValueError(f"{str(path)!r} has no MTP modules (num_nextn_predict_layers missing or 0): train them "
+                         "with `specrl train-drafter --method mtp --policy POLICY --out DIR`.")
+    bad = {k: (getattr(cfg, k), getattr(target.config, k)) for k in MATCH_KEYS
+           if getattr(cfg, k) != getattr(target.config, k)}
+    if bad:
+        raise ValueError(f"MTP modules in {str(path)!r} do not fit the policy: (theirs, policy's) = {bad}; "
+                         "train MTP modules for this policy with `specrl train-drafter --method mtp`.")
+    state = {k.removeprefix("mtp."): v for k, v in read_state_dict(path).items() if k.startswith("mtp.")}
+    p = next(target.parameters())
+    stack = MTPStack(cfg)
+    stack.load_state_dict(state, strict=True)
+    return stack.to(device=p.device, dtype=p.dtype).eval()
+
+
+def _default_fits(target: CausalLM) -> bool:
+    cfg_file = DEFAULT_DIR / "config.json"
+    if not cfg_file.is_file():
+        return False
+    shipped = ModelConfig.from_hf(json.loads(cfg_file.read_text()))
+    return shipped.to_dict() | {"num_mtp_modules": 0} == target.config.to_dict() | {"num_mtp_modules": 0}
+
+
+def resolve_stack(spec: SpecConfig, target: CausalLM) -> MTPStack:
+    if spec.draft_model:
+        return load_mtp(spec.draft_model, target)
+    if getattr(target, "mtp", None) is not None:
+        return target.mtp
+    if _default_fits(target):
+        return load_mtp(DEFAULT_DIR, target)
+    where = getattr(target, "source_path", None) or "<in-memory policy>"
+    raise ValueError(
+        f"method 'mtp' needs MTP modules, but the policy {where!r} has none (num_nextn_predict_layers = 0) "
+        "and SpecConfig.draft_model is not set. Train them with `specrl train-drafter --method mtp --policy "
+        "POLICY --out DIR`, then load DIR as the policy or pass SpecConfig(method='mtp', draft_model=DIR).")
+
+
+class MTPDrafter:
+    hidden_layers: tuple[int, ...] = (-1,)
+
+    def __init__(self, target: CausalLM, stack: MTPStack, num_slots: int, max_len: int):
+        self.target, self.stack = target, stack
+        p = next(target.parameters())
+        self.device = p.device
+        cfg = target.config
+        kv_heads, head_dim = stack.layers[0].block.self_attn.num_kv_heads, stack.layers[0].block.self_attn.head_dim
+        shape = (num_slots, kv_heads, max_len + MAX_SPEC_TOKENS + 1, head_dim)
+        self.cache = [(kv_zeros(shape, p.device, p.dtype),
+                       kv_zeros(shape, p.device, p.dtype)) for _ in range(stack.depth)]
+        self.h0 = torch.zeros(num_slots, cfg.hidden_size, device=p.device, dtype=p.dtype)  # [S, D] at p
+
+    @torch.inference_mode()
+    def observe(self, fwd: TargetForward) -> None:
+        slots = torch.tensor([s.slot for s in fwd.seqs], device=self.device)  # [B]
+        B = fwd.next_tokens.shape[0]
+        h = fwd.last_hidden  # [B, T, D]
+        for d in range(1, self.stack.depth + 1):
+            ids = F.pad(fwd.next_tokens[:, d - 1:], (0, d - 1))  # [B, T]: t_{i+d}, zeros past the row
+            h = self.stack.step(d, h, self.target.embed(ids), fwd.positions, self.cache[d - 1], slots)
+        last = (fwd.valid - 1).clamp_min(0)  # [B] index of the last accepted input
+        self.h0[slots] = fwd.last_hidden[torch.arange(B, device=self.device), last]  # [B, D]
+
+    @torch.inference_mode()
+    def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
+        out = blank_proposal(k, self.device)
+        tokens, K = out.tokens, out.tokens.shape[1]  # [B, K], filled in below
+        if K == 0:
+            return out
+        slots = torch.tensor([s.slot for s in seqs], device=self.device)  # [B]
+        pos = torch.tensor([[s.num_tokens - 2] for s in seqs], device=self.device)  # [B, 1] last verified input
+        tok = torch.tensor([s.tokens[-1] for s in seqs], device=self.device)  # [B]
+        h = self.h0[slots][:, None]  # [B, 1, D]
+        for j in range(1, K + 1):
+            d = min(j, self.stack.depth)
+            h = self.stack.step(j, h, self.target.embed(tok[:, None]), pos, self.cache[d - 1], slots)  # [B, 1, D]
+            tok = self.stack.logits(j, h, self.target.lm_head)[:, -1].argmax(-1)  # [B]
+            tokens[:, j - 1] = tok
+        return out
+
+    def release(self, seq: Sequence) -> None:
+        pass
+
+
+def build(spec: SpecConfig, target: CausalLM, num_slots: int, max_len: int) -> MTPDrafter:
+    return MTPDrafter(target, resolve_stack(spec, target), num_slots, max_len)

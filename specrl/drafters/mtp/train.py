@@ -1,0 +1,77 @@
+"""Offline training of MTP modules with the policy frozen (`specrl train-drafter --method mtp`).
+
+Depth d at position i reads h^{d-1}_i and t_{i+d} and is trained with soft cross-entropy to the policy's
+distribution of t_{i+d+1} (the policy's logits at i+d), teacher-forced on the policy's own generations.
+Depths past D reuse the last module, exactly as the drafter chains them; depth d weighs decay^(d-1).
+The modules start from the policy's last decoder layer with its residual outputs zeroed and a small random
+eh_proj (passing h^{d-1} through would start from the policy's own, wrong-by-one-token, prediction).
+By default only the modules are written (small; the policy's own checkpoint stays as it is).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ...model import CausalLM, ModelConfig, load_model, save_model
+from ...model.mtp import MTPStack
+from ..scratch import init_stack
+from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, fit, pad_batch, soft_cross_entropy, teacher_forward,
+                             token_batches)
+from .drafter import save_mtp_only
+
+
+@dataclass
+class MTPOptions:
+    num_modules: int = 2  # D
+    unroll: int = 4  # depths trained (>= D); depths past D reuse the last module, as the drafter does
+    decay: float = 0.8  # weight of depth d is decay^(d-1)
+    mtp_only: bool = True  # write only the modules (config.json + mtp.safetensors); False: the policy too
+
+    def __post_init__(self):
+        if not 1 <= self.num_modules <= self.unroll or not 0 < self.decay <= 1:
+            raise ValueError(f"MTPOptions num_modules={self.num_modules}, unroll={self.unroll}, decay={self.decay}: "
+                             "expected 1 <= num_modules <= unroll and 0 < decay <= 1")
+
+
+def mtp_loss(policy: CausalLM, stack: MTPStack, batch: TokenBatch, opts: MTPOptions) -> torch.Tensor:
+    """Weighted mean over depths of the soft CE to the policy, on response positions."""
+    out = teacher_forward(policy, batch)
+    p, h0 = torch.softmax(out.logits.float(), dim=-1), out.last_hidden  # [B, T, V], [B, T, D]
+    total, weight = 0.0, 0.0
+    for d, logits in enumerate(stack.unroll(h0, batch.ids, policy.embed, policy.lm_head, opts.unroll), start=1):
+        n = logits.shape[1]  # entry i in [0, T-d) predicts t_{i+d+1}, whose policy distribution is p[:, i+d]
+        w = opts.decay ** (d - 1)
+        total = total + w * soft_cross_entropy(logits, p[:, d:d + n], batch.loss_mask[:, d:d + n])
+        weight += w
+    return total / weight
+
+
+def save_with_policy(policy: CausalLM, stack: MTPStack, policy_path: str | Path, out_dir: str | Path) -> None:
+    """The policy checkpoint plus `mtp.*` weights, in the policy's stored dtype (the policy is unchanged)."""
+    cfg = ModelConfig(**{**policy.config.to_dict(), "num_mtp_modules": stack.depth})
+    full = CausalLM(cfg)
+    full.load_state_dict({**policy.state_dict(), **{f"mtp.{k}": v for k, v in stack.state_dict().items()}})
+    dtype = json.loads((Path(policy_path) / "config.json").read_text()).get("torch_dtype") or "float32"
+    save_model(full, out_dir, tokenizer_dir=policy_path, dtype=dtype)
+
+
+def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: DrafterTrainArgs,
+          opts: MTPOptions | None = None) -> dict:
+    """Trains MTP modules for the frozen policy on `data` (from `collect_sequences`). Writes the modules
+    alone to `out_dir` (use them with SpecConfig(method="mtp", draft_model=out_dir)), or with
+    `opts.mtp_only=False` the policy checkpoint with its `mtp.*` weights (load it as the policy)."""
+    opts = opts or MTPOptions()
+    torch.manual_seed(args.seed)
+    policy = load_model(policy_path).requires_grad_(False)
+    stack = init_stack(policy, opts.num_modules, args.seed)
+    metrics = fit(stack, lambda batch: mtp_loss(policy, stack, batch, opts),
+                  map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args)
+    if opts.mtp_only:
+        save_mtp_only(stack, policy.config, out_dir, dtype=args.save_dtype)
+    else:
+        save_with_policy(policy, stack, policy_path, out_dir)
+    return {"method": "mtp", "out_dir": str(out_dir), "num_modules": stack.depth, "unroll": opts.unroll,
+            "num_params": sum(p.numel() for p in stack.parameters()), "sequences": len(data), **metrics}

@@ -1,0 +1,1 @@
+"""N-gram prompt-lookup drafting."""

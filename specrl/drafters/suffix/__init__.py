@@ -1,0 +1,1 @@
+"""Suffix drafting (SuffixDecoding; DAS): the drafter and its suffix tries."""

@@ -1,0 +1,108 @@
+"""Suffix drafter (SuffixDecoding, Oliaro et al. 2024; DAS): model-free drafts from the prompt and from the
+rollouts of the same prompt, GRPO siblings still in flight included. q is one-hot (probs=None).
+
+Each running sequence writes its accepted tokens into the `PromptPool` of its prompt (see tree.py), so
+siblings read each other's text as soon as it is accepted, finished rollouts stay in the pool for later
+samples, and pools outlive a generate() call: the next RL step on the same problem starts warm. The draft
+follows the most frequent continuation of the longest matching suffix, and its length grows with the match:
+up to min(k, ceil(suffix_scale * match length)), nothing when fewer than ngram_min tokens match.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...engine.drafting import Proposal, TargetForward
+from ...engine.methods import SpecConfig
+from ...engine.sequence import Sequence
+from .tree import PromptPool, SuffixStore
+
+# Bounded memory: finished rollouts kept per prompt (GRPO n=8 -> the last two RL steps) and tokens indexed over
+# all prompts; idle prompts are evicted least recent first. A token costs ~1.7 KB on text that never repeats
+# (up to `ngram_max` new contexts), far less on repetitive text: 200k tokens stay under ~350 MB.
+MAX_ROLLOUTS_PER_PROMPT = 16
+MAX_INDEXED_TOKENS = 200_000
+# A draft stops once its empirical path probability falls below this: the verify forward pays for every
+# drafted token, and a continuation the rollouts themselves disagree on is rarely the policy's next token.
+MIN_PATH_PROB = 0.1
+
+
+@dataclass
+class _SlotState:
+    seq: Sequence
+    pool: PromptPool
+    tail: list[int]  # the last `depth` tokens of the sequence (the context a draft continues)
+    indexed: int  # how many of seq.output the pool has counted
+
+
+class SuffixDrafter:
+    hidden_layers: tuple[int, ...] = ()
+
+    def __init__(self, spec: SpecConfig, device, max_rollouts: int = MAX_ROLLOUTS_PER_PROMPT,
+                 max_tokens: int = MAX_INDEXED_TOKENS, min_prob: float = MIN_PATH_PROB):
+        self.spec, self.device, self.min_prob = spec, device, min_prob
+        self.store = SuffixStore(spec.ngram_max, max_rollouts, max_tokens)
+        self.slots: dict[int, _SlotState] = {}
+
+    def _sync(self, seq: Sequence) -> _SlotState:
+        """Counts the sequence's accepted tokens not yet in its pool. The engine appends accepted tokens to
+        seq.output before calling observe, so the output itself says what is new (a row's `valid` inputs)."""
+        state = self.slots.get(seq.slot)
+        if state is None or state.seq is not seq:
+            if state is not None:  # the slot was reused without a release: retire its old sequence now
+                self.store.release(state.pool, state.seq.output[:state.indexed])
+            state = self.slots[seq.slot] = _SlotState(seq, self.store.acquire(seq.prompt),
+                                                      list(seq.prompt[-self.store.depth:]), 0)
+        trie, tail, depth = state.pool.trie, state.tail, self.store.depth
+        for tok in seq.output[state.indexed:]:
+            trie.add(tail, tok)
+            tail.append(tok)
+            if len(tail) > depth:
+                del tail[0]
+        state.indexed = len(seq.output)
+        return state
+
+    def observe(self, fwd: TargetForward) -> None:
+        for seq, v in zip(fwd.seqs, fwd.valid.tolist()):
+            if v > 0:
+                self._sync(seq)
+
+    def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
+        spec, drafts = self.spec, []
+        for seq, ki in zip(seqs, k):
+            if ki <= 0:
+                drafts.append([])
+                continue
+            state = self._sync(seq)
+            drafts.append(state.pool.trie.draft(state.tail, ki, spec.ngram_min, spec.suffix_scale, self.min_prob))
+        return pad_drafts(drafts, self.device)
+
+    def state_dict(self) -> dict:
+        """The cross-step state an exact resume needs: the pools of earlier rollouts (rejection sampling
+        makes the realised tokens depend on the drafts). Taken between generate() calls."""
+        return {"store": self.store.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.store.load_state_dict(state["store"])
+        self.slots.clear()
+
+    def release(self, seq: Sequence) -> None:
+        state = self.slots.get(seq.slot)
+        if state is None or state.seq is not seq:
+            return
+        self._sync(seq)
+        del self.slots[seq.slot]
+        self.store.release(state.pool, seq.output)
+
+
+def pad_drafts(drafts: list[list[int]], device) -> Proposal:
+    """Point drafts padded to the longest, with one tensor copy (per-row copies cost ~25 us each)."""
+    K = max(map(len, drafts), default=0)
+    tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).view(len(drafts), K)  # [B, K]
+    lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)  # [B]
+    return Proposal(tokens.to(device), lengths.to(device), None)
+
+
+def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> SuffixDrafter:
+    return SuffixDrafter(spec, next(target.parameters()).device)

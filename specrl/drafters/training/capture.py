@@ -1,0 +1,85 @@
+"""What online drafter training learns from: the policy trainer's own forward over the sampled trajectories.
+
+NeMo-RL's way: the policy trainer already runs the policy over every rollout to recompute logprobs, so it
+can hand over the hidden states a drafter reads and the policy's next-token logits at no extra forward.
+
+    capture = Capture(layers, pick_rows)     # or OnlineDrafterTrainer.forward_hook()
+    policy_trainer.forward_hook = capture    # specrl.train.trainer.ForwardHook
+    policy_trainer.step(batch)               # capture.batches: one DrafterBatch per micro-batch, detached
+
+Layer -1 stands for the final normed hidden state (MTP's h^0). `pick_rows(b)` may pick the rows kept
+(OnlineDrafterTrainer.pick_rows): only those are copied out, so a [b, T, V] logits tensor is held for a
+micro-batch only while its backward runs.
+
+TLT's alternative, capturing hidden states during rollout (the engine's verify forwards), is not built:
+the trainer's forward is exact (teacher-forced over the whole trajectory) and costs no extra work.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from torch import Tensor
+
+from ...train.trainer import ForwardInfo
+
+LAST = -1  # capture key of the final normed hidden state
+
+
+class DrafterBatch(NamedTuple):
+    input_ids: Tensor  # [b, T] prompt + response[:-1], right-padded (the trainer's micro-batch)
+    mask: Tensor  # [b, T] float, 1 where the next token is a response token
+    logits: Tensor | None  # [b, T, V] the policy's logits (temperature 1), detached (None inside `capture`)
+    hidden: dict[int, Tensor]  # layer index (-1: final normed) -> [b, T, D] outputs, detached
+    rows: Tensor  # [b] rows of the step's batch, to look per-trajectory rewards up
+
+    @property
+    def num_tokens(self) -> float:
+        return float(self.mask.sum())
+
+    def select(self, keep: Tensor) -> "DrafterBatch":
+        """Rows `keep` [k] (in that order), cut to their longest sequence; copies, so the source can be freed."""
+        mask = self.mask[keep.to(self.mask.device)]  # [k, T]
+        cols = mask.any(0).nonzero()  # past the last loss index every column is padding (causal attention)
+        T = int(cols.max()) + 1 if len(cols) else 1
+        keep = keep.to(self.input_ids.device)
+        logits = None if self.logits is None else self.logits[:, :T][keep]
+        return DrafterBatch(self.input_ids[:, :T][keep], mask[:, :T].contiguous(), logits,
+                            {i: h[:, :T][keep] for i, h in self.hidden.items()}, self.rows[keep.to(self.rows.device)])
+
+
+def capture(out, input_ids: Tensor, mask: Tensor, rows: Tensor, layers: tuple[int, ...],
+            logits_fn: Callable[[Tensor], Tensor], keep: Tensor | None = None) -> DrafterBatch:
+    """Detaches the asked-for parts of a `ModelOutput` computed with hidden_layers=model_layers(layers);
+    `keep` [k]: only those rows, copied out. The policy's logits come from `logits_fn` on the kept rows'
+    final hidden states alone (the trainer never holds a whole micro-batch's logits)."""
+    hidden = dict(zip(model_layers(layers), (h.detach() for h in out.hidden)))
+    hidden[LAST] = out.last_hidden.detach()  # cut and selected with the rest; dropped below unless asked for
+    batch = DrafterBatch(input_ids, mask, None, hidden, rows)
+    batch = batch if keep is None else batch.select(keep)
+    batch = batch._replace(logits=logits_fn(batch.hidden[LAST]))
+    if LAST not in layers:
+        del batch.hidden[LAST]
+    return batch
+
+
+def model_layers(layers: tuple[int, ...]) -> tuple[int, ...]:
+    """The decoder layers to ask the model for, in the order it returns them (ascending, no -1)."""
+    return tuple(sorted({i for i in layers if i != LAST}))
+
+
+class Capture:
+    """The policy trainer's forward hook of online drafter training: keeps one `DrafterBatch` per micro-batch
+    in `batches`, the `layers` of `pick_rows(b)`'s rows (all of them without `pick_rows`)."""
+
+    def __init__(self, layers: tuple[int, ...], pick_rows: Callable[[int], Tensor | None] | None = None):
+        self.layers, self.pick_rows = layers, pick_rows
+        self.batches: list[DrafterBatch] = []
+
+    @property
+    def hidden_layers(self) -> tuple[int, ...]:
+        return model_layers(self.layers)
+
+    def __call__(self, info: ForwardInfo) -> None:
+        keep = self.pick_rows(len(info.rows)) if self.pick_rows is not None else None
+        self.batches.append(capture(info.output, info.input_ids, info.mask, info.rows, self.layers, info.logits,
+                                    keep))

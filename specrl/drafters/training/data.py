@@ -1,0 +1,199 @@
+"""Shared pieces of offline drafter training (eagle3, draft_model, mtp): self-distillation data from the
+policy's own generations, length-bucketed batches, the policy's teacher forward, and the common settings.
+
+Every method's trainer has the signature `train(policy_path, out_dir, data, args) -> dict` with `data`
+from `collect_sequences` and `args` a `DrafterTrainArgs`.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, NamedTuple
+
+import torch
+
+Pair = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
+
+
+@dataclass
+class DrafterTrainArgs:
+    steps: int = 400
+    batch_tokens: int = 4096  # padded tokens per optimiser step
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    time_budget_s: float = 480.0  # training wall-clock cap; the LR schedule follows steps or time, whichever is further
+    bf16_autocast: bool = True  # matmuls in bf16 on the CPU; master weights stay fp32
+    save_dtype: str = "bfloat16"  # dtype of the shipped weights
+    log_every: int = 20
+    # stored teacher distributions keep their k most likely tokens plus the tail mass (see topk_cross_entropy):
+    # 32 x 6 bytes a token instead of a bf16 row of the whole vocabulary (98 KB for a 49k one); 0: every token
+    teacher_topk: int = 32
+
+    def __post_init__(self):
+        for name in ("steps", "batch_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DrafterTrainArgs.{name}={getattr(self, name)}: expected >= 1")
+        if self.teacher_topk < 0:
+            raise ValueError(f"DrafterTrainArgs.teacher_topk={self.teacher_topk}: expected >= 1, or 0 for the "
+                             "whole vocabulary")
+        if self.lr <= 0 or self.time_budget_s <= 0:
+            raise ValueError(f"DrafterTrainArgs lr={self.lr}, time_budget_s={self.time_budget_s}: expected > 0")
+
+
+def collect_sequences(policy, prompts: list, n: int = 1, max_tokens: int = 256, temperature: float = 1.0,
+                      seed: int = 0, max_num_seqs: int = 64, max_model_len: int | None = None,
+                      kv_cache_memory: int | str | None = None, memory_utilization: float | None = None) -> list[Pair]:
+    """The policy's own generations (SD off): one (prompt_ids, response_ids) per sample, empty ones dropped.
+    `policy` is a checkpoint path or a CausalLM; `prompts` strings or token-id lists; `max_model_len` caps
+    prompt + response; the KV budget knobs are LLM's (specrl.engine.memory)."""
+    from ...engine import LLM, SamplingParams
+    from ...engine.memory import DEFAULT_MEMORY_UTILIZATION
+
+    llm = LLM(policy, max_num_seqs=max_num_seqs, max_model_len=max_model_len, kv_cache_memory=kv_cache_memory,
+              memory_utilization=memory_utilization or DEFAULT_MEMORY_UTILIZATION)
+    # a seed per prompt: prompts sharing one would share their draws, and so their sampled styles and lengths
+    params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed * 1_000_003 + i)
+              for i in range(len(prompts))]
+    outs = llm.generate(prompts, params)
+    return [(list(o.prompt_token_ids), list(c.token_ids)) for o in outs for c in o.outputs if c.token_ids]
+
+
+def default_prompts(num: int, seed: int = 0) -> list[str]:
+    """Training-split prompts of the embedded arithmetic task (never the test split)."""
+    from ...tasks import make_problems
+
+    return [p.prompt for p in make_problems(num, seed=seed, split="train")]
+
+
+class TokenBatch(NamedTuple):
+    ids: torch.Tensor  # [B, T] right-padded
+    positions: torch.Tensor  # [B, T]
+    loss_mask: torch.Tensor  # [B, T] bool: position s predicts token s+1, a response token
+
+
+def pad_batch(pairs: list[Pair], pad_id: int = 0) -> TokenBatch:
+    T = max(len(p) + len(r) for p, r in pairs)
+    ids = torch.full((len(pairs), T), pad_id, dtype=torch.long)  # [B, T]
+    mask = torch.zeros(len(pairs), T, dtype=torch.bool)  # [B, T]
+    for b, (p, r) in enumerate(pairs):
+        ids[b, :len(p) + len(r)] = torch.tensor(p + r)
+        mask[b, len(p) - 1:len(p) + len(r) - 1] = True
+    return TokenBatch(ids, torch.arange(T).expand(len(pairs), T), mask)
+
+
+def index_batches(lengths: list[int], batch_tokens: int, seed: int):
+    """Endless stream of length-bucketed index lists of at most `batch_tokens` padded tokens (at least one
+    sequence each); a fresh shuffle every epoch, a pure function of the seed."""
+    if not lengths:
+        raise ValueError("no training sequences: collect_sequences returned nothing (all responses empty?)")
+    rng = random.Random(seed)
+    while True:
+        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], rng.random()))
+        batches, cur = [], []
+        for i in order:
+            if cur and (len(cur) + 1) * lengths[i] > batch_tokens:
+                batches.append(cur)
+                cur = []
+            cur.append(i)
+        batches.append(cur)
+        rng.shuffle(batches)
+        yield from batches
+
+
+def token_batches(data: list[Pair], batch_tokens: int, seed: int):
+    """`index_batches` over `data`, yielding the (prompt_ids, response_ids) pairs themselves."""
+    for idx in index_batches([len(p) + len(r) for p, r in data], batch_tokens, seed):
+        yield [data[i] for i in idx]
+
+
+@torch.no_grad()
+def teacher_forward(policy, batch: TokenBatch, hidden_layers: tuple[int, ...] = ()):
+    """The policy's full forward (no cache): logits [B, T, V] and the requested layers' outputs."""
+    return policy(batch.ids, batch.positions, hidden_layers=hidden_layers)
+
+
+def soft_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over masked positions of -sum_v p(v) log q(v). logits, target_probs: [B, T, V]; mask: [B, T]."""
+    ce = -(target_probs * torch.log_softmax(logits.float(), dim=-1)).sum(-1)  # [B, T]
+    return (ce * mask).sum() / mask.sum().clamp(min=1)
+
+
+class TopK(NamedTuple):
+    """A teacher distribution cut to its k most likely tokens; the rest of the mass is 1 - probs.sum(-1)."""
+    probs: torch.Tensor  # [..., k] not renormalised, most likely first
+    ids: torch.Tensor  # [..., k] token ids
+
+
+def topk_probs(logits: torch.Tensor, k: int) -> TopK:
+    """softmax(logits) cut to its top k (k = 0 or >= V: all V tokens). logits: [..., V] -> [..., k] each."""
+    V = logits.shape[-1]
+    probs, ids = torch.softmax(logits.float(), dim=-1).topk(V if k == 0 else min(k, V), dim=-1)  # [..., k]
+    return TopK(probs, ids)
+
+
+def topk_cross_entropy(logits: torch.Tensor, target: TopK, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over masked positions of the cross-entropy between teacher and student coarsened to k + 1 outcomes
+    (the teacher's top k tokens and one bucket for the rest): -sum_{v in top k} p(v) log q(v) - r log q(rest),
+    r = 1 - sum_{top k} p. Keeping the bucket (rather than renormalising p over the k tokens) leaves the student
+    no reason to drop the tail's mass, which keeps q from overshooting p and losing acceptance min(1, p/q).
+    Equal to soft_cross_entropy when the k tokens are the whole vocabulary. logits: [B, T, V]; target: [B, T, k]
+    each; mask: [B, T]."""
+    logq = torch.log_softmax(logits.float(), dim=-1)  # [B, T, V]
+    ids = target.ids.long()
+    p = target.probs.float()  # [B, T, k]
+    valid = ids >= 0  # an id of -1: a teacher token outside a reduced draft vocabulary (its mass joins the rest)
+    all_valid = bool(valid.all())
+    if not all_valid:
+        p, ids = p * valid, ids.clamp(min=0)
+    ce = -(p * logq.gather(-1, ids)).sum(-1)  # [B, T]
+    if ids.shape[-1] < logq.shape[-1] or not all_valid:  # a non-empty rest bucket
+        rest_p = (1 - p.sum(-1)).clamp(min=0)  # [B, T]
+        if all_valid:  # the rest is every token but the k
+            rest = logq.scatter(-1, ids, float("-inf"))
+        else:  # a clamped -1 id must not mask token 0
+            taken = torch.zeros_like(logq, dtype=torch.uint8).scatter_reduce(-1, ids, valid.to(torch.uint8), "amax")
+            rest = logq.masked_fill(taken.bool(), float("-inf"))
+        ce = ce - rest_p * torch.logsumexp(rest, dim=-1)
+    return (ce * mask).sum() / mask.sum().clamp(min=1)
+
+
+def to_draft_vocab(target: TopK, full_to_draft: torch.Tensor) -> TopK:
+    """Teacher ids of the target vocabulary -> ids of a reduced draft vocabulary, -1 where a token is not in
+    it. full_to_draft: [V] long, -1 outside the draft vocabulary."""
+    return TopK(target.probs, full_to_draft[target.ids.long()])
+
+
+def fit(module: torch.nn.Module, loss_fn: Callable, batches: Iterator, args: DrafterTrainArgs,
+        on_log: Callable[[int, dict], None] | None = None) -> dict:
+    """AdamW on `module` (the only trained part), warmup + cosine over steps or the time budget, whichever is
+    further along. `loss_fn(batch)` returns the loss, or (loss, info) where `info` is logged and returned."""
+    from ...train.optim import build_optimizer, clip_grad, warmup_cosine
+    module.train()
+    opt = build_optimizer(module, args.lr, args.weight_decay, betas=(0.9, 0.95))
+    start, step, first, ema, info = time.monotonic(), 0, None, math.nan, None
+    while step < args.steps and time.monotonic() - start < args.time_budget_s:
+        progress = max(step / args.steps, (time.monotonic() - start) / args.time_budget_s)
+        for g in opt.param_groups:
+            g["lr"] = args.lr * warmup_cosine(int(progress * args.steps), args.warmup_steps, args.steps,
+                                              args.min_lr_ratio)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16_autocast):
+            out = loss_fn(next(batches))
+        loss, info = out if isinstance(out, tuple) else (out, info)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip_grad(module, args.grad_clip)
+        opt.step()
+        step += 1
+        first = loss.item() if first is None else first
+        ema = loss.item() if math.isnan(ema) else 0.9 * ema + 0.1 * loss.item()
+        if on_log and (step % args.log_every == 0 or step == 1):
+            on_log(step, {"loss": round(ema, 4), "info": info, "elapsed_s": round(time.monotonic() - start, 1)})
+    module.eval()
+    return {"steps_done": step, "train_s": round(time.monotonic() - start, 1), "first_loss": first,
+            "final_loss": ema, "info": info}

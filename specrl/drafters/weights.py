@@ -1,0 +1,89 @@
+"""Hot swap of a model drafter's weights inside a running engine (online drafter training).
+
+    module = drafter_module(llm.drafter)             # the nn.Module the engine's drafter drafts with
+    load_drafter_weights(llm.drafter, trainer.named_weights(), trainer.version)
+    drafter_version(llm.drafter)                     # -> the version last loaded (0 before any)
+
+Which module each drafter holds (its `state_dict()` names are the swap's names):
+    Eagle3Drafter     .head   Eagle3Head   fc.*, midlayer.*, norm.* (+ lm_head.weight, d2t with a draft vocabulary)
+    DraftModelDrafter .model  CausalLM     model.*, lm_head.weight
+    MTPDrafter        .stack  MTPStack     layers.{d}.*
+    AutoDrafter       .inner  whichever of the above it wraps
+
+The swap is all or nothing: every name and shape is checked before the first copy, so a mismatch raises
+and the engine keeps its old weights. Tensors are copied in place (the engine's dtype and device), so
+nothing that holds a reference to the module sees a new object.
+
+Caches: the draft model keeps its own KV cache of the sequence's tokens, computed with the old weights;
+it is marked stale (`cached = 0` for every slot) and re-prefilled from the sequence's tokens at its next
+`propose`. EAGLE-3 and MTP caches hold entries derived from the target's hidden states, which cannot be
+recomputed without the target; their stale entries only make the next drafts of running sequences less
+accurate until they are overwritten. Neither can change what is generated: verification is exact.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch import nn
+
+from ..engine.drafting import unwrap
+from ..engine.methods import TABLE
+
+MODEL_FREE = tuple(m.name for m in TABLE if not m.model_based and not m.adaptive)
+
+
+def drafter_module(drafter) -> nn.Module:
+    """The nn.Module a model drafter drafts with; a clear error for a model-free (or no) drafter."""
+    from .draft_model.drafter import DraftModelDrafter
+    from .eagle3.drafter import Eagle3Drafter
+    from .mtp.drafter import MTPDrafter
+    drafter = unwrap(drafter)  # "auto" wraps its drafter
+    if isinstance(drafter, Eagle3Drafter):
+        return drafter.head
+    if isinstance(drafter, DraftModelDrafter):
+        return drafter.model
+    if isinstance(drafter, MTPDrafter):
+        return drafter.stack
+    raise TypeError(f"drafter {type(drafter).__name__} has no weights to swap: only eagle3, draft_model and mtp "
+                    f"drafters do (not {', '.join(MODEL_FREE)} or SD off); start the engine with one of them")
+
+
+def check_fits(own: dict[str, torch.Tensor], named: dict[str, torch.Tensor]) -> None:
+    """Raises ValueError naming the missing, unexpected and mis-shaped tensors."""
+    missing = sorted(own.keys() - named.keys())
+    unexpected = sorted(named.keys() - own.keys())
+    shapes = [f"{k}: got {tuple(named[k].shape)}, the engine has {tuple(own[k].shape)}"
+              for k in sorted(own.keys() & named.keys()) if named[k].shape != own[k].shape]
+    first: dict[int, str] = {}  # tied tensors (a draft model's embedding and lm_head) must get one value
+    for k in sorted(own.keys() & named.keys()):
+        twin = first.setdefault(own[k].data_ptr(), k)
+        if twin != k and named[k].shape == named[twin].shape and not torch.equal(named[k], named[twin]):
+            shapes.append(f"{k}: tied to {twin} in the engine's drafter, but the values differ")
+    if missing or unexpected or shapes:
+        raise ValueError(f"drafter weights do not fit the engine's drafter (its weights are unchanged): missing "
+                         f"{missing[:5]}, unexpected {unexpected[:5]}, shape mismatches {shapes[:5]}. Train the "
+                         "drafter that the engine runs (same method and config: OnlineDrafterTrainer.from_drafter)")
+
+
+@torch.no_grad()
+def load_drafter_weights(drafter, named: Iterable[tuple[str, torch.Tensor]], version: int,
+                         checked: bool = False) -> None:
+    """Copies (name, tensor) pairs in place into the engine's drafter and records `version`; `checked`: the
+    caller already ran check_fits on them (a hot swap checks when the weights arrive, not between steps)."""
+    module = drafter_module(drafter)
+    own = module.state_dict()
+    named = dict(named)
+    if not checked:
+        check_fits(own, named)
+    for k, v in named.items():
+        own[k].copy_(v)
+    target = unwrap(drafter)
+    if hasattr(target, "cached"):  # the draft model's own KV cache: re-prefilled at its next propose
+        target.cached = [0] * len(target.cached)
+    drafter.drafter_version = int(version)
+
+
+def drafter_version(drafter) -> int:
+    """The version last loaded by `load_drafter_weights` (0: the weights the engine started with)."""
+    return int(getattr(drafter, "drafter_version", 0))

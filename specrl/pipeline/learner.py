@@ -1,0 +1,125 @@
+"""The in-process learner: the policy and its `PolicyTrainer`, behind the pipeline's `Learner` protocol. It
+joins the policy trainer (specrl.train) and the online drafter trainer (specrl.drafters), so it sits above
+both: specrl.train imports no drafter code.
+
+Its checkpoint part is `model/` (the policy as a Hugging Face directory, usable as is) and `trainer.*`
+(optimizer, LR schedule, KL reference and the torch RNG, as safetensors + JSON: nothing is unpickled).
+
+With `rollout.drafter.online`, it also trains the rollout drafter online (NeMo-RL's way): the policy
+update's own forward captures the drafter's inputs (hidden states, policy logits) through the trainer's
+`forward_hook`, and an `OnlineDrafterTrainer` distils them into its copy of the drafter, whose weights the
+pipeline hot-swaps into the engine. `defer_drafter` (the long_tail schedule) keeps the captured data for
+`train_drafter()`, which the pipeline calls in the next rollout's tail; `drafter_trainer.*` in a checkpoint
+holds the drafter, its optimizer, version, RNG and any data still pending, so a resume is exact.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from ..drafters.training.capture import DrafterBatch
+from ..drafters.training.online import OnlineDrafterTrainer
+from ..model import CausalLM, load_model, resolve_dtype, save_model
+from ..state_files import has_state, load_state, save_state
+from ..train.batch import TrainBatch
+from ..train.checkpoint import TRAINER_STATE
+from ..train.config import TrainConfig
+from ..train.trainer import PolicyTrainer
+
+DRAFTER_TRAINER_STATE = "drafter_trainer"
+
+
+class LocalLearner:
+    def __init__(self, policy: CausalLM, trainer: PolicyTrainer, version: int = 0,
+                 tokenizer_dir: str | Path | None = None, drafter: OnlineDrafterTrainer | None = None,
+                 defer_drafter: bool = False):
+        self.policy, self.trainer, self.version = policy, trainer, version
+        self.tokenizer_dir = tokenizer_dir
+        self.drafter, self.defer_drafter = drafter, defer_drafter
+        self._pending: tuple[list[DrafterBatch], torch.Tensor | None] | None = None  # captured, not yet trained
+        self._drafter_metrics: dict[str, float] = {}  # of a deferred update, reported with the next step
+
+    @classmethod
+    def build(cls, model_dir: str | Path, cfg: TrainConfig, version: int = 0,
+              tokenizer_dir: str | Path | None = None) -> "LocalLearner":
+        policy = load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype))
+        trainer = PolicyTrainer(policy, cfg.algorithm, cfg.optim, cfg.schedule.max_steps, cfg.rollout.temperature,
+                                cfg.rollout.max_tokens)
+        d, drafter = cfg.rollout.drafter, None
+        if d.online:
+            drafter = OnlineDrafterTrainer.from_spec(cfg.rollout.spec, policy, d, cfg.rollout.temperature, cfg.seed)
+        return cls(policy, trainer, version, tokenizer_dir or model_dir, drafter, d.schedule == "long_tail")
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.policy.config.pad_token_id
+        return 0 if pad is None else pad
+
+    def step(self, batch: TrainBatch, is_cap: float | None = None, rewards: torch.Tensor | None = None) -> dict[str, float]:
+        """The policy update; with an online drafter, its update on the data this forward captured (now,
+        or deferred to `train_drafter`). The metrics include a deferred update's, once it ran."""
+        # installed for this step only: afterwards the hook would keep the captured data alive
+        self.trainer.forward_hook = capture = self.drafter.forward_hook() if self.drafter is not None else None
+        try:
+            metrics = self.trainer.step(batch, is_cap=is_cap)
+        finally:
+            self.trainer.forward_hook = None
+        self.version += 1
+        if self.drafter is not None:
+            self._pending = (capture.batches, rewards)
+            if not self.defer_drafter:
+                self.train_drafter()
+            metrics.update(self._drafter_metrics)
+            self._drafter_metrics = {}
+        return metrics
+
+    def train_drafter(self) -> bool:
+        """Runs the pending drafter update, if any; True when it ran (its weights are then new)."""
+        if self.drafter is None or self._pending is None:
+            return False
+        t0 = time.perf_counter()
+        self._drafter_metrics = self.drafter.step(*self._pending)
+        self._drafter_metrics["drafter_train_s"] = time.perf_counter() - t0
+        self._pending = None
+        return True
+
+    @property
+    def drafter_version(self) -> int | None:
+        """The online drafter's version (updates applied), None without online drafter training."""
+        return None if self.drafter is None else self.drafter.version
+
+    def drafter_weights(self) -> list[tuple[str, torch.Tensor]]:
+        return self.drafter.named_weights()
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in self.policy.state_dict().items():
+            yield name, tensor.detach()
+
+    def save(self, directory: Path) -> None:
+        save_model(self.policy, directory / "model", tokenizer_dir=self.tokenizer_dir)
+        save_state(directory, TRAINER_STATE, {**self.trainer.state_dict(), "torch_rng": torch.get_rng_state()})
+        if self.drafter is not None:
+            pending = None if self._pending is None else {
+                "batches": [b._asdict() for b in self._pending[0]], "rewards": self._pending[1]}
+            save_state(directory, DRAFTER_TRAINER_STATE, {**self.drafter.state_dict(), "pending": pending,
+                                                          "metrics": self._drafter_metrics})
+            self.drafter.save_drafter(directory / "drafter")  # loadable as is, and by `specrl export-drafter`
+
+    def load(self, directory: Path) -> None:
+        """The optimizer state and torch RNG of `directory`; the weights were loaded by `build` from its model/."""
+        if not has_state(directory, TRAINER_STATE) and (directory / "trainer.pt").is_file():
+            raise ValueError(f"{str(directory)!r} holds trainer.pt, a pickle-based file written before specrl 0.2: "
+                             "specrl never unpickles files; start a new run from its model/ (model=DIR/model)")
+        state = load_state(directory, TRAINER_STATE, device=self.trainer.device)
+        torch.set_rng_state(state.pop("torch_rng").cpu())
+        self.trainer.load_state_dict(state)
+        if self.drafter is not None and has_state(directory, DRAFTER_TRAINER_STATE):
+            dstate = load_state(directory, DRAFTER_TRAINER_STATE, device=self.trainer.device)
+            pending, self._drafter_metrics = dstate.pop("pending"), dstate.pop("metrics")
+            self.drafter.load_state_dict(dstate)
+            self._pending = None if pending is None else (
+                [DrafterBatch(**{**b, "hidden": {int(k): v for k, v in b["hidden"].items()}}) for b in pending["batches"]],
+                pending["rewards"])

@@ -1,0 +1,69 @@
+"""Builds (target, SpecConfig) for each method on a tiny random target.
+
+Model-based drafters are random too, except `draft_model`, which is the target's own weights (so the accept
+path runs often) in a one-layer-shorter copy, and `mtp`, whose modules are random on top of the target.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+
+import torch
+
+from specrl.engine.methods import SpecConfig, get_method
+from specrl.model import CausalLM, save_model
+
+
+def _ngram(model, tmp_path):
+    return model, SpecConfig(method="ngram", num_speculative_tokens=4, ngram_min=1)
+
+
+def _suffix(model, tmp_path):
+    return model, SpecConfig(method="suffix", num_speculative_tokens=4, ngram_min=1)
+
+
+def _auto(model, tmp_path):
+    return model, SpecConfig(method="auto", num_speculative_tokens=4, ngram_min=1, auto_max_batch=4)
+
+
+def _draft_model(model, tmp_path):
+    path = tmp_path / "draft"
+    if not (path / "config.json").exists():
+        save_model(model, path)
+    return model, SpecConfig(method="draft_model", num_speculative_tokens=3, draft_model=str(path))
+
+
+def _eagle3(model, tmp_path):
+    from specrl.drafters.eagle3.head import Eagle3Config, init_head, save_head
+    path = tmp_path / "eagle3"
+    if not (path / "config.json").exists():
+        save_head(init_head(Eagle3Config.for_target(model.config), seed=0, std=0.3), path)
+    return model, SpecConfig(method="eagle3", num_speculative_tokens=4, draft_model=str(path))
+
+
+def _mtp(model, tmp_path):
+    torch.manual_seed(0)
+    with_mtp = CausalLM(replace(model.config, num_mtp_modules=2))
+    missing, _ = with_mtp.load_state_dict(model.state_dict(), strict=False)
+    assert all(m.startswith("mtp.") for m in missing)
+    return with_mtp.to(next(model.parameters()).device).eval(), SpecConfig(method="mtp", num_speculative_tokens=4)
+
+
+FACTORIES = {"ngram": _ngram, "suffix": _suffix, "auto": _auto, "draft_model": _draft_model, "eagle3": _eagle3,
+             "mtp": _mtp}
+_MODULES = {m: get_method(m).module for m in FACTORIES}
+
+
+def available(methods):
+    ok = []
+    for m in methods:
+        try:
+            importlib.import_module(_MODULES[m])
+        except ImportError:
+            continue
+        ok.append(m)
+    return ok
+
+
+def make(method, model, tmp_path):
+    return FACTORIES[method](model, tmp_path)
