@@ -28,6 +28,7 @@ def main() -> None:
     from specrl.drafters.training.online import OnlineDrafterTrainer
     from specrl.model import load_model
     from specrl.tasks import default_policy_path
+    from specrl.optim import OptimSettings
     from specrl.train.config import DrafterConfig
     ap = argparse.ArgumentParser()
     ap.add_argument("--fractions", default="1.0,0.25,0.125")
@@ -37,7 +38,7 @@ def main() -> None:
     *train, held = captured_batches(policy, 6)
     for fraction in map(float, args.fractions.split(",")):
         online = OnlineDrafterTrainer.from_spec(SpecConfig(method="eagle3", draft_model="scratch"), policy,
-                                                DrafterConfig(lr=1e-3, sample_fraction=fraction))
+                                                DrafterConfig(optim=OptimSettings(lr=1e-3), sample_fraction=fraction))
         assert online.capture_layers == (1, 2, 3), online.capture_layers
         curve = []
         for update in range(1, 16):

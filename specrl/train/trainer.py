@@ -20,11 +20,11 @@ from ..engine.memory import parse_bytes
 from ..heap import TRIM_MIN_FREE, trim
 from ..model import CausalLM, ModelOutput
 from ..model.layers import skip_cudnn_attention
+from ..optim import build_optimizer, clip_grad, warmup_cosine_scheduler
 from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty, token_logprobs,
                   truncated_importance_ratio)
 from .batch import TrainBatch, collate  # noqa: F401 - collate: the trainer's input, imported from here too
 from .config import AlgorithmConfig, OptimConfig
-from .optim import build_optimizer, clip_grad, warmup_cosine_scheduler
 
 
 class NonFiniteLossError(RuntimeError):
@@ -71,8 +71,8 @@ def training_state_bytes(model: torch.nn.Module) -> int:
 
 def activation_budget(setting: int | str | None, state: int) -> int:
     """`optim.activation_memory`, or for null what 2 GiB leaves beside a `state`-byte training state, at least
-    512 MiB: a small policy keeps its whole micro-batches, and a 135M model's update stays under 4 GB, where
-    its fixed state alone takes 2.2 GB (docs/real_models.md, "Training memory")."""
+    512 MiB: a small policy keeps its whole micro-batches, and a 135M model's update stays small beside its
+    fixed state (docs/memory.md)."""
     if setting is not None:
         return parse_bytes(setting)
     return max(ACTIVATION_FLOOR, ACTIVATION_TOTAL - state)
@@ -142,9 +142,8 @@ class PolicyTrainer:
             budget = activation_budget(optim.activation_memory, training_state_bytes(model))
             self.token_cap = micro_batch_token_cap(model.config, budget, optim.activation_checkpointing, mtp_depths)
         self.large = training_state_bytes(model) >= LARGE_STATE
-        self.optimizer = build_optimizer(model, optim.lr, optim.weight_decay, tuple(optim.betas))
-        self.scheduler = warmup_cosine_scheduler(self.optimizer, optim.warmup_steps,
-                                                 total_steps * algo.updates_per_step, optim.min_lr_ratio)
+        self.optimizer = build_optimizer(model, optim)
+        self.scheduler = warmup_cosine_scheduler(self.optimizer, optim, total_steps * algo.updates_per_step)
         # the frozen reference of the KL penalty: the policy as it was when training started
         self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if algo.kl_coef > 0 else None
         self.forward_hook: ForwardHook | None = None
