@@ -1,6 +1,7 @@
 """Everything the drivers call on a rollout backend or a learner is declared by the seam: by its protocol, or by
 an optional capability that `run.check_capabilities` requires when the run is wired. Read from the drivers'
-source, so a path no test runs is held to it too; `python -m tests.pipeline.test_protocols` prints the table."""
+source, so a path no test runs is held to it too. `python -m tests.pipeline.test_protocols [SPECRL_DIR]` prints
+the table, for another tree too (e.g. an old commit's `git archive`), reading its protocols from its seam.py."""
 from __future__ import annotations
 
 import ast
@@ -27,11 +28,11 @@ def _side(node: ast.expr) -> str | None:
     return None
 
 
-def driver_calls() -> dict[str, dict[str, set[str]]]:
+def driver_calls(pipeline: Path = PIPELINE) -> dict[str, dict[str, set[str]]]:
     """side -> attribute -> the driver files that use it."""
     used: dict[str, dict[str, set[str]]] = {"backend": {}, "learner": {}}
     for name in DRIVERS:
-        for node in ast.walk(ast.parse((PIPELINE / name).read_text())):
+        for node in ast.walk(ast.parse((pipeline / name).read_text())):
             if isinstance(node, ast.Attribute) and (side := _side(node.value)) is not None:
                 used[side].setdefault(node.attr, set()).add(name)
     return used
@@ -47,8 +48,24 @@ def declared() -> dict[str, dict[str, str]]:
     return out
 
 
-def table() -> str:
-    used, decl = driver_calls(), declared()
+def declared_in_source(pipeline: Path) -> dict[str, dict[str, str]]:
+    """`declared` read from a tree's seam.py without importing it: each Protocol class's methods and annotated
+    attributes (a learner-side one is named in CAPABILITIES' "learner" row, or is `Learner`)."""
+    tree = ast.parse((pipeline / "seam.py").read_text())
+    protocols = {n.name: {m.name for m in n.body if isinstance(m, ast.FunctionDef)} |
+                 {m.target.id for m in n.body if isinstance(m, ast.AnnAssign) and isinstance(m.target, ast.Name)}
+                 for n in tree.body if isinstance(n, ast.ClassDef)
+                 and any(isinstance(b, ast.Name) and b.id == "Protocol" for b in n.bases)}
+    learner_side = {"Learner", *(c.__name__ for c in seam.CAPABILITIES["learner"])}
+    out: dict[str, dict[str, str]] = {"backend": {}, "learner": {}}
+    for name, names in protocols.items():
+        out["learner" if name in learner_side else "backend"].update({a: name for a in names if not a.startswith("_")})
+    return out
+
+
+def table(pipeline: Path = PIPELINE) -> str:
+    used = driver_calls(pipeline)
+    decl = declared() if pipeline == PIPELINE else declared_in_source(pipeline)
     lines = [f"{'side':8} {'attribute':18} {'declared by':16} used in"]
     for side in ("backend", "learner"):
         for attr in sorted(set(used[side]) | set(decl[side])):
@@ -63,6 +80,10 @@ def test_the_drivers_use_only_what_the_seam_declares():
     assert {"step", "named_weights", "train_drafter", "pad_id"} <= set(used["learner"])
     undeclared = {side: sorted(set(used[side]) - set(decl[side])) for side in used}
     assert undeclared == {"backend": [], "learner": []}, f"used but not declared:\n{table()}"
+
+
+def test_the_source_reading_of_the_protocols_matches_the_imported_one():
+    assert declared_in_source(PIPELINE) == declared()
 
 
 def _provides(cls: type) -> set[str]:
@@ -102,4 +123,5 @@ def test_every_pipeline_mode_has_a_driver_and_every_backend_row_loads():
 
 
 if __name__ == "__main__":
-    print(table())
+    import sys
+    print(table(Path(sys.argv[1]) / "pipeline" if len(sys.argv) > 1 else PIPELINE))
