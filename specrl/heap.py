@@ -8,10 +8,9 @@ heap keeps their high-water mark, and fragmentation grows it from step to step. 
 free page of the heap back (madvise), at the cost of one walk over it, and of faulting the pages in again
 when they are next used. So the trainer trims where it pays (`PolicyTrainer.trim_points`: once per update,
 or before every micro-batch of a large model), the engine when a generate() ends, and `trim(min_free)`
-skips a heap with little free (mallinfo2). Measured in docs/real_models.md, "Training memory".
-
-(A fixed 128 KiB mmap threshold, glibc's MALLOC_MMAP_THRESHOLD_, gives the same effect everywhere but made
-SmolLM2's update 1.66x slower: every activation became a fresh mapping, faulted in page by page.)
+skips a heap with little free (mallinfo2). A fixed small mmap threshold (MALLOC_MMAP_THRESHOLD_) would
+give the same effect everywhere, but makes every activation a fresh mapping faulted in page by page, so it
+is not used; docs/memory.md has the measurements.
 """
 from __future__ import annotations
 

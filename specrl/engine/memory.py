@@ -17,16 +17,10 @@ one head in fp32, 32 in bf16), not slots x max_model_len. The budget then bounds
 default budget costs nothing until it is used. This is paging at the operating system's granularity, with
 none of a block table's gathers. On a GPU, memory is committed at allocation as usual.
 
-Paged KV blocks (nano-vllm, vLLM) are not built; `experiments/kv_paging.py` replays a 16-position block
-allocator on the engine's own schedule of an RL rollout and reads the lazy cache's resident pages with
-mincore (docs/results/kv_paging.jsonl): the embedded task's default rollout (128 sequences, 64 slots) holds
-66.5 MiB resident against 43.9 MiB of blocks at their peak, SmolLM2-135M's (64 x 64 tokens, bf16) 170.6
-against 91.4 MiB, where a zero-filled cache of the same shape takes 586 MiB and 10.1 GiB. Paging would save
-the last 1.5-1.9x (page granularity, and pages a finished sequence leaves until generate() ends), tens of MiB
-beside a trainer's gigabytes, and give up the position-indexed rows that let rejected drafts be
-overwritten with no rollback and that decode reads as slice views without a gather. On a GPU, where memory
-is committed at allocation, blocks are what would let a long-tail batch hold more sequences than slots x
-worst case; they are the next step there.
+Paged KV blocks (nano-vllm, vLLM) are not built: on a CPU the lazy pages already follow the written
+positions, and position-indexed rows let rejected drafts be overwritten with no rollback and decode read
+slice views without a gather. docs/memory.md compares the two on an RL rollout; on a GPU, where memory is
+committed at allocation, blocks are the next step.
 """
 from __future__ import annotations
 
