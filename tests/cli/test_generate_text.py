@@ -61,3 +61,20 @@ def test_generate_reads_chat_messages_rows(tmp_path, keep_threads):
     tok = load_text_tokenizer(d)
     assert got == [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
                    for c in (conv, [{"role": "user", "content": "Yo"}])]
+
+
+def test_repeated_prompts_get_their_own_random_draws(tmp_path, keep_threads):
+    """--seed makes a run reproducible without making equal prompts equal samples: each prompt gets its own
+    seed, so the same prompt twice at temperature 1 is two independent samples."""
+    d = save_model(tiny_model(seed=2, vocab=300, hidden=32, max_pos=256), tmp_path / "m")
+    save_chat_tokenizer(d, "smollm2")
+    rows = tmp_path / "p.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": "Yo"}) + "\n" for _ in range(4)))
+    out = tmp_path / "out.jsonl"
+    args = ["--model", str(d), "--prompts", str(rows), "--temperature", "1", "--max-tokens", "12",
+            "--out", str(out), "--threads", "1", "--seed", "5"]
+    assert main(args) == 0
+    first = [json.loads(line)["token_ids"] for line in out.read_text().splitlines()]
+    assert len({tuple(t) for t in first}) == 4  # 12 tokens over 300: equal samples would be a shared stream
+    assert main(args) == 0
+    assert [json.loads(line)["token_ids"] for line in out.read_text().splitlines()] == first
