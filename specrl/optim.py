@@ -18,8 +18,8 @@ from .config import require
 class OptimSettings:
     """AdamW and its schedule. The defaults train at a constant learning rate (no warmup, no decay)."""
     lr: float = 3e-4
-    betas: tuple[float, float] = (0.9, 0.95)
     weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
     warmup_steps: int = 0
     min_lr_ratio: float = 1.0  # the cosine ends at lr * min_lr_ratio
     grad_clip: float = 1.0  # the global gradient norm is clipped to this; 0: measured only
