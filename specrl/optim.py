@@ -25,7 +25,7 @@ class OptimSettings:
     grad_clip: float = 1.0  # the global gradient norm is clipped to this; 0: measured only
 
     def validate(self) -> None:
-        require(self.lr > 0, "lr", self.lr, "> 0", "typical RL values are 1e-6 to 1e-4")
+        require(self.lr > 0, "lr", self.lr, "> 0", "e.g. 1e-5 for an RL policy, 1e-3 for a small drafter")
         require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", self.betas,
                 "two numbers in [0, 1)", "the usual choice is [0.9, 0.999]")
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")
