@@ -15,6 +15,7 @@ import importlib
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..config import ConfigError
@@ -56,7 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--teacher-topk", type=int, default=DrafterTrainArgs.teacher_topk,
                     help="eagle3: stored teacher tokens per position, tail mass kept (0: the whole vocabulary)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--lr", type=float, default=DrafterTrainArgs.lr)
+    ap.add_argument("--lr", type=float, default=DrafterTrainArgs().optim.lr,
+                    help="peak learning rate (linear warmup, then cosine decay)")
     ap.add_argument("--batch-tokens", type=int, default=DrafterTrainArgs.batch_tokens)
     ap.add_argument("--eagle3-layers", default=None, help="eagle3: target layers to fuse, e.g. 1,3,5 "
                     "(default: 1, L/2-1, L-4 made increasing)")
@@ -150,9 +152,9 @@ def run(argv: list[str] | None = None) -> dict:
         raise ValueError(f"pass --out DIR: without it the {ns.method} drafter would replace the shipped one in "
                          f"{default_out(ns.method)}, which belongs to the embedded policy and its task")
     out = Path(ns.out) if ns.out else default_out(ns.method)
-    args = DrafterTrainArgs(steps=ns.steps, lr=ns.lr, batch_tokens=ns.batch_tokens, seed=ns.seed,
-                            time_budget_s=ns.time_budget, teacher_topk=ns.teacher_topk, cache_dir=ns.cache,
-                            resume=ns.resume)
+    args = DrafterTrainArgs(steps=ns.steps, batch_tokens=ns.batch_tokens, seed=ns.seed, time_budget_s=ns.time_budget,
+                            teacher_topk=ns.teacher_topk, optim=replace(DrafterTrainArgs().optim, lr=ns.lr),
+                            cache_dir=ns.cache, resume=ns.resume)
     t0 = time.monotonic()
     data, cached = load_or_collect(ns.cache, policy, sampling_settings(ns), lambda: collect(ns, policy))
     collect_s = time.monotonic() - t0

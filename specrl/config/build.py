@@ -58,7 +58,12 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
         where = path or "<root>"
         raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    moved = getattr(cls, "MOVED", {})  # old key -> the dotted key that replaced it
     for key in data:
+        if key in moved:
+            raise ConfigError(f"config key '{_join(path, key)}' was replaced by '{moved[key]}': set {moved[key]}="
+                              f"{data[key]!r} instead and delete '{_join(path, key)}' (from a resumed run's "
+                              "config.yaml too)")
         if key not in fields:
             raise ConfigError(_unknown_key_message(str(key), list(fields), path))
     hints = typing.get_type_hints(cls)

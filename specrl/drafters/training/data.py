@@ -9,26 +9,29 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
 import torch
 
 from ...errors import MissingFileError
+from ...optim import OptimSettings, build_optimizer, clip_grad, clock_step, moved_fields
 
 Pair = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
 
 
+def _offline_optim() -> OptimSettings:
+    return OptimSettings(lr=2e-3, betas=(0.9, 0.95), warmup_steps=20, min_lr_ratio=0.05)
+
+
+@moved_fields(**{key: f"DrafterTrainArgs.optim.{key}"
+                  for key in ("lr", "min_lr_ratio", "warmup_steps", "weight_decay", "grad_clip")})
 @dataclass
 class DrafterTrainArgs:
     steps: int = 400
     batch_tokens: int = 4096  # padded tokens per optimiser step
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.05
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    optim: OptimSettings = field(default_factory=_offline_optim)  # its schedule spans `steps`
     seed: int = 0
     time_budget_s: float = 480.0  # training wall-clock cap; the LR schedule follows steps or time, whichever is further
     bf16_autocast: bool | None = None  # matmuls in bf16 on the CPU, master weights fp32; None: where it is fast
@@ -56,8 +59,9 @@ class DrafterTrainArgs:
         if self.resume and not self.cache_dir:
             raise ValueError("resume=True continues the training state saved in a cache directory: pass "
                              "--cache DIR (the one the interrupted run used)")
-        if self.lr <= 0 or self.time_budget_s <= 0:
-            raise ValueError(f"DrafterTrainArgs lr={self.lr}, time_budget_s={self.time_budget_s}: expected > 0")
+        if self.time_budget_s <= 0:
+            raise ValueError(f"DrafterTrainArgs.time_budget_s={self.time_budget_s}: expected > 0 seconds")
+        self.optim.validate()
 
 
 def collect_sequences(policy, prompts: list, n: int = 1, max_tokens: int = 256, temperature: float = 1.0,
@@ -189,10 +193,9 @@ def fit(module: torch.nn.Module, loss_fn: Callable, batches: Iterator, args: Dra
     further along. `loss_fn(batch)` returns the loss, or (loss, info) where `info` is logged and returned.
     With `args.cache_dir` the state is saved there (tagged with `identity`, e.g. the method and vocabulary)
     and `args.resume` continues it: the batch stream is a pure function of the seed, so it is replayed."""
-    from ...train.optim import build_optimizer, clip_grad, warmup_cosine
     from .progress import StepProgress, eta_s
     module.train()
-    opt = build_optimizer(module, args.lr, args.weight_decay, betas=(0.9, 0.95))
+    opt = build_optimizer(module, args.optim)
     run = {"step": 0, "elapsed_s": 0.0, "first": None, "ema": math.nan, "info": None}
     if args.resume:
         run = load_train_state(args.cache_dir, module, opt, identity or {})
@@ -202,16 +205,15 @@ def fit(module: torch.nn.Module, loss_fn: Callable, batches: Iterator, args: Dra
     start = time.monotonic() - run["elapsed_s"]
     with StepProgress(args.steps, args.time_budget_s) as bar:
         while step < args.steps and time.monotonic() - start < args.time_budget_s:
-            progress = max(step / args.steps, (time.monotonic() - start) / args.time_budget_s)
+            at = clock_step(step, args.steps, time.monotonic() - start, args.time_budget_s)
             for g in opt.param_groups:
-                g["lr"] = args.lr * warmup_cosine(int(progress * args.steps), args.warmup_steps, args.steps,
-                                                  args.min_lr_ratio)
+                g["lr"] = args.optim.lr_at(at, args.steps)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16_autocast):
                 out = loss_fn(next(batches))
             loss, info = out if isinstance(out, tuple) else (out, info)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            clip_grad(module, args.grad_clip)
+            clip_grad(module, args.optim.grad_clip)
             opt.step()
             step += 1
             first = loss.item() if first is None else first

@@ -9,10 +9,11 @@ from specrl.drafters.draft_model import train as train_draft_model
 from specrl.drafters.draft_model.train import DraftModelOptions, student_from_policy
 from specrl.drafters.training.data import DrafterTrainArgs
 from specrl.model import load_model
+from specrl.optim import OptimSettings
 from tests.helpers import save_tiny, tiny_model
 
-ARGS = DrafterTrainArgs(steps=8, batch_tokens=256, lr=3e-3, warmup_steps=1, bf16_autocast=False,
-                        save_dtype="float32")
+ARGS = DrafterTrainArgs(steps=8, batch_tokens=256, optim=OptimSettings(lr=3e-3, warmup_steps=1, min_lr_ratio=0.05),
+                        bf16_autocast=False, save_dtype="float32")
 
 
 def data(n=12, vocab=32, seed=0):

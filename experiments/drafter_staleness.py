@@ -5,7 +5,7 @@ the policy's text is (its entropy, its lengths). This takes one policy checkpoin
 `checkpoints/step_N/model`) and measures each head's acceptance length on the same held-out embedded-task
 prompts at the same sampling settings, in one process, so only the head differs:
 
-    python benchmarks/drafter_staleness.py --policy RUN/checkpoints/step_000050/model \\
+    python experiments/drafter_staleness.py --policy RUN/checkpoints/step_000050/model \\
         --head shipped --head RUN/checkpoints/step_000050/drafter [--prompts 64 --n 4]
 
 `shipped` is the offline-trained head the run started from.

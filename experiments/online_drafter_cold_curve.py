@@ -9,7 +9,7 @@ Settings are JSON objects of `rollout.drafter` keys plus `layers`, `window`, `ep
 decay to 5% over the 30 steps); {"from": DIR} only scores the EAGLE-3 head saved in DIR (e.g. one that
 `specrl train-drafter` trained offline on as many tokens). One thread; CPU seconds of the drafter updates.
 
-    python benchmarks/online_drafter_cold_curve.py '{"lr": 1e-3, "sample_fraction": 1.0}' \\
+    python experiments/online_drafter_cold_curve.py '{"lr": 1e-3, "sample_fraction": 1.0}' \\
         '{"lr": 1e-3, "sample_fraction": 1.0, "updates_per_step": 4}'
 """
 from __future__ import annotations
@@ -52,6 +52,7 @@ def main() -> None:
     from specrl.drafters.eagle3.head import Eagle3Config, init_head
     from specrl.drafters.training.online import OnlineDrafterTrainer
     from specrl.model import load_model
+    from specrl.optim import OptimSettings
     from specrl.tasks import default_policy_path
     from specrl.train.config import DrafterConfig
 
@@ -80,6 +81,8 @@ def main() -> None:
             continue
         layers, inter = kw.pop("layers", None), kw.pop("intermediate_size", None)
         window, epochs, decay = kw.pop("window", 1), kw.pop("epochs", 1), kw.pop("decay", False)
+        if "lr" in kw:  # the drafter's optimizer settings are DrafterConfig.optim
+            kw["optim"] = OptimSettings(lr=kw.pop("lr"))
         cfg = DrafterConfig(**kw)
         if layers or inter:
             head = init_head(Eagle3Config.for_target(policy.config, tuple(layers) if layers else None, inter))
@@ -90,7 +93,7 @@ def main() -> None:
         for step in range(1, len(train) + 1):
             if decay:
                 for group in online.optimizer.param_groups:
-                    group["lr"] = cfg.lr * max(0.05, 1 - (step - 1) / len(train))
+                    group["lr"] = cfg.optim.lr * max(0.05, 1 - (step - 1) / len(train))
             buffer = [mb for b in train[max(0, step - window):step] for mb in b]
             for _ in range(epochs):  # the rows the capture would keep, drawn per step
                 online.step(online.subsample(buffer))

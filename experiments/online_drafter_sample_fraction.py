@@ -3,7 +3,7 @@ its learning per update? A fresh EAGLE-3 head learns the embedded policy from 5 
 batches (cycled, 15 updates, lr 1e-3) at each fraction; its first-draft KL and expected accepted mass are
 measured on a sixth, held-out batch after 5, 10 and 15 updates. Prints one JSON line per fraction.
 
-    python benchmarks/online_drafter_sample_fraction.py [--fractions 1,0.25,0.125]
+    python experiments/online_drafter_sample_fraction.py [--fractions 1,0.25,0.125]
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 def captured_batches(policy, count: int) -> list:
     """`count` captured 8x8 rollout batches at the default EAGLE-3 layers of the 6-layer embedded policy."""
-    from online_drafter_cold_curve import captured  # benchmarks/ is on sys.path when run as a script
+    from online_drafter_cold_curve import captured  # experiments/ is on sys.path when run as a script
     return captured(policy, count, prompts_per_batch=8, layers=(1, 2, 3))
 
 
@@ -28,6 +28,7 @@ def main() -> None:
     from specrl.drafters.training.online import OnlineDrafterTrainer
     from specrl.model import load_model
     from specrl.tasks import default_policy_path
+    from specrl.optim import OptimSettings
     from specrl.train.config import DrafterConfig
     ap = argparse.ArgumentParser()
     ap.add_argument("--fractions", default="1.0,0.25,0.125")
@@ -37,7 +38,7 @@ def main() -> None:
     *train, held = captured_batches(policy, 6)
     for fraction in map(float, args.fractions.split(",")):
         online = OnlineDrafterTrainer.from_spec(SpecConfig(method="eagle3", draft_model="scratch"), policy,
-                                                DrafterConfig(lr=1e-3, sample_fraction=fraction))
+                                                DrafterConfig(optim=OptimSettings(lr=1e-3), sample_fraction=fraction))
         assert online.capture_layers == (1, 2, 3), online.capture_layers
         curve = []
         for update in range(1, 16):

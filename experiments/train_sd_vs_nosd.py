@@ -9,7 +9,7 @@ same number of steps, and prints JSON lines:
     with R_gen the generation share of the SD-off step.
 Writes one plot with both reward curves (mean over seeds, band = min..max) to OUT/sd_vs_nosd.png.
 
-    python benchmarks/train_sd_vs_nosd.py --seeds 3 --steps 20 --out runs/sd_vs_nosd [key=value ...]
+    python experiments/train_sd_vs_nosd.py --seeds 3 --steps 20 --out runs/sd_vs_nosd [key=value ...]
 """
 from __future__ import annotations
 

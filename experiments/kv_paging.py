@@ -15,8 +15,8 @@ on demand and take a finished sequence's blocks back at once. This script runs o
     a replay of a block allocator with the same block size on the same schedule (blocks freed when a
     sequence finishes), read before each step (so at most one block a sequence low, at the last step).
 
-    python benchmarks/kv_paging.py                       # the default embedded task's rollout
-    python benchmarks/kv_paging.py --model DIR --prompts FILE --n 8 --num-prompts 8 --max-tokens 128
+    python experiments/kv_paging.py                       # the default embedded task's rollout
+    python experiments/kv_paging.py --model DIR --prompts FILE --n 8 --num-prompts 8 --max-tokens 128
 """
 from __future__ import annotations
 

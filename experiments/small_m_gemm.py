@@ -3,7 +3,7 @@ forward has (k+1 tokens per sequence) against one row (a plain decode step), fp3
 shapes of SmolLM2-135M (576 -> 1536 MLP, 1536 -> 576, and the 49,152-row lm_head). One thread, CPU time,
 each shape and dtype in the same process.
 
-    python benchmarks/small_m_gemm.py [--rows 1,2,5,8]
+    python experiments/small_m_gemm.py [--rows 1,2,5,8]
 """
 from __future__ import annotations
 

@@ -14,8 +14,9 @@ Prints JSON lines (per run: acceptance length at the start and end, rollout/step
 time; comparisons: online end vs frozen end, share of the step spent on drafter training; final reward
 and held-out accuracy against SD off) and writes OUT/online_drafter_{drift,cold}.png.
 
-    python benchmarks/online_drafter.py --out runs/online --steps 60 --cold-steps 30 \
-        --drift "optim.lr=3e-3 optim.min_lr_ratio=1.0 algorithm.kl_coef=0.1" --cold "rollout.drafter.lr=2e-3" \
+    python experiments/online_drafter.py --out runs/online --steps 60 --cold-steps 30 \
+        --drift "optim.lr=3e-3 optim.min_lr_ratio=1.0 algorithm.kl_coef=0.1" \
+        --cold "rollout.drafter.optim.lr=2e-3" \
         [key=value ...]
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ trainer's recompute) should stay at the SD-off level.
 Runs go one after the other (one torch thread each) and are reused when their metrics are complete. Prints
 one JSON line per run and a comparison line; writes OUT/online_lossless.{jsonl,png}.
 
-    python benchmarks/online_lossless.py --out runs/lossless --seeds 0 1 --steps 20 [key=value ...]
+    python experiments/online_lossless.py --out runs/lossless --seeds 0 1 --steps 20 [key=value ...]
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ method the policy trainer step runs with and without the drafter's `forward_hook
 (alternating, `--repeats` times; the median is kept), then `OnlineDrafterTrainer.step` on the captured
 micro-batches. Prints one JSON line per method and sample_fraction.
 
-    python benchmarks/online_drafter_cost.py [--repeats 3] [--prompts 8] [--methods eagle3] [--fractions 1,0.25]
+    python experiments/online_drafter_cost.py [--repeats 3] [--prompts 8] [--methods eagle3] [--fractions 1,0.25]
 
 `--schedules OUT`: the cost of each `rollout.drafter.schedule` on the RL step. `specrl train` runs of the
 embedded task with online EAGLE-3 (shipped head), all started at once (one torch thread each, async 1+1)
@@ -24,7 +24,7 @@ understates the drafter's share of a step a little; the runs' trajectories diffe
 do, which moves their work by several percent), and writes OUT/schedules.jsonl. A set of finished runs
 in OUT (with its run_cpu_s.json) is reused.
 
-    python benchmarks/online_drafter_cost.py --schedules runs/sched --steps 6 [key=value ...]
+    python experiments/online_drafter_cost.py --schedules runs/sched --steps 6 [key=value ...]
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 (what `build_optimizer` uses) against torch's default foreach one, each in its own process: peak RSS after
 the second step and its CPU seconds, one thread.
 
-    python benchmarks/adamw_fused.py
+    python experiments/adamw_fused.py
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ the rest is freed with the micro-batch. This builds a random 2-layer policy with
 batch of --rows x --tokens with capture at each fraction, each in its own process, and prints the bytes the
 captured batches hold and the process's peak RSS.
 
-    python benchmarks/online_drafter_capture_memory.py --rows 64 --tokens 256 --fractions 1.0,0.125
+    python experiments/online_drafter_capture_memory.py --rows 64 --tokens 256 --fractions 1.0,0.125
 """
 from __future__ import annotations
 
