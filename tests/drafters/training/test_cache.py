@@ -6,6 +6,8 @@ import json
 import pytest
 import torch
 
+from specrl.optim import OptimSettings
+
 from specrl.cli import train_drafter
 from specrl.cli.main import main as specrl_main
 from specrl.drafters.training.cache import fingerprint, load_or_collect
@@ -70,7 +72,7 @@ def _fit(tmp_path, resume=False, stop_after=None):
         torch.nn.init.zeros_(module.weight)  # overwritten by the saved state
     x, y = torch.randn(16, 4, generator=torch.Generator().manual_seed(1)), torch.randn(16, 3)
     batches = ([i % 16, (i + 5) % 16] for i in range(10 ** 6))  # a pure function of the position, like index_batches
-    args = DrafterTrainArgs(steps=8, lr=1e-2, warmup_steps=2, bf16_autocast=False, log_every=1, save_every=3,
+    args = DrafterTrainArgs(steps=8, optim=OptimSettings(lr=1e-2, warmup_steps=2), bf16_autocast=False, log_every=1, save_every=3,
                             cache_dir=str(tmp_path / "cache"), resume=resume, time_budget_s=1e6)
 
     def on_log(step, row):
