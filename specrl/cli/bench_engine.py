@@ -40,10 +40,10 @@ def hf_generate(hf, prompts: list[list[int]], n: int, max_new: int, ignore_eos: 
 
 def run_workload(name, llm, hf, prompts, n, max_tokens, ignore_eos, device, max_num_seqs) -> dict:
     from .. import SamplingParams
+    from ..engine.sampling import per_prompt
     cfg = llm.model.config
-    # a seed per prompt: prompts that shared one would share their random draws
-    params = [SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, ignore_eos=ignore_eos, seed=i)
-              for i in range(len(prompts))]
+    params = per_prompt(SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, ignore_eos=ignore_eos, seed=0),
+                        len(prompts))
     llm.generate(prompts[:2], SamplingParams(n=1, max_tokens=8))  # warm-up
     outs, ours_s = timed(lambda: llm.generate(prompts, params))
     ours_tokens = sum(len(o.token_ids) for r in outs for o in r.outputs)

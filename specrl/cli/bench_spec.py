@@ -22,6 +22,7 @@ from .bench_common import (base_parser, emit, file_prompts, memory_kwargs, parse
 def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats, temperature=1.0):
     """(tokens per wall second, per process-CPU second, the engine's stats, every completion's token ids)."""
     from .. import SamplingParams
+    from ..engine.sampling import per_prompt
     llm = llm_factory()
     llm.generate(prompts[:1], SamplingParams(max_tokens=4))  # warm-up
     llm.reset_stats()
@@ -29,9 +30,8 @@ def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats, temperature=1
     for r in range(repeats):
         chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
         c0 = time.process_time()
-        # a seed per prompt: prompts that shared one would share their random draws
-        params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens,
-                                 seed=seed * 1_000_003 + r * batch + i) for i in range(len(chunk))]
+        params = per_prompt(SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed),
+                            len(chunk), start=r * batch)
         outs, dt = timed(lambda: llm.generate(chunk, params))
         cpu += time.process_time() - c0
         ids += [list(o.token_ids) for q in outs for o in q.outputs]

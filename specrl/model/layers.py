@@ -101,7 +101,7 @@ def cached_attention(q, k, v, kv: KV, slots: Slots, positions: torch.Tensor,
 
 
 def slot_index(slots: list[int], device, max_runs: int = 16) -> Slots:
-    """How a batch owning cache `slots` (ascending) reads the cache: a slice when they are consecutive, else
+    """How a batch owning cache `slots` (in row order) reads the cache: a slice when they are consecutive, else
     by stretches of consecutive slots (`SlotRuns`) when there are at most `max_runs`, else a gather."""
     runs, first = [], 0
     for row in range(1, len(slots) + 1):

@@ -71,13 +71,12 @@ def collect_sequences(policy, prompts: list, n: int = 1, max_tokens: int = 256, 
     `policy` is a checkpoint path or a CausalLM; `prompts` strings or token-id lists; `max_model_len` caps
     prompt + response; the KV budget knobs are LLM's (specrl.engine.memory)."""
     from ...engine import LLM, SamplingParams
+    from ...engine.sampling import per_prompt
     from ...engine.memory import DEFAULT_MEMORY_UTILIZATION
 
     llm = LLM(policy, max_num_seqs=max_num_seqs, max_model_len=max_model_len, kv_cache_memory=kv_cache_memory,
               memory_utilization=memory_utilization or DEFAULT_MEMORY_UTILIZATION)
-    # a seed per prompt: prompts sharing one would share their draws, and so their sampled styles and lengths
-    params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed * 1_000_003 + i)
-              for i in range(len(prompts))]
+    params = per_prompt(SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed), len(prompts))
     outs = llm.generate(prompts, params)
     return [(list(o.prompt_token_ids), list(c.token_ids)) for o in outs for c in o.outputs if c.token_ids]
 
