@@ -39,8 +39,9 @@ def launch(run_dir: Path, seed: int, sd: bool, overrides: list[str]) -> subproce
     if not sd:
         args.append("rollout.spec.method=null")
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    log = open(run_dir.parent / f"{run_dir.name}.log", "w")
-    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def load(run_dir: Path) -> dict:

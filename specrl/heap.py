@@ -1,15 +1,16 @@
-"""Freed memory goes back to the OS: glibc's malloc_trim at the points where a process has just freed a lot.
+"""Freed memory goes back to the OS: glibc's malloc_trim where a process has just freed a lot and the pages
+would otherwise sit under its next peak.
 
 glibc serves a large allocation with its own mmap, unmapped when freed, but raises that threshold (up to
 32 MiB) each time such a block is freed, so later tensors of a few MiB come from the heap, whose freed space
-stays resident. A training step allocates and frees hundreds of MiB of activations and logits of shifting
-sizes; the heap then keeps their high-water mark on top of the weights and optimizer state.
-`malloc_trim(0)` hands every free page of the heap back (madvise), at the cost of one walk over it.
-On a CPU the trainer calls `trim()` after each micro-batch's backward and after the optimizer step, the
-engine when a generate() ends. Measured on SmolLM2-135M's tuned 2-step `specrl train` (docs/real_models.md).
-
-(A fixed 128 KiB mmap threshold, glibc's MALLOC_MMAP_THRESHOLD_, gives the same effect everywhere but
-made that run's update 1.66x slower: every activation became a fresh mapping, faulted in page by page.)
+stays resident. A training update allocates and frees hundreds of MiB of activations per micro-batch; the
+heap keeps their high-water mark, and fragmentation grows it from step to step. `malloc_trim(0)` hands every
+free page of the heap back (madvise), at the cost of one walk over it, and of faulting the pages in again
+when they are next used. So the trainer trims where it pays (`PolicyTrainer.trim_points`: once per update,
+or before every micro-batch of a large model), the engine when a generate() ends, and `trim(min_free)`
+skips a heap with little free (mallinfo2). A fixed small mmap threshold (MALLOC_MMAP_THRESHOLD_) would
+give the same effect everywhere, but makes every activation a fresh mapping faulted in page by page, so it
+is not used; docs/memory.md has the measurements.
 """
 from __future__ import annotations
 
@@ -18,22 +19,49 @@ import ctypes.util
 import os
 from functools import lru_cache
 
+TRIM_MIN_FREE = 64 * 2 ** 20  # a heap with less free than this is not worth a walk and the faults after it
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
+
 
 @lru_cache(maxsize=1)
-def _malloc_trim():
+def _libc():
     if os.environ.get("SPECRL_MALLOC_TRIM", "1") == "0":
         return None
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
-    except (OSError, AttributeError, TypeError):  # not glibc (macOS, musl)
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc.malloc_trim  # noqa: B018 - not glibc (macOS, musl): AttributeError
+    except (OSError, AttributeError, TypeError):
         return None
+    if hasattr(libc, "mallinfo2"):  # glibc >= 2.33
+        libc.mallinfo2.restype = _MallInfo2
+    return libc
 
 
-def trim() -> bool:
-    """Gives the heap's free pages back to the OS (glibc); False where there is no malloc_trim or
-    SPECRL_MALLOC_TRIM=0 turned it off."""
+def _malloc_trim():
+    libc = _libc()
+    return None if libc is None else libc.malloc_trim
+
+
+def free_heap_bytes() -> int | None:
+    """Bytes the heap holds free (glibc's mallinfo2 fordblks, every arena); None where it cannot say."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return None
+    return int(libc.mallinfo2().fordblks)
+
+
+def trim(min_free: int = 0) -> bool:
+    """Gives the heap's free pages back to the OS (glibc) when it holds at least `min_free` bytes free;
+    False where nothing was done (no malloc_trim, SPECRL_MALLOC_TRIM=0, or too little free)."""
     fn = _malloc_trim()
     if fn is None:
+        return False
+    free = free_heap_bytes() if min_free else None
+    if free is not None and free < min_free:
         return False
     fn(0)
     return True

@@ -32,3 +32,16 @@ def test_bench_spec_quick_runs_a_small_workload(capsys):
     assert main(["bench", "spec", "--quick", "--methods", "ngram"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [(r["method"], r["batch_size"]) for r in rows] == [("ngram", 1), ("ngram", 4)]
+
+
+def test_bench_spec_on_a_prompt_file_checks_greedy_identity(capsys, tmp_path):
+    """What benchmarks/real_model.py and bf16_sd_identity.py did: prompts from a file, greedy, SD on vs off."""
+    from specrl.tasks import make_problems
+    rows = [{"prompt": p.prompt, "answer": p.answer} for p in make_problems(4, seed=5, split="test")]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["bench", "spec", "--quick", "--methods", "suffix", "--batch-sizes", "2", "--repeats", "2",
+                 "--prompts", str(prompts), "--check-identity", "--threads", "1"]) == 0
+    row = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")][0]
+    assert row["same_tokens"] and row["sequences_differ"] == 0  # fp32 greedy SD: the same tokens
+    assert row["cpu_tokens_per_s"] > 0 and row["peak_rss_mb"] > 0

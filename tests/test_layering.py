@@ -97,6 +97,12 @@ def test_no_import_cycle_between_packages():
     assert cycles <= KNOWN_CYCLES, f"package import cycles: {sorted(cycles - KNOWN_CYCLES)}"
 
 
+def test_no_import_cycle_between_the_pipelines_modules():
+    """The seam names its backends by module path, so drivers, seam and backends import one way only."""
+    cycles = package_cycles(module_arrows(import_edges()))
+    assert not cycles, f"specrl.pipeline import cycles: {sorted(cycles)}"
+
+
 def test_rl_imports_nothing_from_the_rest_of_specrl():
     arrows = package_arrows(import_edges())
     assert arrows.get("rl", set()) == set(), f"rl imports {sorted(arrows['rl'])}: rl is pure tensor math"
@@ -142,7 +148,7 @@ def test_module_imports_first_in_a_fresh_interpreter(module):
 
 def test_the_method_table_reads_without_torch():
     """`specrl simulate` reads the drafter names from the table; that must not import torch."""
-    code = ("import sys, specrl.engine.methods, specrl.sim.build; "
+    code = ("import sys, specrl.engine.methods, specrl.sim.build, specrl.cli.simulate; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -63,6 +63,24 @@ def task_prompts(llm, count: int, seed: int = 1234, split: str = "test") -> list
     return [llm.tokenizer.encode(p.prompt).ids for p in make_problems(count, seed=seed, split=split)]
 
 
+def file_prompts(path: str, model_dir: str, count: int) -> list[list[int]]:
+    """The first `count` rows of a prompt file, encoded as `specrl train` encodes them (chat template)."""
+    from ..errors import UserError
+    from ..train.data import PromptEncoder, read_prompts
+    rows = read_prompts(path, flag="--prompts")
+    if len(rows) < count:
+        raise UserError(f"--prompts {path!r} has {len(rows)} rows; this workload needs {count}: add rows or lower "
+                        "--batch-sizes / --repeats")
+    encoder = PromptEncoder(model_dir)
+    return [encoder.encode(r) for r in rows[:count]]
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory so far (ru_maxrss; KiB on Linux)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def timed(fn):
     if torch.cuda.is_available():
         torch.cuda.synchronize()

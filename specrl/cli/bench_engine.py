@@ -2,13 +2,15 @@
 
 (a) 16 prompts x 128 new tokens, EOS ignored; (b) the RL rollout workload: 64 prompts x n=8 (at most 512
 new tokens) on the embedded task, stopping at EOS (`--quick`: a quarter of the prompts and tokens). Both
-sides sample at temperature 1 and count only tokens up to EOS.
+sides sample at temperature 1 and count only tokens up to EOS. `--model DIR --prompts FILE`: a real
+checkpoint on a `specrl make-data` file.
 """
 from __future__ import annotations
 
 import torch
 
-from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
+from .bench_common import (base_parser, emit, file_prompts, memory_kwargs, parse_args, policy_path, task_prompts,
+                           timed)
 
 
 def hf_generate(hf, prompts: list[list[int]], n: int, max_new: int, ignore_eos: bool, pad_id: int, eos: list[int],
@@ -38,10 +40,10 @@ def hf_generate(hf, prompts: list[list[int]], n: int, max_new: int, ignore_eos: 
 
 def run_workload(name, llm, hf, prompts, n, max_tokens, ignore_eos, device, max_num_seqs) -> dict:
     from .. import SamplingParams
+    from ..engine.sampling import per_prompt
     cfg = llm.model.config
-    # a seed per prompt: prompts that shared one would share their random draws
-    params = [SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, ignore_eos=ignore_eos, seed=i)
-              for i in range(len(prompts))]
+    params = per_prompt(SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, ignore_eos=ignore_eos, seed=0),
+                        len(prompts))
     llm.generate(prompts[:2], SamplingParams(n=1, max_tokens=8))  # warm-up
     outs, ours_s = timed(lambda: llm.generate(prompts, params))
     ours_tokens = sum(len(o.token_ids) for r in outs for o in r.outputs)
@@ -58,6 +60,8 @@ def main(argv: list[str]) -> int:
     ap = base_parser("specrl bench engine", __doc__)
     ap.add_argument("--max-num-seqs", type=int, default=128)
     ap.add_argument("--workloads", default="a,b")
+    ap.add_argument("--prompts", default=None, help="a JSONL of prompt or messages rows (`specrl make-data`), "
+                    "encoded as `specrl train` does (chat template); default: the embedded task's")
     args = parse_args(ap, argv)
     import transformers
 
@@ -68,11 +72,13 @@ def main(argv: list[str]) -> int:
     llm = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs, **memory_kwargs(args))
     hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(args.dtype)).to(args.device).eval()
     scale = 4 if args.quick else 1
+    def prompts_for(count: int, seed: int = 1234) -> list[list[int]]:
+        return file_prompts(args.prompts, path, count) if args.prompts else task_prompts(llm, count, seed=seed)
     if "a" in args.workloads:
-        prompts = task_prompts(llm, 16 // scale)
+        prompts = prompts_for(16 // scale)
         emit(run_workload("a_16x128_ignore_eos", llm, hf, prompts, 1, 128 // scale, True, args.device,
                           args.max_num_seqs))
     if "b" in args.workloads:
-        prompts = task_prompts(llm, 64 // scale, seed=99)
+        prompts = prompts_for(64 // scale, seed=99)
         emit(run_workload("b_rl_64x8_eos", llm, hf, prompts, 8, 512 // scale, False, args.device, args.max_num_seqs))
     return 0

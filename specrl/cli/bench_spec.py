@@ -5,29 +5,49 @@ config, rollout.prompts_per_step training prompts x rollout.n samples through ro
 rollout.max_tokens) the baseline runs first, then every method, all at temperature 1 on task prompts, stopping
 at EOS. Every prompt has its own seed, the same for SD off and on.
 `--quick`: batch sizes 1 and 4, 64 new tokens, one batch each (a smoke test, e.g. on a real checkpoint).
+A real checkpoint: `--model DIR --prompts FILE` (a `specrl make-data` file) and `--draft-model DIR` for a
+model-based drafter. `--check-identity`: greedy decoding, and whether each method gives SD off's tokens
+(in fp32 it must; `--dtype bfloat16` counts the sequences that rounding makes part).
 """
 from __future__ import annotations
 
-from ..engine.methods import METHODS
+import time
+
+from ..engine.methods import METHODS, get_method
 from ..errors import UserError
-from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
+from .bench_common import (base_parser, emit, file_prompts, memory_kwargs, parse_args, peak_rss_mb, policy_path,
+                           task_prompts, timed)
 
 
-def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats):
+def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats, temperature=1.0):
+    """(tokens per wall second, per process-CPU second, the engine's stats, every completion's token ids)."""
     from .. import SamplingParams
+    from ..engine.sampling import per_prompt
     llm = llm_factory()
     llm.generate(prompts[:1], SamplingParams(max_tokens=4))  # warm-up
     llm.reset_stats()
-    tokens, seconds = 0, 0.0
+    tokens, seconds, cpu, ids = 0, 0.0, 0.0, []
     for r in range(repeats):
         chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
-        # a seed per prompt: prompts that shared one would share their random draws
-        params = [SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, seed=seed * 1_000_003 + r * batch + i)
-                  for i in range(len(chunk))]
+        c0 = time.process_time()
+        params = per_prompt(SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed),
+                            len(chunk), start=r * batch)
         outs, dt = timed(lambda: llm.generate(chunk, params))
+        cpu += time.process_time() - c0
+        ids += [list(o.token_ids) for q in outs for o in q.outputs]
         tokens += sum(len(o.token_ids) for q in outs for o in q.outputs)
         seconds += dt
-    return tokens / seconds, llm.stats
+    return tokens / seconds, tokens / max(cpu, 1e-9), llm.stats, ids
+
+
+def identity(base: list[list[int]], other: list[list[int]]) -> dict:
+    """Greedy SD against SD off: sequences whose tokens differ, and the share of tokens before each first
+    difference (bf16 rounding can flip an argmax whose top two logits nearly tie)."""
+    differ = sum(a != b for a, b in zip(base, other))
+    same = sum(next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+               for a, b in zip(base, other))
+    return {"same_tokens": differ == 0, "sequences_differ": differ,
+            "tokens_before_first_difference_share": same / max(sum(map(len, base)), 1)}
 
 
 def parse_batch_sizes(text: str) -> list[str]:
@@ -47,15 +67,27 @@ def main(argv: list[str]) -> int:
                     "takes rollout.max_tokens")
     ap.add_argument("--repeats", type=int, default=None,
                     help="batches per measurement (n=1 workloads); default 3 (--quick: 1)")
+    ap.add_argument("--prompts", default=None, help="a JSONL of prompt or messages rows (`specrl make-data`), "
+                    "encoded as `specrl train` does (chat template); default: the embedded task's")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--check-identity", action="store_true",
+                    help="greedy (temperature 0): does each method give SD off's tokens? (columns same_tokens, ...)")
+    ap.add_argument("--draft-model", default=None, help="drafter dir for eagle3 / draft_model / mtp")
     args = parse_args(ap, argv)
+    if args.check_identity:
+        args.temperature = 0.0
     for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 512, 64), ("repeats", 3, 1)):
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
     from .. import LLM, SpecConfig
     from ..train.config import TrainConfig
     methods = [m for m in args.methods.split(",") if m]
+    def spec_for(method):
+        model_based = get_method(method).model_based
+        return SpecConfig(method=method, num_speculative_tokens=args.k,
+                          draft_model=args.draft_model if model_based else None)
     for method in methods:  # an unknown method or k fails here, before any measurement
-        SpecConfig(method=method, num_speculative_tokens=args.k)
+        spec_for(method)
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     path = policy_path(args.model)
     probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1, **memory_kwargs(args))
@@ -63,27 +95,30 @@ def main(argv: list[str]) -> int:
     for bs in batch_sizes:
         rl = bs == "rl"
         batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
-        if rl:
-            prompts = task_prompts(probe, rollout.prompts_per_step, seed=args.seed + 7, split="train")
+        count = rollout.prompts_per_step if rl else batch * args.repeats
+        if args.prompts:
+            prompts = file_prompts(args.prompts, path, count)
         else:
-            prompts = task_prompts(probe, batch * args.repeats, seed=args.seed + 7)
+            prompts = task_prompts(probe, count, seed=args.seed + 7, split="train" if rl else "test")
         repeats = 1 if rl else args.repeats
         max_tokens = rollout.max_tokens if rl and not args.quick else args.max_tokens
 
         def factory(spec=None):
             return lambda: LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec,
                                 **memory_kwargs(args))
-        base_tps, _ = run(factory(), prompts, n, batch, max_tokens, args.seed, repeats)
+        base_tps, _, _, base_ids = run(factory(), prompts, n, batch, max_tokens, args.seed, repeats,
+                                       args.temperature)
         for method in methods:
-            spec = SpecConfig(method=method, num_speculative_tokens=args.k)
             try:
-                tps, stats = run(factory(spec), prompts, n, batch, max_tokens, args.seed, repeats)
+                tps, cpu_tps, stats, ids = run(factory(spec_for(method)), prompts, n, batch, max_tokens,
+                                               args.seed, repeats, args.temperature)
             except (FileNotFoundError, ValueError) as e:  # a drafter that is not built here
                 emit({"method": method, "batch_size": bs, "k": args.k, "error": str(e)[:200]})
                 continue
             emit({"method": method, "batch_size": bs if rl else batch, "k": args.k, "tokens_per_s": tps,
-                  "baseline_tokens_per_s": base_tps, "speedup": tps / base_tps,
+                  "baseline_tokens_per_s": base_tps, "speedup": tps / base_tps, "cpu_tokens_per_s": cpu_tps,
                   "acceptance_length": stats["acceptance_length"],
                   "acceptance_rate_per_pos": [round(x, 3) for x in stats["acceptance_rate_per_pos"]],
-                  "draft_s": stats["draft_s"], "verify_s": stats["verify_s"], "other_s": stats["other_s"]})
+                  "draft_s": stats["draft_s"], "verify_s": stats["verify_s"], "other_s": stats["other_s"],
+                  "peak_rss_mb": peak_rss_mb(), **(identity(base_ids, ids) if args.check_identity else {})})
     return 0

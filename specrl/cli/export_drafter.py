@@ -1,10 +1,12 @@
 """`specrl export-drafter SRC --out DIR`: a trained drafter in the layout serving engines load.
 
 SRC is a drafter directory or a run directory (its latest checkpoint's `drafter/`, with the checkpoint's
-`model/` as the policy). An EAGLE-3 head is written in the public EAGLE-3 layout (drafters/eagle3/export.py,
-docs/drafter_export.md), optionally over a reduced draft vocabulary (`--draft-vocab-size N` with token
-frequencies from `--data FILE.jsonl`, rows with `token_ids` as `specrl generate` writes them); a draft
-model is written as a plain Hugging Face checkpoint. MTP modules have no standalone public layout (they
+`model/` as the policy). An EAGLE-3 head is written for the policy it was trained on (`--policy`; checked to
+fit it) in the public EAGLE-3 layout or, with `--layout speculators`, the `speculators` one
+(drafters/eagle3/export.py, docs/drafter_export.md), in the head's own dtype unless `--dtype` says
+otherwise, optionally over a reduced draft vocabulary (`--draft-vocab-size N` with token frequencies from
+`--data FILE.jsonl`, rows with `token_ids` as `specrl generate` writes them); a draft model is written as a
+plain Hugging Face checkpoint. MTP modules have no standalone public layout (they
 ship inside the policy checkpoint: `specrl train-drafter --method mtp` with mtp_only=False).
 """
 from __future__ import annotations
@@ -23,11 +25,21 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="specrl export-drafter", description=__doc__.split("\n\n")[0])
     ap.add_argument("src", help="a drafter directory, or a run directory (latest checkpoint's drafter/)")
     ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--policy", help="the policy checkpoint (EAGLE-3: its lm_head goes into the export); "
-                                     "default for a run directory: the checkpoint's model/")
+    ap.add_argument("--policy", help="the policy checkpoint the head drafts for (EAGLE-3: required; checked "
+                                     "against the head, its lm_head goes into the export); default for a run "
+                                     "directory: the checkpoint's model/")
     ap.add_argument("--draft-vocab-size", type=int, help="EAGLE-3: draft over the N most frequent tokens")
     ap.add_argument("--data", help="JSONL with token_ids per row (`specrl generate` output) to count tokens in")
-    ap.add_argument("--dtype", default=None, help="stored dtype, e.g. bfloat16 (default: as trained)")
+    ap.add_argument("--dtype", default=None, help="stored dtype, e.g. bfloat16 (default: the head's own)")
+    ap.add_argument("--layout", default="eagle3", choices=["eagle3", "speculators"],
+                    help="EAGLE-3: LlamaForCausalLMEagle3 (vLLM with method eagle3, SGLang, SpecForge) or the "
+                         "speculators format (newer vLLM, method read from the config)")
+    ap.add_argument("--verifier", default=None, help="speculators layout: the verifier's path or hub name "
+                    "(default: the --policy path)")
+    ap.add_argument("--speculative-tokens", type=int, default=3, help="speculators layout: the proposal length "
+                    "vLLM defaults num_speculative_tokens to")
+    ap.add_argument("--allow-last-layer", action="store_true", help="EAGLE-3: export a head that reads the "
+                    "policy's last layer (only the newest vLLM capture code serves it) with a warning")
     return ap.parse_args(argv)
 
 
@@ -51,7 +63,7 @@ def resolve_source(src: Path) -> tuple[Path, Path | None]:
 def kind_of(drafter: Path) -> str:
     hf = json.loads((drafter / "config.json").read_text())
     archs = hf.get("architectures", [])
-    if "Eagle3Head" in archs or "LlamaForCausalLMEagle3" in archs:
+    if {"Eagle3Head", "LlamaForCausalLMEagle3", "Eagle3Speculator"} & set(archs):
         return "eagle3"
     if hf.get("num_nextn_predict_layers"):
         raise UserError(f"{str(drafter)!r} holds MTP modules, which have no standalone "
@@ -75,25 +87,26 @@ def export(args: argparse.Namespace) -> dict:
     from ..drafters.eagle3.head import load_head
     drafter, run_policy = resolve_source(Path(args.src))
     policy_dir = Path(args.policy) if args.policy else run_policy
-    policy = load_model(policy_dir) if policy_dir else None
-    dtype = resolve_dtype(args.dtype) if args.dtype else None
     if kind_of(drafter) == "draft_model":
         save_model(load_model(drafter), args.out, tokenizer_dir=drafter, dtype=args.dtype)
         return {"method": "draft_model", "out": args.out, "layout": "huggingface"}
-    head = load_head(drafter)
-    lm_head = policy.lm_head.weight.detach() if policy is not None else None
+    if policy_dir is None:
+        raise UserError(f"an EAGLE-3 head is exported for the policy it drafts for (the export checks that the "
+                        f"head fits it and copies its lm_head rows and token ids): pass --policy DIR for "
+                        f"{str(drafter)!r}")
+    policy = load_model(policy_dir)
+    head = load_head(drafter, dtype=None)  # as stored: the export keeps it
+    lm_head = policy.lm_head.weight.detach()
     if args.draft_vocab_size and args.draft_vocab_size != head.config.vocab_size:
-        if lm_head is None:
-            raise UserError("a reduced draft vocabulary takes its lm_head rows from the "
-                             "policy: pass --policy DIR")
         ids = draft_vocab(counts_from(args.data, head.config.vocab_size), args.draft_vocab_size)
         head = with_draft_vocab(head, lm_head, ids)
-    if head.lm_head is None and lm_head is None:
-        raise UserError("the public EAGLE-3 layout stores an lm_head, and this head uses "
-                         "the policy's: pass --policy DIR")
-    export_eagle3(head, args.out, lm_head, policy.config if policy is not None else None, dtype)
-    return {"method": "eagle3", "out": args.out, "layout": "LlamaForCausalLMEagle3",
-            "draft_vocab_size": head.config.draft_vocab_size or head.config.vocab_size}
+    dtype = resolve_dtype(args.dtype) if args.dtype else None
+    export_eagle3(head, args.out, policy.config, lm_head, dtype=dtype, layout=args.layout,
+                  verifier=args.verifier or str(policy_dir), allow_last_layer=args.allow_last_layer,
+                  speculative_tokens=args.speculative_tokens, source=str(drafter))
+    return {"method": "eagle3", "out": args.out, "layout": args.layout,
+            "draft_vocab_size": head.config.draft_vocab_size or head.config.vocab_size,
+            "dtype": str(dtype or next(head.parameters()).dtype).removeprefix("torch.")}
 
 
 def main(argv: list[str]) -> int:

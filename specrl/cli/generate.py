@@ -46,13 +46,12 @@ def main(argv: list[str]) -> int:
     add_memory_args(ap)
     args = parse_args(ap, argv)  # and torch's threads from --threads
     from .. import LLM, SamplingParams, SpecConfig
+    from ..engine.sampling import per_prompt
     # bad values and files fail here, before the model loads
     spec = SpecConfig(method=args.spec, num_speculative_tokens=args.k, draft_model=args.draft_model)
     prompts = read_prompts(args)
-    # one seed per prompt, derived from --seed: prompts that shared a seed would share their random draws
-    params = [SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                             max_tokens=args.max_tokens, seed=None if args.seed is None else args.seed * 1_000_003 + i)
-              for i in range(len(prompts))]
+    params = per_prompt(SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                                       max_tokens=args.max_tokens, seed=args.seed), len(prompts))
     if args.out != "-" and not Path(args.out).parent.is_dir():
         raise MissingFileError(f"--out {args.out!r}: the directory {str(Path(args.out).parent)!r} does not "
                                "exist; create it or write elsewhere")

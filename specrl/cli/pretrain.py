@@ -33,27 +33,46 @@ def parse_args(argv: list[str] | None):
         kind = _bool if isinstance(default, bool) else (str if default is None else type(default))
         p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=default,
                        metavar="BOOL" if kind is _bool else None)
+    moved = [a for a in argv or [] if a.split("=")[0] in ("--weight-decay", "--grad-clip")]
+    if moved:
+        flag = moved[0].split("=")[0]
+        raise UserError(f"specrl pretrain {flag} is gone: each stage has its own optimizer settings, e.g. --stage "
+                        f"chains.optim.{flag[2:].replace('-', '_')}=VALUE (repeat it for each stage)")
     args = vars(p.parse_args(argv))
     out, overrides = args.pop("out"), args.pop("stage")
     return out, PretrainConfig(stages=override_stages(defaults.stages, overrides), **args)
 
 
 def override_stages(stages, overrides: list[str]):
-    """`stages` with each "NAME.FIELD=VALUE" applied; an unknown stage or field is a UserError naming it."""
+    """`stages` with each "NAME.FIELD=VALUE" (or "NAME.optim.FIELD=VALUE") applied; an unknown stage or field
+    is a UserError naming it."""
+    from ..optim import OptimSettings
     by_name = {st.name: st for st in stages}
+    stage_fields = [f.name for f in dataclasses.fields(type(stages[0])) if f.name not in ("name", "optim")]
+    optim_fields = [f.name for f in dataclasses.fields(OptimSettings)]
     for text in overrides:
         key, sep, value = text.partition("=")
         name, dot, field = key.partition(".")
-        fields = {f.name: f for f in dataclasses.fields(type(stages[0]))}
-        if not (sep and dot) or name not in by_name or field not in fields or field == "name":
+        if name in by_name and field in optim_fields:
+            raise UserError(f"--stage {text!r}: the stage's optimizer settings moved to its optim: use --stage "
+                            f"{name}.optim.{field}={value}")
+        if not (sep and dot) or name not in by_name or field not in stage_fields + [f"optim.{f}" for f in optim_fields]:
             raise UserError(f"--stage {text!r}: expected NAME.FIELD=VALUE with NAME one of {list(by_name)} and "
-                            f"FIELD one of {[f for f in fields if f != 'name']}, e.g. --stage chains.steps=1000")
-        current = getattr(by_name[name], field)
+                            f"FIELD one of {stage_fields} or optim.{{{','.join(optim_fields)}}}, e.g. --stage "
+                            "chains.steps=1000 or --stage chains.optim.lr=1e-3")
+        owner = by_name[name].optim if field.startswith("optim.") else by_name[name]
+        leaf = field.removeprefix("optim.")
+        current = getattr(owner, leaf)
         try:
-            parsed = None if value.lower() in ("none", "null") else type(current or 0)(value)
+            parsed = (None if value.lower() in ("none", "null") else
+                      tuple(float(v) for v in value.strip("()[]").split(",")) if isinstance(current, tuple) else
+                      type(current or 0)(value))
         except ValueError:
             raise UserError(f"--stage {text!r}: {value!r} is not a {type(current).__name__}") from None
-        by_name[name] = dataclasses.replace(by_name[name], **{field: parsed})
+        if owner is by_name[name]:
+            by_name[name] = dataclasses.replace(owner, **{leaf: parsed})
+        else:
+            by_name[name] = dataclasses.replace(by_name[name], optim=dataclasses.replace(owner, **{leaf: parsed}))
     return tuple(by_name[st.name] for st in stages)
 
 

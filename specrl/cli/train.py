@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="YAML file (see configs/default.yaml)")
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. optim.lr=1e-5")
     args = parser.parse_args(argv)
-    from ..pipeline.run import RunStopped, train
+    from ..pipeline.run import train
+    from ..pipeline.seam import RunStopped
     cfg = build_config(args.config, args.overrides)  # a bad config ends in specrl.cli.main's error boundary
     try:
         summary = train(cfg)

@@ -2,7 +2,10 @@
 
 step 1: sample the policy's own responses (SD off, `--temperature`, default 1) to embedded-task prompts, or with
         `--data FILE` to a JSONL file's `prompt` strings / chat `messages` (see drafters/training/prompts.py);
-step 2: hand them to the method's trainer, `train(policy_path, out_dir, data, args) -> dict`;
+        with `--cache DIR` they are read from there when a run with this policy and these settings wrote them
+        (drafters/training/cache.py), and the teacher outputs and the fit's state are kept there too;
+step 2: hand them to the method's trainer, `train(policy_path, out_dir, data, args) -> dict` (`--resume`:
+        continue the fit saved in the cache);
 step 3: print the metrics as one JSON line (also written to DIR/train_metrics.json).
 """
 from __future__ import annotations
@@ -12,9 +15,11 @@ import importlib
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..config import ConfigError
+from ..drafters.training.cache import digest_files, load_or_collect
 from ..drafters.training.data import DrafterTrainArgs, collect_sequences, default_prompts
 from ..drafters.training.prompts import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
@@ -52,7 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--teacher-topk", type=int, default=DrafterTrainArgs.teacher_topk,
                     help="eagle3: stored teacher tokens per position, tail mass kept (0: the whole vocabulary)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--lr", type=float, default=DrafterTrainArgs.lr)
+    ap.add_argument("--lr", type=float, default=DrafterTrainArgs().optim.lr,
+                    help="peak learning rate (linear warmup, then cosine decay)")
     ap.add_argument("--batch-tokens", type=int, default=DrafterTrainArgs.batch_tokens)
     ap.add_argument("--eagle3-layers", default=None, help="eagle3: target layers to fuse, e.g. 1,3,5 "
                     "(default: 1, L/2-1, L-4 made increasing)")
@@ -68,6 +74,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--kv-cache-memory", default=None, help="sampling engine: KV cache budget, e.g. 2GiB "
                     "(default: --memory-utilization of the free memory)")
     ap.add_argument("--memory-utilization", type=float, default=DEFAULT_MEMORY_UTILIZATION)
+    ap.add_argument("--cache", default=None, help="teacher-data cache dir: sampled responses (and eagle3's teacher "
+                    "outputs) are written once and reused by runs with the same policy and sampling settings; the "
+                    "fit's state is saved there for --resume")
+    ap.add_argument("--resume", action="store_true", help="continue the fit saved in --cache DIR (same method, "
+                    "draft vocabulary and --steps)")
     return ap.parse_args(argv)
 
 
@@ -107,6 +118,23 @@ def _log(step: int, row: dict) -> None:
     print(json.dumps({"step": step, **row}), file=sys.stderr, flush=True)
 
 
+def sampling_settings(ns: argparse.Namespace) -> dict:
+    """What the sampled responses depend on besides the policy (the cache's key)."""
+    return {"data": digest_files([Path(ns.data)]) if ns.data else "embedded task", "prompts": ns.prompts,
+            "samples": ns.samples, "max_tokens": ns.max_tokens, "temperature": ns.temperature, "seed": ns.seed,
+            "max_model_len": ns.max_model_len}
+
+
+def collect(ns: argparse.Namespace, policy: str) -> list:
+    if ns.data:
+        prompts = load_prompts(ns.data, policy, ns.prompts)
+    else:
+        prompts = default_prompts(512 if ns.prompts is None else ns.prompts, ns.seed)
+    return collect_sequences(policy, prompts, n=ns.samples, max_tokens=ns.max_tokens, temperature=ns.temperature,
+                             seed=ns.seed, max_num_seqs=ns.max_num_seqs, max_model_len=ns.max_model_len,
+                             kv_cache_memory=ns.kv_cache_memory, memory_utilization=ns.memory_utilization)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `specrl train-drafter`; bad input ends in specrl.cli.main's error boundary."""
     run(argv)
@@ -124,20 +152,15 @@ def run(argv: list[str] | None = None) -> dict:
         raise ValueError(f"pass --out DIR: without it the {ns.method} drafter would replace the shipped one in "
                          f"{default_out(ns.method)}, which belongs to the embedded policy and its task")
     out = Path(ns.out) if ns.out else default_out(ns.method)
-    args = DrafterTrainArgs(steps=ns.steps, lr=ns.lr, batch_tokens=ns.batch_tokens, seed=ns.seed,
-                            time_budget_s=ns.time_budget, teacher_topk=ns.teacher_topk)
+    args = DrafterTrainArgs(steps=ns.steps, batch_tokens=ns.batch_tokens, seed=ns.seed, time_budget_s=ns.time_budget,
+                            teacher_topk=ns.teacher_topk, optim=replace(DrafterTrainArgs().optim, lr=ns.lr),
+                            cache_dir=ns.cache, resume=ns.resume)
     t0 = time.monotonic()
-    if ns.data:
-        prompts = load_prompts(ns.data, policy, ns.prompts)
-    else:
-        prompts = default_prompts(512 if ns.prompts is None else ns.prompts, ns.seed)
-    data = collect_sequences(policy, prompts, n=ns.samples, max_tokens=ns.max_tokens, temperature=ns.temperature,
-                             seed=ns.seed, max_num_seqs=ns.max_num_seqs, max_model_len=ns.max_model_len,
-                             kv_cache_memory=ns.kv_cache_memory, memory_utilization=ns.memory_utilization)
+    data, cached = load_or_collect(ns.cache, policy, sampling_settings(ns), lambda: collect(ns, policy))
     collect_s = time.monotonic() - t0
-    print(f"collected {len(data)} responses ({sum(len(r) for _, r in data)} tokens) in {collect_s:.1f}s",
-          file=sys.stderr)
-    metrics = {"collect_s": round(collect_s, 1), **train(policy, out, data, args)}
+    print(f"{'read' if cached else 'collected'} {len(data)} responses ({sum(len(r) for _, r in data)} tokens) in "
+          f"{collect_s:.1f}s", file=sys.stderr)
+    metrics = {"collect_s": round(collect_s, 1), "cached": cached, **train(policy, out, data, args)}
     (out / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     print(json.dumps(metrics))
     return metrics

@@ -59,9 +59,14 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
         raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     removed = getattr(cls, "REMOVED_FIELDS", {})  # {old key: what replaced it}
+    moved = getattr(cls, "MOVED", {})  # old key -> the dotted key that replaced it
     for key in data:
         if key in removed:
             raise ConfigError(f"config key '{_join(path, str(key))}' was removed: {removed[key]}")
+        if key in moved:
+            raise ConfigError(f"config key '{_join(path, key)}' was replaced by '{moved[key]}': set {moved[key]}="
+                              f"{data[key]!r} instead and delete '{_join(path, key)}' (from a resumed run's "
+                              "config.yaml too)")
         if key not in fields:
             raise ConfigError(_unknown_key_message(str(key), list(fields), path))
     hints = typing.get_type_hints(cls)

@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from ..heap import trim
+from ..heap import TRIM_MIN_FREE, trim
 from ..model import CausalLM, check_tokenizer_matches, load_model, load_text_tokenizer
 from ..model.chat import is_conversation
 from ..model.layers import skip_cudnn_attention
@@ -59,8 +59,9 @@ class LLM:
             check_tokenizer_matches(self.tokenizer, cfg.vocab_size, str(src))
         p = next(self.model.parameters())
         skip_cudnn_attention(p.device)
-        self.kv_plan = plan_kv_cache(cfg, p.dtype, max_num_seqs, max_model_len,
-                                     memory_budget(p.device, kv_cache_memory, memory_utilization), MAX_SPEC_TOKENS + 1)
+        budget = memory_budget(p.device, kv_cache_memory, memory_utilization)
+        self.kv_plan = plan_kv_cache(cfg, p.dtype, max_num_seqs, max_model_len, budget.bytes, MAX_SPEC_TOKENS + 1,
+                                     budget.fix)
         log.info(self.kv_plan.describe())
         self.max_model_len = self.kv_plan.max_model_len
         self.max_num_seqs = self.kv_plan.num_slots
@@ -239,7 +240,7 @@ class LLM:
         drafter_caches = [getattr(d, "cache", None) or [] for d in (pool.drafters.values() if pool else ())]
         for cache in (self.runner.cache, *drafter_caches):  # draft_model, mtp
             release_caches(cache)
-        trim()  # and the step temporaries' freed heap pages (specrl/heap.py)
+        trim(TRIM_MIN_FREE)  # and the step temporaries' freed heap pages, when there are many (specrl/heap.py)
 
     def step(self, scheduler: Scheduler) -> StepResult:
         return self.engine.step(scheduler)

@@ -17,28 +17,25 @@ one head in fp32, 32 in bf16), not slots x max_model_len. The budget then bounds
 default budget costs nothing until it is used. This is paging at the operating system's granularity, with
 none of a block table's gathers. On a GPU, memory is committed at allocation as usual.
 
-Paged KV blocks (nano-vllm, vLLM) are not built; `benchmarks/kv_paging.py` replays a 16-position block
-allocator on the engine's own schedule of an RL rollout and reads the lazy cache's resident pages with
-mincore (docs/results/kv_paging.jsonl): the embedded task's default rollout (128 sequences, 64 slots) holds
-66.5 MiB resident against 43.9 MiB of blocks at their peak, SmolLM2-135M's (64 x 64 tokens, bf16) 170.6
-against 91.4 MiB, where a zero-filled cache of the same shape takes 586 MiB and 10.1 GiB. Paging would save
-the last 1.5-1.9x (page granularity, and pages a finished sequence leaves until generate() ends), tens of MiB
-beside a trainer's gigabytes, and give up the position-indexed rows that let rejected drafts be
-overwritten with no rollback and that decode reads as slice views without a gather. On a GPU, where memory
-is committed at allocation, blocks are what would let a long-tail batch hold more sequences than slots x
-worst case; they are the next step there.
+Paged KV blocks (nano-vllm, vLLM) are not built: on a CPU the lazy pages already follow the written
+positions, and position-indexed rows let rejected drafts be overwritten with no rollback and decode read
+slice views without a gather. docs/memory.md compares the two on an RL rollout; on a GPU, where memory is
+committed at allocation, blocks are the next step.
 """
 from __future__ import annotations
 
+import errno
 import math
 import mmap
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
+from ..errors import UserError
 from ..model import ModelConfig, check_device, resolve_dtype
+from . import limits
 
 DEFAULT_MEMORY_UTILIZATION = 0.5  # of the free memory; the rest stays for activations and other processes
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
@@ -57,17 +54,16 @@ def parse_bytes(value: int | float | str) -> int:
 
 
 def free_memory(device: str | torch.device) -> int:
-    """Bytes free on `device` now: MemAvailable on a CPU, the CUDA driver's free memory on a GPU."""
+    """Bytes free on `device` now: on a CPU MemAvailable, or what the memory cgroup leaves when that is less;
+    on a GPU the CUDA driver's free memory."""
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    meminfo = Path("/proc/meminfo")
-    if meminfo.is_file():
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("cannot read free memory (no /proc/meminfo MemAvailable on this system): pass "
-                       "kv_cache_memory=BYTES to size the KV cache")
+    free = [b for b in (limits.mem_available(), limits.cgroup_free()) if b is not None]
+    if not free:
+        raise RuntimeError("cannot read free memory (no /proc/meminfo MemAvailable on this system): pass "
+                           "kv_cache_memory=BYTES to size the KV cache")
+    return min(free)
 
 
 def kv_bytes_per_token(cfg: ModelConfig, dtype) -> int:
@@ -92,15 +88,26 @@ class KVPlan:
                 f"{self.bytes / 2 ** 20:.1f} MiB {dtype} (budget {self.budget / 2 ** 20:.1f} MiB)")
 
 
+DEFAULT_FIX = "raise kv_cache_memory (or memory_utilization)"
+
+
+class AddressSpaceError(UserError, MemoryError):
+    """The KV cache's mapping does not fit in the address space the process may still take."""
+
+
+class Budget(NamedTuple):
+    bytes: int
+    fix: str  # how to raise it, for the errors of a budget too small
+
+
 def plan_kv_cache(cfg: ModelConfig, dtype, max_num_seqs: int, max_model_len: int | None, budget: int,
-                  spare: int) -> KVPlan:
+                  spare: int, knobs: str = DEFAULT_FIX) -> KVPlan:
     """Slots and context length that fit `budget` bytes. Each slot holds `spare` extra positions (room for
-    the drafts a verify forward writes past a sequence's end)."""
+    the drafts a verify forward writes past a sequence's end). `knobs` says how to raise the budget."""
     if max_num_seqs < 1:
         raise ValueError(f"max_num_seqs={max_num_seqs}: expected >= 1 concurrent sequences")
     per_token = kv_bytes_per_token(cfg, dtype)
     limit = cfg.max_position_embeddings
-    knobs = "raise kv_cache_memory (or memory_utilization)"
     if max_model_len is not None:
         if max_model_len < 2:
             raise ValueError(f"max_model_len={max_model_len}: expected >= 2 (a prompt token and a new one)")
@@ -125,17 +132,23 @@ def plan_kv_cache(cfg: ModelConfig, dtype, max_num_seqs: int, max_model_len: int
     return KVPlan(slots, length, slots * (length + spare) * per_token, resolve_dtype(dtype), budget, hard)
 
 
-def memory_budget(device, kv_cache_memory: int | str | None, memory_utilization: float) -> int:
-    """The KV cache's byte budget: `kv_cache_memory` when given, else a fraction of the free memory."""
+def memory_budget(device, kv_cache_memory: int | str | None, memory_utilization: float) -> Budget:
+    """The KV cache's byte budget: `kv_cache_memory` when given, else a fraction of the free memory (and, on
+    a CPU under an address-space limit, of the address space left: the lazy cache reserves all of it)."""
     if kv_cache_memory is not None:
         budget = parse_bytes(kv_cache_memory)
         if budget <= 0:
             raise ValueError(f"kv_cache_memory={kv_cache_memory!r}: expected a positive size, e.g. 4GiB")
-        return budget
+        return Budget(budget, "raise kv_cache_memory")
     if not 0 < memory_utilization <= 1:
         raise ValueError(f"memory_utilization={memory_utilization}: expected a fraction in (0, 1] of the free "
                          f"memory, e.g. {DEFAULT_MEMORY_UTILIZATION}; or pass kv_cache_memory=BYTES")
-    return int(free_memory(device) * memory_utilization)
+    free = int(free_memory(device) * memory_utilization)
+    space = limits.address_space_free() if torch.device(device).type == "cpu" else None
+    if space is not None and int(space * memory_utilization) < free:
+        return Budget(int(space * memory_utilization), f"raise the address-space limit (ulimit -v: "
+                      f"{space} bytes left, memory_utilization={memory_utilization} of it)")
+    return Budget(free, DEFAULT_FIX)
 
 
 def check_dtype(device, dtype) -> torch.dtype:
@@ -164,7 +177,15 @@ def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
     nbytes = math.prod(shape) * dtype.itemsize
     if device.type != "cpu" or nbytes == 0:
         return torch.zeros(shape, device=device, dtype=dtype)
-    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as e:
+        if e.errno != errno.ENOMEM:
+            raise
+        space = limits.address_space_free()
+        left = f"; {space} bytes are left under the address-space limit (ulimit -v)" if space is not None else ""
+        raise AddressSpaceError(f"cannot reserve {nbytes} bytes of address space for a KV cache{left}: lower "
+                                "kv_cache_memory (or memory_utilization), max_model_len or max_num_seqs") from e
     if hasattr(mmap, "MADV_NOHUGEPAGE"):  # a 2 MiB huge page would make one written position cost 2 MiB
         region.madvise(mmap.MADV_NOHUGEPAGE)
     tensor = torch.frombuffer(region, dtype=torch.uint8).view(dtype).view(shape)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..model import CausalLM, ModelOutput
-from ..model.layers import Slots, slot_index
+from ..model.layers import slot_index
 from .memory import kv_zeros
 from .methods import MAX_SPEC_TOKENS  # verify forwards write up to k drafts past a sequence's budget
 
@@ -55,14 +55,11 @@ class ModelRunner:
             k[dst, :, :length] = k[src, :, :length]
             v[dst, :, :length] = v[src, :, :length]
 
-    def slot_index(self, slots: list[int]) -> Slots:
-        """How the batch reads the cache: as views of its stretches of consecutive slots (model.layers)."""
-        return slot_index(slots, self.device)
-
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: list[int]) -> ModelOutput:
         """tokens, positions: [B, T] -> logits [B, T, V]."""
-        return self.model(tokens, positions, self.cache, self.slot_index(slots), hidden_layers=self.hidden_layers)
+        index = slot_index(slots, self.device)
+        return self.model(tokens, positions, self.cache, index, hidden_layers=self.hidden_layers)
 
     @torch.no_grad()
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:

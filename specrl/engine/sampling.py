@@ -6,7 +6,7 @@ sequences share the batch or how the scheduler packed them, which makes runs rep
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -60,6 +60,14 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def per_prompt(params: SamplingParams, count: int, start: int = 0) -> list[SamplingParams]:
+    """`count` copies of `params`, the i-th seeded `params.seed * 1_000_003 + start + i` (None stays None):
+    requests that share a seed share their random draws, so equal prompts would be equal samples."""
+    if params.seed is None:
+        return [params] * count
+    return [replace(params, seed=params.seed * 1_000_003 + start + i) for i in range(count)]
 
 
 def _to_signed(x: int) -> int:

@@ -97,6 +97,10 @@ def read_config(path: Path) -> ModelConfig:
         return ModelConfig.from_hf(json.loads(file.read_text()))
     except json.JSONDecodeError as e:
         raise ModelFileError(f"{str(file)!r} is not valid JSON ({e})") from e
+    except KeyError as e:  # a required hyper-parameter (ModelConfig.from_hf reads the rest with defaults)
+        raise ModelFileError(f"{str(file)!r} lacks the key {e.args[0]!r}",
+                             "add it (the Hugging Face config.json of this architecture has it) or export the "
+                             "checkpoint again") from e
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype="float32") -> CausalLM:

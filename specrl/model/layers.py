@@ -20,8 +20,8 @@ KV = tuple[torch.Tensor, torch.Tensor]  # k_cache, v_cache: [S, Hkv, L, D] each
 def skip_cudnn_attention(device) -> None:
     """On a GPU, turns PyTorch's cuDNN attention backend off for the process (flash, memory-efficient and
     math stay). cuDNN builds a graph for every new (batch, length) shape, and an engine step or a trainer's
-    micro-batch has a new one almost every time: on an H100 it made the bf16 RL rollout 3.2x slower than
-    fp32. Called once by the engine and the trainer; nothing is done on a CPU."""
+    micro-batch has a new one almost every time, which made the bf16 RL rollout slower than fp32 on a GPU
+    (docs/memory.md). Called once by the engine and the trainer; nothing is done on a CPU."""
     if torch.device(device).type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)
 
@@ -101,7 +101,7 @@ def cached_attention(q, k, v, kv: KV, slots: Slots, positions: torch.Tensor,
 
 
 def slot_index(slots: list[int], device, max_runs: int = 16) -> Slots:
-    """How a batch owning cache `slots` (ascending) reads the cache: a slice when they are consecutive, else
+    """How a batch owning cache `slots` (in row order) reads the cache: a slice when they are consecutive, else
     by stretches of consecutive slots (`SlotRuns`) when there are at most `max_runs`, else a gather."""
     runs, first = [], 0
     for row in range(1, len(slots) + 1):

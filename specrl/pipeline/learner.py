@@ -24,9 +24,10 @@ from ..drafters.training.capture import DrafterBatch
 from ..drafters.training.online import OnlineDrafterTrainer
 from ..model import CausalLM, load_model, resolve_dtype, save_model
 from ..state_files import has_state, load_state, save_state
+from ..train.batch import TrainBatch
 from ..train.checkpoint import TRAINER_STATE
 from ..train.config import TrainConfig
-from ..train.trainer import PolicyTrainer, TrainBatch
+from ..train.trainer import PolicyTrainer
 
 DRAFTER_TRAINER_STATE = "drafter_trainer"
 

@@ -19,7 +19,7 @@ from ..engine import LLM, RequestOutput, SamplingParams
 from ..engine.drafting import has_state
 from ..model import CausalLM
 from ..train.config import TrainConfig
-from .seam import NamedTensors, register_backend
+from .seam import NamedTensors
 
 
 class LocalBackend:
@@ -157,7 +157,6 @@ class LocalBackend:
         self.llm.tracer.close()
 
 
-@register_backend("local")
 def local_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None = None,
                   policy: CausalLM | None = None) -> LocalBackend:
     """An engine over the checkpoint in `model_dir` (the run's starting weights), as `cfg.rollout` asks; over

@@ -13,13 +13,13 @@ from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_chec
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, build_sources
 from ..train.rewards import get_reward
-from .learner import LocalLearner
 from .progress import StepProgress
 from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
-from .seam import backend_factory
-from .steps import LearnerSide, Parts, RolloutSide, RunStopped  # noqa: F401 - RunStopped is part of the API
+from .seam import IN_PROCESS_ENGINE, IdleWork, OnlineDrafter, SharedPolicy, get_backend, lacks, load, require
+from .steps import LearnerSide, Parts, RolloutSide
 
-DRIVERS = ("sync", "async")
+# pipeline.mode -> its driver, run(run_dir, parts, cfg, start, bar); the keys are config.choices.PIPELINE_MODES
+DRIVERS = {"sync": "specrl.pipeline.sync:run_sync", "async": "specrl.pipeline.asynchronous:run_async"}
 
 
 def model_dir(cfg: TrainConfig) -> Path:
@@ -32,21 +32,23 @@ def model_dir(cfg: TrainConfig) -> Path:
 def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_out: list[Example],
                 version: int = 0, trace_path: Path | None = None) -> Parts:
     """Both sides over the weights in `weights_dir` (the base policy, or a checkpoint's model/)."""
-    on_ray = cfg.pipeline.backend == "ray"  # rollout actors and trainer actors instead of this process
-    make_backend = backend_factory("ray" if on_ray else cfg.rollout.backend)
+    backend_row = get_backend(cfg.pipeline.backend)
     encoder = PromptEncoder(model_dir(cfg), cfg.data.chat_template)
-    if on_ray:
-        from .cluster.learner import ray_learner
-        learner = ray_learner(weights_dir, cfg, version, tokenizer_dir=model_dir(cfg))
-    else:
-        learner = LocalLearner.build(weights_dir, cfg, version, tokenizer_dir=model_dir(cfg))
-    if _shares_policy(cfg):  # the engine runs on the trainer's own weights: no second copy, no sync copy
+    learner = load(backend_row.learner)(weights_dir, cfg, version, tokenizer_dir=model_dir(cfg))
+    make_backend = load(backend_row.rollout)
+    if _shares_policy(cfg) and not lacks(learner, SharedPolicy):  # no second copy, no sync copy
         backend = make_backend(weights_dir, cfg, trace_path, policy=learner.policy)
     else:
         backend = make_backend(weights_dir, cfg, trace_path)
     backend.weights_version = version
+    try:
+        check_capabilities(cfg, learner, backend)
+    except ConfigError:
+        backend.close()  # e.g. Ray actors
+        raise
     # async: evaluation runs on the trainer's side with its own (in-process) engine, so rollout never pauses
-    eval_backend = backend_factory(cfg.rollout.backend)(weights_dir, cfg) if cfg.pipeline.mode == "async" else None
+    eval_backend = (load(get_backend(IN_PROCESS_ENGINE).rollout)(weights_dir, cfg) if cfg.pipeline.mode == "async"
+                    else None)
     d = cfg.rollout.drafter
     health = DrafterHealth(HealthConfig(window=d.alarm_window, min_history=min(3, d.alarm_window),
                                         max_version_lag=d.alarm_max_lag)) if _has_model_drafter(cfg) else None
@@ -55,12 +57,21 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
                  health=health)
 
 
+def check_capabilities(cfg: TrainConfig, learner, backend) -> None:
+    """The optional capabilities (seam.CAPABILITIES) this run's settings make the drivers use."""
+    fix = f"use pipeline.backend=local, or drop the setting (pipeline.backend={cfg.pipeline.backend})"
+    if cfg.rollout.drafter.online:
+        require(learner, OnlineDrafter, "rollout.drafter.online=true", fix)
+        if cfg.rollout.drafter.schedule == "long_tail":
+            require(backend, IdleWork, "rollout.drafter.schedule=long_tail", fix)
+
+
 def _shares_policy(cfg: TrainConfig) -> bool:
-    """A sync run with the in-process engine in the trainer's dtype: rollout and training never overlap, so
+    """A sync run with an in-process engine in the trainer's dtype: rollout and training never overlap, so
     the engine can generate with the trainer's own model (weight syncs then copy nothing). Not with an online
     drafter: its weights are synced into the engine's drafter, which for MTP is the policy's own `mtp` stack
     (a shared model would have the trainer's MTP update overwritten)."""
-    return (cfg.pipeline.mode == "sync" and cfg.pipeline.backend != "ray" and cfg.rollout.backend == "local"
+    return (cfg.pipeline.mode == "sync" and get_backend(cfg.pipeline.backend).in_process
             and resolve_dtype(cfg.rollout.dtype or cfg.dtype) == resolve_dtype(cfg.dtype)
             and not cfg.rollout.drafter.online)
 
@@ -77,10 +88,9 @@ def train(cfg: TrainConfig) -> dict:
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     get_reward(cfg.reward.name)  # bad names and bad data fail before the run directory is touched
-    backend_factory(cfg.rollout.backend)
-    if cfg.pipeline.backend == "ray":
-        from .cluster.connect import require_ray
-        require_ray()  # without Ray: how to install it, before the run directory is touched
+    backend_row = get_backend(cfg.pipeline.backend)
+    if backend_row.check is not None:
+        load(backend_row.check)()  # e.g. without Ray: how to install it
     source, held_out = build_sources(cfg.data, cfg.seed)
     check_context(cfg, held_out)
     run, ckpt = _start(cfg)
@@ -98,12 +108,7 @@ def train(cfg: TrainConfig) -> dict:
         _restore(parts, ckpt)
     bar = StepProgress(cfg.schedule.max_steps, start, cfg.progress)
     try:
-        if cfg.pipeline.mode == "async":
-            from .asynchronous import run_async
-            run_async(run, parts, cfg, start, bar)
-        else:
-            from .sync import run_sync
-            run_sync(run, parts, cfg, start, bar)
+        load(DRIVERS[cfg.pipeline.mode])(run, parts, cfg, start, bar)
     finally:
         bar.close()
         run.close()

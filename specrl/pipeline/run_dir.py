@@ -137,7 +137,7 @@ class RunDir:
 def _draw_reward(ax, steps, rows, evals):
     ax.plot(steps, [r["reward_mean"] for r in rows], label="train reward (mean)")
     if evals:
-        ax.plot([e["step"] for e in evals], [e["accuracy"] for e in evals], "o-", label="held-out greedy accuracy")
+        ax.plot([e["step"] for e in evals], [e["accuracy"] for e in evals], "o-", label="held-out accuracy")
     ax.set_ylabel("reward / accuracy")
     ax.legend()
 

@@ -1,15 +1,21 @@
 """The seam between the pipeline drivers and what they drive: rollout backends and learners.
 
-The drivers (sync.py, asynchronous.py) talk to a rollout engine and to a trainer only through these two
-protocols, so an in-process engine, a Ray actor or a vLLM/SGLang adapter, and a single-process or sharded
-trainer, plug in without touching the drivers. Weights cross the seam as (name, tensor) pairs with a
-version number (the policy after `version` training steps), the way verl's `update_weights` and
-OpenRLHF's weight broadcasts carry them.
+The drivers (sync.py, asynchronous.py, steps.py) talk to a rollout engine and to a trainer only through the
+protocols here, so an in-process engine, a Ray actor or a vLLM/SGLang adapter, and a single-process or
+sharded trainer, plug in without touching the drivers. Weights cross the seam as (name, tensor) pairs with
+a version number (the policy after `version` training steps), the way verl's `update_weights` and
+OpenRLHF's weight broadcasts carry them. What only some settings use is an optional capability
+(`CAPABILITIES`), checked once when a run is wired (`require`), not deep inside a step.
 
-Backends are looked up by name (`rollout.backend`); `register_backend` adds one, e.g. in a test.
+`pipeline.backend` names a row of `BACKENDS`: where each side's factory lives, as "module:attribute" paths
+imported only when that backend is built (as the drafter table does), so this module imports no backend
+and no backend imports a driver. The types both sides share live here too: `TrainBatch` (defined beside
+the trainer, re-exported), `RunStopped`, `group_version`.
 """
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
@@ -17,15 +23,23 @@ import torch
 
 from ..config import ConfigError
 from ..engine import RequestOutput, SamplingParams
-from ..train.trainer import TrainBatch
+from ..model import CausalLM
+from ..train.batch import TrainBatch
+
+__all__ = ["BACKENDS", "CAPABILITIES", "Learner", "NamedTensors", "RolloutBackend", "RunStopped", "TrainBatch",
+           "get_backend", "group_version", "register_backend", "require"]
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
+
+
+class RunStopped(RuntimeError):
+    """The run stopped early (a NaN loss, a dead actor); the run directory and last good checkpoint are intact."""
 
 
 class RolloutBackend(Protocol):
     """Generates rollouts with its own copy of the policy (and drafter); the local backend of a sync run may
     generate with the trainer's own model instead (nothing to copy at a weight sync)."""
-    weights_version: int  # the policy version its weights hold
+    weights_version: int  # the policy version its weights hold (settable: a resumed run tags its start)
     drafter_version: int  # how many drafter updates its drafter holds (0: as loaded)
 
     def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
@@ -60,13 +74,12 @@ class Learner(Protocol):
     """Owns the policy being trained and its optimizer."""
     version: int  # training steps applied
     drafter_version: int | None  # online drafter updates applied; None without online drafter training
+    pad_id: int  # the token that pads a TrainBatch
 
-    def step(self, batch: TrainBatch, is_cap: float | None = None, rewards: torch.Tensor | None = None) -> dict[str, float]:
+    def step(self, batch: TrainBatch, is_cap: float | None = None,
+             rewards: torch.Tensor | None = None) -> dict[str, float]:
         """One RL update on a batch of rollouts (rewards [N] per trajectory, for reward-weighted drafter
         training); returns its metrics."""
-
-    def drafter_weights(self) -> list[tuple[str, torch.Tensor]]:
-        """The online drafter's weights, for `RolloutBackend.update_drafter`."""
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The current policy weights (HF names), detached; consumers copy what they keep."""
@@ -78,25 +91,98 @@ class Learner(Protocol):
         """Restores what `save` wrote (the policy weights and the optimizer state)."""
 
 
+# Optional capabilities: what a driver uses only under some settings.
+
+class OnlineDrafter(Protocol):
+    """A learner that trains the rollout drafter online (rollout.drafter.online)."""
+
+    def drafter_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """The online drafter's weights, for `RolloutBackend.update_drafter`."""
+
+    def train_drafter(self) -> bool:
+        """Runs a deferred drafter update (schedule long_tail); True when it ran (its weights are new)."""
+
+
+class IdleWork(Protocol):
+    """A backend that runs work in its rollout's long tail (rollout.drafter.schedule=long_tail)."""
+
+    def set_idle_work(self, work: Callable[[], None] | None, max_running: int = 8) -> None:
+        """`work()` runs once per generate(), as soon as at most `max_running` sequences are unfinished."""
+
+
+class SharedPolicy(Protocol):
+    """A learner whose policy module an in-process engine may generate with (a sync run: no second copy)."""
+    policy: CausalLM
+
+
+CAPABILITIES = {"learner": (OnlineDrafter, SharedPolicy), "backend": (IdleWork,)}
+
+
+def members(protocol: type) -> set[str]:
+    """The names a protocol declares: its methods and its annotated attributes."""
+    names = {n for n in vars(protocol) if not n.startswith("_")}
+    return names | set(getattr(protocol, "__annotations__", {}))
+
+
+def lacks(part, protocol: type) -> list[str]:
+    return sorted(n for n in members(protocol) if not hasattr(part, n))
+
+
+def require(part, protocol: type, setting: str, fix: str) -> None:
+    """Refuses, when the run is wired, a backend or learner without a capability its settings use."""
+    missing = lacks(part, protocol)
+    if missing:
+        raise ConfigError(f"{setting} needs a {protocol.__name__} ({', '.join(missing)}), which "
+                          f"{type(part).__name__} does not provide; {fix}")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One value of `pipeline.backend`: each factory as "module:attribute" (or a callable, for tests)."""
+    rollout: str | Callable  # (model_dir, cfg, trace_path=None[, policy=]) -> RolloutBackend
+    learner: str | Callable  # (model_dir, cfg, version, tokenizer_dir=) -> Learner
+    in_process: bool = False  # both sides in this process: a sync run may share the policy (SharedPolicy)
+    check: str | None = None  # "module:attribute" called before the run directory is touched (e.g. require_ray)
+
+
+LOCAL_LEARNER = "specrl.pipeline.learner:LocalLearner.build"
+BACKENDS: dict[str, Backend] = {
+    "local": Backend("specrl.pipeline.local:local_backend", LOCAL_LEARNER, in_process=True),
+    "ray": Backend("specrl.pipeline.cluster.rollout:ray_backend", "specrl.pipeline.cluster.learner:ray_learner",
+                   check="specrl.pipeline.cluster.connect:require_ray"),
+}
+IN_PROCESS_ENGINE = "local"  # the rollout factory of engines a process builds for itself (async eval, Ray actors)
+
+
+def register_backend(name: str, rollout: str | Callable, learner: str | Callable = LOCAL_LEARNER) -> None:
+    """Adds a `pipeline.backend` value, e.g. a test's wrapped engine (trained by the in-process learner)."""
+    BACKENDS[name] = Backend(rollout, learner)
+
+
+def get_backend(name: str) -> Backend:
+    if name not in BACKENDS:
+        raise ConfigError(f"pipeline.backend={name!r} is not a backend; valid: {sorted(BACKENDS)}")
+    return BACKENDS[name]
+
+
+def load(target: str | Callable) -> Callable:
+    """The object a "module:attribute.attribute" path names (a callable passes through)."""
+    if callable(target):
+        return target
+    module, _, attrs = target.partition(":")
+    obj = importlib.import_module(module)
+    for attr in attrs.split("."):
+        obj = getattr(obj, attr)
+    return obj
+
+
 # counters a backend's stats() may add that the metrics row carries: a Ray backend's weight broadcast time
 # (of the weights that generated the step), its rollout-actor restarts and redrawn groups so far
 ROW_STATS = ("weight_transfer_s", "actor_restarts", "dropped_groups")
 
-BackendFactory = Callable[..., RolloutBackend]
-BACKENDS: dict[str, BackendFactory] = {}
 
-
-def register_backend(name: str):
-    def deco(factory: BackendFactory) -> BackendFactory:
-        BACKENDS[name] = factory
-        return factory
-    return deco
-
-
-def backend_factory(name: str) -> BackendFactory:
-    if name not in BACKENDS:
-        from . import local  # noqa: F401 - registers "local"
-        from .cluster import rollout  # noqa: F401 - registers "ray" (imports Ray only when one is built)
-    if name not in BACKENDS:
-        raise ConfigError(f"rollout.backend={name!r} is not a rollout backend; valid: {sorted(BACKENDS)}")
-    return BACKENDS[name]
+def group_version(out: RequestOutput, default: int) -> int:
+    """A GRPO group's version: the oldest version any of its tokens was sampled under (a group is kept or
+    dropped whole). `default` for a backend that does not tag its outputs."""
+    tags = [c.oldest_version for c in out.outputs if c.weight_versions]
+    return min(tags) if tags else default

@@ -20,18 +20,15 @@ from ..train.checkpoint import latest_checkpoint, save_checkpoint
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, step_seed
 from ..train.rewards import RewardFn
-from ..train.trainer import NonFiniteLossError, collate
+from ..train.batch import collate
+from ..train.trainer import NonFiniteLossError
 from .progress import StepProgress
 from .run_dir import SAMPLES_FILE, TIME_KEYS, RunDir
-from .seam import ROW_STATS, Learner, RolloutBackend
+from .seam import ROW_STATS, Learner, RolloutBackend, RunStopped, group_version
 
 SAMPLES_KEY = "samples"  # metrics-row key of the step's logged completions (popped before the row is written)
 FLAT_REWARD_STEPS = 3  # steps of all-equal rewards before check_signal warns
 EVAL_SALT = 0x5EED_E7A1  # the held-out samples' seed stream, apart from the rollouts' (salt = prompt index + 1)
-
-
-class RunStopped(RuntimeError):
-    """The run stopped early (e.g. a NaN loss); the run directory and last good checkpoint are intact."""
 
 
 @dataclass
@@ -89,13 +86,6 @@ class Rollout:
                 for v in versions:
                     lags[self.step - v] = lags.get(self.step - v, 0) + 1
         return dict(sorted(lags.items()))
-
-
-def group_version(out, default: int) -> int:
-    """A GRPO group's version: the oldest version any of its tokens was sampled under (a group is kept or
-    dropped whole). `default` for a backend that does not tag its outputs."""
-    tags = [c.oldest_version for c in out.outputs if c.weight_versions]
-    return min(tags) if tags else default
 
 
 def drop_stale(rollout: Rollout, max_lag: int) -> tuple[Rollout, int]:

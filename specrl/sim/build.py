@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.config.choices import PIPELINE_MODES, PLACEMENTS
 from specrl.engine.methods import DRAFTING_METHODS
 from specrl.sim import cost
 from specrl.sim.acceptance import AcceptanceModel, fit_geometric, from_acceptance_length
@@ -14,7 +15,7 @@ from specrl.sim.calibrate import load_trace, with_drafter
 from specrl.sim.des import SDSetting
 from specrl.sim.hardware import get_hardware
 from specrl.sim.models import get_model
-from specrl.sim.pipeline import PLACEMENTS, SimConfig
+from specrl.sim.pipeline import SimConfig
 from specrl.sim.workload import Workload, parse_lengths
 
 SD_METHODS = ("none", *DRAFTING_METHODS)  # "auto" is modelled by --adaptive-max-batch
@@ -27,7 +28,7 @@ def add_system_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default="qwen3-8b", help="qwen3-8b | qwen3-235b-a22b | config.json")
     g.add_argument("--gpus", type=int, default=64)
     g.add_argument("--tp", type=int, default=1, help="tensor parallel size of a rollout replica")
-    g.add_argument("--mode", default="sync", choices=("sync", "async"))
+    g.add_argument("--mode", default="sync", choices=PIPELINE_MODES)
     g.add_argument("--placement", default=None, choices=PLACEMENTS,
                    help="as ray.placement of `specrl train pipeline.backend=ray`: colocated (rollout and training "
                         "share the GPUs) or split; default: colocated for sync, split for async")

@@ -5,15 +5,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from specrl.config.choices import PIPELINE_MODES, PLACEMENTS
 from specrl.sim import cost
 from specrl.sim.des import Engine, SDSetting
 from specrl.sim.hardware import HardwareSpec
 from specrl.sim.models import ModelSpec
 from specrl.sim.rollout import simulate_rollout
 from specrl.sim.workload import Workload
-from specrl.config.placement import PLACEMENTS  # the words of `specrl train ray.placement=...`
-
-MODES = ("sync", "async")
 
 
 @dataclass(frozen=True)
@@ -39,8 +37,8 @@ class SimConfig:
     stream: bool = True
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"unknown pipeline mode {self.mode!r}; expected one of {MODES}")
+        if self.mode not in PIPELINE_MODES:
+            raise ValueError(f"unknown pipeline mode {self.mode!r}; expected one of {PIPELINE_MODES}")
         if self.mode == "async" and self.colocated:
             raise ValueError("async needs split rollout/training GPUs; set colocated=False "
                              "(--placement split)")

@@ -12,7 +12,7 @@ from specrl.sim.models import get_model
 from specrl.sim.pipeline import SimConfig, simulate_step
 from specrl.sim.workload import Lognormal, Workload
 
-GPU_COUNTS = (64, 512, 2048)
+PROJECTED_GPUS = (64, 512, 2048)  # the cluster sizes of the projection table (sweep.GPU_COUNTS: the sweep)
 ASYNC_SPLITS = (0.5, 0.75)  # async: best share of GPUs given to rollout
 
 
@@ -84,7 +84,7 @@ def _nemo_ref(sc: Scenario, gpus: int, mode: str, sd_on: bool) -> str:
     return f"e2e {sc.nemo['async_e2e']}" if mode == "async" and "async_e2e" in sc.nemo else ""
 
 
-def projection_table(hardware: str = "H100", gpus=GPU_COUNTS) -> list[dict]:
+def projection_table(hardware: str = "H100", gpus=PROJECTED_GPUS) -> list[dict]:
     return [row for sc in SCENARIOS for g in gpus for row in project_cell(sc, g, hardware)]
 
 

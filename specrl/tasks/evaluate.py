@@ -13,14 +13,12 @@ def completions(model, tok: Tokenizer, problems: list[Problem], max_new_tokens: 
                 seed: int = 0, max_num_seqs: int = 64) -> list[str]:
     """One completion per problem (text, special tokens dropped), sampled at `temperature` (0: greedy)."""
     from ..engine import LLM, SamplingParams
+    from ..engine.sampling import per_prompt
 
     prompts = [tok.encode(p.prompt).ids for p in problems]
     longest = max(len(p) for p in prompts) + max_new_tokens
     llm = LLM(model, max_num_seqs=min(max_num_seqs, len(prompts)), max_model_len=longest)
-    # a seed per problem: requests that share a seed share their random stream, so their samples would be
-    # correlated (the same draw picks every problem's first token)
-    params = [SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed * 1_000_003 + i)
-              for i in range(len(prompts))]
+    params = per_prompt(SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed), len(prompts))
     outs = llm.generate(prompts, params)  # each stops at the model config's EOS
     return [tok.decode(o.outputs[0].token_ids, skip_special_tokens=True) for o in outs]
 

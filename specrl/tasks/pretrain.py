@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..optim import OptimSettings, build_optimizer, clip_grad, clock_step, moved_fields
 from .arith import TASKS, ArithSpec, is_counted, make_problems, task_spec
 from .batches import train_batches
 from .evaluate import accuracy
@@ -28,24 +29,29 @@ from .reward import arith_reward
 from .tokenizer import build_tokenizer, save_tokenizer, special_ids
 
 
+def stage_optim(lr: float, warmup_steps: int = 30, min_lr_ratio: float = 0.05) -> OptimSettings:
+    """A stage's AdamW: linear warmup, then cosine decay to lr * min_lr_ratio over the stage's steps."""
+    return OptimSettings(lr=lr, betas=(0.9, 0.95), warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio)
+
+
+@moved_fields(**{key: f"Stage.optim.{key} (e.g. optim=stage_optim(lr, warmup_steps, min_lr_ratio))"
+                 for key in ("lr", "warmup_steps", "min_lr_ratio")})
 @dataclass(frozen=True)
 class Stage:
-    """One supervised stage of the recipe: the chains it trains on and its learning-rate schedule."""
+    """One supervised stage of the recipe: the chains it trains on and its optimizer (a fresh AdamW)."""
     name: str
     steps: int                      # length of the learning-rate schedule (warmup, then cosine)
-    lr: float
+    optim: OptimSettings
     stop_after: int | None = None   # end at this step of the schedule (an early checkpoint of the longer run)
-    warmup_steps: int = 30
-    min_lr_ratio: float = 0.05
     ops_median: float = 7.0         # hop counts of the training chains (ArithSpec)
     ops_sigma: float = 0.7
     max_ops: int = 20
     counted_share: float = 0.0      # share of worked solutions in the counted style
 
     def __post_init__(self) -> None:
-        if self.steps < 0 or self.lr <= 0:
-            raise ValueError(f"pretrain stage {self.name!r}: steps={self.steps}, lr={self.lr}; expected steps >= 0 "
-                             "and lr > 0")
+        if self.steps < 0:
+            raise ValueError(f"pretrain stage {self.name!r}: steps={self.steps}; expected >= 0")
+        self.optim.validate()
         if self.stop_after is not None and self.stop_after < 0:
             raise ValueError(f"pretrain stage {self.name!r}: stop_after={self.stop_after}; expected >= 0, or None "
                              f"to train all {self.steps} steps")
@@ -65,22 +71,22 @@ class Stage:
 # long plain chains are never learned), then long chains in both styles, then a short stage that makes the
 # plain style the habit, as instruction tuning leaves a model with habits that RL later changes.
 STAGES: tuple[Stage, ...] = (
-    Stage("lookups", steps=2400, stop_after=1200, lr=3e-3),
-    Stage("chains", steps=2000, lr=1e-3, warmup_steps=20, ops_median=20.0, ops_sigma=1.0, max_ops=130,
-          counted_share=0.5),
-    Stage("habit", steps=200, lr=3e-4, warmup_steps=10, min_lr_ratio=1.0, ops_median=20.0, ops_sigma=1.0,
+    Stage("lookups", steps=2400, stop_after=1200, optim=stage_optim(3e-3)),
+    Stage("chains", steps=2000, optim=stage_optim(1e-3, warmup_steps=20), ops_median=20.0, ops_sigma=1.0,
+          max_ops=130, counted_share=0.5),
+    Stage("habit", steps=200, optim=stage_optim(3e-4, warmup_steps=10, min_lr_ratio=1.0), ops_median=20.0,
+          ops_sigma=1.0,
           max_ops=130, counted_share=0.2),
 )
 
 
+@moved_fields(weight_decay="each Stage's optim.weight_decay", grad_clip="each Stage's optim.grad_clip")
 @dataclass
 class PretrainConfig:
     seed: int = 0
     stages: tuple[Stage, ...] = STAGES
     time_budget_s: float = 3600.0     # training wall-clock cap over all stages; evaluation comes on top
     batch_tokens: int = 4096          # padded tokens per optimiser step
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
     bf16_autocast: bool = False       # pays off only for wide layers on a CPU with bf16 matmul units
     num_threads: int = 1              # runs are not bit-reproducible across thread counts
     # the model trained: Qwen3-style, 2 layers, 0.4M parameters, small enough for thousands of CPU steps
@@ -128,13 +134,6 @@ def model_config(cfg: PretrainConfig, vocab_size: int, bos: int, eos: int, pad: 
     )
 
 
-def lr_at(progress: float, stage: Stage, step: int) -> float:
-    """Linear warmup over `warmup_steps`, then cosine from lr to lr * min_lr_ratio over progress in [0, 1]."""
-    warm = min(1.0, (step + 1) / max(stage.warmup_steps, 1))
-    cos = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-    return stage.lr * warm * (stage.min_lr_ratio + (1 - stage.min_lr_ratio) * cos)
-
-
 def length_percentiles(n: int = 20000, seed: int = 0, spec: ArithSpec | None = None) -> dict[str, float]:
     """p50/p90/p99 of response lengths in tokens (characters plus EOS) of `spec`'s worked solutions."""
     lens = np.array([len(p.response) + 1 for p in make_problems(n, seed, "train", spec)])
@@ -169,12 +168,7 @@ def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, 
     """Next-token training on one stage's worked solutions, with a fresh AdamW. The cosine follows the step
     count or the stage's share of the clock, whichever is further along, so a run cut short by the clock
     still ends annealed."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=stage.lr, betas=(0.9, 0.95), eps=1e-8,
-    )
+    opt = build_optimizer(model, stage.optim)
     start, step, loss_ema = time.monotonic(), 0, float("nan")
     # stage 0 keeps the seed of the single-stage recipe it grew from: its batches are the same
     batches = train_batches(tok, ids, cfg.seed + 1000 * index, cfg.batch_tokens, spec=stage.spec())
@@ -183,7 +177,7 @@ def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, 
         elapsed = time.monotonic() - start
         if elapsed >= budget_s:
             break
-        lr = lr_at(max(step / max(stage.steps, 1), elapsed / budget_s), stage, step)
+        lr = stage.optim.lr_at(clock_step(step, stage.steps, elapsed, budget_s), stage.steps)
         for group in opt.param_groups:
             group["lr"] = lr
         b = next(batches)
@@ -192,7 +186,7 @@ def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, 
         loss = F.cross_entropy(logits.float().flatten(0, 1), b.targets.flatten(), ignore_index=-100)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        clip_grad(model, stage.optim.grad_clip)
         opt.step()
         step += 1
         loss_ema = loss.item() if math.isnan(loss_ema) else 0.95 * loss_ema + 0.05 * loss.item()

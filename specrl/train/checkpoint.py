@@ -16,7 +16,6 @@ last K removed.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import random
 import re
@@ -27,6 +26,7 @@ from typing import Callable, NamedTuple
 from safetensors import SafetensorError
 
 from ..errors import UserError
+from ..heap import trim
 from ..io import atomic_dir
 from ..model.checkpoint import ModelFileError
 from ..state_files import StateFileError, has_state, load_state, save_state
@@ -72,33 +72,53 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 def save_checkpoint(run_dir: str | Path, step: int, save_learner: Callable[[Path], None], drafter: dict | None,
                     state: dict, keep_last: int) -> Path:
     """Writes step `step` atomically (`save_learner(dir)` writes the policy and optimizer parts), then
-    prunes to the newest `keep_last`. Raises CheckpointError on an OS error (a full disk), with the previous
+    prunes to the newest `keep_last`. Raises CheckpointError on a write error (a full disk), with the previous
     checkpoints intact."""
     path = Path(run_dir) / CKPT_DIR / f"step_{step:06d}"
     full_state = {**state, "step": step, "python_rng": _jsonable(random.getstate())}
+    written = 0
     try:
         with atomic_dir(path) as tmp:
-            save_learner(tmp)
-            if drafter is not None:
-                save_state(tmp, DRAFTER_STATE, drafter)
-            (tmp / "state.json").write_text(json.dumps(full_state))
-    except OSError as e:
-        prev = latest_checkpoint(run_dir)
-        kept = f"the previous checkpoint {str(prev)!r} is intact" if prev else "no earlier checkpoint exists"
-        raise CheckpointError(f"could not write checkpoint {str(path)!r}: {e.strerror or e}; {kept}. Free disk "
-                              f"space and continue with `specrl train resume={run_dir}`") from e
+            try:
+                save_learner(tmp)
+                if drafter is not None:
+                    save_state(tmp, DRAFTER_STATE, drafter)
+                (tmp / "state.json").write_text(json.dumps(full_state))
+            except WRITE_ERRORS:
+                written = dir_bytes(tmp)  # before atomic_dir removes the partial directory
+                raise
+    except WRITE_ERRORS as e:
+        raise write_failed(Path(run_dir), path, e, written, keep_last) from e
     for _, old in checkpoint_paths(run_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
-    release_freed_memory()  # serialising copies every tensor once; give those pages back
+    trim()  # serialising copies every tensor once; give those pages back
     return path
 
 
-def release_freed_memory() -> None:
-    """glibc keeps freed heap memory for reuse; malloc_trim(0) returns it to the system (a no-op elsewhere)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+# what writing a checkpoint raises on a full disk: safetensors wraps the OS error in its own type
+WRITE_ERRORS = (OSError, SafetensorError)
+
+
+def write_failed(run_dir: Path, path: Path, e: Exception, written: int, keep_last: int) -> CheckpointError:
+    """One line: the out_dir, the reason, the space a checkpoint takes against what is free, and the knobs."""
+    prev = latest_checkpoint(run_dir)
+    # safetensors words it "Error while serializing: I/O error: No space left on device (os error 28)"
+    reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).rsplit("I/O error: ", 1)[-1]
+    size = dir_bytes(prev) if prev else written
+    need = f"{size / 2 ** 20:.1f} MiB (the last one's size)" if prev else \
+        f"more than the {size / 2 ** 20:.1f} MiB written before the error"
+    free = shutil.disk_usage(run_dir).free / 2 ** 20
+    kept = f"The previous checkpoint {str(prev)!r} is intact" if prev else "No earlier checkpoint exists"
+    return CheckpointError(
+        f"could not write checkpoint {path.name} in out_dir={str(run_dir)!r}: {reason}. A checkpoint needs "
+        f"{need}; with keep_last={keep_last} the run holds up to {keep_last + 1} at once (the kept ones and the "
+        f"one being written), {(keep_last + 1) * size / 2 ** 20:.0f} MiB, and {free:.1f} MiB is free there. "
+        f"{kept}. Free space or pick another out_dir, or save less often (schedule.save_every) or keep fewer "
+        f"(schedule.keep_last), then continue with `specrl train resume={run_dir}`")
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:

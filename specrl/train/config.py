@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError, require
-from ..config.placement import PLACEMENTS
+from ..config.choices import PIPELINE_MODES, PLACEMENTS
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION, parse_bytes
 from ..engine.methods import SpecConfig, model_method
+from ..model.checkpoint import DTYPES
+from ..optim import OptimSettings, moved_fields
 
 __all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "DrafterConfig", "OptimConfig", "PipelineConfig",
            "RayConfig", "RewardConfig", "RolloutConfig", "ScheduleConfig", "TrainConfig"]
@@ -83,6 +85,11 @@ class RewardConfig:
 DRAFTER_SCHEDULES = ("after_step", "long_tail", "beside_trainer")
 
 
+def _drafter_optim() -> OptimSettings:
+    return OptimSettings(lr=3e-4, betas=(0.9, 0.95))  # a constant learning rate: the drafter never stops
+
+
+@moved_fields(**{key: f"DrafterConfig.optim.{key}" for key in ("lr", "weight_decay", "grad_clip")})
 @dataclass
 class DrafterConfig:
     """`rollout.drafter`: online training of the rollout engine's model drafter while the policy trains
@@ -92,7 +99,7 @@ class DrafterConfig:
         specrl train rollout.spec.method=eagle3 rollout.drafter.online=true                 # from the shipped head
         specrl train rollout.spec.method=eagle3 rollout.spec.draft_model=scratch rollout.drafter.online=true
 
-    Schedules (where the drafter update runs; measured in the README, Results):
+    Schedules (where the drafter update runs; measured in docs/results.md):
         after_step      after the policy update, on the data its forward captured (cost added to the step)
         long_tail       during the next rollout's long tail, between engine steps, once at most
                         `tail_max_running` sequences run (TLT's idle capacity); sync pipeline, in-process engine
@@ -102,9 +109,7 @@ class DrafterConfig:
     online: bool = False
     schedule: str = "after_step"
     tail_max_running: int = 8  # long_tail: train once this few sequences are still running
-    lr: float = 3e-4
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    optim: OptimSettings = field(default_factory=_drafter_optim)  # AdamW of the drafter, at a constant lr
     kl_coef: float = 1.0  # forward KL(p || q) to the policy's distribution
     accept_coef: float = 0.0  # 1 - expected accepted mass sum_x min(p, q)
     reward_weighting: bool = False  # ReSpec: trajectories weighted by w(r), normalised and clipped
@@ -116,19 +121,22 @@ class DrafterConfig:
     mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
     # share of each micro-batch's trajectories kept for the drafter, drawn when the policy's forward
     # captures them (the rest is never stored): the n samples of a prompt are near duplicates at a
-    # low-entropy policy; 0.125 learns about as fast per update as 1.0
-    # (benchmarks/online_drafter_sample_fraction.py) at 3.4% instead of 23% of an 8x8 RL step
+    # low-entropy policy; 0.125 learns about as fast per update as 1.0 at a fraction of the cost
+    # (experiments/online_drafter_sample_fraction.py, docs/memory.md)
     sample_fraction: float = 0.125
     # health alarm: acceptance below half of its recent average, or an engine drafter older than allowed
     alarm_window: int = 5
     alarm_max_lag: int = 1
 
+    MOVED = {key: f"rollout.drafter.optim.{key}" for key in ("lr", "weight_decay", "grad_clip")}
+
     def validate(self) -> None:
         require(self.schedule in DRAFTER_SCHEDULES, "schedule", self.schedule, f"one of {list(DRAFTER_SCHEDULES)}")
         require(self.tail_max_running >= 1, "tail_max_running", self.tail_max_running, ">= 1")
-        require(self.lr > 0, "lr", self.lr, "> 0")
-        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")
-        require(self.grad_clip > 0, "grad_clip", self.grad_clip, "> 0")
+        # the online drafter trains for as long as the policy does, with no end to decay towards
+        require(self.optim.warmup_steps == 0 and self.optim.min_lr_ratio == 1, "optim.warmup_steps",
+                self.optim.warmup_steps, "0, with optim.min_lr_ratio 1 (the online drafter's learning rate is "
+                "constant)", "leave rollout.drafter.optim.warmup_steps and min_lr_ratio at their defaults")
         require(self.reward_w_max >= 1, "reward_w_max", self.reward_w_max, ">= 1")
         require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
         require(self.kl_coef >= 0 and self.accept_coef >= 0 and self.kl_coef + self.accept_coef > 0, "kl_coef",
@@ -155,9 +163,6 @@ class RolloutConfig:
     # write the engine's per-step trace (rollout_trace.jsonl) and each step's workload and process-CPU
     # times (rollout_workload.jsonl) to the run directory: the input of `specrl simulate calibrate --train-runs`
     trace: bool = False
-    # the rollout engine behind the pipeline's seam (specrl.pipeline.seam.BACKENDS): "local" is an
-    # in-process engine; the name is checked against the registry before the run directory is touched
-    backend: str = "local"
     drafter: DrafterConfig = field(default_factory=DrafterConfig)  # online drafter training (DrafterConfig)
     # the engine's copy of the policy (weights and KV cache); null: the policy's (top-level `dtype`).
     # "bfloat16" halves the copy's memory; sampling and logprobs are fp32 either way (README, Memory and precision)
@@ -168,9 +173,11 @@ class RolloutConfig:
     kv_cache_memory: int | str | None = None
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
 
+    MOVED = {"backend": "pipeline.backend"}  # keys that moved: from_dict's error names the new one
+
     def validate(self) -> None:
-        require(self.dtype in (None, "float32", "bfloat16", "float16"), "dtype", self.dtype,
-                "float32, bfloat16, float16 or null (the policy's dtype)")
+        require(self.dtype is None or self.dtype in DTYPES, "dtype", self.dtype,
+                f"one of {sorted(DTYPES)} or null (the policy's dtype)")
         require(self.max_model_len is None or self.max_model_len >= 2, "max_model_len", self.max_model_len,
                 ">= 2 or null", "null sizes it from the memory budget")
         require(0 < self.memory_utilization <= 1, "memory_utilization", self.memory_utilization, "in (0, 1]")
@@ -214,20 +221,21 @@ class AlgorithmConfig:
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(OptimSettings):
+    """The policy's optimizer (the settings every trainer shares, specrl.optim) and how an update is cut into
+    micro-batches."""
     lr: float = 3e-4
-    weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.99)
     warmup_steps: int = 3
     min_lr_ratio: float = 0.1
-    grad_clip: float = 1.0
     micro_batch_size: int = 32  # rows per forward/backward; gradients accumulate over a step's micro-batches
     # also cap a micro-batch's padded tokens (rows x longest row); 0: rows only; null: what `activation_memory`
-    # holds by the estimate in trainer.micro_batch_token_cap (~1.3 MB a token of decoder activations for a 135M
-    # model in fp32, plus one lm-head chunk's vocabulary rows; ~0.2 MB for the embedded policy, whose default
-    # micro-batches it leaves whole)
+    # holds by the estimate in trainer.micro_batch_token_cap (decoder activations a token, plus one lm-head
+    # chunk's vocabulary rows; the embedded policy's default micro-batches stay whole)
     micro_batch_tokens: int | None = None
-    activation_memory: int | str = "2GiB"
+    # null: what 2 GiB leaves beside the weights, gradients and AdamW state, at least 512 MiB
+    # (trainer.activation_budget)
+    activation_memory: int | str | None = None
     # recompute each decoder layer in the backward instead of storing its activations (torch.utils.checkpoint).
     # Off by default: with glibc's default allocator the freed per-layer temporaries stay resident, so on a CPU
     # it cut little resident memory, while the larger micro-batches it allows raised it (docs/real_models.md)
@@ -236,15 +244,13 @@ class OptimConfig:
     autocast: bool = False
 
     def validate(self) -> None:
-        require(self.lr > 0, "lr", self.lr, "> 0", "typical RL values are 1e-6 to 1e-4")
-        require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, ">= 0")
-        require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "in [0, 1]")
+        super().validate()
         require(self.micro_batch_size >= 1, "micro_batch_size", self.micro_batch_size, ">= 1")
         require(self.micro_batch_tokens is None or self.micro_batch_tokens >= 0, "micro_batch_tokens",
                 self.micro_batch_tokens, ">= 0 or null", "0 caps micro-batches by rows only; null sizes them from "
                 "activation_memory")
-        require(is_positive_size(self.activation_memory), "activation_memory", self.activation_memory,
-                "a positive size such as 2GiB or 2147483648")
+        require(self.activation_memory is None or is_positive_size(self.activation_memory), "activation_memory",
+                self.activation_memory, "a positive size such as 2GiB or 2147483648, or null (sized from the model)")
 
 
 @dataclass
@@ -261,10 +267,6 @@ class ScheduleConfig:
         require(self.keep_last >= 1, "keep_last", self.keep_last, ">= 1", "at least the last checkpoint is kept")
 
 
-PIPELINE_MODES = ("sync", "async")
-PIPELINE_BACKENDS = ("local", "ray")
-
-
 @dataclass
 class PipelineConfig:
     # "sync": rollout, then train, then weight sync. "async": a rollout worker generates the next steps
@@ -275,8 +277,9 @@ class PipelineConfig:
     # num_threads (or of torch's default), at least 1
     rollout_threads: int = 0
     train_threads: int = 0
-    # "local": engine and trainer in this process. "ray": rollout actors and a trainer actor group on a Ray
-    # cluster (the `ray` section; specrl.pipeline.cluster), needs `pip install 'specrl[ray]'`
+    # both sides of the pipeline (specrl.pipeline.seam.BACKENDS): "local", engine and trainer in this process;
+    # "ray", rollout actors and a trainer actor group on a Ray cluster (the `ray` section), needs
+    # `pip install 'specrl[ray]'`. Checked against the table before the run directory is touched
     backend: str = "local"
     # async: a policy version published while the rollout side is inside generate() is taken between two
     # engine steps (running sequences continue on it; each token keeps the logprob it was sampled with)
@@ -285,7 +288,6 @@ class PipelineConfig:
 
     def validate(self) -> None:
         require(self.mode in PIPELINE_MODES, "mode", self.mode, f"one of {list(PIPELINE_MODES)}")
-        require(self.backend in PIPELINE_BACKENDS, "backend", self.backend, f"one of {list(PIPELINE_BACKENDS)}")
         require(self.max_policy_lag >= 0, "max_policy_lag", self.max_policy_lag, ">= 0",
                 "0 makes async wait for every update (the sync schedule); 1 overlaps one step")
         for key in ("rollout_threads", "train_threads"):
@@ -347,8 +349,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         require(self.log_samples >= 0, "log_samples", self.log_samples, ">= 0", "0 writes no samples.jsonl")
-        require(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
-                "float32, bfloat16 or float16", "float32 keeps logprob_diff ~0")
+        require(self.dtype in DTYPES, "dtype", self.dtype, f"one of {sorted(DTYPES)}", "float32 keeps logprob_diff ~0")
         require(self.num_threads >= 0, "num_threads", self.num_threads, ">= 0")
         self._validate_online_drafter()
 

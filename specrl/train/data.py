@@ -133,7 +133,7 @@ def _parquet_records(path: Path):
 
 
 def build_sources(cfg: DataConfig, seed: int) -> tuple[PromptSource, list[Example]]:
-    """The training source and the held-out examples (greedy accuracy is measured on these)."""
+    """The training source and the held-out examples (held-out accuracy is measured on these)."""
     if cfg.is_task:
         from ..tasks import make_problems
         from ..tasks.arith import task_spec

@@ -24,9 +24,10 @@ from torch.distributed.tensor import DTensor
 
 from ..model import CausalLM, load_model, resolve_dtype, save_model
 from ..state_files import load_state, save_state
+from .batch import TrainBatch
 from .checkpoint import TRAINER_STATE
 from .config import TrainConfig
-from .trainer import PolicyTrainer, TrainBatch
+from .trainer import PolicyTrainer
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 

@@ -17,13 +17,14 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ..engine.memory import parse_bytes
-from ..heap import trim
+from ..heap import TRIM_MIN_FREE, trim
 from ..model import CausalLM, ModelOutput
 from ..model.layers import skip_cudnn_attention
+from ..optim import build_optimizer, clip_grad, warmup_cosine_scheduler
 from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty, token_logprobs,
                   truncated_importance_ratio)
+from .batch import TrainBatch, collate  # noqa: F401 - collate: the trainer's input, imported from here too
 from .config import AlgorithmConfig, OptimConfig
-from .optim import build_optimizer, clip_grad, warmup_cosine_scheduler
 
 
 class NonFiniteLossError(RuntimeError):
@@ -46,43 +47,6 @@ class ForwardHook(Protocol):
     def __call__(self, info: ForwardInfo) -> None: ...
 
 
-class TrainBatch(NamedTuple):
-    input_ids: Tensor  # [N, T] prompt + response[:-1], right-padded
-    targets: Tensor  # [N, T] the token that follows each input position
-    mask: Tensor  # [N, T] float, 1 where the target is a response token
-    gen_logp: Tensor  # [N, T] the engine's logprob of each response target, 0 elsewhere
-    advantages: Tensor  # [N]
-    lengths: Tensor  # [N] valid input positions per row
-
-    @property
-    def num_rows(self) -> int:
-        return self.input_ids.shape[0]
-
-    def rows(self, idx: Tensor, device: torch.device | str = "cpu") -> "TrainBatch":
-        """A sub-batch, cut to its own longest row, on `device`."""
-        T = int(self.lengths[idx].max())
-        return TrainBatch(*(t[idx, :T].to(device) for t in self[:4]), self.advantages[idx].to(device),
-                          self.lengths[idx])
-
-
-def collate(prompts: list[list[int]], responses: list[list[int]], logprobs: list[list[float]],
-            advantages: Tensor, pad_id: int) -> TrainBatch:
-    """Row i predicts responses[i] from prompts[i]: targets at positions [P-1, P+R-1)."""
-    lengths = [len(p) + len(r) - 1 for p, r in zip(prompts, responses)]
-    N, T = len(prompts), max(lengths)
-    input_ids = torch.full((N, T), pad_id, dtype=torch.long)  # [N, T]
-    targets = torch.full((N, T), pad_id, dtype=torch.long)  # [N, T]
-    mask = torch.zeros(N, T)  # [N, T]
-    gen_logp = torch.zeros(N, T)  # [N, T]
-    for i, (p, r, lp) in enumerate(zip(prompts, responses, logprobs)):
-        seq = p + r
-        input_ids[i, :lengths[i]] = torch.tensor(seq[:-1])
-        targets[i, :lengths[i]] = torch.tensor(seq[1:])
-        mask[i, len(p) - 1:lengths[i]] = 1.0
-        gen_logp[i, len(p) - 1:lengths[i]] = torch.tensor(lp, dtype=torch.float32)
-    return TrainBatch(input_ids, targets, mask, gen_logp, advantages.float(), torch.tensor(lengths))
-
-
 def activation_bytes_per_token(cfg, checkpointing: bool = False) -> int:
     """A rough fp32 estimate of what one token of a micro-batch keeps for the backward pass: per decoder layer
     ~8 hidden-sized tensors (norms, q/k/v/o, residual) and 4 MLP-sized ones (gate, up, act, product), and
@@ -95,6 +59,23 @@ def activation_bytes_per_token(cfg, checkpointing: bool = False) -> int:
 
 
 HEAD_CHUNK_ELEMENTS = 2 ** 23  # logits a chunk of the lm-head computes at once (32 MiB in fp32)
+# optim.activation_memory=null: what ACTIVATION_TOTAL leaves beside the training state, at least ACTIVATION_FLOOR;
+# past LARGE_STATE the heap is also trimmed before every micro-batch (see PolicyTrainer.trim_points)
+ACTIVATION_TOTAL, ACTIVATION_FLOOR, LARGE_STATE = 2 * 2 ** 30, 2 ** 29, 2 ** 30
+
+
+def training_state_bytes(model: torch.nn.Module) -> int:
+    """Weights, their gradients and AdamW's two moments: four copies of the parameters."""
+    return 4 * sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def activation_budget(setting: int | str | None, state: int) -> int:
+    """`optim.activation_memory`, or for null what 2 GiB leaves beside a `state`-byte training state, at least
+    512 MiB: a small policy keeps its whole micro-batches, and a 135M model's update stays small beside its
+    fixed state (docs/memory.md)."""
+    if setting is not None:
+        return parse_bytes(setting)
+    return max(ACTIVATION_FLOOR, ACTIVATION_TOTAL - state)
 
 
 def head_chunk_tokens(vocab_size: int) -> int:
@@ -158,11 +139,11 @@ class PolicyTrainer:
         self.token_cap = optim.micro_batch_tokens
         if self.token_cap is None:  # sized from the activation budget
             mtp_depths = model.mtp.depth if model.mtp is not None and algo.mtp_coef > 0 else 0
-            self.token_cap = micro_batch_token_cap(model.config, parse_bytes(optim.activation_memory),
-                                                   optim.activation_checkpointing, mtp_depths)
-        self.optimizer = build_optimizer(model, optim.lr, optim.weight_decay, tuple(optim.betas))
-        self.scheduler = warmup_cosine_scheduler(self.optimizer, optim.warmup_steps,
-                                                 total_steps * algo.updates_per_step, optim.min_lr_ratio)
+            budget = activation_budget(optim.activation_memory, training_state_bytes(model))
+            self.token_cap = micro_batch_token_cap(model.config, budget, optim.activation_checkpointing, mtp_depths)
+        self.large = training_state_bytes(model) >= LARGE_STATE
+        self.optimizer = build_optimizer(model, optim)
+        self.scheduler = warmup_cosine_scheduler(self.optimizer, optim, total_steps * algo.updates_per_step)
         # the frozen reference of the KL penalty: the policy as it was when training started
         self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if algo.kl_coef > 0 else None
         self.forward_hook: ForwardHook | None = None
@@ -192,6 +173,18 @@ class PolicyTrainer:
                 out.append(idx[start:end - 1])
                 start = end - 1
         return out + [idx[start:]] if len(idx) else []
+
+    def trim_points(self, chunks: list[Tensor], lengths: Tensor) -> set[int]:
+        """The micro-batches before which freed heap pages go back to the OS (CPU). Once per update, before
+        its largest, where it peaks: the pages a smaller micro-batch frees are the ones the next reuses, so
+        trimming after each costs page faults for little less peak. Before every one for a large model,
+        whose heap otherwise grows from micro-batch to micro-batch and whose compute dwarfs the faults
+        (measured in docs/real_models.md, "Training memory")."""
+        if self.device.type != "cpu" or not chunks:
+            return set()
+        if self.large:
+            return set(range(len(chunks)))
+        return {max(range(len(chunks)), key=lambda i: len(chunks[i]) * int(lengths[chunks[i]].max()))}
 
     def autocast(self):
         """bf16 autocast around forwards and backwards when optim.autocast: the matmuls run in bf16 while
@@ -244,7 +237,11 @@ class PolicyTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         lr = self.scheduler.get_last_lr()[0]
         total = 0.0
-        for idx in self.micro_batches(rows, batch.lengths):
+        chunks = self.micro_batches(rows, batch.lengths)
+        trims = self.trim_points(chunks, batch.lengths)
+        for i, idx in enumerate(chunks):
+            if i in trims:
+                trim(TRIM_MIN_FREE)  # specrl/heap.py
             mb = batch.rows(idx, self.device)
             T = mb.input_ids.shape[1]
             hook = self.forward_hook
@@ -275,8 +272,6 @@ class PolicyTrainer:
                 loss = loss + self.algo.mtp_coef * mtp
                 sums["mtp_loss"] += float(mtp.detach())
             loss.backward()
-            if self.device.type == "cpu":  # the micro-batch's freed activations: their heap pages go back
-                trim()
             total += float(loss.detach())
             sums["entropy"] += float((entropy * mb.mask).sum() / n_tok)
             sums["clip_frac"] += float((pl.clipped.float() * mb.mask).sum() / n_tok)
@@ -285,8 +280,6 @@ class PolicyTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLossError(f"loss={total} grad_norm={grad_norm} is not finite; the update was skipped")
         self.optimizer.step()
-        if self.device.type == "cpu":
-            trim()  # specrl/heap.py
         self.scheduler.step()
         sums["loss"] += total
         sums["grad_norm"] += grad_norm

@@ -98,6 +98,17 @@ def test_generate_truncated_weights_names_the_file(tiny, tmp_path, capsys):
     assert "save or copy the checkpoint again" in line
 
 
+def test_generate_config_without_vocab_size_names_the_file_and_key(tmp_path, capsys):
+    import json
+    bad = save_tiny(tmp_path / "model", vocab=32, max_pos=96)
+    cfg = json.loads((bad / "config.json").read_text())
+    del cfg["vocab_size"]
+    (bad / "config.json").write_text(json.dumps(cfg))
+    code, err = run(["generate", "--model", str(bad), "--prompt", "t4", "--max-tokens", "2"], capsys)
+    line = one_error_line(err, "generate")  # was a KeyError traceback
+    assert code == 2 and f"{bad / 'config.json'}" in line and "lacks the key 'vocab_size'" in line
+
+
 # ---- train ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args, expected", [
     (["bogus_key=1"], "unknown config key 'bogus_key'"),
@@ -142,6 +153,34 @@ def test_resume_from_a_truncated_checkpoint_is_one_line(tmp_path, capsys):
     line = one_error_line(err, "train")
     assert code == 1 and str(last / "model" / "model.safetensors") in line and "truncated or corrupt" in line
     assert f"delete it (rm -r {last}) to resume from the one before" in line and "save or copy" not in line
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_earlier_one(tmp_path, capsys, monkeypatch):
+    """A full disk at the second save was a SafetensorError traceback; the first checkpoint survives either way.
+    The writer is made to fail as safetensors does on ENOSPC (no small file system needed)."""
+    import specrl.state_files as state_files
+    from safetensors import SafetensorError
+    model, data = make_setup(tmp_path)
+    out = tmp_path / "run"
+    real, saves = state_files.save_file, []
+
+    def full_after_first_checkpoint(tensors, filename, *a, **kw):
+        saves.append(filename)
+        if "step_000004" in filename:
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return real(tensors, filename, *a, **kw)
+    monkeypatch.setattr(state_files, "save_file", full_after_first_checkpoint)
+    code, err = run(["train", *overrides(model, data, out, **{"schedule.save_every": 2})], capsys)
+    line = one_error_line(err, "train")
+    assert code == 1 and f"out_dir={str(out)!r}" in line and "No space left on device" in line
+    assert "A checkpoint needs" in line and "MiB (the last one's size)" in line and "MiB is free there" in line
+    assert "with keep_last=2 the run holds up to 3 at once" in line
+    assert "schedule.save_every" in line and "schedule.keep_last" in line and f"resume={out}" in line
+    assert f"{out / 'checkpoints' / 'step_000002'}' is intact" in line
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step_000002"]  # no partial directory left
+    monkeypatch.undo()
+    assert main(["train", f"resume={out}"]) == 0  # the space came back: the run continues from step 2
+    assert load_checkpoint(out / "checkpoints" / "step_000004").step == 4
 
 
 # ---- bench, simulate, train-drafter -----------------------------------------------------------------------

@@ -78,3 +78,24 @@ def available(methods):
 
 def make(method, model, tmp_path):
     return FACTORIES[method](model, tmp_path)
+
+
+def propose_after_steps(llm, prompts: list, seed: int, steps: int = 4, k: int = 3):
+    """Run `steps` engine steps over `prompts` (sampled at temperature 1), then ask the drafter for `k`
+    tokens per running sequence: a drafter whose cache has seen accepted and rejected drafts."""
+    from specrl import SamplingParams
+    from specrl.engine.scheduler import Scheduler
+    seqs = llm._make_sequences(prompts, [SamplingParams(temperature=1.0, max_tokens=30, seed=seed)] * len(prompts))
+    sched = Scheduler(len(prompts))
+    sched.add(seqs)
+    for _ in range(steps):
+        llm.step(sched)
+    return sched.running, llm.drafter.propose(sched.running, [k] * len(sched.running))
+
+
+def assert_drafts_when_served(policy: CausalLM, method: str, drafter_dir, k: int) -> None:
+    """A trained drafter directory loads as `method` beside `policy` and proposes tokens in a generate."""
+    from specrl import LLM, SamplingParams
+    llm = LLM(policy, spec=SpecConfig(method=method, draft_model=str(drafter_dir), num_speculative_tokens=k))
+    llm.generate([[0, 4, 5]], SamplingParams(temperature=0.0, max_tokens=8))
+    assert llm.stats["draft_tokens"] > 0

@@ -7,6 +7,7 @@ import torch
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.drafters.weights import drafter_module, drafter_version, load_drafter_weights
 from specrl.engine.methods import build_drafter
+from specrl.optim import OptimSettings
 from tests.helpers import tiny_model
 
 METHODS = ["eagle3", "draft_model", "mtp"]
@@ -89,7 +90,8 @@ def test_online_trained_weights_swapped_in_raise_acceptance(method):
     llm = LLM(model, max_num_seqs=4, drafter=inner)
     outs = llm.generate(PROMPTS, params)
     before = llm.stats["acceptance_length"]
-    online = OnlineDrafterTrainer.from_drafter(inner, model, DrafterConfig(lr=1e-2, accept_coef=1.0))
+    online = OnlineDrafterTrainer.from_drafter(inner, model,
+                                               DrafterConfig(optim=OptimSettings(lr=1e-2), accept_coef=1.0))
     data = _captured(model, PROMPTS, outs, online.capture_layers)
     for _ in range(25):
         online.step(data)

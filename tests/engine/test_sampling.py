@@ -67,3 +67,11 @@ def test_token_logprobs_use_temperature_scaled_distribution():
 def test_bad_sampling_params(kw, match):
     with pytest.raises(ValueError, match=match):
         SamplingParams(**kw)
+
+
+def test_per_prompt_gives_each_prompt_its_own_seed():
+    from specrl.engine.sampling import per_prompt
+    seeded = per_prompt(SamplingParams(temperature=0.7, max_tokens=5, seed=3), 3, start=10)
+    assert [p.seed for p in seeded] == [3 * 1_000_003 + 10, 3 * 1_000_003 + 11, 3 * 1_000_003 + 12]
+    assert all(p.temperature == 0.7 and p.max_tokens == 5 for p in seeded)
+    assert [p.seed for p in per_prompt(SamplingParams(seed=None), 2)] == [None, None]  # unseeded stays unseeded

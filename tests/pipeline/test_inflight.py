@@ -12,7 +12,8 @@ from specrl.config import ConfigError
 from specrl.engine.outputs import CompletionOutput, RequestOutput
 from specrl.pipeline.local import LocalBackend
 from specrl.pipeline.run_dir import read_jsonl
-from specrl.pipeline.steps import Rollout, drop_stale, group_version
+from specrl.pipeline.seam import group_version
+from specrl.pipeline.steps import Rollout, drop_stale
 from tests.helpers import tiny_model, weights_equal
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 

@@ -16,7 +16,7 @@ from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 from tests.stats import assert_matches, exact_distribution
 
 ONLINE = {"rollout.spec.method": "draft_model", "rollout.spec.draft_model": "scratch", "rollout.drafter.online": True,
-          "rollout.drafter.lr": 1e-3}
+          "rollout.drafter.optim.lr": 1e-3}
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_online_eagle3_keeps_the_rollouts_the_policys(setup, tmp_path, monkeypat
         return real(step, parts, cfg)
     monkeypatch.setattr(sync, "rl_step", keep_engine)
     args = {"rollout.spec.method": "eagle3", "rollout.spec.draft_model": "scratch", "rollout.drafter.online": True,
-            "rollout.drafter.lr": 1e-2, "schedule.max_steps": 3}
+            "rollout.drafter.optim.lr": 1e-2, "schedule.max_steps": 3}
     assert main(["train", *overrides(*setup, tmp_path / "on", **args)]) == 0
     rows = read_jsonl(tmp_path / "on" / "metrics.jsonl")
     assert [r["drafter_version"] for r in rows] == [1, 2, 3]

@@ -10,7 +10,8 @@ import specrl.pipeline.sync as sync
 from specrl.cli.main import main as cli_main
 from specrl.pipeline.local import LocalBackend
 from specrl.pipeline.run_dir import read_jsonl
-from specrl.pipeline.seam import BACKENDS, RolloutBackend, backend_factory, register_backend
+from specrl.pipeline.local import local_backend
+from specrl.pipeline.seam import BACKENDS, RolloutBackend, register_backend
 from specrl.train.checkpoint import CheckpointError, load_checkpoint
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 
@@ -37,11 +38,15 @@ class OnlyTheProtocol:
 
 
 MADE: list[OnlyTheProtocol] = []
+
+
+def _only_protocol(model_dir, cfg, trace_path=None):
+    MADE.append(OnlyTheProtocol(local_backend(model_dir, cfg, trace_path)))
+    return MADE[-1]
+
+
 if "only_protocol" not in BACKENDS:
-    @register_backend("only_protocol")
-    def _only_protocol(model_dir, cfg, trace_path=None):
-        MADE.append(OnlyTheProtocol(backend_factory("local")(model_dir, cfg, trace_path)))
-        return MADE[-1]
+    register_backend("only_protocol", _only_protocol)
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +56,12 @@ def setup(tmp_path_factory):
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_protocol_only_backend_trains_like_the_local_one(setup, tmp_path, mode):
-    args = {"max_steps": 2, "schedule.eval_every": 1, "pipeline.mode": mode, "pipeline.train_threads": 1,
+    # async at max_policy_lag 1: step 3 is the first the rollout backend samples with new weights
+    args = {"max_steps": 3, "schedule.eval_every": 1, "pipeline.mode": mode, "pipeline.train_threads": 1,
             "pipeline.rollout_threads": 1}
     MADE.clear()
-    assert cli_main(["train", *overrides(*setup, tmp_path / "wrapped", **args, **{"rollout.backend": "only_protocol"})]) == 0
+    wrapped = {**args, "pipeline.backend": "only_protocol"}
+    assert cli_main(["train", *overrides(*setup, tmp_path / "wrapped", **wrapped)]) == 0
     assert cli_main(["train", *overrides(*setup, tmp_path / "local", **args)]) == 0
     for f in ("metrics.jsonl", "eval.jsonl"):
         assert strip_timings(read_jsonl(tmp_path / "wrapped" / f)) == strip_timings(read_jsonl(tmp_path / "local" / f))
@@ -63,10 +70,18 @@ def test_a_protocol_only_backend_trains_like_the_local_one(setup, tmp_path, mode
 
 
 def test_an_unknown_backend_lists_the_valid_ones(setup, tmp_path, capsys):
-    assert cli_main(["train", *overrides(*setup, tmp_path / "x", **{"rollout.backend": "vllm_please"})]) == 2
+    assert cli_main(["train", *overrides(*setup, tmp_path / "x", **{"pipeline.backend": "vllm_please"})]) == 2
     err = capsys.readouterr().err
-    assert "rollout.backend='vllm_please'" in err and "'local'" in err
+    assert "pipeline.backend='vllm_please'" in err and "'local'" in err and "'ray'" in err
     assert not (tmp_path / "x").exists()  # refused before the run directory was touched
+
+
+def test_the_old_backend_key_names_the_new_one(setup, tmp_path, capsys):
+    """`rollout.backend=ray` passed validation and then hung; the backend has one knob, pipeline.backend."""
+    assert cli_main(["train", *overrides(*setup, tmp_path / "x", **{"rollout.backend": "ray"})]) == 2
+    err = capsys.readouterr().err
+    assert "'rollout.backend' was replaced by 'pipeline.backend'" in err and "pipeline.backend='ray'" in err
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_draft_model_checkpoint_holds_no_drafter_copy_and_resume_keeps_the_engines(setup, tmp_path, monkeypatch):
@@ -101,3 +116,14 @@ def test_a_pickled_drafter_is_refused_not_unpickled(setup, tmp_path, capsys):
         load_checkpoint(out / "checkpoints" / "step_000002")
     assert cli_main(["train", f"resume={out}", "max_steps=3", "progress=false"]) != 0
     assert "never unpickles" in capsys.readouterr().err
+
+
+def test_a_backend_without_a_capability_the_settings_use_is_refused(setup, tmp_path, capsys):
+    """long_tail trains the drafter in the rollout's tail through IdleWork.set_idle_work, which this protocol-only
+    backend (like the Ray backend) does not provide: one clear error when the run is wired, not mid-step."""
+    args = {"rollout.spec.method": "draft_model", "rollout.spec.draft_model": "scratch", "rollout.drafter.online": True,
+            "rollout.drafter.schedule": "long_tail", "pipeline.backend": "only_protocol"}
+    assert cli_main(["train", *overrides(*setup, tmp_path / "x", **args)]) == 2
+    err = capsys.readouterr().err
+    assert "rollout.drafter.schedule=long_tail needs a IdleWork (set_idle_work)" in err
+    assert "OnlyTheProtocol does not provide" in err and "pipeline.backend=local" in err

@@ -7,7 +7,7 @@ from specrl.model import load_model
 from specrl.tasks.arith import make_problems
 from specrl.tasks.batches import collate, encode_problem
 from specrl.tasks.evaluate import accuracy
-from specrl.tasks.pretrain import PretrainConfig, Stage, lr_at, pretrain
+from specrl.tasks.pretrain import PretrainConfig, Stage, pretrain, stage_optim
 from specrl.tasks.tokenizer import build_tokenizer, special_ids
 from tests.helpers import tiny_model
 
@@ -18,7 +18,8 @@ TINY = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=
 
 def stages(steps: int) -> tuple[Stage, ...]:
     """Two short stages: plain short chains, then both styles."""
-    return (Stage("a", steps=steps, lr=1e-3), Stage("b", steps=steps, lr=1e-3, counted_share=0.5))
+    return (Stage("a", steps=steps, optim=stage_optim(1e-3)), Stage("b", steps=steps, optim=stage_optim(1e-3),
+                                                                    counted_share=0.5))
 
 
 def test_collate_masks_prompt_and_padding():
@@ -40,13 +41,11 @@ def test_encode_problem_layout():
     assert tok.decode(seq[prompt_len:-1]) == p.response
 
 
-def test_lr_schedule():
-    stage = Stage("s", steps=100, lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
-    assert lr_at(0.0, stage, step=0) == pytest.approx(0.1)  # warmup 1/10
-    assert lr_at(0.0, stage, step=20) == pytest.approx(1.0)
-    assert lr_at(0.5, stage, step=20) == pytest.approx(0.55)  # 0.1 + 0.9 * 0.5
-    assert lr_at(1.0, stage, step=20) == pytest.approx(0.1)
-    assert lr_at(7.0, stage, step=20) == pytest.approx(0.1)  # clock overshoot stays at the floor
+def test_stage_settings_moved_to_its_optim():
+    with pytest.raises(TypeError, match=r"Stage\(lr=...\) is gone: set Stage.optim.lr"):
+        Stage("s", steps=10, lr=1e-3)
+    with pytest.raises(TypeError, match="PretrainConfig\\(grad_clip=...\\) is gone: set each Stage's optim.grad_clip"):
+        PretrainConfig(grad_clip=0.5)
 
 
 def test_engine_accuracy_scores_the_completions_it_returns():
@@ -86,14 +85,14 @@ def test_pretrain_grows_the_trained_model_into_the_shipped_shape(tmp_path):
 def test_stop_after_ends_early_on_the_longer_schedule(tmp_path, monkeypatch):
     import specrl.tasks.pretrain as pt
     seen = []
-    monkeypatch.setattr(pt, "lr_at", lambda progress, cfg, step: seen.append(progress) or 1e-3)
-    cut = (Stage("a", steps=8, stop_after=3, lr=1e-3),)
+    monkeypatch.setattr(pt, "clock_step", lambda step, total, elapsed, budget: seen.append((step, total)) or step)
+    cut = (Stage("a", steps=8, stop_after=3, optim=stage_optim(1e-3)),)
     record = pretrain(tmp_path / "policy", PretrainConfig(stages=cut, time_budget_s=600, **{**TINY, "grow": False}))
     assert record["steps_done"] == 3
-    assert seen[:3] == pytest.approx([0.0, 1 / 8, 2 / 8], abs=0.01)  # the 8-step schedule, cut after 3 steps
+    assert seen == [(0, 8), (1, 8), (2, 8)]  # the 8-step schedule, cut after 3 steps
     with pytest.raises(ValueError, match="stop_after"):
-        Stage("a", steps=8, lr=1e-3, stop_after=-1)
+        Stage("a", steps=8, optim=stage_optim(1e-3), stop_after=-1)
     with pytest.raises(ValueError, match="max_ops=1000"):
-        Stage("a", steps=8, lr=1e-3, max_ops=1000)  # a counter has 3 digits
+        Stage("a", steps=8, optim=stage_optim(1e-3), max_ops=1000)  # a counter has 3 digits
     with pytest.raises(ValueError, match="stages is empty"):
         PretrainConfig(stages=())

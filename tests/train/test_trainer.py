@@ -208,6 +208,27 @@ def test_micro_batch_tokens_default_comes_from_the_activation_budget(monkeypatch
         OptimConfig(activation_memory="lots").validate()
 
 
+def test_the_default_activation_budget_follows_the_training_state():
+    from specrl.train.trainer import activation_budget, training_state_bytes
+    GiB, MiB = 2 ** 30, 2 ** 20
+    model = tiny_model(seed=2)
+    assert training_state_bytes(model) == 4 * 4 * sum(p.numel() for p in model.parameters())  # fp32, 4 copies
+    assert activation_budget(None, 176 * MiB) == 2 * GiB - 176 * MiB  # the embedded policy: about 2 GiB
+    assert activation_budget(None, int(2.2 * GiB)) == 512 * MiB  # a 135M model: the floor
+    assert activation_budget("3GiB", int(2.2 * GiB)) == 3 * GiB  # an explicit budget is the user's
+
+
+def test_the_heap_is_trimmed_once_per_update_or_before_every_micro_batch_of_a_large_model():
+    model = tiny_model(seed=2)
+    t = _trainer(model, micro=2)
+    batch = _rollouts(model)
+    chunks = t.micro_batches(torch.arange(batch.num_rows), batch.lengths)
+    sizes = [len(c) * int(batch.lengths[c].max()) for c in chunks]
+    assert t.trim_points(chunks, batch.lengths) == {sizes.index(max(sizes))}  # before the largest only
+    t.large = True
+    assert t.trim_points(chunks, batch.lengths) == set(range(len(chunks)))
+
+
 def test_chunked_lm_head_gives_the_same_update_and_metrics(monkeypatch):
     """With chunks of 5 tokens (the lm-head under checkpointing, never the whole [b, T, V] logits) the loss,
     entropy, logprob audit and gradients equal one plain chunk's."""

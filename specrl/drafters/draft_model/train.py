@@ -42,7 +42,8 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
     num_layers = opts.num_layers or max(1, policy.config.num_layers // 3)
     student = student_from_policy(policy, num_layers)
     metrics = fit(student, lambda batch: distil_loss(policy, student, batch),
-                  map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args)
+                  map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args,
+                  identity={"method": "draft_model", "vocab_size": policy.config.vocab_size, "num_layers": num_layers})
     save_model(student, out_dir, tokenizer_dir=policy_path, dtype=args.save_dtype)
     return {"method": "draft_model", "out_dir": str(out_dir), "num_layers": num_layers,
             "num_params": student.config.num_params, "sequences": len(data), **metrics}

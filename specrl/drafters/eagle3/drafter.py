@@ -53,7 +53,7 @@ class Eagle3Drafter:
     @torch.inference_mode()
     def observe(self, fwd: TargetForward) -> None:
         B = len(fwd.seqs)
-        slots = slot_index([s.slot for s in fwd.seqs], self.device)  # [B] or a slice
+        slots = slot_index([s.slot for s in fwd.seqs], self.device)  # a slice, SlotRuns or [B]
         fused = self.head.fuse([fwd.hidden[i] for i in self._pick])  # [B, T, D]
         out = self.head(fused, self.target.embed(fwd.next_tokens), fwd.positions, self.kv, slots)  # [B, T, D]
         rows = torch.arange(B, device=self.device)
@@ -67,7 +67,7 @@ class Eagle3Drafter:
         lengths = torch.tensor(k, dtype=torch.long, device=self.device)  # [B]
         if K == 0:
             return Proposal(torch.zeros(B, 0, dtype=torch.long, device=self.device), lengths, None)
-        slots = slot_index([s.slot for s in seqs], self.device)  # [B] or a slice
+        slots = slot_index([s.slot for s in seqs], self.device)  # a slice, SlotRuns or [B]
         h = self.last_h[slots][:, None]  # [B, 1, D]
         pos = self.last_pos[slots][:, None]  # [B, 1]
         params = batch_params(seqs, self.device) if self.sample_drafts else None
@@ -93,7 +93,9 @@ class Eagle3Drafter:
 
 
 def check_compatible(head: Eagle3Head, target, source: str) -> None:
-    hc, tc = head.config, target.config
+    """The head was made for a policy of this vocabulary, width and depth (`target`: the policy or its
+    ModelConfig)."""
+    hc, tc = head.config, getattr(target, "config", target)
     if hc.vocab_size != tc.vocab_size:
         raise ValueError(f"EAGLE-3 head {source!r} has vocab_size {hc.vocab_size} but the policy has "
                          f"{tc.vocab_size}: the head reuses the policy's embeddings and lm_head, so train one for "

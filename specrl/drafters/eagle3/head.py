@@ -10,7 +10,8 @@ Checkpoint directory (HF-like, one `model.safetensors`):
     config.json   {"architectures": ["Eagle3Head"], "model_type": "eagle3", "target_hidden_layers": [1, 2, 3],
                    "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
                    "rms_norm_eps", "rope_theta", "vocab_size", "target_hidden_size", "torch_dtype",
-                   "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 4]}}
+                   "eagle_aux_hidden_state_layer_ids": [2, 3, 4],
+                   "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}
     fc.weight                                   [D, 3D]
     midlayer.hidden_norm.weight                 [D]     norm of the fused/fed-back hidden
     midlayer.input_layernorm.weight             [D]     norm of the token embedding
@@ -25,10 +26,12 @@ These are the key names of the EAGLE-3 checkpoints that vLLM (`llama_eagle3.py`,
 Differences: (1) by default no `lm_head.weight`, `d2t` or `t2d`: the head drafts over the full target
 vocabulary with the target's lm_head. With `draft_vocab_size` set it carries its own `lm_head.weight`
 [Vd, D] and `d2t` [Vd] (target id = draft id + d2t[draft id], vLLM's convention) and `full_logits` puts
--inf outside the draft vocabulary; `specrl export-drafter` writes the public layout (docs/drafter_export.md).
-(2) `embed_tokens` is also omitted; vLLM then shares the target's, as we do. (3) `target_hidden_layers`
-index decoder-layer *outputs*; vLLM's `eagle_aux_hidden_state_layer_ids` index layer *inputs*, i.e. +1,
-and we write both.
+-inf outside the draft vocabulary; `specrl export-drafter` writes the public layouts (export.py,
+docs/drafter_export.md). (2) `embed_tokens` is also omitted; the loaders then share the target's, as we do.
+(3) `target_hidden_layers` index decoder-layer *outputs* (SGLang's and SpecForge's numbering, written to
+`eagle_config.eagle_aux_hidden_state_layer_ids` too); vLLM's top-level `eagle_aux_hidden_state_layer_ids`
+index the layer whose *input* is captured, i.e. +1. `load_head` also reads the public layouts back
+(`LlamaForCausalLMEagle3` and the `speculators` format's `Eagle3Speculator`).
 """
 from __future__ import annotations
 
@@ -46,16 +49,24 @@ from ...model.checkpoint import load_safetensors
 from ...model.layers import MLP, Attention, RMSNorm, apply_rope, cached_attention, rope_cos_sin
 
 DEFAULT_INSTALL_HINT = "run `specrl train-drafter --method eagle3` to train one"
+PUBLIC_ARCHS = {"LlamaForCausalLMEagle3", "Eagle3Speculator"}  # export.py's two layouts
 
 
 def default_layers(num_layers: int) -> tuple[int, int, int]:
     """NeMo-RL/vLLM default (1, L/2-1, L-4), pushed up to be increasing and clamped into [0, L-1] for
-    small L: L=36 gives (1, 17, 32), L=6 gives (1, 2, 3), L=2 gives (1, 1, 1)."""
+    small L: L=36 gives (1, 17, 32), L=6 gives (1, 2, 3), L=2 gives (1, 1, 1). From L=5 up it never takes
+    the last layer, which SGLang cannot capture (export.py's check_servable)."""
     out: list[int] = []
     for want in (1, num_layers // 2 - 1, num_layers - 4):
         layer = max(want, out[-1] + 1) if out else want
         out.append(max(0, min(layer, num_layers - 1)))
     return tuple(out)
+
+
+def vllm_layer_ids(layers) -> list[int]:
+    """vLLM numbers a captured hidden state by the layer it is the input of: output of layer i = id i + 1
+    (`LlamaModel.forward` appends `hidden_states + residual` before running layer `idx`)."""
+    return [int(i) + 1 for i in layers]
 
 
 @dataclass
@@ -103,27 +114,47 @@ class Eagle3Config:
                 "intermediate_size": self.intermediate_size, "num_attention_heads": self.num_heads,
                 "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
                 "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta,
-                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i + 1 for i in self.target_hidden_layers]},
+                "eagle_aux_hidden_state_layer_ids": vllm_layer_ids(self.target_hidden_layers),
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.target_hidden_layers)},
                 **({"draft_vocab_size": self.draft_vocab_size} if self.draft_vocab_size is not None else {})}
 
     @classmethod
     def from_hf(cls, hf: dict) -> "Eagle3Config":
-        """Reads our own `Eagle3Head` config or the public `LlamaForCausalLMEagle3` one (see export.py)."""
+        """Reads our own `Eagle3Head` config or a public one: `LlamaForCausalLMEagle3` or `Eagle3Speculator`
+        (export.py)."""
         archs = hf.get("architectures", [])
-        if "Eagle3Head" not in archs and "LlamaForCausalLMEagle3" not in archs:
+        if not set(archs) & {"Eagle3Head", *PUBLIC_ARCHS}:
             raise ValueError(f"config.json architectures={archs}: expected ['Eagle3Head'] (an EAGLE-3 head written "
-                             f"by specrl) or ['LlamaForCausalLMEagle3'] (`specrl export-drafter`); "
+                             f"by specrl) or one of {sorted(PUBLIC_ARCHS)} (`specrl export-drafter`); "
                              f"{DEFAULT_INSTALL_HINT}")
-        layers = hf.get("target_hidden_layers")
-        if layers is None:  # the public layout counts layer inputs: ours = theirs - 1
-            layers = [i - 1 for i in hf["eagle_config"]["eagle_aux_hidden_state_layer_ids"]]
-        head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
+        if "Eagle3Speculator" in archs:
+            if hf.get("norm_before_residual", True):  # the speculators format's default
+                raise ValueError("this speculators checkpoint has norm_before_residual true (or unset, which means "
+                                 "true): specrl's head takes the residual before hidden_norm; export it with "
+                                 "norm_before_residual false")
+            hf = {**hf["transformer_layer_config"], **{k: v for k, v in hf.items() if k != "architectures"}}
         dvs = hf.get("draft_vocab_size")
-        if "Eagle3Head" not in archs:  # the public layout always carries its own lm_head (vLLM's default: V)
+        if "Eagle3Head" not in archs:  # the public layouts always carry their own lm_head (vLLM's default: V)
             dvs = dvs or hf["vocab_size"]
+        head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
         return cls(hf["vocab_size"], hf["hidden_size"], hf["intermediate_size"], hf["num_attention_heads"],
-                   hf["num_key_value_heads"], head_dim, tuple(layers), hf.get("rms_norm_eps", 1e-6),
+                   hf["num_key_value_heads"], head_dim, layers_from_hf(hf), hf.get("rms_norm_eps", 1e-6),
                    hf.get("rope_theta", 10000.0), dvs)
+
+
+def layers_from_hf(hf: dict) -> tuple[int, ...]:
+    """Fused layers as layer outputs, from the first key present: specrl's `target_hidden_layers`, vLLM's
+    top-level ids (inputs: minus 1), SGLang/SpecForge's `eagle_config` ids (outputs already)."""
+    if "target_hidden_layers" in hf:
+        return tuple(hf["target_hidden_layers"])
+    if hf.get("eagle_aux_hidden_state_layer_ids"):
+        return tuple(i - 1 for i in hf["eagle_aux_hidden_state_layer_ids"])
+    nested = (hf.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    if not nested:
+        raise ValueError("config.json names no fused target layers (target_hidden_layers, "
+                         "eagle_aux_hidden_state_layer_ids or eagle_config.eagle_aux_hidden_state_layer_ids): "
+                         "write them, or re-export the head with `specrl export-drafter`")
+    return tuple(nested)
 
 
 class Eagle3Layer(nn.Module):
@@ -222,23 +253,26 @@ def save_head(head: Eagle3Head, path: str | Path, dtype: torch.dtype | None = No
     state = {k: v.detach().to("cpu", (dtype or v.dtype) if v.is_floating_point() else v.dtype).contiguous()
              for k, v in head.state_dict().items()}
     hf = head.config.to_hf()
-    hf["torch_dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")
+    hf["torch_dtype"] = str(state["fc.weight"].dtype).removeprefix("torch.")  # not d2t's int64
     with atomic_dir(path) as tmp:
         (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     return Path(path)
 
 
-def load_head(path: str | Path, device="cpu", dtype: torch.dtype = torch.float32) -> Eagle3Head:
+def load_head(path: str | Path, device="cpu", dtype: torch.dtype | None = torch.float32) -> Eagle3Head:
+    """The head at `path` in `dtype` (None: the dtype its weights are stored in)."""
     path = Path(path)
     if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
         raise FileNotFoundError(f"no EAGLE-3 head at {str(path)!r}: expected config.json and model.safetensors; "
                                 f"{DEFAULT_INSTALL_HINT}")
     cfg = Eagle3Config.from_hf(json.loads((path / "config.json").read_text()))
     head = Eagle3Head(cfg)
-    state = {k: v for k, v in load_safetensors(path / "model.safetensors").items() if k != "t2d"}  # t2d: from d2t
+    # t2d is rebuilt from d2t; the speculators format names the decoder layer `layers.0.` (vLLM's name too)
+    state = {k.replace("layers.0.", "midlayer.", 1) if k.startswith("layers.0.") else k: v
+             for k, v in load_safetensors(path / "model.safetensors").items() if k != "t2d"}
     missing, unexpected = head.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise ValueError(f"EAGLE-3 checkpoint {str(path)!r} does not match its config: missing {missing[:5]}, "
                          f"unexpected {unexpected[:5]}")
-    return head.to(device=device, dtype=dtype).eval()
+    return head.to(device=device, dtype=dtype or state["fc.weight"].dtype).eval()

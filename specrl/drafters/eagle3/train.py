@@ -17,6 +17,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from ...model import load_model, resolve_dtype
 from ...train.trainer import head_chunk_tokens
+from ..training.cache import data_digest, save, teacher_path
 from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, TopK, fit, index_batches, pad_batch, to_draft_vocab,
                              topk_cross_entropy, topk_probs)
 from .export import draft_vocab, token_counts, with_draft_vocab
@@ -133,6 +134,21 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
     return Teacher(features, probs)
 
 
+def cached_teacher(policy, data: list[Pair], layers: tuple[int, ...], args: DrafterTrainArgs) -> Teacher:
+    """`precompute_teacher`, read from / written to `args.cache_dir` when set; a cached file made over other
+    sequences (another digest of `data`) is recomputed."""
+    if not args.cache_dir:
+        return precompute_teacher(policy, data, layers, args.batch_tokens, args.bf16_autocast, args.teacher_topk)
+    path, digest = teacher_path(args.cache_dir, layers, args.teacher_topk, args.bf16_autocast), data_digest(data)
+    if path.is_file():
+        saved = torch.load(path)
+        if saved["data"] == digest:
+            return Teacher(saved["features"], [TopK(p, i) for p, i in saved["probs"]])
+    teacher = precompute_teacher(policy, data, layers, args.batch_tokens, args.bf16_autocast, args.teacher_topk)
+    save(path, {"data": digest, "features": teacher.features, "probs": [tuple(t) for t in teacher.probs]})
+    return teacher
+
+
 def chunked_topk(lm_head: torch.nn.Linear, hidden: torch.Tensor, k: int) -> TopK:
     """`topk_probs(lm_head(hidden), k)` for hidden [B, T, D], `head_chunk_tokens` tokens at a time: with
     k > 0 the [B, T, V] logits (0.8 GB for 4096 tokens of a 49k vocabulary in fp32) never exist at once
@@ -164,8 +180,7 @@ def train_head(head: Eagle3Head, policy, data: list[Pair], args: DrafterTrainArg
                on_log=None) -> dict:
     """Trains the head only (the policy is frozen) with the shared drafter loop."""
     policy.requires_grad_(False)
-    teacher = precompute_teacher(policy, data, head.config.target_hidden_layers, args.batch_tokens, args.bf16_autocast,
-                                 args.teacher_topk)
+    teacher = cached_teacher(policy, data, head.config.target_hidden_layers, args)
     full_to_draft = None
     if head.lm_head is not None:  # a reduced draft vocabulary: teacher tokens outside it go to the rest bucket
         full_to_draft = torch.full((head.config.vocab_size,), -1, dtype=torch.long)
@@ -182,7 +197,10 @@ def train_head(head: Eagle3Head, policy, data: list[Pair], args: DrafterTrainArg
         return loss, [round(a, 3) for a in agree]
 
     batches = index_batches([len(p) + len(r) for p, r in data], args.batch_tokens, args.seed)
-    metrics = fit(head, loss_fn, batches, args, on_log)
+    cfg = head.config
+    identity = {"method": "eagle3", "vocab_size": cfg.vocab_size, "draft_vocab_size": cfg.draft_vocab_size or
+                cfg.vocab_size, "target_hidden_layers": list(cfg.target_hidden_layers)}
+    metrics = fit(head, loss_fn, batches, args, on_log, identity)
     metrics["top1_agree_by_step"] = metrics.pop("info") or []
     return metrics
 

@@ -68,7 +68,8 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
     policy = load_model(policy_path).requires_grad_(False)
     stack = init_stack(policy, opts.num_modules, args.seed)
     metrics = fit(stack, lambda batch: mtp_loss(policy, stack, batch, opts),
-                  map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args)
+                  map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args,
+                  identity={"method": "mtp", "vocab_size": policy.config.vocab_size, "num_modules": stack.depth})
     if opts.mtp_only:
         save_mtp_only(stack, policy.config, out_dir, dtype=args.save_dtype)
     else:

@@ -19,8 +19,8 @@ from ...engine.sequence import Sequence
 from .tree import PromptPool, SuffixStore
 
 # Bounded memory: finished rollouts kept per prompt (GRPO n=8 -> the last two RL steps) and tokens indexed over
-# all prompts; idle prompts are evicted least recent first. A token costs ~1.7 KB on text that never repeats
-# (up to `ngram_max` new contexts), far less on repetitive text: 200k tokens stay under ~350 MB.
+# all prompts; idle prompts are evicted least recent first. A token costs at most `ngram_max` new contexts
+# (text that never repeats), far less on repetitive text, so the index's memory is bounded too.
 MAX_ROLLOUTS_PER_PROMPT = 16
 MAX_INDEXED_TOKENS = 200_000
 # A draft stops once its empirical path probability falls below this: the verify forward pays for every

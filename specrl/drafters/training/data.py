@@ -9,23 +9,29 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
 import torch
 
+from ...errors import MissingFileError
+from ...optim import OptimSettings, build_optimizer, clip_grad, clock_step, moved_fields
+
 Pair = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
 
 
+def _offline_optim() -> OptimSettings:
+    return OptimSettings(lr=2e-3, betas=(0.9, 0.95), warmup_steps=20, min_lr_ratio=0.05)
+
+
+@moved_fields(**{key: f"DrafterTrainArgs.optim.{key}"
+                  for key in ("lr", "min_lr_ratio", "warmup_steps", "weight_decay", "grad_clip")})
 @dataclass
 class DrafterTrainArgs:
     steps: int = 400
     batch_tokens: int = 4096  # padded tokens per optimiser step
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.05
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    optim: OptimSettings = field(default_factory=_offline_optim)  # its schedule spans `steps`
     seed: int = 0
     time_budget_s: float = 480.0  # training wall-clock cap; the LR schedule follows steps or time, whichever is further
     bf16_autocast: bool | None = None  # matmuls in bf16 on the CPU, master weights fp32; None: where it is fast
@@ -34,6 +40,11 @@ class DrafterTrainArgs:
     # stored teacher distributions keep their k most likely tokens plus the tail mass (see topk_cross_entropy):
     # 32 x 6 bytes a token instead of a bf16 row of the whole vocabulary (98 KB for a 49k one); 0: every token
     teacher_topk: int = 32
+    # `train-drafter --cache DIR`: the fit saves its state to DIR/train_state.pt every `save_every` steps and at
+    # the end; `resume` continues from there (cache.py)
+    cache_dir: str | None = None
+    resume: bool = False
+    save_every: int = 50
 
     def __post_init__(self):
         if self.bf16_autocast is None:
@@ -45,8 +56,12 @@ class DrafterTrainArgs:
         if self.teacher_topk < 0:
             raise ValueError(f"DrafterTrainArgs.teacher_topk={self.teacher_topk}: expected >= 1, or 0 for the "
                              "whole vocabulary")
-        if self.lr <= 0 or self.time_budget_s <= 0:
-            raise ValueError(f"DrafterTrainArgs lr={self.lr}, time_budget_s={self.time_budget_s}: expected > 0")
+        if self.resume and not self.cache_dir:
+            raise ValueError("resume=True continues the training state saved in a cache directory: pass "
+                             "--cache DIR (the one the interrupted run used)")
+        if self.time_budget_s <= 0:
+            raise ValueError(f"DrafterTrainArgs.time_budget_s={self.time_budget_s}: expected > 0 seconds")
+        self.optim.validate()
 
 
 def collect_sequences(policy, prompts: list, n: int = 1, max_tokens: int = 256, temperature: float = 1.0,
@@ -56,13 +71,12 @@ def collect_sequences(policy, prompts: list, n: int = 1, max_tokens: int = 256, 
     `policy` is a checkpoint path or a CausalLM; `prompts` strings or token-id lists; `max_model_len` caps
     prompt + response; the KV budget knobs are LLM's (specrl.engine.memory)."""
     from ...engine import LLM, SamplingParams
+    from ...engine.sampling import per_prompt
     from ...engine.memory import DEFAULT_MEMORY_UTILIZATION
 
     llm = LLM(policy, max_num_seqs=max_num_seqs, max_model_len=max_model_len, kv_cache_memory=kv_cache_memory,
               memory_utilization=memory_utilization or DEFAULT_MEMORY_UTILIZATION)
-    # a seed per prompt: prompts sharing one would share their draws, and so their sampled styles and lengths
-    params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed * 1_000_003 + i)
-              for i in range(len(prompts))]
+    params = per_prompt(SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed), len(prompts))
     outs = llm.generate(prompts, params)
     return [(list(o.prompt_token_ids), list(c.token_ids)) for o in outs for c in o.outputs if c.token_ids]
 
@@ -173,30 +187,71 @@ def to_draft_vocab(target: TopK, full_to_draft: torch.Tensor) -> TopK:
 
 
 def fit(module: torch.nn.Module, loss_fn: Callable, batches: Iterator, args: DrafterTrainArgs,
-        on_log: Callable[[int, dict], None] | None = None) -> dict:
+        on_log: Callable[[int, dict], None] | None = None, identity: dict | None = None) -> dict:
     """AdamW on `module` (the only trained part), warmup + cosine over steps or the time budget, whichever is
-    further along. `loss_fn(batch)` returns the loss, or (loss, info) where `info` is logged and returned."""
-    from ...train.optim import build_optimizer, clip_grad, warmup_cosine
+    further along. `loss_fn(batch)` returns the loss, or (loss, info) where `info` is logged and returned.
+    With `args.cache_dir` the state is saved there (tagged with `identity`, e.g. the method and vocabulary)
+    and `args.resume` continues it: the batch stream is a pure function of the seed, so it is replayed."""
+    from .progress import StepProgress, eta_s
     module.train()
-    opt = build_optimizer(module, args.lr, args.weight_decay, betas=(0.9, 0.95))
-    start, step, first, ema, info = time.monotonic(), 0, None, math.nan, None
-    while step < args.steps and time.monotonic() - start < args.time_budget_s:
-        progress = max(step / args.steps, (time.monotonic() - start) / args.time_budget_s)
-        for g in opt.param_groups:
-            g["lr"] = args.lr * warmup_cosine(int(progress * args.steps), args.warmup_steps, args.steps,
-                                              args.min_lr_ratio)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16_autocast):
-            out = loss_fn(next(batches))
-        loss, info = out if isinstance(out, tuple) else (out, info)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_grad(module, args.grad_clip)
-        opt.step()
-        step += 1
-        first = loss.item() if first is None else first
-        ema = loss.item() if math.isnan(ema) else 0.9 * ema + 0.1 * loss.item()
-        if on_log and (step % args.log_every == 0 or step == 1):
-            on_log(step, {"loss": round(ema, 4), "info": info, "elapsed_s": round(time.monotonic() - start, 1)})
+    opt = build_optimizer(module, args.optim)
+    run = {"step": 0, "elapsed_s": 0.0, "first": None, "ema": math.nan, "info": None}
+    if args.resume:
+        run = load_train_state(args.cache_dir, module, opt, identity or {})
+        for _ in range(run["step"]):
+            next(batches)
+    step, first, ema, info = run["step"], run["first"], run["ema"], run["info"]
+    start = time.monotonic() - run["elapsed_s"]
+    with StepProgress(args.steps, args.time_budget_s) as bar:
+        while step < args.steps and time.monotonic() - start < args.time_budget_s:
+            at = clock_step(step, args.steps, time.monotonic() - start, args.time_budget_s)
+            for g in opt.param_groups:
+                g["lr"] = args.optim.lr_at(at, args.steps)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16_autocast):
+                out = loss_fn(next(batches))
+            loss, info = out if isinstance(out, tuple) else (out, info)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            clip_grad(module, args.optim.grad_clip)
+            opt.step()
+            step += 1
+            first = loss.item() if first is None else first
+            ema = loss.item() if math.isnan(ema) else 0.9 * ema + 0.1 * loss.item()
+            elapsed = time.monotonic() - start
+            bar.update(step, elapsed)
+            run = {"step": step, "elapsed_s": elapsed, "first": first, "ema": ema, "info": info}
+            if args.cache_dir and step % args.save_every == 0:
+                save_train_state(args.cache_dir, module, opt, identity or {}, run)
+            if on_log and (step % args.log_every == 0 or step == 1):
+                on_log(step, {"loss": round(ema, 4), "info": info, "elapsed_s": round(elapsed, 1),
+                              "eta_s": round(eta_s(step, args.steps, elapsed, args.time_budget_s))})
+    if args.cache_dir:  # the end, wherever the steps or the time budget stopped it
+        save_train_state(args.cache_dir, module, opt, identity or {}, run)
     module.eval()
     return {"steps_done": step, "train_s": round(time.monotonic() - start, 1), "first_loss": first,
             "final_loss": ema, "info": info}
+
+
+def save_train_state(cache_dir: str, module: torch.nn.Module, opt, identity: dict, run: dict) -> None:
+    from .cache import save
+    save(Path(cache_dir) / "train_state.pt", {"identity": identity, "run": run, "module": module.state_dict(),
+                                              "optimizer": opt.state_dict()})
+
+
+def load_train_state(cache_dir: str, module: torch.nn.Module, opt, identity: dict) -> dict:
+    """Loads the saved fit into `module` and `opt` -> its counters; refuses a state of another method or
+    vocabulary (`identity`) before touching the module."""
+    path = Path(cache_dir) / "train_state.pt"
+    if not path.is_file():
+        raise MissingFileError(f"nothing to resume: {str(path)!r} does not exist (the run saves it every save_every "
+                        "steps with --cache DIR); drop --resume to start the fit")
+    state = torch.load(path)
+    saved = state["identity"]
+    diff = {k: (saved.get(k), v) for k, v in identity.items() if saved.get(k) != v}
+    if diff:
+        shown = ", ".join(f"{k} {a!r} there, {b!r} now" for k, (a, b) in sorted(diff.items()))
+        raise ValueError(f"cannot resume from {str(path)!r}: it trained another drafter ({shown}); rerun with its "
+                        "--method and --draft-vocab-size, or without --resume to start over (overwriting it)")
+    module.load_state_dict(state["module"])
+    opt.load_state_dict(state["optimizer"])
+    return state["run"]

@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...engine.methods import SCRATCH, SpecConfig, model_method
+from ...optim import build_optimizer, clip_grad
 from ...train.config import DrafterConfig
-from ...train.optim import build_optimizer, clip_grad
 from ..eagle3.train import shift_left, take, ttt_unroll
 from ..scratch import scratch_module
 from .capture import LAST, Capture, DrafterBatch
@@ -93,7 +93,7 @@ class OnlineDrafterTrainer:
         self.temperature = temperature
         p = next(policy.parameters())
         self.module = module.to(device=p.device, dtype=torch.float32).train().requires_grad_(True)
-        self.optimizer = build_optimizer(self.module, cfg.lr, cfg.weight_decay, betas=(0.9, 0.95))
+        self.optimizer = build_optimizer(self.module, cfg.optim)
         self.gen = torch.Generator().manual_seed(seed)
         self.version = 0
 
@@ -192,7 +192,7 @@ class OnlineDrafterTrainer:
             sums["drafter_loss"] += float(loss.detach())
             sums["drafter_kl"] += kl
             sums["drafter_accept_mass"] += mass
-        sums["drafter_grad_norm"] += clip_grad(self.module, self.cfg.grad_clip)
+        sums["drafter_grad_norm"] += clip_grad(self.module, self.cfg.optim.grad_clip)
         self.optimizer.step()
 
     def pick_rows(self, b: int) -> Tensor | None:

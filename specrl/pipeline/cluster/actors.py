@@ -1,8 +1,7 @@
 """The Ray actors' bodies: plain classes, made remote by `remote_class` only when Ray is in use.
 
-A rollout actor owns one local engine (the `rollout.backend` of the config, "local" by default) and its
-drafter; a trainer actor owns one learner process: the whole policy (one trainer) or one FSDP2 shard of
-it (two or more).
+A rollout actor owns one in-process engine (the "local" backend's) and its drafter; a trainer actor owns one
+learner process: the whole policy (one trainer) or one FSDP2 shard of it (two or more).
 """
 from __future__ import annotations
 
@@ -12,14 +11,13 @@ from pathlib import Path
 import torch
 
 from ...train.config import TrainConfig
-from ...train.trainer import TrainBatch
+from ..seam import IN_PROCESS_ENGINE, TrainBatch, get_backend, load
 
 
 class RolloutActor:
     def __init__(self, model_dir: str | Path, cfg: TrainConfig, threads: int):
-        from ..seam import backend_factory
         torch.set_num_threads(threads)
-        self.backend = backend_factory(cfg.rollout.backend)(model_dir, cfg)
+        self.backend = load(get_backend(IN_PROCESS_ENGINE).rollout)(model_dir, cfg)
         self._busy = threading.Event()
 
     def generate(self, prompts: list[list[int]], params: list, tags: dict) -> tuple[list, dict, int]:

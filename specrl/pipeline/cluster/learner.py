@@ -10,10 +10,9 @@ import json
 from pathlib import Path
 
 from ...train.config import TrainConfig
-from ...train.trainer import TrainBatch
+from ..seam import RunStopped, TrainBatch
 from .actors import TrainerActor, remote_class
 from .connect import bundle_offset, connect, placement_groups, scheduling
-from ..steps import RunStopped
 from .rollout import WeightsRef
 
 

@@ -22,8 +22,7 @@ from pathlib import Path
 from ...engine import RequestOutput, SamplingParams
 from ...engine.llm import GenerationCancelled
 from ...train.config import TrainConfig
-from ..seam import NamedTensors, register_backend
-from ..steps import RunStopped, group_version
+from ..seam import NamedTensors, RunStopped, group_version
 from .actors import RolloutActor, remote_class
 from .connect import bundle_offset, connect, placement_groups, release, scheduling
 from .stats import merge_stats
@@ -225,9 +224,8 @@ class RayRolloutBackend:
         release()
 
 
-@register_backend("ray")
 def ray_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None = None) -> RayRolloutBackend:
-    """N rollout actors (`ray.rollout_actors`), each an engine of `rollout.backend` over `model_dir`.
+    """N rollout actors (`ray.rollout_actors`), each an in-process engine over `model_dir`.
     Engine traces (`trace_path`) are not collected from actors."""
     rc = cfg.ray
     connect(rc)

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from specrl import LLM, SamplingParams, SpecConfig
-from specrl.engine.scheduler import Scheduler
 from specrl.model import load_model, save_model
+from tests.drafters.factories import propose_after_steps
 from tests.helpers import char_tokenizer_json, save_tiny, tiny_model
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=25, stop_token_ids=[9])
@@ -51,13 +51,7 @@ def test_proposals_equal_cache_free_greedy_after_rejections(tmp_path):
     # decoding of the draft model run from scratch on each sequence's tokens
     model = target()
     llm = LLM(model, max_num_seqs=4, spec=random_draft_spec(tmp_path))
-    seqs = llm._make_sequences(prompts(4), [SamplingParams(temperature=1.0, max_tokens=30, seed=1)] * 4)
-    sched = Scheduler(4)
-    sched.add(seqs)
-    for _ in range(4):
-        llm.step(sched)
-    running = sched.running
-    prop = llm.drafter.propose(running, [3] * len(running))
+    running, prop = propose_after_steps(llm, prompts(4), seed=1)
     draft = llm.drafter.model
     for b, s in enumerate(running):
         toks = list(s.tokens)

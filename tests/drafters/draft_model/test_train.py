@@ -4,15 +4,16 @@ import random
 import pytest
 import torch
 
-from specrl import LLM, SamplingParams, SpecConfig
 from specrl.drafters.draft_model import train as train_draft_model
 from specrl.drafters.draft_model.train import DraftModelOptions, student_from_policy
 from specrl.drafters.training.data import DrafterTrainArgs
 from specrl.model import load_model
+from specrl.optim import OptimSettings
+from tests.drafters.factories import assert_drafts_when_served
 from tests.helpers import save_tiny, tiny_model
 
-ARGS = DrafterTrainArgs(steps=8, batch_tokens=256, lr=3e-3, warmup_steps=1, bf16_autocast=False,
-                        save_dtype="float32")
+ARGS = DrafterTrainArgs(steps=8, batch_tokens=256, optim=OptimSettings(lr=3e-3, warmup_steps=1, min_lr_ratio=0.05),
+                        bf16_autocast=False, save_dtype="float32")
 
 
 def data(n=12, vocab=32, seed=0):
@@ -44,10 +45,7 @@ def test_draft_model_trains_and_drafts(tmp_path):
     draft = load_model(tmp_path / "draft")
     assert draft.config.num_layers == 2 and draft.config.vocab_size == 32
     assert (tmp_path / "draft" / "tokenizer.json").is_file()
-    spec = SpecConfig(method="draft_model", draft_model=str(tmp_path / "draft"), num_speculative_tokens=3)
-    llm = LLM(load_model(policy), spec=spec)
-    llm.generate([[0, 4, 5]], SamplingParams(temperature=0.0, max_tokens=8))
-    assert llm.stats["draft_tokens"] > 0
+    assert_drafts_when_served(load_model(policy), "draft_model", tmp_path / "draft", k=3)
 
 
 def test_bad_options():

@@ -50,7 +50,8 @@ def test_save_load_round_trip(tmp_path):
     save_head(head, tmp_path / "h")
     hf = json.loads((tmp_path / "h" / "config.json").read_text())
     assert hf["architectures"] == ["Eagle3Head"] and hf["target_hidden_layers"] == [0, 1, 1]
-    assert hf["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, 2]  # vLLM counts layer inputs
+    assert hf["eagle_aux_hidden_state_layer_ids"] == [1, 2, 2]  # vLLM's top-level key counts layer inputs
+    assert hf["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 1]  # SGLang/SpecForge: outputs
     back = load_head(tmp_path / "h")
     for (name, a), (_, b) in zip(head.state_dict().items(), back.state_dict().items()):
         assert torch.equal(a, b), name

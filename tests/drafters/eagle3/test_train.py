@@ -12,6 +12,7 @@ from specrl.cli.main import main as specrl_main
 from specrl.drafters.eagle3.head import Eagle3Config, init_head
 from specrl.drafters.eagle3.train import Eagle3Options, shift_left, train_head, ttt_attention
 from specrl.drafters.training.data import DrafterTrainArgs, collect_sequences, pad_batch, soft_cross_entropy
+from specrl.optim import OptimSettings
 from tests.helpers import save_tiny, tiny_model
 
 
@@ -59,7 +60,8 @@ def test_ttt_loss_decreases_on_tiny_run(one_thread):
     data = collect_sequences(policy, [[0, 2 + i, 5 + i] for i in range(16)], n=2, max_tokens=16, seed=0)
     assert len(data) > 0 and all(len(r) > 0 for _, r in data)
     head = init_head(Eagle3Config.for_target(policy.config), seed=0)
-    args = DrafterTrainArgs(steps=40, lr=3e-3, batch_tokens=512, warmup_steps=2, bf16_autocast=False)
+    args = DrafterTrainArgs(steps=40, optim=OptimSettings(lr=3e-3, warmup_steps=2, min_lr_ratio=0.05), batch_tokens=512,
+                            bf16_autocast=False)
     m = train_head(head, policy, data, args, Eagle3Options(ttt_steps=3))
     assert m["steps_done"] == 40
     assert m["final_loss"] < 0.6 * m["first_loss"]  # measured: 17.6 -> 7.7

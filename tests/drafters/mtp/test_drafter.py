@@ -6,9 +6,9 @@ import torch
 
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.drafters.mtp.drafter import save_mtp_only
-from specrl.engine.scheduler import Scheduler
 from specrl.model import ModelConfig, load_model, save_model
 from specrl.model.mtp import MTPStack
+from tests.drafters.factories import propose_after_steps
 from tests.helpers import tiny_model
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=25, stop_token_ids=[9])
@@ -57,13 +57,7 @@ def test_first_draft_equals_cache_free_module_one():
     # cache-free pass: module 1 at the last verified position p reads h^0_p and the last token t_{p+1}
     model = target()
     llm = LLM(model, max_num_seqs=4, spec=random_mtp_spec(3))
-    seqs = llm._make_sequences(prompts(4), [SamplingParams(temperature=1.0, max_tokens=30, seed=2)] * 4)
-    sched = Scheduler(4)
-    sched.add(seqs)
-    for _ in range(4):
-        llm.step(sched)
-    running = sched.running
-    prop = llm.drafter.propose(running, [3] * len(running))
+    running, prop = propose_after_steps(llm, prompts(4), seed=2)
     with torch.no_grad():
         for b, s in enumerate(running):
             ids = torch.tensor([s.tokens])  # [1, n]

@@ -5,11 +5,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from specrl import LLM, SamplingParams, SpecConfig
 from specrl.drafters.mtp import train as train_mtp
 from specrl.drafters.mtp.train import MTPOptions
 from specrl.model import load_model
 from tests.drafters.draft_model.test_train import ARGS, data
+from tests.drafters.factories import assert_drafts_when_served
 from tests.helpers import save_tiny
 
 
@@ -25,10 +25,7 @@ def test_mtp_trains_with_policy_and_alone(tmp_path):
     train_mtp.train(policy, tmp_path / "only", data(), ARGS, MTPOptions(num_modules=1, unroll=2))
     assert json.loads((tmp_path / "only" / "config.json").read_text())["num_nextn_predict_layers"] == 1
     assert all(k.startswith("mtp.") for k in load_file(str(tmp_path / "only" / "mtp.safetensors")))
-    spec = SpecConfig(method="mtp", draft_model=str(tmp_path / "only"), num_speculative_tokens=2)
-    llm = LLM(load_model(policy), spec=spec)
-    llm.generate([[0, 4, 5]], SamplingParams(temperature=0.0, max_tokens=8))
-    assert llm.stats["draft_tokens"] > 0
+    assert_drafts_when_served(load_model(policy), "mtp", tmp_path / "only", k=2)
 
 
 def test_bad_options():

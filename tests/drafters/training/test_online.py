@@ -11,6 +11,7 @@ from specrl import LLM, SpecConfig
 from specrl.drafters.training.capture import Capture
 from specrl.drafters.training.online import OnlineDrafterTrainer, queries
 from specrl.drafters.weights import drafter_module, drafter_version, load_drafter_weights
+from specrl.optim import OptimSettings
 from specrl.train.config import DrafterConfig
 from tests.helpers import tiny_model
 from tests.train.test_trainer import _rollouts, _trainer
@@ -33,7 +34,8 @@ def _captured(method, seed=1, online=None):
 
 def _fresh(method, model, seed=0, **cfg):
     return OnlineDrafterTrainer.from_spec(SpecConfig(method=method, draft_model="scratch"), model,
-                                          DrafterConfig(lr=1e-2, **{"sample_fraction": 1.0, **cfg}), seed=seed)
+                                          DrafterConfig(optim=OptimSettings(lr=1e-2), **{"sample_fraction": 1.0, **cfg}),
+                                          seed=seed)
 
 
 def _step(online, captured, rewards=None):

@@ -1,0 +1,129 @@
+"""`specrl compare RUN_DIR... [--out FILE.png]`: runs of `specrl train` side by side, as a tracker shows them.
+
+    specrl compare runs/sd_on runs/sd_off --out compare.png
+    specrl compare "SD on=runs/a" "SD off=runs/b"          # NAME=DIR names a run (default: its directory)
+
+Prints a table: per run, its steps, final and peak held-out accuracy, mean seconds of a step, its rollout and
+its update, mean acceptance length, and the first run's step and rollout seconds over this run's (x > 1: this
+run is faster). `--out` draws reward, held-out accuracy, step, rollout and train seconds, and acceptance
+length against the RL step in one figure (matplotlib). `--json` prints the rows as JSON lines instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import MissingDependency, UserError
+from ..pipeline.run_dir import is_run_dir, read_jsonl
+
+# (metrics.jsonl key, panel title); held-out accuracy comes from eval.jsonl
+PANELS = (("reward_mean", "train reward (mean)"), ("eval", "held-out accuracy"), ("step_s", "step seconds"),
+          ("rollout_s", "rollout seconds"), ("train_s", "train (update) seconds"),
+          ("acceptance_length", "acceptance length (tokens / target forward)"))
+
+
+@dataclass
+class Run:
+    name: str
+    path: Path
+    rows: list[dict]  # metrics.jsonl
+    evals: list[dict]  # eval.jsonl
+
+    def mean(self, key: str) -> float:
+        vals = [r[key] for r in self.rows if isinstance(r.get(key), (int, float))]
+        return sum(vals) / len(vals) if vals else math.nan
+
+
+def load_run(arg: str) -> Run:
+    """NAME=DIR or DIR; a directory that is not a run (config.yaml + metrics.jsonl) or has no step is refused."""
+    name, sep, path = arg.partition("=")
+    if not sep or Path(arg).exists():
+        name, path = "", arg
+    path_ = Path(path)
+    if not is_run_dir(path_):
+        what = "does not exist" if not path_.exists() else "has no config.yaml and metrics.jsonl"
+        raise UserError(f"{str(path_)!r} is not a run directory ({what}): pass the out_dir of a `specrl train` run")
+    rows = read_jsonl(path_ / "metrics.jsonl")
+    if not rows:
+        raise UserError(f"run {str(path_)!r} has no finished step yet (metrics.jsonl is empty): compare it once "
+                        "a step is logged")
+    return Run(name or path_.name or str(path_), path_, rows, read_jsonl(path_ / "eval.jsonl"))
+
+
+def summary(run: Run, first: Run) -> dict:
+    acc = [e["accuracy"] for e in run.evals if not math.isnan(e["accuracy"])]
+    return {"run": run.name, "steps": run.rows[-1]["step"], "final_accuracy": acc[-1] if acc else None,
+            "peak_accuracy": max(acc) if acc else None, "step_s": run.mean("step_s"),
+            "rollout_s": run.mean("rollout_s"), "train_s": run.mean("train_s"),
+            "acceptance_length": run.mean("acceptance_length"),
+            "step_speedup": first.mean("step_s") / run.mean("step_s"),
+            "rollout_speedup": first.mean("rollout_s") / run.mean("rollout_s")}
+
+
+COLUMNS = (("run", "run", "{}"), ("steps", "steps", "{}"), ("final_accuracy", "acc final", "{:.3f}"),
+           ("peak_accuracy", "acc peak", "{:.3f}"), ("step_s", "step s", "{:.2f}"),
+           ("rollout_s", "rollout s", "{:.2f}"),
+           ("train_s", "train s", "{:.2f}"), ("acceptance_length", "accept len", "{:.2f}"),
+           ("step_speedup", "step x", "{:.2f}"), ("rollout_speedup", "rollout x", "{:.2f}"))
+
+
+def table(rows: list[dict]) -> str:
+    cells = [[head for _, head, _ in COLUMNS]]
+    cells += [["-" if r[key] is None or r[key] != r[key] else fmt.format(r[key]) for key, _, fmt in COLUMNS]
+              for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in cells]
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
+def plot(runs: list[Run], out: Path) -> Path:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
+    except ImportError as e:
+        raise MissingDependency("--out needs matplotlib: pip install matplotlib (or 'specrl[plots]')") from e
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    for ax, (key, title) in zip(axes.flat, PANELS):
+        for run in runs:
+            if key == "eval":
+                ax.plot([e["step"] for e in run.evals], [e["accuracy"] for e in run.evals], "o-", label=run.name)
+            else:
+                pts = [(r["step"], r[key]) for r in run.rows if isinstance(r.get(key), (int, float))]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=run.name)
+        ax.set_title(title)
+        ax.set_xlabel("RL step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="specrl compare", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", help="run directories of `specrl train` (NAME=DIR to name one)")
+    ap.add_argument("--out", type=Path, default=None, help="write the figure to this PNG")
+    ap.add_argument("--json", action="store_true", help="JSON lines instead of the table")
+    args = ap.parse_args(argv)
+    runs = [load_run(a) for a in args.runs]
+    rows = [summary(r, runs[0]) for r in runs]
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+    else:
+        print(table(rows))
+        print(f"(means over each run's steps; x: {runs[0].name}'s seconds over the run's, > 1 is faster)")
+    if args.out is not None:
+        print(f"figure: {plot(runs, args.out)}", file=sys.stderr)
+    return 0

@@ -1,0 +1,127 @@
+"""The optimizer settings every trainer shares (the policy, the online and offline drafters, pretraining):
+AdamW without decay on norms and biases, one learning-rate schedule (linear warmup, then cosine decay) and
+gradient clipping."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from torch import nn
+
+from .config import require
+
+
+@dataclass
+class OptimSettings:
+    """AdamW and its schedule. The defaults train at a constant learning rate (no warmup, no decay)."""
+    lr: float = 3e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_steps: int = 0
+    min_lr_ratio: float = 1.0  # the cosine ends at lr * min_lr_ratio
+    grad_clip: float = 1.0  # the global gradient norm is clipped to this; 0: measured only
+
+    def validate(self) -> None:
+        require(self.lr > 0, "lr", self.lr, "> 0", "e.g. 1e-5 for an RL policy, 1e-3 for a small drafter")
+        require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", self.betas,
+                "two numbers in [0, 1)", "the usual choice is [0.9, 0.999]")
+        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")
+        require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, ">= 0")
+        require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "in [0, 1]")
+        require(self.grad_clip >= 0, "grad_clip", self.grad_clip, ">= 0", "0 measures the norm without clipping")
+
+    def lr_at(self, step: int, total: int) -> float:
+        """The learning rate of optimizer step `step` of a `total`-step schedule (`warmup_cosine`)."""
+        return self.lr * warmup_cosine(step, self.warmup_steps, total, self.min_lr_ratio)
+
+
+def moved_fields(**moved: str):
+    """Class decorator: constructing `cls` with an old field (a key of `moved`) raises a TypeError naming where
+    the setting lives now, instead of Python's bare unexpected-keyword one."""
+    def wrap(cls):
+        init = cls.__init__
+
+        def __init__(self, *args, **kwargs):
+            for name in moved.keys() & kwargs.keys():
+                raise TypeError(f"{cls.__name__}({name}=...) is gone: set {moved[name]} instead (an OptimSettings, "
+                                "specrl.optim: the optimizer settings every trainer shares)")
+            init(self, *args, **kwargs)
+        cls.__init__ = __init__
+        return cls
+    return wrap
+
+
+def clock_step(step: int, total: int, elapsed_s: float, budget_s: float) -> int:
+    """The schedule step of a run capped by both a step count and a time budget: whichever is further along,
+    so a run cut short by the clock still ends annealed."""
+    return int(max(step / max(total, 1), elapsed_s / budget_s) * total)
+
+
+def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups: matrices decay; biases and norm gains (1-D tensors) do not.
+
+    Decaying a norm gain or a bias pulls it towards 0, which changes what the layer computes rather
+    than regularising it.
+    """
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        skip = p.dim() < 2 or name.endswith("bias") or "norm" in name.lower()
+        (no_decay if skip else decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
+def build_optimizer(model: nn.Module, settings: OptimSettings, eps: float = 1e-8) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters of ``model``, without decay on norms and biases."""
+    settings.validate()
+    lr, betas = settings.lr, settings.betas
+    groups = decay_groups(model, settings.weight_decay)
+    if not groups:
+        raise ValueError("model has no trainable parameters; unfreeze some before building the optimizer")
+    # the fused kernel updates each tensor in place; the default (foreach) one allocates parameter-sized
+    # temporaries at the step's peak
+    params = [p for g in groups for p in g["params"]]
+    fused = all(p.device.type in ("cpu", "cuda") for p in params)
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused)
+
+
+def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float = 0.0) -> float:
+    """LR multiplier: linear warmup to 1 over ``warmup`` steps, then cosine decay to ``min_ratio`` at ``total``.
+
+    Step 0 already gets 1 / warmup (a zero learning rate would waste a step). After ``total`` the
+    multiplier stays at ``min_ratio``.
+    """
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    span = max(total - warmup, 1)
+    progress = min(max(step - warmup, 0) / span, 1.0)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def warmup_cosine_scheduler(
+    optimizer: torch.optim.Optimizer, settings: OptimSettings, total: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR applying ``warmup_cosine``; call ``.step()`` once per optimizer step."""
+    if total < 1:
+        raise ValueError(f"total={total}: a schedule needs at least one optimizer step")
+    schedule = partial(warmup_cosine, warmup=settings.warmup_steps, total=total, min_ratio=settings.min_lr_ratio)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+def clip_grad(model: nn.Module, max_norm: float | None) -> float:
+    """Clip the global gradient L2 norm to ``max_norm`` and return the norm before clipping.
+
+    ``max_norm`` None or <= 0 only measures. A NaN/inf norm is returned, not raised, so the trainer
+    can skip the update or stop the run with its last good checkpoint.
+    """
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return 0.0
+    limit = max_norm if max_norm is not None and max_norm > 0 else math.inf
+    norm = torch.nn.utils.clip_grad_norm_(params, limit, error_if_nonfinite=False)
+    return float(norm)

@@ -1,0 +1,57 @@
+"""`specrl compare`: runs of `specrl train` in one table and one figure; a directory that is not a run is refused."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specrl.cli.main import main
+from tests.cli.test_errors import one_error_line
+from tests.pipeline.fixtures import make_setup, overrides
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("compare")
+    setup = make_setup(tmp)
+    for name, method in (("sd_on", "suffix"), ("sd_off", "null")):
+        assert main(["train", *overrides(*setup, tmp / name, **{"max_steps": 2, "rollout.spec.method": method})]) == 0
+    return tmp
+
+
+def test_a_table_and_a_figure(runs, capsys, tmp_path):
+    capsys.readouterr()
+    assert main(["compare", str(runs / "sd_on"), f"SD off={runs / 'sd_off'}", "--out", str(tmp_path / "c.png")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["run", "steps", "acc", "final", "acc", "peak", "step", "s", "rollout", "s", "train",
+                              "s", "accept", "len", "step", "x", "rollout", "x"]
+    first, second = out[2].split(), out[3].split()
+    assert first[0] == "sd_on" and first[1] == "2" and first[-2:] == ["1.00", "1.00"]  # the first run is the base
+    assert second[:3] == ["SD", "off", "2"]
+    assert (tmp_path / "c.png").stat().st_size > 10_000
+
+
+def test_json_rows(runs, capsys):
+    capsys.readouterr()
+    assert main(["compare", str(runs / "sd_on"), str(runs / "sd_off"), "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["run"] for r in rows] == ["sd_on", "sd_off"] and rows[0]["step_speedup"] == 1.0
+    assert rows[1]["acceptance_length"] == 1.0  # SD off: one token per target forward
+    assert rows[0]["final_accuracy"] is not None and rows[0]["steps"] == 2
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda p: p, "has no config.yaml and metrics.jsonl"),
+    (lambda p: p / "missing", "does not exist"),
+])
+def test_a_directory_that_is_not_a_run_is_one_line(tmp_path, capsys, make, expected):
+    code = main(["compare", str(make(tmp_path))])
+    line = one_error_line(capsys.readouterr().err, "compare")
+    assert code == 2 and "is not a run directory" in line and expected in line and "specrl train" in line
+
+
+def test_a_run_without_a_step_is_one_line(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text("{}\n")
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert main(["compare", str(tmp_path)]) == 2
+    assert "has no finished step yet" in one_error_line(capsys.readouterr().err, "compare")
