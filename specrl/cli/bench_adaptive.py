@@ -2,7 +2,7 @@
 
 For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one `specrl train` rollout of the default
 config, rollout.prompts_per_step prompts x rollout.n samples through rollout.max_num_seqs slots) SD off runs
-first, then every drafter at every k of --ks, then "auto" (drafters from SpecConfig's default, k up to the
+first, then every drafter at every k of --ks, then "auto" (choosing among the same drafters, k up to the
 largest of --ks), all at temperature 1 on task prompts with a seed per prompt, the same for every strategy.
 Prints one JSON line per measurement (the adaptive rows also say which drafters it chose and its mean k),
 then writes --png: speedup over SD off by batch size, and what the engine chose over the RL rollout (drafter
@@ -11,6 +11,7 @@ mix and mean k against running sequences). --save-profile writes the adaptive en
 """
 from __future__ import annotations
 
+import json
 import sys
 
 from ..engine.methods import DRAFTING_METHODS
@@ -59,6 +60,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--adaptive-mode", default="measured", choices=["measured", "deterministic"])
     ap.add_argument("--png", default="bench_adaptive.png", help="the plot ('' for none; needs matplotlib)")
     ap.add_argument("--save-profile", default=None, help="write the adaptive engine's cost model here (JSON)")
+    ap.add_argument("--history", default=None, help="write what auto chose at each step of the RL rollout here "
+                                                    "(JSON lines: running sequences, drafter mix, mean k, arm)")
     args = parse_args(ap, argv)
     from .. import LLM, SpecConfig
     from ..train.config import TrainConfig
@@ -105,7 +108,8 @@ def main(argv: list[str]) -> int:
                 rows.append({**common, "strategy": method, "k": k, "tokens_per_s": tps, "speedup": tps / base_tps,
                              "acceptance_length": stats["acceptance_length"]})
                 emit(rows[-1])
-        llm = engine(SpecConfig(method="auto", num_speculative_tokens=max(ks), adaptive_mode=args.adaptive_mode))
+        llm = engine(SpecConfig(method="auto", num_speculative_tokens=max(ks), adaptive_mode=args.adaptive_mode,
+                                drafters=tuple(methods)))
         strategy = llm.engine.strategy
         strategy.history = [] if rl else None
         tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
@@ -123,6 +127,9 @@ def main(argv: list[str]) -> int:
         emit(rows[-1])
         if rl:
             history = strategy.history
+            if args.history:
+                with open(args.history, "w") as f:
+                    f.writelines(json.dumps(h) + "\n" for h in history)
         if args.save_profile and (rl or bs == batch_sizes[-1]):
             strategy.cost.to_profile(args.save_profile, device=args.device, dtype=args.dtype, model=str(path))
     if args.png:

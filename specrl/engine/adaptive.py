@@ -1,58 +1,55 @@
-"""The adaptive engine ("auto"): each step, for each running sequence, which drafter drafts and how many
-tokens (0: none), chosen to maximise the expected tokens per second of the step.
+"""The adaptive engine ("auto"): each step, which drafter drafts how many tokens (0: none) for each running
+sequence, chosen to maximise the expected tokens per second of the step.
 
-Why per step and per sequence: SD trades verify work for fewer sequential forwards, which pays while a
-forward is bound by reading weights (small batches) and stops paying once the batch alone fills the
-hardware; RL rollouts pass through both regimes every step (a full batch, then a long tail). Which drafter
-pays differs by sequence too: one that repeats itself (or its GRPO siblings) is cheap to draft for with
-suffix matching, the others need a model drafter.
+Why it adapts: SD trades verify work for fewer sequential forwards, which pays while a forward is bound by
+reading weights (small batches) and stops paying once the batch alone fills the hardware; RL rollouts pass
+through both regimes every step (a full batch, then a long tail). Which drafter pays differs by workload
+and by sequence: one that repeats itself (or its GRPO siblings) is cheap to draft for with suffix matching,
+the others need a model drafter.
 
-The decision, in the schedule part of the engine step (engine/engine.py):
-1. The model-free drafters (suffix, n-gram: microseconds) propose for every row first; how much each one
-   proposes is its signal (the suffix match length sets its draft length, an n-gram draft exists only on a
-   match), and rows keep a prefix of it.
-2. For every longest draft K in 0..k_max (the verify forward pads every row to K + 1 inputs, so K sets the
-   forward's cost) each row takes the drafter whose expected accepted tokens, minus the drafting time at
-   the current rate, is largest: E = a (1 - a^k) / (1 - a) for k drafts at per-token acceptance a, where a
-   is the row's own verify results for that drafter, shrunk toward the drafter's running average.
-3. Predicted rate(K) = (rows + sum E) / (target_s(rows x (K + 1)) + drafting seconds), from the cost model
-   (engine/cost_model.py), fit to this engine's own step timings.
-4. A bandit over K, per batch-size bucket (epsilon-greedy, after TLT's BEG-MAB): the measured reward of an
-   arm replaces its prediction once it has been pulled a few times, and with probability epsilon (decaying
-   with pulls) the step explores among the arms whose scores are within TIE of the best, so a drafter that
-   got better online is found again.
+The decision is a choice among arms, each a static strategy the engine could run: no draft; drafter d
+drafts k tokens for every row; or a hybrid, where a model-free drafter's full-length matches (a long suffix
+match: its own strong signal) keep its drafts and a model drafter drafts for the other rows. An arm's
+predicted rate is
 
-SD that proposes nothing costs nothing: a step with K = 0 is a plain decode forward (every drafter still
-observes it, so switching back needs no re-prefill). Any draft is verified exactly, so every choice is
-lossless; "measured" choices follow the clock, "deterministic" ones never read it (see cost_model.py).
+    rows x (1 + expected accepted drafts) / (target forward seconds + drafting seconds)
+
+from the cost model (engine/cost_model.py: fit to this engine's own step timings after a warm-up profile of
+the forward) and per-position acceptance counts (engine/acceptance.py), optimistic while a drafter has few
+observations: that optimism is the exploration (UCB), so a drafter is tried where trying could pay and a
+drafter that got better online is found again. No arm beats plain decoding -> no draft: SD that proposes
+nothing costs nothing (every drafter still observes the forward, so switching back needs no re-prefill).
+
+The plan is reused until the number of running sequences changes or PLAN_EVERY steps pass, so deciding
+costs a few microseconds a step. Any draft is verified exactly, so every choice is lossless; "measured"
+choices follow the clock, "deterministic" ones never read it (see cost_model.py).
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import logging
-import math
-import random
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
+from .acceptance import AcceptanceStats
 from .cost_model import CostModel
 from .drafting import DrafterPool
 from .methods import SCRATCH, SpecConfig, build_drafter, get_method, model_method
 from .result import StepResult
-from .sequence import Sequence, Status
+from .sequence import Sequence
 from .strategy import Plan
 
 log = logging.getLogger(__name__)
 
-ACCEPT_DECAY = 0.9  # weight of the past in a drafter's running acceptance
-PRIOR_ROWS = 2.0  # a row's own acceptance counts against this many drafts of its drafter's average
-UNTRIED_RATE = 0.9  # acceptance assumed for a drafter that has not drafted yet: optimistic, so each is tried
-MIN_PULLS = 3  # pulls after which an arm's measured reward replaces its predicted one
-TIE = 0.10  # arms within this fraction of the best score are "not yet told apart"
-EPS_MIN = 0.02  # exploration never stops entirely
-REWARD_DECAY = 0.8  # weight of the past in an arm's measured reward
+PLAN_EVERY = 4  # steps a plan is reused while the batch keeps its size
+FULL = "*"  # suffix of the acceptance stats of a model-free drafter's full-length proposals
+PROFILE_TOKENS = (1, 2, 3, 5, 9)  # draft lengths + 1 the warm-up profile times the forward at
+TRY_ROWS = 8.0  # a drafter observed on fewer rows is being tried: its plan lasts one step
+SHADOW_ROWS = 4  # rows per step on which the model-free drafters not drafting propose anyway (see _shadow)
 
 
 def expected_accepted(rate: float, k: int) -> float:
@@ -64,149 +61,136 @@ def expected_accepted(rate: float, k: int) -> float:
     return rate * (1.0 - rate ** k) / (1.0 - rate)
 
 
+@dataclass(frozen=True)
+class Arm:
+    drafter: str | None  # who drafts (None: nobody; in a hybrid, the model drafter that fills in)
+    k: int = 0
+    lead: str | None = None  # hybrid: the model-free drafter whose full-length proposals go first
+
+    @property
+    def label(self) -> str:
+        if self.drafter is None:
+            return "off"
+        return f"{self.lead}+{self.drafter}@{self.k}" if self.lead else f"{self.drafter}@{self.k}"
+
+
+OFF = Arm(None)
+
+
 class AdaptiveStrategy:
-    def __init__(self, names: list[str], point: set[str], k_max: int, cost: CostModel, seed: int = 0):
+    def __init__(self, names: list[str], point: set[str], k_max: int, cost: CostModel):
         self.names, self.point, self.k_max, self.cost = list(names), set(point), k_max, cost
         self.deterministic = cost.deterministic
-        self.acc = {n: [0.0, 0.0] for n in self.names}  # decayed (accepted, rejected) drafts per drafter
-        self.row_acc: dict[tuple[int, str], list[float]] = {}  # (seq_id, drafter) -> (accepted, rejected)
-        self.arms: dict[str, dict[str, list[float]]] = {}  # bucket -> {K: [pulls, mean reward]}
-        self.rng = random.Random(seed)
+        keys = self.names + [n + FULL for n in self.names if n in self.point]
+        self.stats = {n: AcceptanceStats(k_max) for n in keys}
+        ks = sorted({k_max, *(2 ** i for i in range(5) if 2 ** i <= k_max)})
+        model = [n for n in self.names if n not in self.point]
+        self.arms = [OFF] + [Arm(n, k) for n in self.names for k in ks] + \
+            [Arm(m, k, s) for m in model for s in self.names if s in self.point for k in ks]
+        self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
+        self._shadows: list[tuple[str, Sequence, int, list[int]]] = []  # (drafter, row, its length, draft)
+        self._turn = 0  # which rows shadow drafts next
         self.last: dict = {}  # the last decision, for the trace and the tests
         self.chosen: dict[str, float] = {}  # rows per drafter ("none": no draft) over all steps, "k_sum" of drafts asked
         self.history: list[dict] | None = None  # set to [] to log every step's choice (`specrl bench adaptive`)
-        # the longest-draft arms: 0 (SD off) and powers of two up to k_max, and k_max itself
-        self.choices = sorted({0, k_max, *(2 ** i for i in range(5) if 2 ** i <= k_max)})
 
-    # ---- estimates -------------------------------------------------------------------------------------
-    def drafter_rate(self, name: str) -> float:
-        a, r = self.acc[name]
-        return a / (a + r) if a + r > 0 else UNTRIED_RATE
+    # ---- predictions ---------------------------------------------------------------------------------
+    def predicted_rate(self, arm: Arm, B: int) -> float:
+        """Tokens per second of a step of B rows under `arm`."""
+        if arm.drafter is None:
+            return B / self.cost.target_s(B, B)
+        k, draft = arm.k, self.stats[arm.drafter].expected(arm.k)
+        if arm.lead is None:
+            seconds = self.cost.draft_s(arm.drafter, B * k, k)
+        else:
+            f = self.stats[arm.lead].full_share(k)  # rows the lead drafts
+            draft = f * self.stats[arm.lead + FULL].expected(k) + (1.0 - f) * draft
+            fill = (1.0 - f ** B) * self.cost.draft_s(arm.drafter, max(1, round((1 - f) * B)) * k, k)  # runs
+            seconds = self.cost.draft_s(arm.lead, B * k, k) + fill  # unless the lead drafts every row
+        return B * (1.0 + draft) / (self.cost.target_s(B * (k + 1), B) + seconds)
 
-    def row_rate(self, seq: Sequence, name: str) -> float:
-        a, r = self.row_acc.get((seq.seq_id, name), (0.0, 0.0))
-        return (a + PRIOR_ROWS * self.drafter_rate(name)) / (a + r + PRIOR_ROWS)
+    def best_arm(self, B: int) -> Arm:
+        rates = {arm: self.predicted_rate(arm, B) for arm in self.arms}
+        return max(self.arms, key=lambda a: (rates[a], -a.k))  # ties: the shorter draft
 
     # ---- schedule ----------------------------------------------------------------------------------------
     def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan | None:
         B = len(seqs)
-        self.last = {}
-        cap = [max(0, min(self.k_max, s.budget - 1)) for s in seqs]
-        if max(cap, default=0) == 0:
+        if B != self._planned_for or self._age >= PLAN_EVERY or self._trying:
+            self.arm, self._planned_for, self._age = self.best_arm(B), B, 0
+            # a plan that tries a drafter seen on few rows lasts one step: the next one looks again
+            self._trying = any(n is not None and self.stats[n].rows < TRY_ROWS for n in (self.arm.drafter, self.arm.lead))
+        self._age += 1
+        arm = self.arm
+        self.last = {"arm": arm.label}
+        self._shadow(seqs, pool, {arm.drafter, arm.lead})
+        if arm.drafter is None:
             return None
-        bucket = str(B.bit_length())
-        arms = self.arms.setdefault(bucket, {})
-        rates = torch.tensor([[self.row_rate(s, n) for s in seqs] for n in self.names], dtype=torch.float64)
-        explore = self._explore_prob(arms)
-        # a first look, as if every drafter drafted k for every row: when no K > 0 is near the best, skip
-        # even the model-free proposals (microseconds per row, which a large batch would notice)
-        coarse, _ = self._rates(B, rates, cap, None)
-        if not self._may_draft(coarse, arms, explore):
-            self.last = {"K": "0", "bucket": bucket, "explored": False}
-            return None
-        ready, lengths, probe_s = {}, {}, 0.0
-        for name in self.names:
-            if name in self.point:
-                t = time.perf_counter()
-                ready[name] = pool.drafters[name].propose(seqs, cap)
-                dt = time.perf_counter() - t
-                self.cost.observe_draft(name, sum(cap), max(cap), dt)
-                probe_s += dt
-                lengths[name] = ready[name].lengths.tolist()
-        predicted, plans = self._rates(B, rates, cap, lengths)
-        scores = {K: self._score(arms.setdefault(K, [0.0, 0.0]), predicted[K]) for K in predicted}
-        best = max(scores, key=lambda K: (scores[K], -int(K.rstrip("p"))))
-        explored = False
-        if self.rng.random() < explore:
-            tied = [K for K in scores if scores[K] >= (1.0 - TIE) * scores[best]]
-            if len(tied) > 1:
-                best, explored = self.rng.choice(tied), True
-        self.last = {"K": best, "bucket": bucket, "explored": explored, "predicted": predicted[best]}
-        if best == "0":
-            return None
-        which, ks = plans[best]
-        return Plan(which, ks, {n: p for n, p in ready.items() if n in which}, draft_s=probe_s)
+        if arm.lead is None:
+            return Plan([arm.drafter] * B, [arm.k] * B)
+        # hybrid: the model-free drafter proposes for every row (microseconds); a row it drafts in full keeps
+        # that draft, the model drafter drafts for the others
+        caps = [max(0, min(arm.k, s.budget - 1)) for s in seqs]
+        t = time.perf_counter()
+        prop = pool.drafters[arm.lead].propose(seqs, caps)
+        dt = time.perf_counter() - t
+        self.cost.observe_draft(arm.lead, sum(caps), max(caps, default=0), dt)
+        which = [arm.lead if c > 0 and n >= c else arm.drafter for n, c in zip(prop.lengths.tolist(), caps)]
+        return Plan(which, [arm.k] * B, {arm.lead: prop}, draft_s=dt)
 
-    def _may_draft(self, coarse: dict, arms: dict, explore: float) -> bool:
-        scores = {K: self._score(arms.setdefault(K, [0.0, 0.0]), r) for K, r in coarse.items()}
-        top = max(scores.values())
-        if any(scores[K] >= (1.0 - TIE) * top for K in scores if K != "0"):
-            return True
-        untried = any(arms[K][0] < MIN_PULLS for K in scores if K != "0")
-        return untried and self.rng.random() < explore
+    def _shadow(self, seqs: list[Sequence], pool: DrafterPool, drafting: set) -> None:
+        """The model-free drafters that do not draft this step propose for a few rows anyway (microseconds),
+        and `update` compares their drafts with the tokens the step emits. For a point draft that is an
+        unbiased look at its acceptance: the verifier accepts draft x with probability p(x), which is the
+        probability that the policy's own sample is x, and every emitted token is an exact policy sample.
+        So the schedule learns which model-free drafter pays without spending steps on trying each."""
+        self._shadows = []
+        names = [n for n in self.names if n in self.point and n not in drafting]
+        if not names or not seqs:
+            return
+        n = min(SHADOW_ROWS, len(seqs))
+        rows = [seqs[(self._turn + i) % len(seqs)] for i in range(n)]
+        self._turn += n
+        for name in names:
+            prop = pool.drafters[name].propose(rows, [self.k_max] * n)
+            for seq, toks, length in zip(rows, prop.tokens.tolist(), prop.lengths.tolist()):
+                self._shadows.append((name, seq, seq.num_tokens, toks[:length]))
 
-    def _explore_prob(self, arms: dict) -> float:
-        pulls = sum(a[0] for a in arms.values())
-        if not arms:
-            return 1.0
-        return max(EPS_MIN, 1.0 / (1.0 + pulls / 2.0))
+    def _count_shadows(self, rows: dict) -> None:
+        for name, seq, before, draft in self._shadows:
+            emitted = seq.tokens[before:]
+            seen = min(self.k_max, len(emitted))  # positions whose outcome the step revealed
+            if seen == 0:
+                continue
+            a = 0
+            while a < min(len(draft), seen) and draft[a] == emitted[a]:
+                a += 1
+            for key in (name, name + FULL) if len(draft) >= seen else (name,):
+                for lst, v in zip(rows.setdefault(key, [[], [], []]), (seen, min(len(draft), seen), a)):
+                    lst.append(v)
+        self._shadows = []
 
-    @staticmethod
-    def _score(arm: list[float], predicted: float) -> float:
-        return arm[1] if arm[0] >= MIN_PULLS else predicted
-
-    def _rates(self, B: int, rates: torch.Tensor, cap: list[int], lengths: dict | None):
-        """Each arm's predicted rate and plan: an arm is a longest draft K, and for K > 0 whether the model
-        drafters take part ("K") or only the model-free ones ("Kp"): a model drafter's cost grows with
-        the longest draft whichever rows it serves, which a per-row choice alone cannot weigh."""
-        out, plans = self._rates_for(B, rates, cap, lengths, allow_model=True)
-        if self.point and len(self.point) < len(self.names):
-            more, more_plans = self._rates_for(B, rates, cap, lengths, allow_model=False)
-            for K in self.choices:
-                if K > 0:
-                    out[f"{K}p"], plans[f"{K}p"] = more[K], more_plans[K]
-        return {str(K): v for K, v in out.items()}, {str(K): v for K, v in plans.items()}
-
-    def _rates_for(self, B: int, rates: torch.Tensor, cap: list[int], lengths: dict | None, allow_model: bool):
-        """Predicted tokens per second per row for each longest draft K in `choices`, and each K's plan
-        (drafter, k per row). `rates` [D, B]: per-row acceptance of each drafter. With `lengths` None every
-        drafter is taken to draft k for every row (the coarse look); else a model-free drafter's row takes
-        at most what it proposed, at no further cost."""
-        D = len(self.names)
-        Ks = torch.tensor(self.choices, dtype=torch.float64)  # [C]
-        capt = torch.tensor(cap, dtype=torch.float64)  # [B]
-        avail = torch.full((D, B), float(self.k_max), dtype=torch.float64)
-        slope = torch.tensor([self.cost.draft_slope(n) for n in self.names], dtype=torch.float64)  # [D]
-        if lengths is not None:
-            for d, n in enumerate(self.names):
-                if n in lengths:
-                    avail[d] = torch.tensor(lengths[n], dtype=torch.float64)
-                    slope[d] = 0.0
-        k = torch.minimum(torch.minimum(Ks[:, None, None], capt[None, None, :]), avail[None])  # [C, D, B]
-        r = rates.clamp(max=1.0 - 1e-6)[None]  # [1, D, B]
-        e = r * (1.0 - r ** k) / (1.0 - r)  # [C, D, B] expected accepted drafts
-        lam = 1.0 / self.cost.target_s(B, B)  # a plain decode step's tokens per second per row: a second's price
-        v = torch.where(k > 0, e - lam * B * slope[None, :, None] * k, torch.zeros_like(e))
-        if not allow_model:
-            model = torch.tensor([n not in self.point for n in self.names])
-            v[:, model] = -1.0
-        best_v, best_d = v.max(dim=1)  # [C, B]
-        use = best_v > 0  # [C, B]
-        k_row = k.gather(1, best_d[:, None]).squeeze(1) * use  # [C, B]
-        e_row = e.gather(1, best_d[:, None]).squeeze(1) * use  # [C, B]
-        out, plans = {}, {}
-        for c, K in enumerate(self.choices):
-            kr = k_row[c].long().tolist()
-            dr = best_d[c].tolist()
-            which = [self.names[dr[b]] if kr[b] > 0 else None for b in range(B)]
-            by: dict[str, list[int]] = {}
-            for name, kb in zip(which, kr):
-                if name is not None and (lengths is None or name not in lengths):
-                    by.setdefault(name, []).append(kb)
-            Kf = max(kr, default=0)
-            seconds = self.cost.target_s(B * (Kf + 1), B) + sum(self.cost.draft_s(n, sum(ks), max(ks))
-                                                                for n, ks in by.items())
-            out[K] = (B + float(e_row[c].sum())) / seconds / B
-            plans[K] = (which, kr)
-        return out, plans
+    def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int) -> None:
+        """The warm-up profile (measured mode only): time the target forward over a grid of batch sizes and
+        draft lengths, so the cost model starts from this machine's figures rather than counted work, and
+        keeps them as the prior that the run's own timings refine."""
+        if self.deterministic:
+            return
+        sizes = sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= max_batch} | {max_batch})
+        time_forward(1, 1)  # a first forward pays one-off costs
+        for B in sizes:
+            for T in (t for t in PROFILE_TOKENS if t <= self.k_max + 1):
+                self.cost.observe_target(B * T, B, time_forward(B, T))
+        self.cost.target.prior = list(self.cost.target.theta)
 
     # ---- feedback --------------------------------------------------------------------------------------
     def update(self, result: StepResult) -> None:
         if result.phase == "prefill":
             return
         B = result.active
+        asked_by = result.drafters_asked or [None] * B
         mix: dict[str, int] = {}
-        for d in result.drafters_asked or [None] * B:
+        for d in asked_by:
             mix[d or "none"] = mix.get(d or "none", 0) + 1
         for name, n in mix.items():
             self.chosen[name] = self.chosen.get(name, 0) + n
@@ -214,63 +198,41 @@ class AdaptiveStrategy:
         if self.history is not None:
             drafted = [k for k in result.asked if k > 0]
             self.history.append({"running": B, "mix": mix, "mean_k": sum(drafted) / max(len(drafted), 1),
-                                 "K": self.last.get("K", "0"), "explored": self.last.get("explored", False)})
+                                 "arm": self.last.get("arm", "off")})
+        lead = self.arm.lead
         if not self.deterministic:
             self.cost.observe_target(result.tokens_in, B, result.verify_s)
             for name, dt in result.draft_s_by.items():
-                asked = [k for d, k in zip(result.drafters_asked, result.asked) if d == name]
-                if name not in self.point:
+                if name != lead:  # the lead's proposal was timed in the schedule
+                    asked = [k for d, k in zip(asked_by, result.asked) if d == name]
                     self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt)
-        for name, seq, length, acc in zip(result.drafters, result.seqs, result.lengths, result.accepted):
-            if name is None or length == 0:
+        rows: dict[str, list[list[int]]] = {}  # stats key -> (asked, proposed, accepted) per row
+        self._count(result, asked_by, rows)
+        self._count_shadows(rows)
+        for key, (asked, lengths, accepted) in rows.items():
+            self.stats[key].add(asked, lengths, accepted)
+
+    def _count(self, result: StepResult, asked_by: list[str | None], rows: dict) -> None:
+        """Acceptance per drafter, and per model-free drafter for its full-length proposals."""
+        for d, k, n, a in zip(asked_by, result.asked, result.lengths, result.accepted):
+            if d is None or k == 0:
                 continue
-            acc = min(acc, length)
-            rej = 1.0 if acc < length else 0.0
-            g = self.acc[name]
-            g[0], g[1] = ACCEPT_DECAY * g[0] + acc, ACCEPT_DECAY * g[1] + rej
-            r = self.row_acc.setdefault((seq.seq_id, name), [0.0, 0.0])
-            r[0] += acc
-            r[1] += rej
-        for seq in result.seqs:
-            if seq.status is Status.FINISHED:
-                for name in self.names:
-                    self.row_acc.pop((seq.seq_id, name), None)
-        # the arm pulled: reward = tokens per second per row, timed (measured) or predicted (deterministic)
-        if not self.last or "bucket" not in self.last:
-            return
-        K = self.last["K"]
-        if self.deterministic:
-            by: dict[str, list[int]] = {}
-            for d, k in zip(result.drafters_asked, result.asked):
-                if d is not None and d not in self.point:
-                    by.setdefault(d, []).append(k)
-            seconds = self.cost.target_s(result.tokens_in, B) + sum(self.cost.draft_s(n, sum(ks), max(ks))
-                                                                    for n, ks in by.items())
-        else:
-            seconds = result.total_s
-        arm = self.arms[self.last["bucket"]][K]
-        reward = result.emitted_tokens / max(seconds, 1e-9) / max(B, 1)
-        arm[1] = reward if arm[0] == 0 else REWARD_DECAY * arm[1] + (1.0 - REWARD_DECAY) * reward
-        arm[0] += 1
-        self.last = {}
+            for key in (d, d + FULL) if d in self.point and n >= k else (d,):
+                for lst, v in zip(rows.setdefault(key, [[], [], []]), (k, n, min(a, n))):
+                    lst.append(v)
 
     # ---- state -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """The learned state a checkpoint keeps: the cost model, running acceptance, the bandit's arms and
-        its random state (per-sequence estimates end with their sequences)."""
-        state = self.rng.getstate()
-        return copy.deepcopy({"cost": self.cost.state_dict(), "acc": self.acc, "arms": self.arms,
-                              "rng": [state[0], list(state[1]), state[2]]})
+        """The learned state a checkpoint keeps: the cost model and the acceptance counts."""
+        return copy.deepcopy({"cost": self.cost.state_dict(),
+                              "stats": {n: s.state_dict() for n, s in self.stats.items()}})
 
     def load_state_dict(self, s: dict) -> None:
         self.cost.load_state_dict(s["cost"])
-        for n, v in s["acc"].items():
-            if n in self.acc:
-                self.acc[n] = [float(v[0]), float(v[1])]
-        self.arms = {b: {K: [float(a[0]), float(a[1])] for K, a in arms.items()} for b, arms in s["arms"].items()}
-        v, internal, g = s["rng"]
-        self.rng.setstate((int(v), tuple(int(x) for x in internal), None if g is None else float(g)))
-        self.row_acc.clear()
+        for n, sub in s["stats"].items():
+            if n in self.stats:
+                self.stats[n].load_state_dict(sub)
+        self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
 
 
 def own_params(drafter, target) -> int:
@@ -306,6 +268,7 @@ def build(spec: SpecConfig, target, num_slots: int, max_len: int):
         log.warning("auto: drafter %r left out (%s)", name, msg)
     model_based = tuple(n for n in drafters if get_method(n).model_based)
     pool = DrafterPool(drafters, model_based)
+    pool.defer(model_based)  # a model drafter left idle costs nothing (engine/deferred.py)
     cost = CostModel(target.config.num_params, {n: own_params(d, target) for n, d in drafters.items()},
                      deterministic=spec.adaptive_mode == "deterministic")
     if spec.cost_profile is not None:

@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 
 PROFILE_VERSION = 1
 DECAY = 0.98  # weight of the past per observation: the fit follows roughly the last 50 steps
 SCALE = 64.0  # features are in units of 64 tokens / rows, so the ridge prior weighs them alike
-PRIOR_WEIGHT = 2.0  # the prior counts as this many observations
+PRIOR_WEIGHT = 2.0  # the prior counts as this many observations (the target's)
+# a drafter's prior (counted work, no fixed cost) is a guess that its first timing should overrule: an
+# EAGLE-3 step's Python and kernel overheads dwarf its weights on a CPU
+DRAFT_PRIOR_WEIGHT = 0.05
 # Counted work: one forward reads every weight once, which on the devices we measured costs about as much as
 # the multiply-adds of this many tokens. Only the deterministic mode without a profile, and the shape of the
 # measured mode's prior before its first timings, rest on it.
@@ -36,10 +38,10 @@ class CostProfileError(ValueError):
 
 
 class LinearFit:
-    """Decayed ridge regression y ~ theta . x, pulled toward `prior` with weight PRIOR_WEIGHT."""
+    """Decayed ridge regression y ~ theta . x, pulled toward `prior` with weight `weight`."""
 
-    def __init__(self, dim: int, prior: list[float] | None = None):
-        self.dim = dim
+    def __init__(self, dim: int, prior: list[float] | None = None, weight: float = PRIOR_WEIGHT):
+        self.dim, self.weight = dim, weight
         self.xx = [[0.0] * dim for _ in range(dim)]
         self.xy = [0.0] * dim
         self.n = 0.0
@@ -58,9 +60,9 @@ class LinearFit:
     @property
     def theta(self) -> list[float]:
         if self._theta is None:
-            a = torch.tensor(self.xx, dtype=torch.float64) + PRIOR_WEIGHT * torch.eye(self.dim, dtype=torch.float64)
-            b = torch.tensor(self.xy, dtype=torch.float64) + PRIOR_WEIGHT * torch.tensor(self.prior, dtype=torch.float64)
-            self._theta = torch.linalg.solve(a, b).tolist()
+            a = [[v + (self.weight if i == j else 0.0) for j, v in enumerate(row)] for i, row in enumerate(self.xx)]
+            b = [v + self.weight * p for v, p in zip(self.xy, self.prior)]
+            self._theta = solve(a, b)
         return self._theta
 
     def predict(self, x: list[float]) -> float:
@@ -77,6 +79,25 @@ class LinearFit:
         self._theta = None
 
 
+def solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """x with a x = b, by Gaussian elimination with partial pivoting: a 3 x 3 system in plain Python costs
+    microseconds where torch's solve costs tens (the schedule asks after every step's new timing)."""
+    n = len(b)
+    m = [list(map(float, row)) + [float(v)] for row, v in zip(a, b)]  # [n, n+1]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(m[r][c]))
+        if abs(m[p][c]) < 1e-300:
+            raise ValueError(f"a singular cost-model fit (column {c})")
+        m[c], m[p] = m[p], m[c]
+        for r in range(c + 1, n):
+            f = m[r][c] / m[c][c]
+            m[r] = [x - f * y for x, y in zip(m[r], m[c])]
+    x = [0.0] * n
+    for r in reversed(range(n)):
+        x[r] = (m[r][n] - sum(m[r][j] * x[j] for j in range(r + 1, n))) / m[r][r]
+    return x
+
+
 def target_x(tokens_in: int, batch: int) -> list[float]:
     return [1.0, tokens_in / SCALE, batch / SCALE]
 
@@ -91,7 +112,7 @@ class CostModel:
         self.target_params, self.drafter_params = target_params, dict(drafter_params)
         self.deterministic = deterministic
         self.target = LinearFit(3, self._counted_target(1.0))
-        self.drafters = {n: LinearFit(3, self._counted_draft(n, 1.0)) for n in drafter_params}
+        self.drafters = {n: LinearFit(3, self._counted_draft(n, 1.0), DRAFT_PRIOR_WEIGHT) for n in drafter_params}
         self.scaled = deterministic  # measured mode: the prior is rescaled to the first timed forward
 
     def _counted_target(self, seconds_per_unit: float) -> list[float]:

@@ -77,19 +77,44 @@ class DrafterPool:
         self._pick = {n: [kept.index(i) for i in sorted(j for j in d.hidden_layers if j >= 0)]
                       for n, d in self.drafters.items()}
         self.strategy = None
+        self.deferred: dict = {}  # drafter name -> DeferredObservations: those that observe on demand (defer())
 
     @property
     def inner(self):
         """The model drafter (hot swaps and online training act on it); None when all are model-free."""
         return self.drafters[self.model_based[0]] if self.model_based else None
 
+    def defer(self, names) -> None:
+        """Drafters `names` observe on demand: their forwards wait (engine/deferred.py) until `catch_up`,
+        which the engine calls before asking one of them to draft. Only a drafter that says its observe is
+        position-local (`deferrable`) defers; MTP's modules read the next inputs, so it observes every step."""
+        from .deferred import DeferredObservations
+        self.deferred = {n: DeferredObservations() for n in names
+                         if n in self.drafters and getattr(self.drafters[n], "deferrable", False)}
+
     def observe(self, fwd: TargetForward) -> None:
         for name, d in self.drafters.items():
-            d.observe(fwd._replace(hidden=tuple(fwd.hidden[i] for i in self._pick[name])))
+            mine = fwd._replace(hidden=tuple(fwd.hidden[i] for i in self._pick[name]))
+            wait = self.deferred.get(name)
+            if wait is None:
+                d.observe(mine)
+                continue
+            wait.add(mine)
+            if wait.full:
+                self.catch_up(name)
+
+    def catch_up(self, name: str) -> None:
+        """Drafter `name` observes what it deferred, so its state is as if it had observed every forward."""
+        wait = self.deferred.get(name)
+        if wait is not None:
+            for fwd in wait.forwards():
+                self.drafters[name].observe(fwd)
 
     def release(self, seq: Sequence) -> None:
         for d in self.drafters.values():
             d.release(seq)
+        for wait in self.deferred.values():
+            wait.release(seq)
 
     def state_dict(self) -> dict:
         return {"drafters": {n: d.state_dict() for n, d in self.drafters.items() if has_state(d)},

@@ -1,6 +1,8 @@
 """Owns the target model and its position-indexed KV cache; does all of the engine's tensor work."""
 from __future__ import annotations
 
+import time
+
 import torch
 
 from ..model import CausalLM, ModelOutput
@@ -11,7 +13,7 @@ from .methods import MAX_SPEC_TOKENS  # verify forwards write up to k drafts pas
 
 class ModelRunner:
     def __init__(self, model: CausalLM, num_slots: int, max_len: int, hidden_layers: tuple[int, ...] = ()):
-        self.model = model
+        self.model, self.num_slots = model, num_slots
         self.hidden_layers = hidden_layers
         cfg = model.config
         p = next(model.parameters())
@@ -60,6 +62,18 @@ class ModelRunner:
         """tokens, positions: [B, T] -> logits [B, T, V]."""
         index = slot_index(slots, self.device)
         return self.model(tokens, positions, self.cache, index, hidden_layers=self.hidden_layers)
+
+    @torch.inference_mode()
+    def time_forward(self, batch: int, length: int) -> float:
+        """Seconds of one forward of `batch` rows x `length` tokens, softmax over the logits included (what
+        a verify step pays before sampling): the adaptive engine's warm-up profile. Call it only while no
+        sequence holds a slot: it writes cache rows 0..length-1 of slots 0..batch-1, which the next
+        prefill of those slots overwrites."""
+        tokens = torch.zeros(batch, length, dtype=torch.long, device=self.device)  # [B, T]
+        positions = torch.arange(length, device=self.device).expand(batch, length)  # [B, T]
+        t = time.perf_counter()
+        torch.softmax(self.forward(tokens, positions, list(range(batch))).logits.float(), dim=-1)  # [B, T, V]
+        return time.perf_counter() - t
 
     @torch.no_grad()
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:

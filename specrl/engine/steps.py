@@ -113,6 +113,10 @@ def spec_step(runner: ModelRunner, drafters: dict[str, Drafter], observer: Draft
         if name in ready:
             prop = cut(on_device(ready[name], device), rows, [ks[b] for b in rows])
         else:
+            catch_up = getattr(observer, "catch_up", None)
+            if catch_up is not None:  # a drafter that deferred its observations (engine/deferred.py)
+                catch_up(name)
+                t = time.perf_counter()  # its own draft time, without the catch-up (the step's draft_s has both)
             prop = on_device(drafters[name].propose([seqs[b] for b in rows], [ks[b] for b in rows]), device)
         parts.append((rows, prop))
         draft_s_by[name] = time.perf_counter() - t

@@ -6,9 +6,10 @@ import pytest
 
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.config.build import ConfigError, from_dict
-from specrl.engine.adaptive import AdaptiveStrategy, expected_accepted
+from specrl.engine.adaptive import OFF, AdaptiveStrategy, expected_accepted
 from specrl.engine.cost_model import CostModel, CostProfileError
 from specrl.engine.drafting import DrafterPool, pad_proposals
+from specrl.engine.result import StepResult
 from specrl.engine.sequence import Sequence
 from specrl.engine.sampling import SamplingParams as SP
 from specrl.train.config import TrainConfig
@@ -120,17 +121,40 @@ def flat_cost(names, deterministic=True):
     return cost
 
 
-def test_each_row_takes_the_drafter_its_own_results_favour():
+def teach(strategy, name, accepted_of_4, rows=200):
+    """`rows` rows of drafter `name` asked for 4 tokens with `accepted_of_4` accepted (all proposed)."""
+    strategy.stats[name].add([4] * rows, [4] * rows, [accepted_of_4] * rows)
+    if name in strategy.point:
+        strategy.stats[name + "*"].add([4] * rows, [4] * rows, [accepted_of_4] * rows)
+
+
+def test_acceptance_counts_price_every_shorter_draft():
+    from specrl.engine.acceptance import AcceptanceStats
+    stats = AcceptanceStats(4)
+    # two rows asked for 4: one accepted 2 (positions 0, 1 accepted, 2 rejected), one accepted all 4
+    stats.add([4, 4], [4, 4], [2, 4])
+    assert stats.reached == [2.0, 2.0, 2.0, 1.0] and stats.accepted == [2.0, 2.0, 1.0, 1.0]
+    # without optimism alpha_j = (accepted + 0.5) / (reached + 1): 5/6, 5/6, 1/2, 3/4 (position 3: 1.5/2)
+    a = [2.5 / 3, 2.5 / 3, 1.5 / 3, 1.5 / 2]
+    assert stats.expected(2, optimistic=False) == pytest.approx(a[0] + a[0] * a[1])
+    assert stats.expected(4, optimistic=False) > stats.expected(2, optimistic=False)
+    assert stats.expected(4) > stats.expected(4, optimistic=False)  # few rows: the bonus makes it look better
+    # a suffix drafter that proposed nothing for a row: asked 4, got 0 -> its full-length share falls
+    stats.add([4], [0], [0])
+    assert stats.full_share(4) == pytest.approx((2 * 0.99 + 0.5) / (2 * 0.99 + 1 + 1))  # decayed 2 of 3, prior 1/2
+
+
+def test_the_plan_takes_the_drafter_whose_counts_favour_it_and_a_hybrid_for_long_matches():
     rows = seqs(3)
-    pool = DrafterPool({"suffix": PointDrafter({0: 4, 1: 0, 2: 4}), "eagle3": PointDrafter({})})
+    pool = DrafterPool({"suffix": PointDrafter({0: 4, 1: 0, 2: 4}), "eagle3": PointDrafter({0: 4, 1: 4, 2: 4})})
     strategy = AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, flat_cost(["suffix", "eagle3"]))
-    strategy.row_acc[(0, "suffix")] = [20.0, 0.0]  # row 0 repeats itself: suffix drafts are accepted
-    strategy.row_acc[(2, "suffix")] = [0.0, 10.0]  # row 2: suffix proposes but is always wrong
-    strategy.row_acc[(2, "eagle3")] = [10.0, 2.0]
-    strategy.rng.random = lambda: 1.0  # no exploration
+    teach(strategy, "suffix", 4)  # a full suffix match is always accepted ...
+    strategy.stats["suffix"].add([4] * 400, [0] * 400, [0] * 400)  # ... but most rows have none
+    teach(strategy, "eagle3", 2)
     plan = strategy.schedule(rows, pool)
-    # row 1 has no suffix match (nothing proposed), so the model drafter drafts for it
-    assert plan.drafters == ["suffix", "eagle3", "eagle3"] and plan.k == [4, 4, 4]
+    # rows 0 and 2 have a full-length suffix match and keep it; row 1 has none, so EAGLE-3 drafts for it
+    assert strategy.arm.label == "suffix+eagle3@4"
+    assert plan.drafters == ["suffix", "eagle3", "suffix"] and plan.k == [4, 4, 4]
     assert set(plan.ready) == {"suffix"}  # the suffix proposal is reused, not made again
 
 
@@ -139,23 +163,40 @@ def test_sd_is_off_when_a_verified_token_costs_as_much_as_a_forward():
     cost = CostModel(1000, {"suffix": 0}, deterministic=True)
     cost.target.prior = [1e-6, 64.0, 0.0]  # seconds = tokens: no fixed cost left to amortise
     strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, cost)
-    strategy.rng.random = lambda: 1.0
+    teach(strategy, "suffix", 3)
     pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(64)})})
-    assert strategy.schedule(rows, pool) is None and strategy.last["K"] == "0"
+    assert strategy.schedule(rows, pool) is None and strategy.last["arm"] == "off"
 
 
-def test_the_bandit_tries_the_arms_it_cannot_tell_apart():
+def test_an_untried_drafter_is_tried_where_trying_could_pay_and_the_plan_is_reused():
+    cost = flat_cost(["suffix", "eagle3"])
+    strategy = AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, cost)
+    teach(strategy, "suffix", 1)
+    pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(2)}), "eagle3": PointDrafter({})})
+    strategy.schedule(seqs(2), pool)
+    assert strategy.arm.drafter == "eagle3"  # never seen: optimism tries it
+    teach(strategy, "eagle3", 0)  # it turns out useless ...
+    strategy.schedule(seqs(2), pool)
+    assert strategy.arm.drafter == "suffix"  # ... and is dropped at once, not PLAN_EVERY steps later
+    arm = strategy.arm
+    teach(strategy, "eagle3", 4)  # better now, but the plan holds until it is PLAN_EVERY steps old
+    strategy.schedule(seqs(2), pool)
+    assert strategy.arm == arm
+
+
+def test_shadow_drafts_teach_a_model_free_drafter_without_drafting():
     rows = seqs(2)
-    cost = flat_cost(["suffix"])
-    cost.target.prior = [1.0, 64 * 0.3, 0.0]  # drafting roughly breaks even: the arms score alike
-    strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, cost, seed=3)
-    pool = DrafterPool({"suffix": PointDrafter({0: 4, 1: 4})})
-    picked = set()
-    for _ in range(40):
-        strategy.schedule(rows, pool)
-        picked.add(strategy.last["K"])
-        strategy.last = {}
-    assert len(picked) >= 2, picked
+    strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, flat_cost(["suffix"]))
+    strategy.arms = [OFF]  # it never drafts: what it learns comes from the shadow drafts alone
+    pool = DrafterPool({"suffix": PointDrafter({0: 4, 1: 4})})  # proposes [1, 1, 1, 1]
+    assert strategy.schedule(rows, pool) is None
+    rows[0].append([1, 1, 5], [0.0] * 3)  # row 0 emitted 1, 1, 5: two drafts would have been accepted
+    rows[1].append([7], [0.0])  # row 1 emitted 7: the first draft would have been rejected
+    strategy.update(StepResult("spec", rows, tokens_in=2, emitted_tokens=4, drafters_asked=[None, None],
+                               asked=[0, 0], lengths=[0, 0], accepted=[0, 0]))
+    # row 0 revealed 3 positions (2 accepted, the third rejected), row 1 one (rejected)
+    assert strategy.stats["suffix"].reached[:3] == [2.0, 1.0, 1.0]
+    assert strategy.stats["suffix"].accepted[:3] == [1.0, 1.0, 0.0]
 
 
 def run_auto(spec, prompts, params, state=None):
@@ -166,8 +207,16 @@ def run_auto(spec, prompts, params, state=None):
     return [o.token_ids for r in outs for o in r.outputs], llm
 
 
-def test_deterministic_mode_repeats_token_for_token_and_its_state_resumes_exactly():
-    spec = SpecConfig(method="auto", drafters=("suffix", "ngram"), ngram_min=1, adaptive_mode="deterministic")
+def flat_profile(tmp_path, names=("suffix", "ngram")):
+    """A saved cost model under which drafting pays even at low acceptance (a random tiny policy)."""
+    path = tmp_path / "flat.json"
+    flat_cost(list(names)).to_profile(path)
+    return str(path)
+
+
+def test_deterministic_mode_repeats_token_for_token_and_its_state_resumes_exactly(tmp_path):
+    spec = SpecConfig(method="auto", drafters=("suffix", "ngram"), ngram_min=1, adaptive_mode="deterministic",
+                      cost_profile=flat_profile(tmp_path))
     prompts = [[0, 5, 6, 5, 6, 5], [0, 9, 9, 9]]
     params = SamplingParams(n=3, temperature=1.0, max_tokens=30, seed=11)
     a, llm_a = run_auto(spec, prompts, params)
@@ -175,7 +224,7 @@ def test_deterministic_mode_repeats_token_for_token_and_its_state_resumes_exactl
     assert a == b and llm_a.stats["draft_tokens"] > 0
     # resume: the second batch after loading the first engine's state equals the second batch of one engine
     state = llm_a.drafter.state_dict()
-    assert state["strategy"]["arms"] and "cost" in state["strategy"]
+    assert state["strategy"]["stats"]["suffix"]["reached"][0] > 0 and "cost" in state["strategy"]
     second = SamplingParams(n=3, temperature=1.0, max_tokens=30, seed=12)
     straight = [o.token_ids for r in llm_a.generate(prompts, second) for o in r.outputs]
     resumed, _ = run_auto(spec, prompts, second, state=state)
@@ -204,7 +253,7 @@ def test_a_step_result_reaches_the_stats_the_trace_and_the_strategy_once(tmp_pat
     assert rows[0]["phase"] == "prefill" and {r["phase"] for r in rows[1:]} == {"spec"}
     assert sum(r["emitted_tokens"] for r in rows) == llm.stats["generated_tokens"] == 60
     assert sum(r["draft_tokens"] for r in rows) == llm.stats["draft_tokens"]
-    assert sum(llm.engine.strategy.acc["suffix"]) + sum(llm.engine.strategy.acc["ngram"]) > 0
+    assert llm.engine.strategy.stats["suffix"].rows + llm.engine.strategy.stats["ngram"].rows > 0
 
 
 def test_bench_adaptive_refuses_bad_draft_lengths_and_methods(capsys):
@@ -213,3 +262,23 @@ def test_bench_adaptive_refuses_bad_draft_lengths_and_methods(capsys):
     assert "--ks '0,4' is invalid" in capsys.readouterr().err
     assert main(["bench", "adaptive", "--methods", "medusa"]) == 2
     assert "'medusa' is not a drafter" in capsys.readouterr().err
+
+
+def test_hybrid_plans_and_a_deferred_model_drafter_keep_greedy_tokens_and_logprobs(tmp_path):
+    from specrl.engine.adaptive import Arm
+    from tests.drafters.factories import make
+    model, eagle = make("eagle3", tiny_model(seed=3, vocab=32, hidden=48, layers=2, max_pos=64), tmp_path)
+    prompts = [[0, 5, 6, 5, 6, 5], [0, 9, 9, 9], [0, 3, 4, 3, 4]]
+    params = SamplingParams(temperature=0.0, max_tokens=24, logprobs=0)
+    base = LLM(model, max_num_seqs=4).generate(prompts, params)
+    spec = SpecConfig(method="auto", drafters=("suffix", "eagle3"), ngram_min=1, draft_model=eagle.draft_model,
+                      num_speculative_tokens=4)
+    llm = LLM(model, spec=spec, max_num_seqs=4)
+    assert "eagle3" in llm.drafter.deferred  # idle, it catches up only when asked to draft
+    llm.engine.strategy.arms = [Arm("eagle3", 4, "suffix"), Arm("eagle3", 2, "suffix")]  # only hybrids
+    got = llm.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in base]
+    for g, b in zip(got, base):
+        assert g.outputs[0].logprobs == pytest.approx(b.outputs[0].logprobs, abs=1e-5)
+    chosen = llm.engine.strategy.chosen
+    assert chosen.get("suffix", 0) > 0 and chosen.get("eagle3", 0) > 0  # rows of both drafters

@@ -1,0 +1,88 @@
+"""How many drafts a drafter gets accepted, per draft position: the adaptive engine's acceptance estimates.
+
+Drafts are prefix-consistent (asking a drafter for k tokens gives the first k of what it proposes for
+k_max; a suffix or n-gram drafter may propose fewer), so one step at a long draft tells the accepted count
+of every shorter one. Per position j we count the rows that reached it (asked for >= j + 1 tokens with the
+first j accepted) and those whose draft j was accepted; the expected accepted drafts of a row asked for k
+tokens is then sum_{j<k} prod_{i<=j} alpha_i, alpha_i the conditional acceptance at position i. This is
+bookkeeping on counts: no clock, no tensors, so it is the same in measured and deterministic mode.
+
+An optimistic bonus (UCB) on every alpha makes a drafter with few observations look better than its mean:
+the schedule tries it where trying could pay (small batches), not where even perfect acceptance would not
+(a full batch on a CPU), and, because the counts decay, it tries again later a drafter that got better.
+"""
+from __future__ import annotations
+
+import math
+
+DECAY = 0.99  # weight of the past per step the drafter drafted: the estimate follows the last ~100 steps
+PRIOR_ALPHA = 0.5  # acceptance assumed before any observation ...
+PRIOR_ROWS = 1.0  # ... counted as this many rows
+BONUS = 0.2  # optimism: alpha + BONUS / sqrt(rows that reached the position + 1)
+MAX_ALPHA = 0.98  # so that expected accepted drafts stay below k
+
+
+class AcceptanceStats:
+    """Decayed per-position counts of one drafter's drafts (or of one class of them, e.g. full-length
+    suffix matches)."""
+
+    def __init__(self, k_max: int):
+        self.reached = [0.0] * k_max  # [k_max] rows that drafted position j with positions < j accepted
+        self.accepted = [0.0] * k_max  # [k_max] ... whose draft at position j was accepted too
+        self.asked = [0.0] * k_max  # [k_max] rows asked for >= j + 1 tokens
+        self.proposed = [0.0] * k_max  # [k_max] ... that got >= j + 1 (a suffix drafter proposes only on a match)
+
+    def add(self, asked: list[int], lengths: list[int], accepted: list[int]) -> None:
+        """One step's rows of this drafter: tokens asked of it, proposed (<= asked) and accepted (<= proposed)."""
+        if not asked:
+            return
+        for counts in (self.reached, self.accepted, self.asked, self.proposed):
+            counts[:] = [DECAY * v for v in counts]
+        n = len(self.reached)
+        for k, length, a in zip(asked, lengths, accepted):
+            for j in range(min(k, a + 1, n)):  # positions 0..a reached (a < k), 0..k-1 when all accepted
+                self.reached[j] += 1.0
+                if j < a:
+                    self.accepted[j] += 1.0
+            for j in range(min(k, n)):
+                self.asked[j] += 1.0
+                if j < length:
+                    self.proposed[j] += 1.0
+
+    def full_share(self, k: int) -> float:
+        """Share of rows asked for k tokens that got all k (a long suffix match); 0.5 before any was asked."""
+        j = min(k, len(self.asked)) - 1
+        return (self.proposed[j] + PRIOR_ROWS * 0.5) / (self.asked[j] + PRIOR_ROWS)
+
+    @property
+    def rows(self) -> float:
+        """Rows observed (decayed): how much the estimate rests on."""
+        return self.reached[0]
+
+    def alpha(self, j: int, optimistic: bool = True) -> float:
+        """Conditional acceptance of draft position j (0-based); positions never reached take the last
+        reached one's estimate rather than the prior, so a long draft is not priced more kindly than a short one."""
+        while j > 0 and self.reached[j] < 0.5:
+            j -= 1
+        r = self.reached[j]
+        a = (self.accepted[j] + PRIOR_ROWS * PRIOR_ALPHA) / (r + PRIOR_ROWS)
+        if optimistic:
+            a += BONUS / math.sqrt(r + 1.0)
+        return min(a, MAX_ALPHA)
+
+    def expected(self, k: int, optimistic: bool = True) -> float:
+        """Expected accepted drafts of a row asked for k tokens."""
+        total, run = 0.0, 1.0
+        for j in range(min(k, len(self.reached))):
+            run *= self.alpha(j, optimistic)
+            total += run
+        return total
+
+    def state_dict(self) -> dict:
+        return {"reached": list(self.reached), "accepted": list(self.accepted), "asked": list(self.asked),
+                "proposed": list(self.proposed)}
+
+    def load_state_dict(self, s: dict) -> None:
+        n = len(self.reached)
+        for key in ("reached", "accepted", "asked", "proposed"):
+            setattr(self, key, ([float(v) for v in s[key]] + [0.0] * n)[:n])

@@ -1,0 +1,89 @@
+"""Deferred observation: a model drafter that is not drafting catches up on the target's forwards only when
+it is next asked to draft, in a few batched forwards instead of one per engine step.
+
+Why: a model drafter observes every target forward to keep its own cache current (EAGLE-3 runs its decoder
+layer over the new tokens), which costs a fraction of a target forward per step whether it drafts or not.
+The adaptive engine holds one beside the model-free drafters and often leaves it idle (a full batch, or
+sequences that suffix drafting serves), so it would pay that fraction for nothing. Deferring keeps the
+state it reads exactly what it would have been: each sequence's accepted inputs are contiguous positions,
+so the pending ones of a sequence, concatenated, are one longer forward that writes the same cache rows
+(a causal mask by position; a row shorter than the chunk repeats its last input, which rewrites the same
+cache entry with the same values).
+"""
+from __future__ import annotations
+
+import torch
+
+from .drafting import TargetForward
+from .sequence import Sequence, Status
+
+CHUNK = 128  # inputs per sequence per catch-up forward (bounds its attention memory)
+MAX_PENDING = 200_000  # pending inputs (all sequences) before a catch-up is forced, bounding the memory held
+
+
+class DeferredObservations:
+    """The accepted part of each deferred target forward, compacted to [N valid inputs, ...] per step."""
+
+    def __init__(self):
+        self.steps: list[tuple[list[Sequence], list[int], tuple[torch.Tensor, ...]]] = []
+        self.pending = 0  # inputs held
+        self.live: set[int] = set()  # seq_ids with pending inputs that have not finished
+
+    def add(self, fwd: TargetForward) -> None:
+        valid = fwd.valid.tolist()
+        if not any(valid):
+            return
+        T = fwd.positions.shape[1]
+        keep = torch.arange(T, device=fwd.valid.device)[None, :] < fwd.valid[:, None]  # [B, T]
+        last = fwd.last_hidden
+        if last.shape[1] != T:  # a prefill's final hidden of the last input only: no drafter that defers reads it
+            # (one that does asks for the full one with hidden layer -1), so zeros stand in
+            last = last.new_zeros(last.shape[0], T, last.shape[2])  # [B, T, D]
+        flat = (fwd.positions.expand_as(keep)[keep], fwd.next_tokens[keep],  # [N], [N]
+                *(h[keep] for h in fwd.hidden), last[keep])  # [N, D] each
+        self.steps.append((list(fwd.seqs), valid, flat))
+        self.pending += sum(valid)
+        self.live.update(s.seq_id for s in fwd.seqs)
+
+    def release(self, seq: Sequence) -> None:
+        """`seq` finished: once no pending sequence is left, nothing held would be read again."""
+        self.live.discard(seq.seq_id)
+        if not self.live:
+            self.clear()
+
+    @property
+    def full(self) -> bool:
+        return self.pending >= MAX_PENDING
+
+    def clear(self) -> None:
+        self.steps, self.pending = [], 0
+        self.live = set()
+
+    def forwards(self) -> list[TargetForward]:
+        """The pending inputs of the sequences still running, as TargetForwards of at most CHUNK inputs
+        per row, in position order; empties the buffer."""
+        if not self.steps:
+            return []
+        order: dict[int, Sequence] = {}
+        index: dict[int, list[int]] = {}  # seq_id -> rows of the concatenated steps, in position order
+        offset = 0
+        for seqs, valid, _ in self.steps:
+            for s, v in zip(seqs, valid):
+                if s.status is not Status.FINISHED:
+                    order.setdefault(s.seq_id, s)
+                    index.setdefault(s.seq_id, []).extend(range(offset, offset + v))
+                offset += v
+        flat = [torch.cat(parts) for parts in zip(*(f for _, _, f in self.steps))]
+        n_hidden = len(flat) - 3
+        self.clear()
+        out = []
+        longest = max((len(v) for v in index.values()), default=0)
+        for start in range(0, longest, CHUNK):
+            ids = [i for i in index if len(index[i]) > start]
+            rows = [index[i][start:start + CHUNK] for i in ids]
+            T = max(len(r) for r in rows)
+            pick = torch.tensor([r + [r[-1]] * (T - len(r)) for r in rows], device=flat[0].device)  # [B, T]
+            valid = torch.tensor([len(r) for r in rows], device=flat[0].device)  # [B]
+            out.append(TargetForward([order[i] for i in ids], flat[0][pick], flat[1][pick], valid,
+                                     tuple(flat[2 + j][pick] for j in range(n_hidden)), flat[-1][pick]))
+        return out
