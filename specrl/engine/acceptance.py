@@ -18,7 +18,7 @@ import math
 DECAY = 0.99  # weight of the past per step the drafter drafted: the estimate follows the last ~100 steps
 PRIOR_ALPHA = 0.5  # acceptance assumed before any observation ...
 PRIOR_ROWS = 1.0  # ... counted as this many rows
-BONUS = 0.2  # optimism: alpha + BONUS / sqrt(rows that reached the position + 1)
+BONUS = 0.35  # optimism: alpha + BONUS / sqrt(rows that reached the position + 1)
 MAX_ALPHA = 0.98  # so that expected accepted drafts stay below k
 
 
@@ -60,15 +60,16 @@ class AcceptanceStats:
         return self.reached[0]
 
     def alpha(self, j: int, optimistic: bool = True) -> float:
-        """Conditional acceptance of draft position j (0-based); positions never reached take the last
-        reached one's estimate rather than the prior, so a long draft is not priced more kindly than a short one."""
-        while j > 0 and self.reached[j] < 0.5:
-            j -= 1
-        r = self.reached[j]
-        a = (self.accepted[j] + PRIOR_ROWS * PRIOR_ALPHA) / (r + PRIOR_ROWS)
+        """Conditional acceptance of draft position j (0-based). A position's prior is the estimate of the
+        one before it (PRIOR_ALPHA for the first): positions seldom reached are priced like the last well
+        observed one, not like an untried drafter (a suffix match that held so far tends to hold on)."""
+        prior = PRIOR_ALPHA
+        for i in range(j + 1):
+            r = self.reached[i]
+            prior = (self.accepted[i] + PRIOR_ROWS * prior) / (r + PRIOR_ROWS)
         if optimistic:
-            a += BONUS / math.sqrt(r + 1.0)
-        return min(a, MAX_ALPHA)
+            prior += BONUS / math.sqrt(self.reached[j] + 1.0)
+        return min(prior, MAX_ALPHA)
 
     def expected(self, k: int, optimistic: bool = True) -> float:
         """Expected accepted drafts of a row asked for k tokens."""

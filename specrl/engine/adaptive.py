@@ -40,7 +40,7 @@ from .cost_model import CostModel
 from .drafting import DrafterPool
 from .methods import SCRATCH, SpecConfig, build_drafter, get_method, model_method
 from .result import StepResult
-from .sequence import Sequence
+from .sequence import Sequence, Status
 from .strategy import Plan
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ PLAN_EVERY = 4  # steps a plan is reused while the batch keeps its size
 FULL = "*"  # suffix of the acceptance stats of a model-free drafter's full-length proposals
 PROFILE_TOKENS = (1, 2, 3, 5, 9)  # draft lengths + 1 the warm-up profile times the forward at
 TRY_ROWS = 8.0  # a drafter observed on fewer rows is being tried: its plan lasts one step
-SHADOW_ROWS = 4  # rows per step on which the model-free drafters not drafting propose anyway (see _shadow)
+SHADOW_ROWS = 4  # rows per step on which the model-free drafters propose a draft to be scored (see _shadow)
 
 
 def expected_accepted(rate: float, k: int) -> float:
@@ -123,7 +123,7 @@ class AdaptiveStrategy:
         self._age += 1
         arm = self.arm
         self.last = {"arm": arm.label}
-        self._shadow(seqs, pool, {arm.drafter, arm.lead})
+        self._shadow(seqs, pool)
         if arm.drafter is None:
             return None
         if arm.lead is None:
@@ -138,37 +138,48 @@ class AdaptiveStrategy:
         which = [arm.lead if c > 0 and n >= c else arm.drafter for n, c in zip(prop.lengths.tolist(), caps)]
         return Plan(which, [arm.k] * B, {arm.lead: prop}, draft_s=dt)
 
-    def _shadow(self, seqs: list[Sequence], pool: DrafterPool, drafting: set) -> None:
-        """The model-free drafters that do not draft this step propose for a few rows anyway (microseconds),
-        and `update` compares their drafts with the tokens the step emits. For a point draft that is an
-        unbiased look at its acceptance: the verifier accepts draft x with probability p(x), which is the
-        probability that the policy's own sample is x, and every emitted token is an exact policy sample.
-        So the schedule learns which model-free drafter pays without spending steps on trying each."""
-        self._shadows = []
-        names = [n for n in self.names if n in self.point and n not in drafting]
+    def _shadow(self, seqs: list[Sequence], pool: DrafterPool) -> None:
+        """The model-free drafters propose k_max tokens for a few rows (microseconds), and `update` compares
+        each draft with the tokens the row emits over the next steps. For a point draft that is an unbiased
+        look at its acceptance: the verifier accepts draft x with probability p(x), which is the probability
+        that the policy's own sample is x, and every emitted token is an exact policy sample. So the
+        schedule learns which model-free drafter pays, at every draft length, without spending steps on
+        trying each (a drafter drafting short never shows its long drafts otherwise)."""
+        names = [n for n in self.names if n in self.point]
         if not names or not seqs:
             return
+        busy = {(name, seq.seq_id) for name, seq, _, _ in self._shadows}
         n = min(SHADOW_ROWS, len(seqs))
         rows = [seqs[(self._turn + i) % len(seqs)] for i in range(n)]
         self._turn += n
         for name in names:
-            prop = pool.drafters[name].propose(rows, [self.k_max] * n)
-            for seq, toks, length in zip(rows, prop.tokens.tolist(), prop.lengths.tolist()):
+            free = [s for s in rows if (name, s.seq_id) not in busy and s.budget > 1]
+            if not free:
+                continue
+            prop = pool.drafters[name].propose(free, [self.k_max] * len(free))
+            for seq, toks, length in zip(free, prop.tokens.tolist(), prop.lengths.tolist()):
                 self._shadows.append((name, seq, seq.num_tokens, toks[:length]))
 
     def _count_shadows(self, rows: dict) -> None:
+        """Scores the shadow drafts whose outcome is known: the row emitted past the draft (or past a
+        rejection), or finished."""
+        pending = []
         for name, seq, before, draft in self._shadows:
             emitted = seq.tokens[before:]
-            seen = min(self.k_max, len(emitted))  # positions whose outcome the step revealed
-            if seen == 0:
-                continue
             a = 0
-            while a < min(len(draft), seen) and draft[a] == emitted[a]:
+            while a < min(len(draft), len(emitted)) and draft[a] == emitted[a]:
                 a += 1
-            for key in (name, name + FULL) if len(draft) >= seen else (name,):
-                for lst, v in zip(rows.setdefault(key, [[], [], []]), (seen, min(len(draft), seen), a)):
+            known = a < min(len(draft), len(emitted)) or len(emitted) > len(draft)  # a rejection, or past it
+            if not known and seq.status is not Status.FINISHED:
+                pending.append((name, seq, before, draft))
+                continue
+            asked = self.k_max if known else len(emitted)  # a finished row reveals what it emitted only
+            if asked == 0:
+                continue
+            for key in (name, name + FULL) if len(draft) >= asked else (name,):
+                for lst, v in zip(rows.setdefault(key, [[], [], []]), (asked, min(len(draft), asked), min(a, asked))):
                     lst.append(v)
-        self._shadows = []
+        self._shadows = pending
 
     def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int) -> None:
         """The warm-up profile (measured mode only): time the target forward over a grid of batch sizes and

@@ -134,8 +134,9 @@ def test_acceptance_counts_price_every_shorter_draft():
     # two rows asked for 4: one accepted 2 (positions 0, 1 accepted, 2 rejected), one accepted all 4
     stats.add([4, 4], [4, 4], [2, 4])
     assert stats.reached == [2.0, 2.0, 2.0, 1.0] and stats.accepted == [2.0, 2.0, 1.0, 1.0]
-    # without optimism alpha_j = (accepted + 0.5) / (reached + 1): 5/6, 5/6, 1/2, 3/4 (position 3: 1.5/2)
-    a = [2.5 / 3, 2.5 / 3, 1.5 / 3, 1.5 / 2]
+    # without optimism alpha_j = (accepted_j + prior_j) / (reached_j + 1), prior_j = alpha_{j-1} (1/2 for j = 0):
+    # alpha_0 = 2.5 / 3, alpha_1 = (2 + alpha_0) / 3
+    a = [2.5 / 3, (2 + 2.5 / 3) / 3]
     assert stats.expected(2, optimistic=False) == pytest.approx(a[0] + a[0] * a[1])
     assert stats.expected(4, optimistic=False) > stats.expected(2, optimistic=False)
     assert stats.expected(4) > stats.expected(4, optimistic=False)  # few rows: the bonus makes it look better
@@ -194,7 +195,8 @@ def test_shadow_drafts_teach_a_model_free_drafter_without_drafting():
     rows[1].append([7], [0.0])  # row 1 emitted 7: the first draft would have been rejected
     strategy.update(StepResult("spec", rows, tokens_in=2, emitted_tokens=4, drafters_asked=[None, None],
                                asked=[0, 0], lengths=[0, 0], accepted=[0, 0]))
-    # row 0 revealed 3 positions (2 accepted, the third rejected), row 1 one (rejected)
+    # row 0: drafts 1, 2 accepted, the third rejected; row 1: the first rejected (positions past a rejection
+    # are never reached)
     assert strategy.stats["suffix"].reached[:3] == [2.0, 1.0, 1.0]
     assert strategy.stats["suffix"].accepted[:3] == [1.0, 1.0, 0.0]
 
