@@ -23,7 +23,7 @@ from .bench_spec import parse_batch_sizes
 def measure(llm, prompts, n, batch, max_tokens, seed, repeats, warmup, warmup_tokens):
     from .. import SamplingParams
     # a warm-up of the workload's shape on other prompts, the same for every strategy: what an engine that
-    # has run before has learnt (the adaptive one: its cost model, acceptance and bandit)
+    # has run before has learnt (the adaptive one: its cost model and acceptance counts)
     llm.generate(warmup, [SamplingParams(n=n, temperature=1.0, max_tokens=warmup_tokens, seed=seed + 99 + i)
                           for i in range(len(warmup))])
     llm.reset_stats()

@@ -212,7 +212,9 @@ class AdaptiveStrategy:
                                  "arm": self.last.get("arm", "off")})
         lead = self.arm.lead
         if not self.deterministic:
-            self.cost.observe_target(result.tokens_in, B, result.verify_s)
+            # the forward, sampling, verification and the bookkeeping that grows with the tokens appended: all
+            # of the step but drafting, which the drafters' own fits price
+            self.cost.observe_target(result.tokens_in, B, result.verify_s + result.other_s)
             for name, dt in result.draft_s_by.items():
                 if name != lead:  # the lead's proposal was timed in the schedule
                     asked = [k for d, k in zip(asked_by, result.asked) if d == name]

@@ -6,9 +6,10 @@
 
 Each line is a decayed least-squares fit of the engine's own step timings (`observe_*`), so it follows the
 device, the dtype, the model size and the machine's load, and no threshold is set by hand. Until a fit has
-data it leans on a prior: the target's is counted work (multiply-adds of the tokens plus one pass over the
-weights) scaled to the first forward actually timed; a drafter's is zero (it has not drafted yet, so the
-bandit tries it).
+data it leans on a prior: the target's is the warm-up profile (`AdaptiveStrategy.calibrate` times the forward
+over batch sizes and draft lengths when the engine is built), else counted work (multiply-adds of the
+tokens plus one pass over the weights) scaled to the first forward actually timed; a drafter's is counted
+work with almost no weight, so its first timed propose overrules it.
 
 Two modes. "measured" keeps fitting. "deterministic" never reads a clock: the model is frozen, from a saved
 profile (`to_profile` / `from_profile`, JSON) or else from counted work alone, so that the engine's choices,
