@@ -91,7 +91,8 @@ class AdaptiveStrategy:
         self._shadows: list[tuple[str, Sequence, int, list[int]]] = []  # (drafter, row, its length, draft)
         self._turn = 0  # which rows shadow drafts next
         self.last: dict = {}  # the last decision, for the trace and the tests
-        self.chosen: dict[str, float] = {}  # rows per drafter ("none": no draft) over all steps, "k_sum" of drafts asked
+        # rows per drafter ("none": no draft) over all steps, and "k_sum": the drafts asked
+        self.chosen: dict[str, float] = {}
         self.history: list[dict] | None = None  # set to [] to log every step's choice (`specrl bench adaptive`)
 
     # ---- predictions ---------------------------------------------------------------------------------
@@ -119,7 +120,8 @@ class AdaptiveStrategy:
         if B != self._planned_for or self._age >= PLAN_EVERY or self._trying:
             self.arm, self._planned_for, self._age = self.best_arm(B), B, 0
             # a plan that tries a drafter seen on few rows lasts one step: the next one looks again
-            self._trying = any(n is not None and self.stats[n].rows < TRY_ROWS for n in (self.arm.drafter, self.arm.lead))
+            self._trying = any(n is not None and self.stats[n].rows < TRY_ROWS
+                               for n in (self.arm.drafter, self.arm.lead))
         self._age += 1
         arm = self.arm
         self.last = {"arm": arm.label}

@@ -93,7 +93,8 @@ def merge_proposals(parts: list[tuple[list[int], Proposal]], B: int, vocab: int,
             if p.probs is not None:
                 probs[idx, :Kp] = p.probs.float()
             else:
-                probs[idx, :Kp] = torch.zeros(len(rows), Kp, vocab, device=device).scatter_(-1, p.tokens[..., None], 1.0)
+                one_hot = torch.zeros(len(rows), Kp, vocab, device=device)  # [R, Kp, V]
+                probs[idx, :Kp] = one_hot.scatter_(-1, p.tokens[..., None], 1.0)
     return Proposal(tokens, lengths, probs)
 
 
@@ -152,7 +153,8 @@ def spec_step(runner: ModelRunner, drafters: dict[str, Drafter], observer: Draft
     drafted_by = [w if n > 0 else None for w, n in zip(which, lengths)]
     return StepResult("spec", seqs, tokens_in=B * (K + 1), emitted_tokens=sum(kept), k=max(ks, default=0),
                       draft_tokens=sum(lengths), accepted_tokens=sum(n_acc), draft_s=t1 - t0, verify_s=t2 - t1,
-                      drafters=drafted_by, drafters_asked=[w if ki > 0 else None for w, ki in zip(which, ks)], asked=ks, lengths=lengths, accepted=n_acc, draft_s_by=draft_s_by)
+                      drafters=drafted_by, drafters_asked=[w if ki > 0 else None for w, ki in zip(which, ks)],
+                      asked=ks, lengths=lengths, accepted=n_acc, draft_s_by=draft_s_by)
 
 
 def cut(prop: Proposal, rows: list[int], k: list[int]) -> Proposal:
