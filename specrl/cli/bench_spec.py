@@ -91,7 +91,9 @@ def main(argv: list[str]) -> int:
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     path = policy_path(args.model)
     probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1, **memory_kwargs(args))
-    rollout = TrainConfig().rollout  # the RL workload is the default run's rollout
+    default = TrainConfig()
+    default.fill_budget()
+    rollout = default.rollout  # the RL workload is the default run's rollout
     for bs in batch_sizes:
         rl = bs == "rl"
         batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
