@@ -8,7 +8,7 @@ from specrl.sim.traces import meta_from_trace, synthesize
 from specrl.sim.validate import Run, summary, validate
 from tests.sim.helpers import toy_hw
 
-TRUTH = {"iter_s": 2e-3, "per_seq_s": 1e-4, "spec_iter_s": 5e-4, "draft_iter_s": 1e-3,
+TRUTH = {"iter_s": 2e-3, "per_seq_s": 1e-4, "spec_iter_s": 5e-4, "spec_per_seq_s": 4e-5, "draft_iter_s": 1e-3,
          "draft_per_seq_s": 5e-5}
 
 
@@ -40,6 +40,7 @@ def test_recovers_known_machine(small):
     assert ov["iter_s"] == pytest.approx(2e-3, rel=0.05)
     assert ov["per_seq_s"] == pytest.approx(1e-4, rel=0.05)
     assert ov["spec_iter_s"] == pytest.approx(5e-4, rel=0.1)
+    assert ov["spec_per_seq_s"] == pytest.approx(4e-5, rel=0.1)
     ngram = calib["drafters"]["ngram"]
     assert ngram["draft_iter_s"] == pytest.approx(1e-3, rel=0.05)
     assert ngram["draft_per_seq_s"] == pytest.approx(5e-5, rel=0.05)
