@@ -164,7 +164,7 @@ def fit_pipeline(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> dict:
 
 
 def predict_run(calib: dict, model: ModelSpec, run: TrainRun, fit_runs: list[TrainRun]) -> dict[str, float]:
-    """Predicted seconds (rollout, train, sync, step) summed over the run's steps."""
+    """Predicted seconds (rollout, train, sync, step) and engine iterations, summed over the run's steps."""
     hw, draft_frac = with_drafter(hardware_from_dict(calib["hardware"]), calib, run.method)
     sd = None
     if run.method == "auto":
@@ -172,7 +172,7 @@ def predict_run(calib: dict, model: ModelSpec, run: TrainRun, fit_runs: list[Tra
     elif run.k > 0:
         sd, _ = sd_for(run.as_run(), [r.as_run() for r in fit_runs], draft_frac)
     mfu = calib.get("pipeline", {}).get("mfu", 0.35)
-    out = dict.fromkeys(PARTS, 0.0)
+    out = dict.fromkeys((*PARTS, "iterations"), 0.0)
     for s in run.steps:
         work = Workload(run.prompts, run.n, int(round(s.prompt_len)), Empirical(tuple(s.lengths.tolist())),
                         int(s.lengths.max()))
@@ -183,6 +183,7 @@ def predict_run(calib: dict, model: ModelSpec, run: TrainRun, fit_runs: list[Tra
             r = simulate_step(cfg, s.lengths)
             for p in PARTS:
                 out[p] += r[p + "_s"] / PREDICT_SEEDS
+            out["iterations"] += r["iterations"] / PREDICT_SEEDS
     return out
 
 
@@ -222,6 +223,9 @@ def validate_train(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> list[
         p, steps = pred[r.name], len(r.steps)
         row = {"run": r.name, "mode": r.mode, "lag": r.lag, "method": r.method, "k": r.k, "prompts": r.prompts,
                "n": r.n, "max_num_seqs": r.max_num_seqs, "steps": steps}
+        # engine steps per RL step (the engine's prefill is a step of its own; the simulator's is not)
+        row.update(measured_engine_steps=sum(len(x.rows) for x in r.steps) / steps,
+                   predicted_engine_steps=p["iterations"] / steps)
         for part in ("step", "rollout"):
             m = r.total(part)
             row.update({f"measured_{part}_s": m / steps, f"predicted_{part}_s": p[part] / steps,
