@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.sim import cost
-from specrl.sim.hardware import HardwareSpec, Overheads, hardware_to_dict
+from specrl.sim.hardware import HardwareSpec, Overheads, hardware_from_dict, hardware_to_dict
 from specrl.sim.models import ModelSpec
 
 TRACE_KEYS = ("active", "tokens_in", "k", "verify_s", "other_s", "draft_s", "context_len_mean")
@@ -145,3 +145,18 @@ def with_drafter(hw: HardwareSpec, calib: dict, method: str | None) -> tuple[Har
         return hw, 0.0
     ov = replace(hw.overheads, draft_iter_s=d["draft_iter_s"], draft_per_seq_s=d["draft_per_seq_s"])
     return replace(hw, overheads=ov), d["draft_frac"]
+
+
+def recorded_steps_s(calib: dict, model: ModelSpec, rows: list[dict]) -> float:
+    """Seconds the calibrated machine takes for recorded engine steps, each with its recorded batch,
+    tokens and context: a held-out trace's measured time over this is the machine's drift since the fit
+    runs (1.0: as fast), apart from any error of the iteration-level simulation."""
+    f = features(rows)
+    hw = hardware_from_dict(calib["hardware"])
+    t = cost.target_step_s(hw, model, 1, f["active"], f["tokens_in"], f["ctx_sum"], f["pairs"],
+                           f["prefill_tokens"], f["spec"])  # [R]
+    for method in set(f["method"][f["spec"] > 0]):
+        m = (f["spec"] > 0) & (f["method"] == method)
+        hw_m, frac = with_drafter(hw, calib, method)
+        t[m] += cost.draft_step_s(hw_m, model, 1, f["active"][m], f["ctx_sum"][m], f["k"][m], frac)
+    return float(t.sum())

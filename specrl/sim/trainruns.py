@@ -21,7 +21,7 @@ from specrl.engine.methods import SpecConfig
 from specrl.pipeline.run_dir import TRACE_FILE, WORKLOAD_FILE, read_jsonl
 from specrl.sim import cost
 from specrl.sim.acceptance import fit_batch_acceptance, from_acceptance_length
-from specrl.sim.calibrate import nnls, with_drafter
+from specrl.sim.calibrate import nnls, recorded_steps_s, with_drafter
 from specrl.sim.des import SDSetting
 from specrl.sim.hardware import hardware_from_dict
 from specrl.sim.models import ModelSpec
@@ -225,7 +225,8 @@ def validate_train(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> list[
                "n": r.n, "max_num_seqs": r.max_num_seqs, "steps": steps}
         # engine steps per RL step (the engine's prefill is a step of its own; the simulator's is not)
         row.update(measured_engine_steps=sum(len(x.rows) for x in r.steps) / steps,
-                   predicted_engine_steps=p["iterations"] / steps)
+                   predicted_engine_steps=p["iterations"] / steps,
+                   machine_drift=r.total("rollout") / recorded_steps_s(calib, model, r.as_run().rows))
         for part in ("step", "rollout"):
             m = r.total(part)
             row.update({f"measured_{part}_s": m / steps, f"predicted_{part}_s": p[part] / steps,
