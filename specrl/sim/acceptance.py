@@ -100,9 +100,10 @@ class BatchAcceptance:
     """SD whose draft length and acceptance depend on how many sequences run, as under the adaptive
     strategy "auto" (SD off above its max batch, k shrinking as the batch grows). Entry n-1 is for n
     running sequences (the last entry holds for larger batches): `k` the rule's draft length (0: plain
-    decode), `drafts` and `accepted` the mean drafts proposed and accepted per sequence, measured on
-    traces. A suffix drafter without a match proposes fewer than k; and the sequences still running when
-    few run are the long ones, which repeat their pattern and accept more."""
+    decode), `drafts` the draft slots verified per sequence (the engine pads to the batch's longest
+    proposal; a suffix drafter without a match proposes fewer than k) and `accepted` the drafts accepted
+    per sequence, both means measured on traces. The sequences still running when few run are the long
+    ones, which repeat their pattern and accept more."""
 
     k: tuple[int, ...]
     drafts: tuple[float, ...]
