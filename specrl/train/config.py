@@ -379,6 +379,11 @@ class TrainConfig:
         require(self.num_threads >= 0, "num_threads", self.num_threads, ">= 0")
         self._validate_online_drafter()
 
+    @property
+    def max_tokens(self) -> int:
+        """A response's budget: `rollout.max_tokens`, or the data source's when it is null."""
+        return self.rollout.max_tokens if self.rollout.max_tokens is not None else self.data.budget.max_tokens
+
     def fill_budget(self) -> None:
         """Null budget keys take the data source's (DataConfig.budget); the run directory's config.yaml then
         records the numbers the run used."""
