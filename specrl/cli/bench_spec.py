@@ -92,7 +92,6 @@ def main(argv: list[str]) -> int:
     path = policy_path(args.model)
     probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1, **memory_kwargs(args))
     default = TrainConfig()
-    default.fill_budget()
     rollout = default.rollout  # the RL workload is the default run's rollout
     for bs in batch_sizes:
         rl = bs == "rl"
@@ -103,7 +102,7 @@ def main(argv: list[str]) -> int:
         else:
             prompts = task_prompts(probe, count, seed=args.seed + 7, split="train" if rl else "test")
         repeats = 1 if rl else args.repeats
-        max_tokens = rollout.max_tokens if rl and not args.quick else args.max_tokens
+        max_tokens = default.budget.max_tokens if rl and not args.quick else args.max_tokens
 
         def factory(spec=None):
             return lambda: LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec,

@@ -380,20 +380,15 @@ class TrainConfig:
         self._validate_online_drafter()
 
     @property
-    def max_tokens(self) -> int:
-        """A response's budget: `rollout.max_tokens`, or the data source's when it is null."""
-        return self.rollout.max_tokens if self.rollout.max_tokens is not None else self.data.budget.max_tokens
+    def budget(self) -> Budget:
+        """The response and held-out budgets: each key as set, or the data source's (DataConfig.budget) when null."""
+        own = Budget(self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens)
+        return Budget(*(v if v is not None else default for v, default in zip(own, self.data.budget)))
 
     def fill_budget(self) -> None:
-        """Null budget keys take the data source's (DataConfig.budget); the run directory's config.yaml then
-        records the numbers the run used."""
-        budget = self.data.budget
-        if self.rollout.max_tokens is None:
-            self.rollout.max_tokens = budget.max_tokens
-        if self.data.eval_size is None:
-            self.data.eval_size = budget.eval_size
-        if self.data.eval_max_tokens is None:
-            self.data.eval_max_tokens = budget.eval_max_tokens
+        """Null budget keys take their resolved values, so the run directory's config.yaml records the numbers
+        the run used."""
+        self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens = self.budget
 
     def _validate_online_drafter(self) -> None:
         d, spec = self.rollout.drafter, self.rollout.spec

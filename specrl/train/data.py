@@ -133,7 +133,8 @@ def _parquet_records(path: Path):
 
 
 def build_sources(cfg: DataConfig, seed: int) -> tuple[PromptSource, list[Example]]:
-    """The training source and the held-out examples (held-out accuracy is measured on these)."""
+    """The training source and the held-out examples (held-out accuracy is measured on these); a null
+    `eval_size` (a config that was not validated) takes the source's budget."""
     size = cfg.eval_size if cfg.eval_size is not None else cfg.budget.eval_size
     if cfg.is_task:
         from ..tasks import make_problems

@@ -60,7 +60,7 @@ def activation_bytes_per_token(cfg, checkpointing: bool = False) -> int:
 
 HEAD_CHUNK_ELEMENTS = 2 ** 23  # logits a chunk of the lm-head computes at once (32 MiB in fp32)
 # optim.activation_memory=null: what ACTIVATION_TOTAL leaves beside the training state, at least ACTIVATION_FLOOR;
-# past LARGE_STATE the heap is also trimmed before every micro-batch (see PolicyTrainer.trim_points)
+# past LARGE_STATE the heap is also trimmed before every micro-batch (PolicyTrainer.trims_heap)
 ACTIVATION_TOTAL, ACTIVATION_FLOOR, LARGE_STATE = 2 * 2 ** 30, 2 ** 29, 2 ** 30
 
 
@@ -174,14 +174,13 @@ class PolicyTrainer:
                 start = end - 1
         return out + [idx[start:]] if len(idx) else []
 
-    def trim_points(self, chunks: list[Tensor], lengths: Tensor) -> set[int]:
-        """The micro-batches before which freed heap pages go back to the OS (CPU): before every one for a
-        large model, whose heap otherwise grows from micro-batch to micro-batch and whose compute dwarfs the
-        page faults (docs/real_models.md, "Training memory"); never for a small one, where a trim once per
-        update cost ~10% of the update's time for ~0.2 GB of peak (docs/results/house.md)."""
-        if self.device.type != "cpu" or not chunks or not self.large:
-            return set()
-        return set(range(len(chunks)))
+    @property
+    def trims_heap(self) -> bool:
+        """Freed heap pages go back to the OS before every micro-batch of a large model on a CPU, whose heap
+        otherwise grows from micro-batch to micro-batch and whose compute dwarfs the page faults
+        (docs/real_models.md, "Training memory"); never for a small one, where even one trim per update cost
+        ~10% of the update's time for ~0.2 GB of peak (docs/results/house.md)."""
+        return self.large and self.device.type == "cpu"
 
     def autocast(self):
         """bf16 autocast around forwards and backwards when optim.autocast: the matmuls run in bf16 while
@@ -251,10 +250,8 @@ class PolicyTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         lr = self.scheduler.get_last_lr()[0]
         total = 0.0
-        chunks = self.micro_batches(rows, batch.lengths)
-        trims = self.trim_points(chunks, batch.lengths)
-        for i, idx in enumerate(chunks):
-            if i in trims:
+        for idx in self.micro_batches(rows, batch.lengths):
+            if self.trims_heap:
                 trim(TRIM_MIN_FREE)  # specrl/heap.py
             mb = batch.rows(idx, self.device)
             T = mb.input_ids.shape[1]

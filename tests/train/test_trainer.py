@@ -218,16 +218,6 @@ def test_the_default_activation_budget_follows_the_training_state():
     assert activation_budget("3GiB", int(2.2 * GiB)) == 3 * GiB  # an explicit budget is the user's
 
 
-def test_the_heap_is_trimmed_before_every_micro_batch_of_a_large_model_only():
-    model = tiny_model(seed=2)
-    t = _trainer(model, micro=2)
-    batch = _rollouts(model)
-    chunks = t.micro_batches(torch.arange(batch.num_rows), batch.lengths)
-    assert len(chunks) > 1 and t.trim_points(chunks, batch.lengths) == set()  # a small model: never
-    t.large = True
-    assert t.trim_points(chunks, batch.lengths) == set(range(len(chunks)))
-
-
 def test_chunked_lm_head_gives_the_same_update_and_metrics(monkeypatch):
     """With chunks of 5 tokens (the lm-head under checkpointing, never the whole [b, T, V] logits) the loss,
     entropy, logprob audit and gradients equal one plain chunk's."""
