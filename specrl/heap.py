@@ -6,8 +6,8 @@ glibc serves a large allocation with its own mmap, unmapped when freed, but rais
 stays resident. A training update allocates and frees hundreds of MiB of activations per micro-batch; the
 heap keeps their high-water mark, and fragmentation grows it from step to step. `malloc_trim(0)` hands every
 free page of the heap back (madvise), at the cost of one walk over it, and of faulting the pages in again
-when they are next used. So the trainer trims where it pays (`PolicyTrainer.trim_points`: once per update,
-or before every micro-batch of a large model), the engine when a generate() ends, and `trim(min_free)`
+when they are next used. So the trainer trims where it pays (`PolicyTrainer.trims_heap`: before every
+micro-batch of a large model, never for a small one), the engine when a generate() ends, and `trim(min_free)`
 skips a heap with little free (mallinfo2). A fixed small mmap threshold (MALLOC_MMAP_THRESHOLD_) would
 give the same effect everywhere, but makes every activation a fresh mapping faulted in page by page, so it
 is not used; docs/memory.md has the measurements.

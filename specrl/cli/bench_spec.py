@@ -91,7 +91,8 @@ def main(argv: list[str]) -> int:
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     path = policy_path(args.model)
     probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1, **memory_kwargs(args))
-    rollout = TrainConfig().rollout  # the RL workload is the default run's rollout
+    default = TrainConfig()
+    rollout = default.rollout  # the RL workload is the default run's rollout
     for bs in batch_sizes:
         rl = bs == "rl"
         batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
@@ -101,7 +102,7 @@ def main(argv: list[str]) -> int:
         else:
             prompts = task_prompts(probe, count, seed=args.seed + 7, split="train" if rl else "test")
         repeats = 1 if rl else args.repeats
-        max_tokens = rollout.max_tokens if rl and not args.quick else args.max_tokens
+        max_tokens = default.budget.max_tokens if rl and not args.quick else args.max_tokens
 
         def factory(spec=None):
             return lambda: LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec,

@@ -47,7 +47,7 @@ class LocalLearner:
               tokenizer_dir: str | Path | None = None) -> "LocalLearner":
         policy = load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype))
         trainer = PolicyTrainer(policy, cfg.algorithm, cfg.optim, cfg.schedule.max_steps, cfg.rollout.temperature,
-                                cfg.rollout.max_tokens)
+                                cfg.budget.max_tokens)
         d, drafter = cfg.rollout.drafter, None
         if d.online:
             drafter = OnlineDrafterTrainer.from_spec(cfg.rollout.spec, policy, d, cfg.rollout.temperature, cfg.seed)

@@ -2,7 +2,9 @@
 sequence needs to emit a given number of tokens."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -91,6 +93,79 @@ class LengthAcceptance:
             model = from_acceptance_length(float(tau[idx].mean()), self.k)
             steps[idx] = model.steps_needed(tokens[idx], rng)
         return steps
+
+
+@dataclass(frozen=True)
+class BatchAcceptance:
+    """SD whose draft length and acceptance depend on how many sequences run, as under the adaptive
+    strategy "auto" (SD off above its max batch, k shrinking as the batch grows). Entry n-1 is for n
+    running sequences (the last entry holds for larger batches): `k` the rule's draft length (0: plain
+    decode), `drafts` the draft slots verified per sequence (the engine pads to the batch's longest
+    proposal; a suffix drafter without a match proposes fewer than k) and `accepted` the drafts accepted
+    per sequence, both means measured on traces. The sequences still running when few run are the long
+    ones, which repeat their pattern and accept more."""
+
+    k: tuple[int, ...]
+    drafts: tuple[float, ...]
+    accepted: tuple[float, ...]
+
+    def __post_init__(self):
+        bad = [i + 1 for i, (k, d, a) in enumerate(zip(self.k, self.drafts, self.accepted))
+               if not 0.0 <= a <= d <= max(k, 0)]
+        if not self.k or len({len(self.k), len(self.drafts), len(self.accepted)}) > 1 or bad:
+            raise ValueError(f"batch acceptance needs equal-length k, drafts, accepted with 0 <= accepted <= "
+                             f"drafts <= k per batch size; bad at batch sizes {bad}")
+
+    def index(self, n: int) -> int:
+        return min(max(n, 1), len(self.k)) - 1
+
+    @cached_property
+    def _cdfs(self) -> list[np.ndarray | None]:
+        """Per batch size, the cdf of accepted drafts per sequence (geometric over the rule's k positions)."""
+        return [None if k == 0 else np.cumsum(from_acceptance_length(1.0 + a, k).pmf)
+                for k, a in zip(self.k, self.accepted)]
+
+    def sample_accepted(self, n: int, size: int, rng: np.random.Generator) -> np.ndarray:
+        """Accepted drafts [size] of each of `size` sequences in one step of a batch of n."""
+        cdf = self._cdfs[self.index(n)]
+        if cdf is None:
+            return np.zeros(size, dtype=np.int64)
+        return np.minimum(np.searchsorted(cdf, rng.random(size), side="right"), cdf.size - 1)  # [size]
+
+    @property
+    def mean_emitted(self) -> float:
+        """Tokens per verify step, averaged over the batch sizes that speculate (for reports)."""
+        on = [a for k, a in zip(self.k, self.accepted) if k > 0]
+        return 1.0 + float(np.mean(on)) if on else 1.0
+
+
+def fit_batch_acceptance(rows: list[dict], k_rule: Callable[[int], int], n_max: int) -> BatchAcceptance:
+    """Drafts and acceptance per running count n = 1..n_max+1 from engine-trace rows of SD steps. Batch
+    sizes are pooled by (rule k, octave of n) so that rarely seen sizes borrow from their neighbours; a
+    bin without data takes the pool of its k, then of all drafting steps."""
+    sums: dict[tuple, np.ndarray] = {}  # bin -> [sequence-steps, drafts, accepted]
+    for r in rows:
+        n = int(r["active"])
+        drafts = float(r["tokens_in"]) - n
+        if r.get("phase") != "spec" or n < 1 or k_rule(n) == 0 or drafts < 0:
+            continue
+        for key in ((k_rule(n), n.bit_length()), (k_rule(n),), ()):
+            sums.setdefault(key, np.zeros(3))
+            sums[key] += (n, drafts, float(r["accepted_tokens"]))
+    ks, drafts, accepted = [], [], []
+    for n in range(1, n_max + 2):
+        k = k_rule(n)
+        pool = next((sums[key] for key in ((k, n.bit_length()), (k,), ()) if key in sums), None)
+        if k == 0 or pool is None:
+            ks.append(k)
+            drafts.append(0.0)
+            accepted.append(0.0)
+            continue
+        d = min(pool[1] / pool[0], float(k))
+        ks.append(k)
+        drafts.append(d)
+        accepted.append(min(pool[2] / pool[0], d))
+    return BatchAcceptance(tuple(ks), tuple(drafts), tuple(accepted))
 
 
 def sequence_steps(response_lens, spec_active) -> tuple[np.ndarray, np.ndarray]:

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 
 from specrl.sim import cost
-from specrl.sim.hardware import HardwareSpec, Overheads, hardware_to_dict
+from specrl.sim.hardware import HardwareSpec, Overheads, hardware_from_dict, hardware_to_dict
 from specrl.sim.models import ModelSpec
 
 TRACE_KEYS = ("active", "tokens_in", "k", "verify_s", "other_s", "draft_s", "context_len_mean")
 # column of the design matrix -> Overheads field (cost.overhead_s uses the same pairs)
 OVERHEAD_COLUMNS = {"one": "iter_s", "active": "per_seq_s", "tokens_in": "per_token_s",
                     "ctx_sum": "per_kv_token_s", "prefill_tokens": "prefill_token_s",
-                    "spec": "spec_iter_s"}
+                    "spec": "spec_iter_s", "spec_seqs": "spec_per_seq_s"}
 BW_GRID = np.logspace(8, 13, 31)  # bytes/s, 6 points per decade
 FLOPS_GRID = np.logspace(8, 15, 43)  # FLOP/s
 
@@ -39,7 +39,9 @@ def load_trace(path: str | Path) -> list[dict]:
 def features(rows: list[dict]) -> dict[str, np.ndarray]:
     """Columns the cost model needs, one entry per engine step [R]."""
     col = {k: np.array([float(r.get(k) or 0.0) for r in rows]) for k in TRACE_KEYS}
+    # the SD path (draft, verify, drafter bookkeeping), also where "auto" passes and verifies no drafts
     col["spec"] = np.array([r.get("phase") == "spec" for r in rows], dtype=float)  # [R]
+    col["spec_seqs"] = col["spec"] * col["active"]  # [R]
     prefill = np.array([r.get("phase") == "prefill" for r in rows])
     col["ctx_sum"] = col["active"] * col["context_len_mean"]  # [R]
     q = col["tokens_in"] / np.maximum(col["active"], 1)  # [R] query tokens per sequence
@@ -52,10 +54,16 @@ def features(rows: list[dict]) -> dict[str, np.ndarray]:
 
 def nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Least squares with non-negative coefficients (drop the most negative column and refit)."""
+    # the normal equations of the column-scaled problem: each refit is then a [C, C] solve, not a pass
+    # over all R rows
+    scale = np.linalg.norm(a, axis=0)  # [C]
+    scale[scale == 0] = 1.0
+    a = a / scale
+    gram, rhs = a.T @ a, a.T @ y  # [C, C], [C]
     keep = list(range(a.shape[1]))
     coef = np.zeros(a.shape[1])
     while keep:
-        sol = np.linalg.lstsq(a[:, keep], y, rcond=None)[0]
+        sol = np.linalg.lstsq(gram[np.ix_(keep, keep)], rhs[keep], rcond=None)[0] / scale[keep]
         if (sol >= 0).all():
             coef[keep] = sol
             return coef
@@ -67,15 +75,21 @@ def fit_target(model: ModelSpec, f: dict) -> tuple[float, float, np.ndarray, flo
     """Grid search over (bw, flops); at each point a relative-error NNLS for the overheads
     OVERHEAD_COLUMNS. Returns bw, flops, overhead coefficients, relative RMSE."""
     y = f["target_s"]
-    design = np.stack([np.ones_like(y) if c == "one" else f[c] for c in OVERHEAD_COLUMNS], 1)  # [R, 6]
-    w = 1.0 / y  # relative errors, so fast decode steps count as much as long prefills
+    design = np.stack([np.ones_like(y) if c == "one" else f[c] for c in OVERHEAD_COLUMNS], 1)  # [R, C]
     nbytes = cost.forward_bytes(model, f["tokens_in"], f["ctx_sum"])  # [R]
     nflops = cost.forward_flops(model, f["tokens_in"], f["pairs"])  # [R]
 
     def score(bw, fl):
+        # relative errors, so fast decode steps count as much as long prefills; relative to the fit, not to
+        # the measurement, whose noise on a shared machine is one-sided (1/y would favour the fast rows
+        # and fit the mode, under-predicting the mean time)
         roof = np.maximum(nbytes / bw, nflops / fl)  # [R]
-        coef = nnls(design * w[:, None], (y - roof) * w)
-        err = (roof + design @ coef - y) * w
+        pred = y
+        for _ in range(2):
+            w = 1.0 / np.maximum(pred, 1e-6)  # [R]
+            coef = nnls(design * w[:, None], (y - roof) * w)
+            pred = roof + design @ coef  # [R]
+        err = (pred - y) * w
         return float(np.sqrt(np.mean(err ** 2))), coef
 
     err, coef, bw, fl = _grid_best(BW_GRID, FLOPS_GRID, score)
@@ -131,3 +145,18 @@ def with_drafter(hw: HardwareSpec, calib: dict, method: str | None) -> tuple[Har
         return hw, 0.0
     ov = replace(hw.overheads, draft_iter_s=d["draft_iter_s"], draft_per_seq_s=d["draft_per_seq_s"])
     return replace(hw, overheads=ov), d["draft_frac"]
+
+
+def recorded_steps_s(calib: dict, model: ModelSpec, rows: list[dict]) -> float:
+    """Seconds the calibrated machine takes for recorded engine steps, each with its recorded batch,
+    tokens and context: a held-out trace's measured time over this is the machine's drift since the fit
+    runs (1.0: as fast), apart from any error of the iteration-level simulation."""
+    f = features(rows)
+    hw = hardware_from_dict(calib["hardware"])
+    t = cost.target_step_s(hw, model, 1, f["active"], f["tokens_in"], f["ctx_sum"], f["pairs"],
+                           f["prefill_tokens"], f["spec"])  # [R]
+    for method in set(f["method"][f["spec"] > 0]):
+        m = (f["spec"] > 0) & (f["method"] == method)
+        hw_m, frac = with_drafter(hw, calib, method)
+        t[m] += cost.draft_step_s(hw_m, model, 1, f["active"][m], f["ctx_sum"][m], f["k"][m], frac)
+    return float(t.sum())

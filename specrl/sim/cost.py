@@ -51,7 +51,7 @@ def overhead_s(ov, active, tokens_in, ctx_sum, prefill_tokens, spec):
     """The fitted, linear part of an iteration's time [J] (columns of calibrate.fit_target)."""
     return (ov.iter_s + ov.per_seq_s * np.asarray(active) + ov.per_token_s * np.asarray(tokens_in)
             + ov.per_kv_token_s * np.asarray(ctx_sum) + ov.prefill_token_s * np.asarray(prefill_tokens)
-            + ov.spec_iter_s * np.asarray(spec))  # [J]
+            + (ov.spec_iter_s + ov.spec_per_seq_s * np.asarray(active)) * np.asarray(spec))  # [J]
 
 
 def target_step_s(hw, model, tp, active, tokens_in, ctx_sum, attn_pairs, prefill_tokens=0.0,

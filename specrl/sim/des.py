@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from specrl.sim import cost
-from specrl.sim.acceptance import AcceptanceModel, LengthAcceptance
+from specrl.sim.acceptance import AcceptanceModel, BatchAcceptance, LengthAcceptance
 from specrl.sim.hardware import HardwareSpec
 from specrl.sim.models import ModelSpec
 
@@ -35,6 +35,7 @@ class SDSetting:
     verify_len: float | None = None  # tokens verified per sequence per SD step (None: k + 1; an
     # n-gram drafter without a match proposes fewer than k)
     by_length: LengthAcceptance | None = None  # acceptance per response length (None: `acceptance` for all)
+    by_batch: BatchAcceptance | None = None  # k and acceptance per running count ("auto"); overrides the rest
 
     def steps_needed(self, tokens, lengths, rng) -> np.ndarray:
         if self.by_length is not None:
@@ -119,6 +120,24 @@ def simulate_replica(engine: Engine, lengths, prompt_len: int, slots: int,
     """Iteration-level timeline of one replica generating `lengths` [S] after prompts. Each prompt is
     prefilled once for `prompt_share` sequences (a GRPO group shares its prompt: prefix caching, or
     n samples of one request), so a new sequence costs prompt_len / prompt_share prefill tokens."""
+    if sd is not None and sd.by_batch is not None:
+        it = lockstep(lengths, prompt_len, slots, sd.by_batch, rng)
+    else:
+        it = _planned(lengths, prompt_len, slots, sd, rng)
+    return _timeline(engine, it, prompt_len, prompt_share, sd)
+
+
+class Iterations(NamedTuple):
+    active: np.ndarray  # [J] sequences in the batch
+    new: np.ndarray  # [J] sequences prefilling
+    ctx_sum: np.ndarray  # [J] summed context length of the batch
+    emitted: np.ndarray  # [J] tokens emitted
+    q: np.ndarray  # [J] tokens fed per decoding sequence
+    k: np.ndarray  # [J] draft length (0: plain decode)
+
+
+def _planned(lengths, prompt_len: int, slots: int, sd: SDSetting | None, rng) -> Iterations:
+    """Per-sequence iteration counts first (plan), then the batch per iteration from difference arrays."""
     starts, iters, plain, switch = plan(lengths, slots, sd, rng)
     length = int((starts + iters).max())
     lengths = np.asarray(lengths, dtype=np.float64)
@@ -127,22 +146,60 @@ def simulate_replica(engine: Engine, lengths, prompt_len: int, slots: int,
     ones = np.ones_like(rate)
     c1, e1 = _ramp_sum(starts, starts + plain, prompt_len + 0 * rate, ones, length)
     c2, e2 = _ramp_sum(starts + plain, starts + iters, prompt_len + plain.astype(float), rate, length)
-    ctx_sum, emitted = c1 + c2, e1 + e2  # [J]
     # step 2: batch composition per iteration
     active = np.cumsum(np.bincount(starts, minlength=length + 1)
                        - np.bincount(starts + iters, minlength=length + 1))[:length]  # [J]
-    new = np.bincount(starts, minlength=length)[:length]  # [J] sequences prefilling
-    decoding = active - new
-    spec = (np.arange(length) >= switch) & (decoding > 0)  # [J] a prefill-only step drafts nothing
-    q = np.where(spec, sd.tokens_per_seq if sd else 1, 1)  # [J] tokens per decoding sequence
-    prefill = new * prompt_len / prompt_share  # [J] prompt tokens fed
-    tokens_in = decoding * q + prefill  # [J]
-    pairs = (ctx_sum - new * prompt_len) * q + prefill * (prompt_len + 1) / 2  # [J]
-    # step 3: cost of each iteration
-    t = cost.target_step_s(engine.hw, engine.model, engine.tp, active, tokens_in, ctx_sum, pairs,
-                           prefill, spec if sd is not None else 0.0)  # [J]
+    new = np.bincount(starts, minlength=length)[:length]  # [J]
+    spec = (np.arange(length) >= switch) & (active - new > 0)  # [J] a prefill-only step drafts nothing
+    q = np.where(spec, sd.tokens_per_seq if sd else 1, 1.0)  # [J]
+    k = np.where(spec, sd.acceptance.k if sd else 0, 0)  # [J]
+    return Iterations(active, new, c1 + c2, e1 + e2, q, k)
+
+
+def lockstep(lengths, prompt_len: int, slots: int, acc: BatchAcceptance, rng) -> Iterations:
+    """One engine iteration at a time, for SD whose k and acceptance follow the running count: FIFO
+    admission into free slots (a new sequence's prefill emits its first token), then each decoding
+    sequence emits 1 + accepted drafts, cut at its length as a lossless engine stops."""
+    lengths = np.asarray(lengths, dtype=np.int64)  # [S]
+    left, gen = lengths.copy(), np.zeros_like(lengths)  # [S] tokens still to emit, emitted so far
+    running = np.zeros(0, dtype=np.int64)
+    rows, admitted = [], 0
+    while running.size or admitted < lengths.size:
+        new = np.arange(admitted, min(lengths.size, admitted + slots - running.size))
+        admitted += new.size
+        n = running.size + new.size
+        k = acc.k[acc.index(n)] if running.size else 0
+        step = np.ones(running.size, dtype=np.int64)  # [R]
+        if k:
+            step += acc.sample_accepted(n, running.size, rng)
+        step = np.minimum(step, left[running])
+        ctx = n * prompt_len + int(gen[running].sum())
+        left[running] -= step
+        gen[running] += step
+        left[new] -= 1
+        gen[new] += 1
+        rows.append((n, new.size, ctx, int(step.sum()) + new.size,
+                     1.0 + acc.drafts[acc.index(n)] if k else 1.0, k))
+        both = np.concatenate([running, new])
+        running = both[left[both] > 0]
+    cols = np.array(rows, dtype=np.float64).T  # [6, J]
+    return Iterations(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5].astype(np.int64))
+
+
+def _timeline(engine: Engine, it: Iterations, prompt_len: int, prompt_share: float,
+              sd: SDSetting | None) -> ReplicaTrace:
+    """The cost model turns each iteration's batch into seconds."""
+    decoding = it.active - it.new  # [J]
+    spec = it.k > 0  # [J] iteration verified drafts
+    # "auto" takes the SD path (propose, verify, drafter bookkeeping) at every decoding step, even with k 0
+    path = (decoding > 0) if sd is not None and sd.by_batch is not None else spec  # [J]
+    prefill = it.new * prompt_len / prompt_share  # [J] prompt tokens fed
+    tokens_in = decoding * it.q + prefill  # [J]
+    pairs = (it.ctx_sum - it.new * prompt_len) * it.q + prefill * (prompt_len + 1) / 2  # [J]
+    t = cost.target_step_s(engine.hw, engine.model, engine.tp, it.active, tokens_in, it.ctx_sum, pairs,
+                           prefill, path if sd is not None else 0.0)  # [J]
     draft_t = np.zeros_like(t)  # [J]
     if sd is not None:
-        draft_t = np.where(spec, cost.draft_step_s(engine.hw, engine.model, engine.tp, decoding,
-                                                   ctx_sum, sd.acceptance.k, sd.draft_frac), 0.0)
-    return ReplicaTrace(t + draft_t, active, emitted, spec, tokens_in, ctx_sum, draft_t)
+        draft_t = np.where(path, cost.draft_step_s(engine.hw, engine.model, engine.tp, decoding,
+                                                       it.ctx_sum, it.k, sd.draft_frac), 0.0)
+    return ReplicaTrace(t + draft_t, it.active, it.emitted, spec, tokens_in, it.ctx_sum, draft_t)

@@ -34,6 +34,7 @@ class Overheads:
     per_kv_token_s: float = 0.0  # per cached token attended (un-overlapped KV reads, e.g. CPU)
     prefill_token_s: float = 0.0  # extra per prompt token prefilled
     spec_iter_s: float = 3.0e-4  # extra per SD step: rejection sampling, KV bookkeeping
+    spec_per_seq_s: float = 0.0  # extra per sequence of an SD step (drafter bookkeeping of accepted tokens)
     draft_iter_s: float = 0.0  # per SD step, drafter's fixed cost (n-gram lookup, launches)
     draft_per_seq_s: float = 0.0  # per active sequence and draft step (n-gram / suffix matching)
     sync_fixed_s: float = 0.3  # per weight sync: gather, NCCL group setup, engine cache reset

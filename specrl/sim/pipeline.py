@@ -32,6 +32,7 @@ class SimConfig:
     seed: int = 0
     share_prompt: bool = True  # a group's n samples prefill their prompt once (prefix caching)
     train_micro_batch: int | None = None  # pad length-sorted micro-batches (specrl's trainer); None: packed
+    update_frac: float = 1.0  # share of rows the update runs (specrl skips GRPO rows of zero advantage)
     # async: the rollout engines stream lag+1 steps' prompts through continuous batching (NeMo-RL);
     # False generates each step's batch on its own, as specrl's in-process async pipeline does
     stream: bool = True
@@ -75,7 +76,7 @@ def simulate_step(cfg: SimConfig, lengths: np.ndarray | None = None) -> dict:
     engine = Engine(cfg.hw, cfg.model, cfg.tp)
     ro = simulate_rollout(engine, lengths, cfg.workload.prompt_len, cfg.rollout_gpus // cfg.tp,
                           slots, cfg.sd, cfg.seed, steps, cfg.workload.n if cfg.share_prompt else 1)
-    tokens = train_tokens(lengths, cfg.workload.prompt_len, cfg.train_micro_batch) / steps
+    tokens = cfg.update_frac * train_tokens(lengths, cfg.workload.prompt_len, cfg.train_micro_batch) / steps
     train = cost.train_s(cfg.hw, cfg.model, tokens, cfg.train_gpus, cfg.mfu)
     sync = cost.weight_sync_s(cfg.hw, cfg.model, cfg.tp, cfg.colocated)
     drafter_exposed, drafter_total = _drafter_cost(cfg, tokens, ro.idle_frac * ro.time_s)

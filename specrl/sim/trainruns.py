@@ -15,9 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.config import load_yaml
+from specrl.drafters.auto import batch_k
+from specrl.engine.methods import SpecConfig
 from specrl.pipeline.run_dir import TRACE_FILE, WORKLOAD_FILE, read_jsonl
 from specrl.sim import cost
-from specrl.sim.calibrate import nnls, with_drafter
+from specrl.sim.acceptance import fit_batch_acceptance, from_acceptance_length
+from specrl.sim.calibrate import nnls, recorded_steps_s, with_drafter
+from specrl.sim.des import SDSetting
 from specrl.sim.hardware import hardware_from_dict
 from specrl.sim.models import ModelSpec
 from specrl.sim.pipeline import SimConfig, simulate_step, train_tokens
@@ -35,6 +40,7 @@ class TrainStep:
     measured: dict[str, float]  # PARTS -> seconds on the run's clock
     rows: list[dict]  # engine-trace rows of this step's rollout, on the same clock
     wall_step: float  # the step's wall seconds (async speedups compare these)
+    update_frac: float = 1.0  # share of rows the update ran (metrics.jsonl update_rows: zero advantages skipped)
 
 
 @dataclass
@@ -50,6 +56,7 @@ class TrainRun:
     heldout: bool = True
     mode: str = "sync"
     lag: int = 0  # async: max_policy_lag
+    auto_max_batch: int = SpecConfig.auto_max_batch  # "auto": SD off above this many running sequences
 
     @property
     def key(self) -> tuple:
@@ -89,7 +96,10 @@ def load_train_run(path: str | Path, clock: str = "cpu", skip_steps: int = 1,
     if len(work) <= skip_steps:
         raise ValueError(f"run {str(path)!r} has {len(work)} traced steps; need more than {skip_steps} "
                          "(the first is warm-up): raise max_steps")
-    steps = [_step(w, trace.get(int(w["step"]), []), clock, path) for w in work[skip_steps:]]
+    update = {int(m["step"]): float(m.get("update_rows", 1.0)) for m in read_jsonl(path / "metrics.jsonl")
+              if "step" in m}
+    steps = [_step(w, trace.get(int(w["step"]), []), clock, path, update.get(int(w["step"]), 1.0))
+             for w in work[skip_steps:]]
     first = work[0]
     if first.get("mode", "sync") == "async" and (first.get("rollout_threads"), first.get("train_threads")) != (1, 1):
         raise ValueError(f"async run {str(path)!r} used {first.get('rollout_threads')} rollout and "
@@ -99,10 +109,17 @@ def load_train_run(path: str | Path, clock: str = "cpu", skip_steps: int = 1,
     n = int(first["n"])
     return TrainRun(path.name, first["method"], int(first["k"]), len(first["response_lengths"]) // n, n,
                     int(first["max_num_seqs"]), first.get("micro_batch_size"), steps, heldout,
-                    first.get("mode", "sync"), int(first.get("max_policy_lag", 0)))
+                    first.get("mode", "sync"), int(first.get("max_policy_lag", 0)), _auto_max_batch(path))
 
 
-def _step(w: dict, rows: list[dict], clock: str, path: Path) -> TrainStep:
+def _auto_max_batch(path: Path) -> int:
+    """rollout.spec.auto_max_batch from the run's config.yaml (the default when the file lacks it)."""
+    cfg = load_yaml(path / "config.yaml") if (path / "config.yaml").is_file() else {}
+    spec = (cfg.get("rollout") or {}).get("spec") or {}
+    return int(spec.get("auto_max_batch", SpecConfig.auto_max_batch))
+
+
+def _step(w: dict, rows: list[dict], clock: str, path: Path, update_frac: float) -> TrainStep:
     """An async step's `step` time is the wall interval between two policy updates on either clock (its
     stages overlap); its rollout and training CPU times are those of their own threads."""
     if not rows:
@@ -114,7 +131,7 @@ def _step(w: dict, rows: list[dict], clock: str, path: Path) -> TrainStep:
         scale = measured["rollout"] / max(total, 1e-12)
         rows = [{**r, **{k: r[k] * scale for k in ("draft_s", "verify_s", "other_s")}} for r in rows]
     return TrainStep(np.asarray(w["response_lengths"], dtype=np.int64), float(np.mean(w["prompt_lens"])),
-                     measured, rows, float(w["step_s"]))
+                     measured, rows, float(w["step_s"]), update_frac)
 
 
 def fit_pipeline(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> dict:
@@ -128,11 +145,15 @@ def fit_pipeline(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> dict:
     steps = [(s, r.micro_batch) for r in runs for s in r.steps]
     if not steps:
         raise ValueError("no fit train-run steps: pass at least one traced `specrl train` run to fit on")
-    tokens = np.array([train_tokens(s.lengths, s.prompt_len, mb) for s, mb in steps])  # [S]
+    tokens = np.array([s.update_frac * train_tokens(s.lengths, s.prompt_len, mb) for s, mb in steps])  # [S]
     ideal = 6.0 * model.active_params * tokens / hw.peak_flops  # [S] seconds at MFU 1
     y = np.array([s.measured["train"] for s, _ in steps])  # [S]
-    w = 1.0 / y
-    c = nnls(np.stack([np.ones_like(y), ideal], 1) * w[:, None], y * w)
+    design = np.stack([np.ones_like(y), ideal], 1)  # [S, 2]
+    pred = y
+    for _ in range(2):  # relative errors, relative to the fit (as in calibrate.fit_target)
+        w = 1.0 / np.maximum(pred, 1e-9)
+        c = nnls(design * w[:, None], y * w)
+        pred = design @ c
     mfu = 1.0 / c[1] if c[1] > 0 else 1.0
     shard = model.total_params * cost.DTYPE_BYTES / hw.nvlink_bw
     sync = max(0.0, float(np.mean([s.measured["sync"] for s, _ in steps])) - shard)
@@ -143,23 +164,38 @@ def fit_pipeline(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> dict:
 
 
 def predict_run(calib: dict, model: ModelSpec, run: TrainRun, fit_runs: list[TrainRun]) -> dict[str, float]:
-    """Predicted seconds (rollout, train, sync, step) summed over the run's steps."""
+    """Predicted seconds (rollout, train, sync, step) and engine iterations, summed over the run's steps."""
     hw, draft_frac = with_drafter(hardware_from_dict(calib["hardware"]), calib, run.method)
     sd = None
-    if run.k > 0:
+    if run.method == "auto":
+        sd = auto_sd_for(run, fit_runs, draft_frac)
+    elif run.k > 0:
         sd, _ = sd_for(run.as_run(), [r.as_run() for r in fit_runs], draft_frac)
     mfu = calib.get("pipeline", {}).get("mfu", 0.35)
-    out = dict.fromkeys(PARTS, 0.0)
+    out = dict.fromkeys((*PARTS, "iterations"), 0.0)
     for s in run.steps:
         work = Workload(run.prompts, run.n, int(round(s.prompt_len)), Empirical(tuple(s.lengths.tolist())),
                         int(s.lengths.max()))
         for seed in range(PREDICT_SEEDS):
             cfg = SimConfig(hw, model, work, sd=sd, mfu=mfu, max_num_seqs=run.max_num_seqs, drafter_train=False,
-                            seed=seed, train_micro_batch=run.micro_batch, **placement(run))
+                            seed=seed, train_micro_batch=run.micro_batch, update_frac=s.update_frac,
+                            **placement(run))
             r = simulate_step(cfg, s.lengths)
             for p in PARTS:
                 out[p] += r[p + "_s"] / PREDICT_SEEDS
+            out["iterations"] += r["iterations"] / PREDICT_SEEDS
     return out
+
+
+def auto_sd_for(run: TrainRun, fit_runs: list[TrainRun], draft_frac: float) -> SDSetting:
+    """"auto" as the engine runs it: its own rule for k per running count (drafters/auto.batch_k, with the
+    run's k and max batch), and the drafts and acceptance per running count measured on fit runs of the
+    same method and k (on the run itself when there is none)."""
+    same = [r for r in fit_runs if (r.key, r.auto_max_batch) == (run.key, run.auto_max_batch)] or [run]
+    rows = [row for r in same for s in r.steps for row in s.rows]
+    acc = fit_batch_acceptance(rows, lambda n: batch_k(n, run.k, run.auto_max_batch), run.auto_max_batch)
+    mean = from_acceptance_length(min(acc.mean_emitted, run.k + 1.0), run.k)
+    return SDSetting(mean, draft_frac, by_batch=acc)
 
 
 def placement(run: TrainRun) -> dict:
@@ -187,6 +223,10 @@ def validate_train(calib: dict, model: ModelSpec, runs: list[TrainRun]) -> list[
         p, steps = pred[r.name], len(r.steps)
         row = {"run": r.name, "mode": r.mode, "lag": r.lag, "method": r.method, "k": r.k, "prompts": r.prompts,
                "n": r.n, "max_num_seqs": r.max_num_seqs, "steps": steps}
+        # engine steps per RL step (the engine's prefill is a step of its own; the simulator's is not)
+        row.update(measured_engine_steps=sum(len(x.rows) for x in r.steps) / steps,
+                   predicted_engine_steps=p["iterations"] / steps,
+                   machine_drift=r.total("rollout") / recorded_steps_s(calib, model, r.as_run().rows))
         for part in ("step", "rollout"):
             m = r.total(part)
             row.update({f"measured_{part}_s": m / steps, f"predicted_{part}_s": p[part] / steps,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from ..config import ConfigError, require
 from ..config.choices import PIPELINE_MODES, PLACEMENTS
@@ -28,12 +29,26 @@ def is_positive_size(value) -> bool:
         return False
 
 
+class Budget(NamedTuple):
+    """What a data source's rollouts and held-out evaluation may spend, for the keys left null."""
+    max_tokens: int  # rollout.max_tokens
+    eval_size: int  # data.eval_size
+    eval_max_tokens: int  # data.eval_max_tokens
+
+
+# the embedded tasks' budgets: "chain"'s longest worked solution (125 hops, counted) is 1004 tokens
+TASK_BUDGETS = {"chain": Budget(1100, 100, 1100), "arith": Budget(200, 200, 200)}
+# a prompt/answer file: a real chat model's worked answer on one core; chain's 1100-token budget on 100
+# held-out problems keeps a 135M model in its first evaluation for over 20 minutes
+FILE_BUDGET = Budget(256, 64, 256)
+
+
 @dataclass
 class DataConfig:
     source: str = "chain"  # an embedded task (specrl.tasks.TASKS: "chain", "arith") or a .jsonl / .parquet file
     eval_source: str | None = None  # held-out file; None: the task's test split, or the last eval_size rows
-    eval_size: int = 100  # held-out problems, one completion each
-    eval_max_tokens: int = 1100
+    eval_size: int | None = None  # held-out problems, one completion each; null: the source's (Budget)
+    eval_max_tokens: int | None = None  # null: the source's (Budget)
     # sampling temperature of the held-out completions; null: the rollout's (accuracy of the policy RL trains);
     # 0: greedy (a small policy may loop on long chains until eval_max_tokens)
     eval_temperature: float | None = None
@@ -50,9 +65,16 @@ class DataConfig:
         """The source names an embedded task rather than a file."""
         return Path(self.source).suffix == "" and "/" not in self.source
 
+    @property
+    def budget(self) -> Budget:
+        """The source's budget (`TASK_BUDGETS`, or `FILE_BUDGET` for a file): what null keys become."""
+        return TASK_BUDGETS.get(self.source, FILE_BUDGET) if self.is_task else FILE_BUDGET
+
     def validate(self) -> None:
-        require(self.eval_size >= 0, "eval_size", self.eval_size, ">= 0", "use 0 to turn evaluation off")
-        require(self.eval_max_tokens >= 1, "eval_max_tokens", self.eval_max_tokens, ">= 1")
+        require(self.eval_size is None or self.eval_size >= 0, "eval_size", self.eval_size, ">= 0 or null",
+                "use 0 to turn evaluation off")
+        require(self.eval_max_tokens is None or self.eval_max_tokens >= 1, "eval_max_tokens",
+                self.eval_max_tokens, ">= 1 or null")
         require(self.eval_temperature is None or self.eval_temperature >= 0, "eval_temperature",
                 self.eval_temperature, ">= 0 or null", "null samples at the rollout temperature, 0 is greedy")
         knobs = {"hops_median": self.hops_median, "hops_sigma": self.hops_sigma, "max_hops": self.max_hops}
@@ -154,7 +176,7 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
-    max_tokens: int = 1100  # the longest worked solution of the default task (125 hops, counted) is 1004 tokens
+    max_tokens: int | None = None  # a response's budget; null: the data source's (DataConfig.budget)
     max_num_seqs: int = 64  # engine batch (concurrent sequences)
     # "auto": the adaptive engine (specrl/engine/adaptive.py) picks per step and sequence which drafter
     # drafts how many tokens, from a cost model fit to this machine's step timings: plain decoding where a
@@ -189,7 +211,7 @@ class RolloutConfig:
         require(self.n >= 2, "n", self.n, ">= 2 samples per prompt", "GRPO needs a group to compare against")
         require(self.temperature > 0, "temperature", self.temperature, "> 0",
                 "RL samples need temperature > 0; greedy is used for evaluation only")
-        require(self.max_tokens >= 1, "max_tokens", self.max_tokens, ">= 1")
+        require(self.max_tokens is None or self.max_tokens >= 1, "max_tokens", self.max_tokens, ">= 1 or null")
         require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, ">= 1")
 
 
@@ -206,6 +228,9 @@ class AlgorithmConfig:
     mtp_coef: float = 0.1  # weight of the MTP modules' next-next-token loss, when the policy has them
     # async pipeline: the loss of a token sampled by older weights is scaled by min(pi_old / pi_gen, is_cap)
     is_cap: float = 2.0
+    # leave rows with a zero advantage out of the update's forwards: the same gradient for less work
+    # (PolicyTrainer.learning_rows)
+    skip_zero_advantage: bool = True
 
     def validate(self) -> None:
         from ..rl import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
@@ -349,9 +374,21 @@ class TrainConfig:
 
     def validate(self) -> None:
         require(self.log_samples >= 0, "log_samples", self.log_samples, ">= 0", "0 writes no samples.jsonl")
+        self.fill_budget()
         require(self.dtype in DTYPES, "dtype", self.dtype, f"one of {sorted(DTYPES)}", "float32 keeps logprob_diff ~0")
         require(self.num_threads >= 0, "num_threads", self.num_threads, ">= 0")
         self._validate_online_drafter()
+
+    @property
+    def budget(self) -> Budget:
+        """The response and held-out budgets: each key as set, or the data source's (DataConfig.budget) when null."""
+        own = Budget(self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens)
+        return Budget(*(v if v is not None else default for v, default in zip(own, self.data.budget)))
+
+    def fill_budget(self) -> None:
+        """Null budget keys take their resolved values, so the run directory's config.yaml records the numbers
+        the run used."""
+        self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens = self.budget
 
     def _validate_online_drafter(self) -> None:
         d, spec = self.rollout.drafter, self.rollout.spec

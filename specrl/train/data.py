@@ -133,17 +133,19 @@ def _parquet_records(path: Path):
 
 
 def build_sources(cfg: DataConfig, seed: int) -> tuple[PromptSource, list[Example]]:
-    """The training source and the held-out examples (held-out accuracy is measured on these)."""
+    """The training source and the held-out examples (held-out accuracy is measured on these); a null
+    `eval_size` (a config that was not validated) takes the source's budget."""
+    size = cfg.eval_size if cfg.eval_size is not None else cfg.budget.eval_size
     if cfg.is_task:
         from ..tasks import make_problems
         from ..tasks.arith import task_spec
         spec = task_spec(cfg.source, cfg.hops_median, cfg.hops_sigma, cfg.max_hops)
-        held_out = [Example(p.prompt, p.answer) for p in make_problems(cfg.eval_size, seed=0, split="test", spec=spec)]
+        held_out = [Example(p.prompt, p.answer) for p in make_problems(size, seed=0, split="test", spec=spec)]
         return TaskSource(spec, seed), held_out
     rows = read_rows(cfg.source, cfg.prompt_key, cfg.answer_key)
     if cfg.eval_source is not None:
-        return ListSource(rows, seed), read_rows(cfg.eval_source, cfg.prompt_key, cfg.answer_key)[:cfg.eval_size]
-    n_eval = min(cfg.eval_size, len(rows) // 5)  # hold out the tail, never more than a fifth of the data
+        return ListSource(rows, seed), read_rows(cfg.eval_source, cfg.prompt_key, cfg.answer_key)[:size]
+    n_eval = min(size, len(rows) // 5)  # hold out the tail, never more than a fifth of the data
     return ListSource(rows[:len(rows) - n_eval], seed), rows[len(rows) - n_eval:]
 
 

@@ -65,7 +65,7 @@ class FSDPLearner:
                              "use ray.trainers=1 or kl_coef=0")
         policy = shard(load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype)))
         trainer = PolicyTrainer(policy, cfg.algorithm, cfg.optim, cfg.schedule.max_steps, cfg.rollout.temperature,
-                                cfg.rollout.max_tokens)
+                                cfg.budget.max_tokens)
         return cls(policy, trainer, version, tokenizer_dir or model_dir)
 
     def step(self, batch: TrainBatch, is_cap: float | None = None) -> dict[str, float]:

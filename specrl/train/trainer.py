@@ -60,7 +60,7 @@ def activation_bytes_per_token(cfg, checkpointing: bool = False) -> int:
 
 HEAD_CHUNK_ELEMENTS = 2 ** 23  # logits a chunk of the lm-head computes at once (32 MiB in fp32)
 # optim.activation_memory=null: what ACTIVATION_TOTAL leaves beside the training state, at least ACTIVATION_FLOOR;
-# past LARGE_STATE the heap is also trimmed before every micro-batch (see PolicyTrainer.trim_points)
+# past LARGE_STATE the heap is also trimmed before every micro-batch (PolicyTrainer.trims_heap)
 ACTIVATION_TOTAL, ACTIVATION_FLOOR, LARGE_STATE = 2 * 2 ** 30, 2 ** 29, 2 ** 30
 
 
@@ -174,17 +174,13 @@ class PolicyTrainer:
                 start = end - 1
         return out + [idx[start:]] if len(idx) else []
 
-    def trim_points(self, chunks: list[Tensor], lengths: Tensor) -> set[int]:
-        """The micro-batches before which freed heap pages go back to the OS (CPU). Once per update, before
-        its largest, where it peaks: the pages a smaller micro-batch frees are the ones the next reuses, so
-        trimming after each costs page faults for little less peak. Before every one for a large model,
-        whose heap otherwise grows from micro-batch to micro-batch and whose compute dwarfs the faults
-        (measured in docs/real_models.md, "Training memory")."""
-        if self.device.type != "cpu" or not chunks:
-            return set()
-        if self.large:
-            return set(range(len(chunks)))
-        return {max(range(len(chunks)), key=lambda i: len(chunks[i]) * int(lengths[chunks[i]].max()))}
+    @property
+    def trims_heap(self) -> bool:
+        """Freed heap pages go back to the OS before every micro-batch of a large model on a CPU, whose heap
+        otherwise grows from micro-batch to micro-batch and whose compute dwarfs the page faults
+        (docs/real_models.md, "Training memory"); never for a small one, where even one trim per update cost
+        ~10% of the update's time for ~0.2 GB of peak (docs/results/house.md)."""
+        return self.large and self.device.type == "cpu"
 
     def autocast(self):
         """bf16 autocast around forwards and backwards when optim.autocast: the matmuls run in bf16 while
@@ -219,28 +215,43 @@ class PolicyTrainer:
         old = self.score(self.model, batch) if self.algo.updates_per_step > 1 else None
         ref = self.score(self.ref_model, batch) if self.ref_model is not None else None
         seen = torch.zeros_like(batch.gen_logp) if old is None else old  # [N, T] trainer logprobs, for the audit
+        audited = torch.full((batch.num_rows,), old is not None)  # [N] rows whose trainer logprobs are in `seen`
         sums: dict[str, float] = defaultdict(float)
         for rows in torch.arange(batch.num_rows).chunk(self.algo.updates_per_step):
-            self._update(batch, rows, old, ref, seen, sums, is_cap)
+            self._update(batch, rows, old, ref, seen, audited, sums, is_cap)
         self.model.eval()
-        n_tok = batch.mask.sum().clamp(min=1)
-        diff = (seen - batch.gen_logp).abs() * batch.mask  # [N, T]
+        mask = batch.mask * audited[:, None]  # [N, T] the audit covers the rows whose logprobs were computed
+        diff = (seen - batch.gen_logp).abs() * mask  # [N, T]
         metrics = {k: v / self.algo.updates_per_step for k, v in sums.items()}
-        metrics.update(logprob_diff=float(diff.sum() / n_tok), logprob_diff_max=float(diff.max()))
+        metrics.update(logprob_diff=float(diff.sum() / mask.sum().clamp(min=1)), logprob_diff_max=float(diff.max()))
         return metrics
 
+    def learning_rows(self, batch: TrainBatch, rows: Tensor) -> Tensor:
+        """The rows of `rows` whose loss can move the weights. A zero advantage makes a row's clipped loss, and
+        so its gradient, exactly zero; unless a KL or MTP term or a forward hook reads every row, such rows
+        (GRPO groups whose samples all scored the same: on long tasks, most failing long responses) are left
+        out of the update's forwards. The loss keeps the whole mini-batch's denominator, so the gradient is
+        unchanged. One row is kept when none learns, so the optimizer still steps on a zero gradient."""
+        reads_all = (self.ref_model is not None or self.forward_hook is not None
+                     or (self.model.mtp is not None and self.algo.mtp_coef > 0))
+        if not self.algo.skip_zero_advantage or reads_all:
+            return rows
+        learning = rows[batch.advantages[rows] != 0]
+        return learning if len(learning) else rows[torch.argmin(batch.lengths[rows])].view(1)
+
     def _update(self, batch: TrainBatch, rows: Tensor, old: Tensor | None, ref: Tensor | None,
-                seen: Tensor, sums: dict[str, float], is_cap: float | None = None) -> None:
+                seen: Tensor, audited: Tensor, sums: dict[str, float], is_cap: float | None = None) -> None:
         mode = self.algo.loss_agg
         denom = aggregate_denom(batch.mask[rows], mode)  # the whole mini-batch's count: accumulation = one batch
-        n_tok = batch.mask[rows].sum().clamp(min=1)
+        learning = self.learning_rows(batch, rows)
+        sums["update_rows"] += len(learning) / len(rows)  # the share of rows the update's forwards ran
+        rows = learning
+        n_tok = batch.mask[rows].sum().clamp(min=1)  # the health metrics (entropy, clip_frac) average these rows
         self.optimizer.zero_grad(set_to_none=True)
         lr = self.scheduler.get_last_lr()[0]
         total = 0.0
-        chunks = self.micro_batches(rows, batch.lengths)
-        trims = self.trim_points(chunks, batch.lengths)
-        for i, idx in enumerate(chunks):
-            if i in trims:
+        for idx in self.micro_batches(rows, batch.lengths):
+            if self.trims_heap:
                 trim(TRIM_MIN_FREE)  # specrl/heap.py
             mb = batch.rows(idx, self.device)
             T = mb.input_ids.shape[1]
@@ -255,6 +266,7 @@ class PolicyTrainer:
                                           self.autocast)
             if old is None:
                 seen[idx, :T] = logp.detach().cpu()
+                audited[idx] = True
             old_mb = old[idx, :T].to(self.device) if old is not None else logp.detach()  # [b, T]
             weights = None
             if is_cap is not None:

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from specrl.sim.acceptance import (AcceptanceModel, LengthAcceptance, _clt_steps, fit_geometric,
-                                   fit_length_acceptance, from_acceptance_length, geometric, sequence_steps)
+from specrl.sim.acceptance import (AcceptanceModel, BatchAcceptance, LengthAcceptance, _clt_steps,
+                                   fit_batch_acceptance, fit_geometric, fit_length_acceptance,
+                                   from_acceptance_length, geometric, sequence_steps)
 
 
 def test_pmf_and_mean_by_hand():
@@ -75,3 +76,30 @@ def test_length_acceptance_gives_long_responses_fewer_steps_per_token():
     assert short.mean() == pytest.approx(alone.mean(), rel=0.03)
     assert 399 / long.mean() == pytest.approx(tau_long, rel=0.03)
     assert tau_long > 1.5 * tau_short
+
+
+def _rule(n):  # like "auto" with k_max 4 and max batch 8: 4 drafts at <= 4 running, 1 at 5..8, none above
+    return 4 if n <= 4 else 1 if n <= 8 else 0
+
+
+def test_fit_batch_acceptance_recovers_drafts_and_acceptance_per_batch_size():
+    # bins (rule k, octave of n): n=1 -> (4, 1); n=2,3 -> (4, 2); n=4 -> (4, 3); n=5..7 -> (1, 3); n=8 -> (1, 4)
+    truth = {1: (3.5, 3.0), 2: (3.0, 2.0), 3: (3.0, 2.0), 4: (2.0, 1.0), 6: (0.8, 0.5), 8: (0.9, 0.3)}
+    rows = [{"phase": "spec", "active": n, "tokens_in": n * (1 + d), "accepted_tokens": n * a}
+            for n, (d, a) in truth.items() for _ in range(5)]
+    rows += [{"phase": "spec", "active": 20, "tokens_in": 20, "accepted_tokens": 0}] * 50  # SD off: ignored
+    acc = fit_batch_acceptance(rows, _rule, n_max=8)
+    assert acc.k == (4, 4, 4, 4, 1, 1, 1, 1, 0)  # batch sizes 1..9; the last entry holds above
+    np.testing.assert_allclose(acc.drafts[:4], [3.5, 3.0, 3.0, 2.0])
+    np.testing.assert_allclose(acc.accepted[:4], [3.0, 2.0, 2.0, 1.0])
+    # n=5 and 7 were never seen: they take their bin (n=6); n=8 has its own bin
+    np.testing.assert_allclose(acc.accepted[4:8], [0.5, 0.5, 0.5, 0.3])
+    assert acc.index(100) == 8 and acc.accepted[8] == 0.0
+    rng = np.random.default_rng(0)
+    assert acc.sample_accepted(1, 20000, rng).mean() == pytest.approx(3.0, abs=0.03)
+    assert acc.sample_accepted(50, 7, rng).tolist() == [0] * 7  # SD off: no drafts accepted
+
+
+def test_batch_acceptance_refuses_impossible_values():
+    with pytest.raises(ValueError, match="batch sizes \\[2\\]"):
+        BatchAcceptance((4, 1), (3.0, 2.0), (1.0, 0.5))  # 2 drafts with k 1

@@ -2,13 +2,14 @@ import numpy as np
 import pytest
 
 from specrl.sim.acceptance import geometric
-from specrl.sim.calibrate import calibrate, load_trace, nnls
+from specrl.sim.calibrate import calibrate, load_trace, nnls, recorded_steps_s
 from specrl.sim.des import Engine, SDSetting
+from specrl.sim.hardware import hardware_to_dict
 from specrl.sim.traces import meta_from_trace, synthesize
 from specrl.sim.validate import Run, summary, validate
 from tests.sim.helpers import toy_hw
 
-TRUTH = {"iter_s": 2e-3, "per_seq_s": 1e-4, "spec_iter_s": 5e-4, "draft_iter_s": 1e-3,
+TRUTH = {"iter_s": 2e-3, "per_seq_s": 1e-4, "spec_iter_s": 5e-4, "spec_per_seq_s": 4e-5, "draft_iter_s": 1e-3,
          "draft_per_seq_s": 5e-5}
 
 
@@ -40,6 +41,7 @@ def test_recovers_known_machine(small):
     assert ov["iter_s"] == pytest.approx(2e-3, rel=0.05)
     assert ov["per_seq_s"] == pytest.approx(1e-4, rel=0.05)
     assert ov["spec_iter_s"] == pytest.approx(5e-4, rel=0.1)
+    assert ov["spec_per_seq_s"] == pytest.approx(4e-5, rel=0.1)
     ngram = calib["drafters"]["ngram"]
     assert ngram["draft_iter_s"] == pytest.approx(1e-3, rel=0.05)
     assert ngram["draft_per_seq_s"] == pytest.approx(5e-5, rel=0.05)
@@ -77,3 +79,18 @@ def test_trace_errors_name_the_file(tmp_path):
     bad.write_text('{"step": 0}\n')
     with pytest.raises(ValueError, match="bad.jsonl.*active"):
         load_trace(bad)
+
+
+def test_recorded_steps_cost_what_the_calibrated_machine_would_take(small):
+    # rows timed by a known machine (memory-bound: the attention pairs do not matter), then replayed through a
+    # calibration of that same machine: the cost of the recorded steps is their measured time; on a machine
+    # 1.3x slower (every time scaled), the measured time is 1.3x that cost: the drift validate reports
+    hw = toy_hw(bw=2e10, flops=1e30, **TRUTH)
+    sd = SDSetting(geometric(0.7, 4), 0.0)
+    rows = synthesize(Engine(hw, small), np.arange(20, 220, 25), 32, 64, sd, "ngram", seed=3)
+    calib = {"hardware": hardware_to_dict(hw),
+             "drafters": {"ngram": {"draft_iter_s": 1e-3, "draft_per_seq_s": 5e-5, "draft_frac": 0.0}}}
+    measured = sum(r["draft_s"] + r["verify_s"] for r in rows)
+    assert recorded_steps_s(calib, small, rows) == pytest.approx(measured, rel=1e-9)
+    slow = [{**r, "draft_s": 1.3 * r["draft_s"], "verify_s": 1.3 * r["verify_s"]} for r in rows]
+    assert sum(r["draft_s"] + r["verify_s"] for r in slow) / recorded_steps_s(calib, small, slow) == pytest.approx(1.3)

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from specrl.sim.acceptance import geometric
-from specrl.sim.des import Engine, SDSetting, plan, simulate_replica, slot_starts
+from specrl.sim.acceptance import BatchAcceptance, geometric
+from specrl.sim.des import Engine, SDSetting, lockstep, plan, simulate_replica, slot_starts
 from tests.sim.helpers import toy_hw
 
 
@@ -58,3 +58,28 @@ def test_long_tail_emerges_from_lengths(tiny):
                           np.random.default_rng(0))
     assert tr.t.size == 500
     assert (tr.active == 1).sum() == 450
+
+
+def test_lockstep_follows_the_running_count():
+    # SD only at <= 2 running, every draft accepted (k 4: 5 tokens a step). Lengths 5, 5, 21, 41 in 4 slots:
+    # iteration 0 prefills all (1 token each); 1-4 plain decode at 4 running (seqs 0, 1 finish); then 2
+    # running at 5 a step: 20 -> 15 -> 10 -> 5 -> 0 and 40 -> 35 -> 30 -> 25 -> 20 (iterations 5-8), then
+    # 20 -> 0 alone in 4 more (9-12): 13 iterations, the last 8 with SD.
+    acc = BatchAcceptance((4, 4, 0), (4.0, 4.0, 0.0), (4.0, 4.0, 0.0))
+    it = lockstep(np.array([5, 5, 21, 41]), 10, 4, acc, np.random.default_rng(0))
+    np.testing.assert_array_equal(it.k, [0] * 5 + [4] * 8)
+    np.testing.assert_array_equal(it.active, [4] * 5 + [2] * 4 + [1] * 4)
+    np.testing.assert_array_equal(it.new, [4] + [0] * 12)
+    assert it.emitted.sum() == 72
+    np.testing.assert_array_equal(it.q, [1.0] * 5 + [5.0] * 8)
+    assert it.ctx_sum[5] == 2 * 10 + (1 + 4) + (1 + 4)  # prompts + tokens so far of the two long ones
+
+
+def test_auto_pays_its_sd_path_at_every_decoding_step(tiny):
+    # "auto" with SD off at any batch (k 0 everywhere) still runs the SD path each decoding step: 1 s a step
+    # plus 0.25 s of SD-path overhead, against 1 s for plain decoding; the prefill step pays none
+    engine = Engine(_free_roofline(iter_s=1.0, spec_iter_s=0.25), tiny)
+    off = SDSetting(geometric(0.5, 4), 0.0, by_batch=BatchAcceptance((0,), (0.0,), (0.0,)))
+    lengths = np.array([3, 6])
+    assert simulate_replica(engine, lengths, 8, 2, None, np.random.default_rng(0)).time_s == pytest.approx(6.0)
+    assert simulate_replica(engine, lengths, 8, 2, off, np.random.default_rng(0)).time_s == pytest.approx(6 + 5 * 0.25)

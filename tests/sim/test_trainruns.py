@@ -15,7 +15,8 @@ from specrl.sim.des import Engine, simulate_replica
 from specrl.sim.hardware import hardware_to_dict
 from specrl.sim.models import from_hf_config
 from specrl.sim.pipeline import train_tokens
-from specrl.sim.trainruns import TrainRun, TrainStep, fit_pipeline, load_train_run, predict_run, validate_train
+from specrl.sim.trainruns import (TrainRun, TrainStep, auto_sd_for, fit_pipeline, load_train_run, predict_run,
+                                  validate_train)
 from specrl.cli.train import main as train_main
 from tests.pipeline.fixtures import make_setup, overrides
 from tests.sim.helpers import TINY, toy_hw
@@ -169,15 +170,33 @@ def test_fit_pipeline_recovers_a_known_training_rate_and_fixed_costs():
     mfu, fixed, sync = 0.25, 0.5, 0.02
     rng = np.random.default_rng(0)
     steps = []
-    for _ in range(6):
+    for i in range(6):
         lengths = rng.integers(5, 60, size=16)
-        tokens = train_tokens(lengths, 7.0, 4)
+        update = 1.0 - i / 10  # the share of rows the update ran (zero-advantage rows skipped)
+        tokens = update * train_tokens(lengths, 7.0, 4)
         train = fixed + 6 * model.active_params * tokens / (hw.peak_flops * mfu)
         shard = model.total_params * cost.DTYPE_BYTES / hw.nvlink_bw
         step = 1.0 + train + sync + shard
         steps.append(TrainStep(lengths, 7.0, {"rollout": 1.0, "train": train, "sync": sync + shard, "step": step},
-                               [], step))
+                               [], step, update))
     fit_pipeline(calib, model, [TrainRun("synthetic", None, 0, 4, 4, 16, 4, steps, heldout=False)])
     assert calib["pipeline"]["mfu"] == pytest.approx(mfu, rel=1e-6)
     assert calib["pipeline"]["train_step_s"] == pytest.approx(fixed, rel=1e-6)
     assert calib["hardware"]["overheads"]["sync_fixed_s"] == pytest.approx(sync, rel=1e-6)
+
+
+def test_auto_is_replayed_with_the_engines_rule_and_the_acceptance_measured_per_batch_size():
+    # k 4, SD off above 8 running: the engine's batch_k, clamp(16 // n - 1, 1, 4), gives 4 drafts at <= 3
+    # running, 3 at 4, 2 at 5, 1 at 6-8, none above.
+    # The fit run's trace: 1 running accepts 3 of 4 drafts, 8 running 0.5 of 1; 64 running pass.
+    rows = ([{"phase": "spec", "active": 1, "tokens_in": 5, "accepted_tokens": 3}] * 4
+            + [{"phase": "spec", "active": 8, "tokens_in": 16, "accepted_tokens": 4}] * 4
+            + [{"phase": "spec", "active": 64, "tokens_in": 64, "accepted_tokens": 0}] * 4)
+    step = TrainStep(np.array([10]), 5.0, {}, rows, 1.0)
+    fit = TrainRun("fit", "auto", 4, 8, 8, 64, None, [step], heldout=False, auto_max_batch=8)
+    held = replace(fit, name="held", steps=[replace(step, rows=[])], heldout=True)
+    sd = auto_sd_for(held, [fit], 0.0)
+    acc = sd.by_batch
+    assert [acc.k[acc.index(n)] for n in (1, 3, 4, 5, 8, 9, 64)] == [4, 4, 3, 2, 1, 0, 0]
+    assert acc.accepted[acc.index(1)] == 3.0 and acc.accepted[acc.index(8)] == 0.5
+    assert acc.drafts[acc.index(1)] == 4.0 and acc.drafts[acc.index(8)] == 1.0

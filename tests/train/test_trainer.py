@@ -26,7 +26,7 @@ def _rollouts(model, spec=None, n=3):
     prompts = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
     outs = llm.generate(prompts, SamplingParams(n=n, temperature=1.0, max_tokens=8, seed=1))
     samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs]
-    adv = torch.linspace(-1, 1, len(samples))  # [N] any advantages will do
+    adv = torch.linspace(-1, 1, len(samples)) + 0.1  # [N] any advantages will do, none zero (no row skipped)
     return collate([p for p, _ in samples], [c.token_ids for _, c in samples], [c.logprobs for _, c in samples],
                    adv, pad_id=0)
 
@@ -218,17 +218,6 @@ def test_the_default_activation_budget_follows_the_training_state():
     assert activation_budget("3GiB", int(2.2 * GiB)) == 3 * GiB  # an explicit budget is the user's
 
 
-def test_the_heap_is_trimmed_once_per_update_or_before_every_micro_batch_of_a_large_model():
-    model = tiny_model(seed=2)
-    t = _trainer(model, micro=2)
-    batch = _rollouts(model)
-    chunks = t.micro_batches(torch.arange(batch.num_rows), batch.lengths)
-    sizes = [len(c) * int(batch.lengths[c].max()) for c in chunks]
-    assert t.trim_points(chunks, batch.lengths) == {sizes.index(max(sizes))}  # before the largest only
-    t.large = True
-    assert t.trim_points(chunks, batch.lengths) == set(range(len(chunks)))
-
-
 def test_chunked_lm_head_gives_the_same_update_and_metrics(monkeypatch):
     """With chunks of 5 tokens (the lm-head under checkpointing, never the whole [b, T, V] logits) the loss,
     entropy, logprob audit and gradients equal one plain chunk's."""
@@ -248,3 +237,53 @@ def test_chunked_lm_head_gives_the_same_update_and_metrics(monkeypatch):
         assert mb[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), key
     for (name, a), b in zip(whole.named_parameters(), chunked.parameters()):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name
+
+
+def _with_advantages(batch, adv):
+    return batch._replace(advantages=torch.tensor(adv, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean"])
+def test_rows_with_zero_advantage_are_skipped_without_changing_the_update(loss_agg):
+    model = tiny_model(seed=5)
+    # 9 rows in groups of 3: the first and last groups scored alike (advantage 0), the middle one did not
+    batch = _with_advantages(_rollouts(model), [0, 0, 0, -1.0, 0.4, 0.9, 0, 0, 0])
+    skip, full = copy.deepcopy(model), copy.deepcopy(model)
+    calls = {"skip": [], "full": []}
+    for key, m in (("skip", skip), ("full", full)):  # the rows each forward of the update ran
+        def counted(input_ids, *args, key=key, forward=m.forward, **kw):
+            calls[key].append(input_ids.shape[0])
+            return forward(input_ids, *args, **kw)
+        m.forward = counted
+    ms = _trainer(skip, micro=2, loss_agg=loss_agg).step(batch)
+    mf = _trainer(full, micro=2, loss_agg=loss_agg, skip_zero_advantage=False).step(batch)
+    assert sum(calls["skip"]) == 3 and sum(calls["full"]) == 9
+    assert ms["update_rows"] == pytest.approx(3 / 9) and mf["update_rows"] == 1.0
+    # the loss keeps the whole batch's denominator: the same loss, gradient and step
+    assert ms["loss"] == pytest.approx(mf["loss"], abs=1e-7) and ms["grad_norm"] > 0
+    assert ms["grad_norm"] == pytest.approx(mf["grad_norm"], rel=1e-5)
+    for (name, a), b in zip(skip.named_parameters(), full.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-7, rtol=1e-4, msg=name)
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+    assert ms["logprob_diff"] < 1e-5  # the audit covers the rows the update scored, not the skipped zeros
+
+
+def test_a_batch_where_no_row_learns_still_steps_the_optimizer_like_the_full_update():
+    model = tiny_model(seed=6)
+    batch = _rollouts(model)
+    skip, full = copy.deepcopy(model), copy.deepcopy(model)
+    metrics = []
+    for t in (_trainer(skip), _trainer(full, skip_zero_advantage=False)):
+        t.step(batch)  # a first step with advantages builds AdamW's moments; the second scores all alike
+        metrics.append(t.step(_with_advantages(batch, [0.0] * batch.num_rows)))
+    assert [m["grad_norm"] for m in metrics] == [0, 0] and [m["loss"] for m in metrics] == [0, 0]
+    assert metrics[0]["update_rows"] == pytest.approx(1 / batch.num_rows) and metrics[1]["update_rows"] == 1
+    for (name, a), b in zip(skip.named_parameters(), full.parameters()):  # momentum moved both alike
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_every_row_is_kept_when_a_term_reads_every_row():
+    model = tiny_model(seed=7)
+    batch = _with_advantages(_rollouts(model), [0.0] * 9)
+    assert len(_trainer(model, kl_coef=0.1).learning_rows(batch, torch.arange(9))) == 9
+    assert len(_trainer(model).learning_rows(batch, torch.arange(9))) == 1
