@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 PLAN_EVERY = 4  # steps a plan is reused while the batch keeps its size
 FULL = "*"  # suffix of the acceptance stats of a model-free drafter's full-length proposals
+# suffix of the acceptance stats of a model drafter filling in a hybrid: the rows the lead had no full draft
+# for, which are harder than a row taken at random (pooling them would price the drafter alone too low)
+FILL = "~"
 PROFILE_TOKENS = (1, 2, 3, 5, 9)  # draft lengths + 1 the warm-up profile times the forward at
 TRY_ROWS = 8.0  # a drafter observed on fewer rows is being tried: its plan lasts one step
 SHADOW_ROWS = 4  # rows per step on which the model-free drafters propose a draft to be scored (see _shadow)
@@ -81,10 +84,11 @@ class AdaptiveStrategy:
     def __init__(self, names: list[str], point: set[str], k_max: int, cost: CostModel):
         self.names, self.point, self.k_max, self.cost = list(names), set(point), k_max, cost
         self.deterministic = cost.deterministic
-        keys = self.names + [n + FULL for n in self.names if n in self.point]
+        model = [n for n in self.names if n not in self.point]
+        keys = self.names + [n + FULL for n in self.names if n in self.point] + \
+            ([m + FILL for m in model] if self.point else [])
         self.stats = {n: AcceptanceStats(k_max) for n in keys}
         ks = sorted({k_max, *(2 ** i for i in range(5) if 2 ** i <= k_max)})
-        model = [n for n in self.names if n not in self.point]
         self.arms = [OFF] + [Arm(n, k) for n in self.names for k in ks] + \
             [Arm(m, k, s) for m in model for s in self.names if s in self.point for k in ks]
         self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
@@ -105,10 +109,19 @@ class AdaptiveStrategy:
             seconds = self.cost.draft_s(arm.drafter, B * k, k)
         else:
             f = self.stats[arm.lead].full_share(k)  # rows the lead drafts
+            rest = self.stats[arm.drafter + FILL]
+            if rest.rows >= 1.0:  # until the drafter has filled in, its rows at large stand in
+                draft = rest.expected(k)
             draft = f * self.stats[arm.lead + FULL].expected(k) + (1.0 - f) * draft
             fill = (1.0 - f ** B) * self.cost.draft_s(arm.drafter, max(1, round((1 - f) * B)) * k, k)  # runs
             seconds = self.cost.draft_s(arm.lead, B * k, k) + fill  # unless the lead drafts every row
         return B * (1.0 + draft) / (self.cost.target_s(B * (k + 1), B) + seconds)
+
+    def reads(self, arm: Arm) -> tuple[str, ...]:
+        """The acceptance stats that `arm`'s rows are counted in."""
+        if arm.drafter is None:
+            return ()
+        return (arm.drafter,) if arm.lead is None else (arm.lead, arm.drafter + FILL)
 
     def best_arm(self, B: int) -> Arm:
         rates = {arm: self.predicted_rate(arm, B) for arm in self.arms}
@@ -120,8 +133,7 @@ class AdaptiveStrategy:
         if B != self._planned_for or self._age >= PLAN_EVERY or self._trying:
             self.arm, self._planned_for, self._age = self.best_arm(B), B, 0
             # a plan that tries a drafter seen on few rows lasts one step: the next one looks again
-            self._trying = any(n is not None and self.stats[n].rows < TRY_ROWS
-                               for n in (self.arm.drafter, self.arm.lead))
+            self._trying = any(self.stats[n].rows < TRY_ROWS for n in self.reads(self.arm))
         self._age += 1
         arm = self.arm
         self.last = {"arm": arm.label}
@@ -228,11 +240,16 @@ class AdaptiveStrategy:
             self.stats[key].add(asked, lengths, accepted)
 
     def _count(self, result: StepResult, asked_by: list[str | None], rows: dict) -> None:
-        """Acceptance per drafter, and per model-free drafter for its full-length proposals."""
+        """Acceptance per drafter, per model-free drafter for its full-length proposals, and per model
+        drafter filling in a hybrid's rows (FILL)."""
         for d, k, n, a in zip(asked_by, result.asked, result.lengths, result.accepted):
             if d is None or k == 0:
                 continue
-            for key in (d, d + FULL) if d in self.point and n >= k else (d,):
+            if d in self.point:
+                keys = (d, d + FULL) if n >= k else (d,)
+            else:
+                keys = (d + FILL,) if self.arm.lead is not None else (d,)
+            for key in keys:
                 for lst, v in zip(rows.setdefault(key, [[], [], []]), (k, n, min(a, n))):
                     lst.append(v)
 

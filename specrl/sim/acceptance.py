@@ -139,6 +139,34 @@ class BatchAcceptance:
         return 1.0 + float(np.mean(on)) if on else 1.0
 
 
+def traced_k_rule(rows: list[dict]) -> tuple[Callable[[int], int], int]:
+    """The draft length an adaptive engine ("auto") chose per running count, read off its trace: at n running,
+    the mean longest draft (`k`) of its verify steps, rounded, or 0 where most of its steps at n drafted
+    nothing. A count the trace never saw takes the nearest one it did (the smaller on a tie). Returns the
+    rule and the largest count seen."""
+    seen: dict[int, list[float]] = {}  # n -> [steps, verify steps, sum of k over verify steps]
+    for r in rows:
+        n = int(r.get("active", 0))
+        if n < 1 or r.get("phase") not in ("spec", "decode"):
+            continue
+        c = seen.setdefault(n, [0.0, 0.0, 0.0])
+        c[0] += 1
+        if r.get("phase") == "spec" and int(r.get("k", 0)) > 0:
+            c[1] += 1
+            c[2] += int(r["k"])
+    if not seen:
+        raise ValueError("the trace has no decode or verify steps to read the adaptive engine's choices from")
+    rule = {n: (round(c[2] / c[1]) if c[1] * 2 >= c[0] else 0) for n, c in seen.items()}
+    known = sorted(rule)
+
+    def k_rule(n: int) -> int:
+        if n in rule:
+            return rule[n]
+        return rule[min(known, key=lambda m: (abs(m - n), m))]
+
+    return k_rule, known[-1]
+
+
 def fit_batch_acceptance(rows: list[dict], k_rule: Callable[[int], int], n_max: int) -> BatchAcceptance:
     """Drafts and acceptance per running count n = 1..n_max+1 from engine-trace rows of SD steps. Batch
     sizes are pooled by (rule k, octave of n) so that rarely seen sizes borrow from their neighbours; a

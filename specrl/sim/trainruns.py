@@ -15,12 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specrl.config import load_yaml
-from specrl.drafters.auto import batch_k
-from specrl.engine.methods import SpecConfig
 from specrl.pipeline.run_dir import TRACE_FILE, WORKLOAD_FILE, read_jsonl
 from specrl.sim import cost
-from specrl.sim.acceptance import fit_batch_acceptance, from_acceptance_length
+from specrl.sim.acceptance import fit_batch_acceptance, from_acceptance_length, traced_k_rule
 from specrl.sim.calibrate import nnls, recorded_steps_s, with_drafter
 from specrl.sim.des import SDSetting
 from specrl.sim.hardware import hardware_from_dict
@@ -56,7 +53,6 @@ class TrainRun:
     heldout: bool = True
     mode: str = "sync"
     lag: int = 0  # async: max_policy_lag
-    auto_max_batch: int = SpecConfig.auto_max_batch  # "auto": SD off above this many running sequences
 
     @property
     def key(self) -> tuple:
@@ -109,14 +105,7 @@ def load_train_run(path: str | Path, clock: str = "cpu", skip_steps: int = 1,
     n = int(first["n"])
     return TrainRun(path.name, first["method"], int(first["k"]), len(first["response_lengths"]) // n, n,
                     int(first["max_num_seqs"]), first.get("micro_batch_size"), steps, heldout,
-                    first.get("mode", "sync"), int(first.get("max_policy_lag", 0)), _auto_max_batch(path))
-
-
-def _auto_max_batch(path: Path) -> int:
-    """rollout.spec.auto_max_batch from the run's config.yaml (the default when the file lacks it)."""
-    cfg = load_yaml(path / "config.yaml") if (path / "config.yaml").is_file() else {}
-    spec = (cfg.get("rollout") or {}).get("spec") or {}
-    return int(spec.get("auto_max_batch", SpecConfig.auto_max_batch))
+                    first.get("mode", "sync"), int(first.get("max_policy_lag", 0)))
 
 
 def _step(w: dict, rows: list[dict], clock: str, path: Path, update_frac: float) -> TrainStep:
@@ -170,7 +159,7 @@ def predict_run(calib: dict, model: ModelSpec, run: TrainRun, fit_runs: list[Tra
     if run.method == "auto":
         sd = auto_sd_for(run, fit_runs, draft_frac)
     elif run.k > 0:
-        sd, _ = sd_for(run.as_run(), [r.as_run() for r in fit_runs], draft_frac)
+        sd, _ = sd_for(run.as_run(), [r.as_run() for r in same_method(run, fit_runs)], draft_frac)
     mfu = calib.get("pipeline", {}).get("mfu", 0.35)
     out = dict.fromkeys((*PARTS, "iterations"), 0.0)
     for s in run.steps:
@@ -187,13 +176,26 @@ def predict_run(calib: dict, model: ModelSpec, run: TrainRun, fit_runs: list[Tra
     return out
 
 
+def same_method(run: TrainRun, fit_runs: list[TrainRun]) -> list[TrainRun]:
+    """The fit runs of `run`'s method and k. None is an error: acceptance is fit on fit runs, never on the
+    run being predicted (a held-out run would then be fit on itself)."""
+    same = [r for r in fit_runs if r.key == run.key]
+    if not same:
+        have = sorted({f"{r.method}@{r.k}" for r in fit_runs if r.k > 0}) or ["none"]
+        raise ValueError(f"run {run.name!r} ({run.method}@{run.k}) has no fit run of the same method and k to take "
+                         f"its acceptance from (fit runs with SD: {', '.join(have)}): record one with "
+                         f"`specrl train rollout.trace=true rollout.spec.method={run.method} "
+                         f"rollout.spec.num_speculative_tokens={run.k}` and pass it as a fit run")
+    return same
+
+
 def auto_sd_for(run: TrainRun, fit_runs: list[TrainRun], draft_frac: float) -> SDSetting:
-    """"auto" as the engine runs it: its own rule for k per running count (drafters/auto.batch_k, with the
-    run's k and max batch), and the drafts and acceptance per running count measured on fit runs of the
-    same method and k (on the run itself when there is none)."""
-    same = [r for r in fit_runs if (r.key, r.auto_max_batch) == (run.key, run.auto_max_batch)] or [run]
-    rows = [row for r in same for s in r.steps for row in s.rows]
-    acc = fit_batch_acceptance(rows, lambda n: batch_k(n, run.k, run.auto_max_batch), run.auto_max_batch)
+    """"auto" as the engine ran it: the draft length it chose per running count and the drafts and acceptance
+    per running count, read off the traces of fit runs of the same method and k (`traced_k_rule`; the
+    adaptive engine learns its choices on the machine, so a trace is what says them)."""
+    rows = [row for r in same_method(run, fit_runs) for s in r.steps for row in s.rows]
+    k_rule, n_max = traced_k_rule(rows)
+    acc = fit_batch_acceptance(rows, k_rule, n_max)
     mean = from_acceptance_length(min(acc.mean_emitted, run.k + 1.0), run.k)
     return SDSetting(mean, draft_frac, by_batch=acc)
 

@@ -159,6 +159,27 @@ def test_the_plan_takes_the_drafter_whose_counts_favour_it_and_a_hybrid_for_long
     assert set(plan.ready) == {"suffix"}  # the suffix proposal is reused, not made again
 
 
+def test_a_model_drafter_filling_in_a_hybrid_is_counted_apart_from_its_rows_at_large():
+    # The rows a hybrid's model drafter gets are those without a full suffix match: harder than a row taken at
+    # random. Their counts go to "eagle3~", which prices the hybrid; "eagle3" (the drafter alone) keeps its own.
+    rows = seqs(3)
+    pool = DrafterPool({"suffix": PointDrafter({0: 4, 1: 0, 2: 4}), "eagle3": PointDrafter({0: 4, 1: 4, 2: 4})})
+    strategy = AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, flat_cost(["suffix", "eagle3"]))
+    teach(strategy, "suffix", 4)
+    strategy.stats["suffix"].add([4] * 400, [0] * 400, [0] * 400)
+    teach(strategy, "eagle3", 2)
+    plan = strategy.schedule(rows, pool)
+    assert strategy.arm.label == "suffix+eagle3@4" and plan.drafters == ["suffix", "eagle3", "suffix"]
+    alone = list(strategy.stats["eagle3"].reached)
+    strategy.update(StepResult("spec", rows, tokens_in=15, emitted_tokens=10, drafters_asked=plan.drafters,
+                               asked=[4, 4, 4], lengths=[4, 4, 4], accepted=[4, 0, 4]))
+    assert strategy.stats["eagle3"].reached == alone
+    assert strategy.stats["eagle3~"].reached == [1.0, 0.0, 0.0, 0.0]  # row 1: its first draft was rejected
+    assert strategy.stats["eagle3~"].accepted == [0.0] * 4
+    # the hybrid is now priced with the fill-in rows' acceptance, the drafter alone still with its own
+    assert strategy.stats["eagle3~"].expected(4, False) < strategy.stats["eagle3"].expected(4, False)
+
+
 def test_sd_is_off_when_a_verified_token_costs_as_much_as_a_forward():
     rows = seqs(64)
     cost = CostModel(1000, {"suffix": 0}, deterministic=True)

@@ -27,7 +27,7 @@ def traced_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("traced")
     model, data = make_setup(tmp)
     runs = {}
-    for name, method, extra in (("off", "null", {}), ("suffix", "suffix", {}),
+    for name, method, extra in (("off", "null", {}), ("suffix", "suffix", {}), ("suffix_fit", "suffix", {"seed": 1}),
                                 ("async_off", "null", {"pipeline.mode": "async", "pipeline.rollout_threads": 1, "pipeline.train_threads": 1})):
         out = tmp / name
         args = overrides(model, data, out, **{"rollout.trace": "true", "rollout.spec.method": method,
@@ -74,7 +74,7 @@ def test_calibrate_and_validate_on_train_runs_through_the_cli(traced_runs, tmp_p
     assert json.loads(cal.read_text())["pipeline"]["mfu"] > 0
     capsys.readouterr()
     assert sim_main(["validate", "--calibration", str(cal), "--fit-train-runs", str(runs["off"]),
-                     "--train-runs", str(runs["suffix"])]) == 0
+                     str(runs["suffix_fit"]), "--train-runs", str(runs["suffix"])]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     row = rows[0]
     assert row["run"] == "suffix" and row["predicted_step_s"] > 0 and "err_step_speedup_pct" in row
@@ -185,18 +185,21 @@ def test_fit_pipeline_recovers_a_known_training_rate_and_fixed_costs():
     assert calib["hardware"]["overheads"]["sync_fixed_s"] == pytest.approx(sync, rel=1e-6)
 
 
-def test_auto_is_replayed_with_the_engines_rule_and_the_acceptance_measured_per_batch_size():
-    # k 4, SD off above 8 running: the engine's batch_k, clamp(16 // n - 1, 1, 4), gives 4 drafts at <= 3
-    # running, 3 at 4, 2 at 5, 1 at 6-8, none above.
-    # The fit run's trace: 1 running accepts 3 of 4 drafts, 8 running 0.5 of 1; 64 running pass.
-    rows = ([{"phase": "spec", "active": 1, "tokens_in": 5, "accepted_tokens": 3}] * 4
-            + [{"phase": "spec", "active": 8, "tokens_in": 16, "accepted_tokens": 4}] * 4
-            + [{"phase": "spec", "active": 64, "tokens_in": 64, "accepted_tokens": 0}] * 4)
+def test_auto_is_replayed_with_the_draft_lengths_its_trace_shows_per_batch_size():
+    # The fit run's trace: at 1 running the engine drafted 4 and 3 were accepted, at 8 running it drafted 1
+    # (0.5 accepted), at 64 running it drafted nothing (decode steps). A count the trace never saw takes the
+    # nearest seen one: 3 -> 1's k 4 (2 away vs 5), 5 -> 8's k 1 (3 away vs 4), 40 -> 64's 0 (24 vs 32).
+    rows = ([{"phase": "spec", "active": 1, "k": 4, "tokens_in": 5, "accepted_tokens": 3}] * 4
+            + [{"phase": "spec", "active": 8, "k": 1, "tokens_in": 16, "accepted_tokens": 4}] * 4
+            + [{"phase": "decode", "active": 64, "k": 0, "tokens_in": 64, "accepted_tokens": 0}] * 4)
     step = TrainStep(np.array([10]), 5.0, {}, rows, 1.0)
-    fit = TrainRun("fit", "auto", 4, 8, 8, 64, None, [step], heldout=False, auto_max_batch=8)
+    fit = TrainRun("fit", "auto", 4, 8, 8, 64, None, [step], heldout=False)
     held = replace(fit, name="held", steps=[replace(step, rows=[])], heldout=True)
     sd = auto_sd_for(held, [fit], 0.0)
     acc = sd.by_batch
-    assert [acc.k[acc.index(n)] for n in (1, 3, 4, 5, 8, 9, 64)] == [4, 4, 3, 2, 1, 0, 0]
+    assert [acc.k[acc.index(n)] for n in (1, 3, 5, 8, 9, 40, 64, 100)] == [4, 4, 1, 1, 1, 0, 0, 0]
     assert acc.accepted[acc.index(1)] == 3.0 and acc.accepted[acc.index(8)] == 0.5
     assert acc.drafts[acc.index(1)] == 4.0 and acc.drafts[acc.index(8)] == 1.0
+    # acceptance is never fit on the run being predicted: no fit run of its method and k is an error
+    with pytest.raises(ValueError, match=r"no fit run of the same method and k.*rollout.spec.method=auto"):
+        auto_sd_for(held, [replace(fit, k=2)], 0.0)
