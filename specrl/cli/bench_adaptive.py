@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--ks", default="1,2,4,8")
     ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
     ap.add_argument("--max-tokens", type=int, default=None, help="default 256 (--quick: 32)")
-    ap.add_argument("--rl-max-tokens", type=int, default=None, help="default rollout.max_tokens (--quick: 32)")
+    ap.add_argument("--rl-max-tokens", type=int, default=None, help="default: the default run's response budget (--quick: 32)")
     ap.add_argument("--repeats", type=int, default=None, help="batches per n=1 measurement; default 2 (--quick: 1)")
     ap.add_argument("--warmup-tokens", type=int, default=64, help="a warm-up generate of the workload per engine")
     ap.add_argument("--adaptive-mode", default="measured", choices=["measured", "deterministic"])
@@ -65,9 +65,10 @@ def main(argv: list[str]) -> int:
     args = parse_args(ap, argv)
     from .. import LLM, SpecConfig
     from ..train.config import TrainConfig
-    rollout = TrainConfig().rollout  # the RL workload is the default run's rollout
+    default = TrainConfig()
+    rollout = default.rollout  # the RL workload is the default run's rollout, with its task's budget
     for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 256, 32), ("repeats", 2, 1),
-                             ("rl_max_tokens", rollout.max_tokens, 32)):
+                             ("rl_max_tokens", default.budget.max_tokens, 32)):
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
     ks = parse_ks(args.ks)

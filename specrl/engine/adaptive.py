@@ -17,7 +17,9 @@ predicted rate is
 from the cost model (engine/cost_model.py: fit to this engine's own step timings after a warm-up profile of
 the forward) and per-position acceptance counts (engine/acceptance.py), optimistic while a drafter has few
 observations: that optimism is the exploration (UCB), so a drafter is tried where trying could pay and a
-drafter that got better online is found again. No arm beats plain decoding -> no draft: SD that proposes
+drafter that got better online is found again. What the model cannot see is read off the clock: each arm's
+realised tokens per second against its prediction (`RateCheck`, per octave of the batch size) scales its
+predicted rate, so an arm that runs slower than priced loses its place. No arm beats plain decoding -> no draft: SD that proposes
 nothing costs nothing (every drafter still observes the forward, so switching back needs no re-prefill).
 
 The plan is reused until the number of running sequences changes or PLAN_EVERY steps pass, so deciding
@@ -29,6 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -53,6 +56,7 @@ FILL = "~"
 PROFILE_TOKENS = (1, 2, 3, 5, 9)  # draft lengths + 1 the warm-up profile times the forward at
 TRY_ROWS = 8.0  # a drafter observed on fewer rows is being tried: its plan lasts one step
 SHADOW_ROWS = 4  # rows per step on which the model-free drafters propose a draft to be scored (see _shadow)
+CHECK_DECAY = 0.95  # weight of the past per step in an arm's realised / predicted rate (RateCheck)
 
 
 def expected_accepted(rate: float, k: int) -> float:
@@ -80,6 +84,25 @@ class Arm:
 OFF = Arm(None)
 
 
+class RateCheck:
+    """How far the model's predicted rate is off for one arm: a decayed mean of log(realised / predicted
+    tokens per second) over the steps the arm ran, shrunk towards `prior` (log 1 = trust the model) while it
+    has few steps. The predictions price the forward and the drafting from their fits and acceptance from
+    the counts; what neither sees (a drafter's catch-up, merging drafts, per-token bookkeeping that grows
+    with the draft, acceptance that differs between the rows an arm drafts for and those it was counted on)
+    shows up here, from the step's own clock."""
+
+    def __init__(self):
+        self.sum, self.n = 0.0, 0.0
+
+    def add(self, log_ratio: float) -> None:
+        self.sum = CHECK_DECAY * self.sum + log_ratio
+        self.n = CHECK_DECAY * self.n + 1.0
+
+    def log_factor(self, prior: float = 0.0) -> float:
+        return (self.sum + prior) / (self.n + 1.0)
+
+
 class AdaptiveStrategy:
     def __init__(self, names: list[str], point: set[str], k_max: int, cost: CostModel):
         self.names, self.point, self.k_max, self.cost = list(names), set(point), k_max, cost
@@ -92,6 +115,8 @@ class AdaptiveStrategy:
         self.arms = [OFF] + [Arm(n, k) for n in self.names for k in ks] + \
             [Arm(m, k, s) for m in model for s in self.names if s in self.point for k in ks]
         self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
+        self.checks: dict[tuple, RateCheck] = {}  # (arm label,) and (arm label, octave of B) -> RateCheck
+        self._expect = 0.0  # this step's predicted rate (without optimism), for the check
         self._shadows: list[tuple[str, Sequence, int, list[int]]] = []  # (drafter, row, its length, draft)
         self._turn = 0  # which rows shadow drafts next
         self.last: dict = {}  # the last decision, for the trace and the tests
@@ -100,19 +125,19 @@ class AdaptiveStrategy:
         self.history: list[dict] | None = None  # set to [] to log every step's choice (`specrl bench adaptive`)
 
     # ---- predictions ---------------------------------------------------------------------------------
-    def predicted_rate(self, arm: Arm, B: int) -> float:
-        """Tokens per second of a step of B rows under `arm`."""
+    def predicted_rate(self, arm: Arm, B: int, optimistic: bool = True) -> float:
+        """Tokens per second of a step of B rows under `arm`, from the cost model and the acceptance counts."""
         if arm.drafter is None:
             return B / self.cost.target_s(B, B)
-        k, draft = arm.k, self.stats[arm.drafter].expected(arm.k)
+        k, draft = arm.k, self.stats[arm.drafter].expected(arm.k, optimistic)
         if arm.lead is None:
             seconds = self.cost.draft_s(arm.drafter, B * k, k)
         else:
             f = self.stats[arm.lead].full_share(k)  # rows the lead drafts
             rest = self.stats[arm.drafter + FILL]
             if rest.rows >= 1.0:  # until the drafter has filled in, its rows at large stand in
-                draft = rest.expected(k)
-            draft = f * self.stats[arm.lead + FULL].expected(k) + (1.0 - f) * draft
+                draft = rest.expected(k, optimistic)
+            draft = f * self.stats[arm.lead + FULL].expected(k, optimistic) + (1.0 - f) * draft
             fill = (1.0 - f ** B) * self.cost.draft_s(arm.drafter, max(1, round((1 - f) * B)) * k, k)  # runs
             seconds = self.cost.draft_s(arm.lead, B * k, k) + fill  # unless the lead drafts every row
         return B * (1.0 + draft) / (self.cost.target_s(B * (k + 1), B) + seconds)
@@ -123,8 +148,18 @@ class AdaptiveStrategy:
             return ()
         return (arm.drafter,) if arm.lead is None else (arm.lead, arm.drafter + FILL)
 
+    def factor(self, arm: Arm, B: int) -> float:
+        """Realised / predicted rate of `arm` at B rows (RateCheck): its own at this octave of B, shrunk
+        towards its figure at any B, shrunk towards 1."""
+        overall = self.checks.get((arm.label,))
+        if overall is None:
+            return 1.0
+        prior = overall.log_factor()
+        here = self.checks.get((arm.label, B.bit_length()))
+        return math.exp(here.log_factor(prior) if here is not None else prior)
+
     def best_arm(self, B: int) -> Arm:
-        rates = {arm: self.predicted_rate(arm, B) for arm in self.arms}
+        rates = {arm: self.predicted_rate(arm, B) * self.factor(arm, B) for arm in self.arms}
         return max(self.arms, key=lambda a: (rates[a], -a.k))  # ties: the shorter draft
 
     # ---- schedule ----------------------------------------------------------------------------------------
@@ -136,6 +171,8 @@ class AdaptiveStrategy:
             self._trying = any(self.stats[n].rows < TRY_ROWS for n in self.reads(self.arm))
         self._age += 1
         arm = self.arm
+        if not self.deterministic:
+            self._expect = self.predicted_rate(arm, B, optimistic=False)
         self.last = {"arm": arm.label}
         self._shadow(seqs, pool)
         if arm.drafter is None:
@@ -225,6 +262,11 @@ class AdaptiveStrategy:
             self.history.append({"running": B, "mix": mix, "mean_k": sum(drafted) / max(len(drafted), 1),
                                  "arm": self.last.get("arm", "off")})
         lead = self.arm.lead
+        if not self.deterministic and self._expect > 0.0 and result.total_s > 0.0:
+            log_ratio = math.log(result.emitted_tokens / result.total_s / self._expect)
+            for key in ((self.arm.label,), (self.arm.label, B.bit_length())):
+                self.checks.setdefault(key, RateCheck()).add(log_ratio)
+            self._expect = 0.0
         if not self.deterministic:
             # the forward, sampling, verification and the bookkeeping that grows with the tokens appended: all
             # of the step but drafting, which the drafters' own fits price
@@ -257,13 +299,18 @@ class AdaptiveStrategy:
     def state_dict(self) -> dict:
         """The learned state a checkpoint keeps: the cost model and the acceptance counts."""
         return copy.deepcopy({"cost": self.cost.state_dict(),
-                              "stats": {n: s.state_dict() for n, s in self.stats.items()}})
+                              "stats": {n: s.state_dict() for n, s in self.stats.items()},
+                              "checks": [[list(key), c.sum, c.n] for key, c in self.checks.items()]})
 
     def load_state_dict(self, s: dict) -> None:
         self.cost.load_state_dict(s["cost"])
         for n, sub in s["stats"].items():
             if n in self.stats:
                 self.stats[n].load_state_dict(sub)
+        self.checks = {}
+        for key, total, n in s.get("checks", []):
+            self.checks[tuple(key)] = c = RateCheck()
+            c.sum, c.n = float(total), float(n)
         self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
 
 

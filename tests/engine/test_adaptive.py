@@ -6,7 +6,7 @@ import pytest
 
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.config.build import ConfigError, from_dict
-from specrl.engine.adaptive import OFF, AdaptiveStrategy, expected_accepted
+from specrl.engine.adaptive import OFF, PLAN_EVERY, AdaptiveStrategy, Arm, expected_accepted
 from specrl.engine.cost_model import CostModel, CostProfileError
 from specrl.engine.drafting import DrafterPool, pad_proposals
 from specrl.engine.result import StepResult
@@ -188,6 +188,33 @@ def test_sd_is_off_when_a_verified_token_costs_as_much_as_a_forward():
     teach(strategy, "suffix", 3)
     pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(64)})})
     assert strategy.schedule(rows, pool) is None and strategy.last["arm"] == "off"
+
+
+def test_an_arm_that_runs_slower_than_predicted_is_priced_by_what_it_realised():
+    # The model says suffix@4 pays (a forward costs the same whatever it verifies, 3 of 4 drafts accepted), but
+    # every step it runs emits B tokens in 8 forwards' time (costs the model cannot see: a drafter's catch-up,
+    # bookkeeping). The realised / predicted rate moves the choice to no draft within a few plans.
+    rows = seqs(4)
+    cost = flat_cost(["suffix"], deterministic=False)
+    cost.target.weight = 1e12  # the forward's fit stays where it is: only the check can move the choice
+    strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, cost)
+    strategy.arms = [OFF, Arm("suffix", 4)]
+    teach(strategy, "suffix", 3)
+    pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(4)})})
+    forward = cost.target_s(4, 4)
+    assert strategy.schedule(rows, pool).k == [4] * 4
+    for _ in range(3 * PLAN_EVERY):
+        if strategy.arm == OFF:
+            break
+        strategy.update(StepResult("spec", rows, tokens_in=4, emitted_tokens=4, drafters_asked=[None] * 4,
+                                   asked=[0] * 4, lengths=[0] * 4, accepted=[0] * 4, verify_s=8 * forward))
+        strategy.schedule(rows, pool)
+    assert strategy.arm == OFF and strategy.factor(Arm("suffix", 4), 4) < 0.5
+    assert strategy.factor(OFF, 4) == 1.0  # an arm that has not run keeps the model's figure
+    # the check is learned state: a checkpoint keeps it
+    again = AdaptiveStrategy(["suffix"], {"suffix"}, 4, flat_cost(["suffix"], deterministic=False))
+    again.load_state_dict(strategy.state_dict())
+    assert again.factor(Arm("suffix", 4), 4) == pytest.approx(strategy.factor(Arm("suffix", 4), 4))
 
 
 def test_an_untried_drafter_is_tried_where_trying_could_pay_and_the_plan_is_reused():
