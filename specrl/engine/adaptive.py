@@ -107,6 +107,7 @@ class AdaptiveStrategy:
     def __init__(self, names: list[str], point: set[str], k_max: int, cost: CostModel):
         self.names, self.point, self.k_max, self.cost = list(names), set(point), k_max, cost
         self.deterministic = cost.deterministic
+        self.deferred: set[str] = set()  # model drafters that catch up on their observations when asked (build())
         model = [n for n in self.names if n not in self.point]
         keys = self.names + [n + FULL for n in self.names if n in self.point] + \
             ([m + FILL for m in model] if self.point else [])
@@ -140,6 +141,8 @@ class AdaptiveStrategy:
             draft = f * self.stats[arm.lead + FULL].expected(k, optimistic) + (1.0 - f) * draft
             fill = (1.0 - f ** B) * self.cost.draft_s(arm.drafter, max(1, round((1 - f) * B)) * k, k)  # runs
             seconds = self.cost.draft_s(arm.lead, B * k, k) + fill  # unless the lead drafts every row
+        if arm.drafter in self.deferred:  # it observes every token the step appends, all rows, when next asked
+            seconds += self.cost.catch_up_s(arm.drafter, B * (1.0 + draft))
         return B * (1.0 + draft) / (self.cost.target_s(B * (k + 1), B) + seconds)
 
     def reads(self, arm: Arm) -> tuple[str, ...]:
@@ -275,6 +278,8 @@ class AdaptiveStrategy:
                 if name != lead:  # the lead's proposal was timed in the schedule
                     asked = [k for d, k in zip(asked_by, result.asked) if d == name]
                     self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt)
+            for name, (inputs, dt) in result.catch_up_by.items():
+                self.cost.observe_catch_up(name, inputs, dt)
         rows: dict[str, list[list[int]]] = {}  # stats key -> (asked, proposed, accepted) per row
         self._count(result, asked_by, rows)
         self._count_shadows(rows)
@@ -353,6 +358,8 @@ def build(spec: SpecConfig, target, num_slots: int, max_len: int):
     if spec.cost_profile is not None:
         cost.load_profile(spec.cost_profile)
     point = {n for n in drafters if not get_method(n).model_based}
-    return pool, AdaptiveStrategy(list(drafters), point, spec.num_speculative_tokens, cost)
+    strategy = AdaptiveStrategy(list(drafters), point, spec.num_speculative_tokens, cost)
+    strategy.deferred = set(pool.deferred)
+    return pool, strategy
 
 

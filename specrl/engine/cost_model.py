@@ -3,6 +3,9 @@
     target forward  seconds = a + b * tokens_in + c * batch   (tokens_in = batch x (longest draft + 1))
     drafter d       seconds = a_d + c_d * its longest draft + b_d * tokens asked of it (a model drafter runs
                     one forward per draft position, so its cost grows with the longest draft)
+    catch-up of d   seconds = e_d * inputs observed (a model drafter that defers its observations while idle,
+                    engine/deferred.py, runs them when next asked: a drafter that drafts every step pays it
+                    for every token the step appends)
 
 Each line is a decayed least-squares fit of the engine's own step timings (`observe_*`), so it follows the
 device, the dtype, the model size and the machine's load, and no threshold is set by hand. Until a fit has
@@ -114,6 +117,7 @@ class CostModel:
         self.deterministic = deterministic
         self.target = LinearFit(3, self._counted_target(1.0))
         self.drafters = {n: LinearFit(3, self._counted_draft(n, 1.0), DRAFT_PRIOR_WEIGHT) for n in drafter_params}
+        self.catch_ups: dict[str, list[float]] = {}  # drafter -> decayed [seconds, inputs] of its catch-ups
         self.scaled = deterministic  # measured mode: the prior is rescaled to the first timed forward
 
     def _counted_target(self, seconds_per_unit: float) -> list[float]:
@@ -132,6 +136,13 @@ class CostModel:
         """Seconds drafter `name` takes to propose `tokens` tokens, `steps` the longest draft (0: no call)."""
         return self.drafters[name].predict(draft_x(tokens, steps)) if tokens > 0 else 0.0
 
+    def catch_up_s(self, name: str, inputs: float) -> float:
+        """Seconds drafter `name` takes to observe `inputs` deferred inputs: measured, else (before its first
+        catch-up, and in deterministic mode without a profile) its marginal seconds per drafted token."""
+        seen = self.catch_ups.get(name)
+        per_input = seen[0] / seen[1] if seen and seen[1] > 0 else self.draft_slope(name)
+        return per_input * inputs
+
     def draft_slope(self, name: str) -> float:
         """Marginal seconds per token asked of drafter `name` (never negative)."""
         return max(self.drafters[name].theta[1] / SCALE, 0.0)
@@ -148,6 +159,12 @@ class CostModel:
             self.scaled = True
         self.target.add(target_x(tokens_in, batch), seconds)
 
+    def observe_catch_up(self, name: str, inputs: int, seconds: float) -> None:
+        if self.deterministic or inputs <= 0:
+            return
+        seen = self.catch_ups.setdefault(name, [0.0, 0.0])
+        seen[0], seen[1] = DECAY * seen[0] + seconds, DECAY * seen[1] + inputs
+
     def observe_draft(self, name: str, tokens: int, steps: int, seconds: float) -> None:
         if self.deterministic or tokens <= 0 or name not in self.drafters:
             return
@@ -156,13 +173,16 @@ class CostModel:
     # ---- state, profiles -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"version": PROFILE_VERSION, "scaled": self.scaled, "target": self.target.state_dict(),
-                "drafters": {n: f.state_dict() for n, f in self.drafters.items()}}
+                "drafters": {n: f.state_dict() for n, f in self.drafters.items()},
+                "catch_ups": {n: list(v) for n, v in self.catch_ups.items()}}
 
     def load_state_dict(self, s: dict) -> None:
         self.target.load_state_dict(s["target"])
         for n, sub in s["drafters"].items():
             if n in self.drafters:
                 self.drafters[n].load_state_dict(sub)
+        self.catch_ups = {n: [float(v[0]), float(v[1])] for n, v in s.get("catch_ups", {}).items()
+                          if n in self.drafters}  # absent in a profile written before catch-ups were priced
         self.scaled = bool(s["scaled"]) or self.deterministic
 
     def to_profile(self, path: str | Path, **meta) -> None:

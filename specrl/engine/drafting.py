@@ -103,12 +103,15 @@ class DrafterPool:
             if wait.full:
                 self.catch_up(name)
 
-    def catch_up(self, name: str) -> None:
-        """Drafter `name` observes what it deferred, so its state is as if it had observed every forward."""
-        wait = self.deferred.get(name)
+    def catch_up(self, name: str) -> int:
+        """Drafter `name` observes what it deferred, so its state is as if it had observed every forward.
+        Returns the inputs it caught up on."""
+        wait, inputs = self.deferred.get(name), 0
         if wait is not None:
             for fwd in wait.forwards():
                 self.drafters[name].observe(fwd)
+                inputs += int(fwd.valid.sum())
+        return inputs
 
     def release(self, seq: Sequence) -> None:
         for d in self.drafters.values():

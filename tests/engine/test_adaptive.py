@@ -217,6 +217,27 @@ def test_an_arm_that_runs_slower_than_predicted_is_priced_by_what_it_realised():
     assert again.factor(Arm("suffix", 4), 4) == pytest.approx(strategy.factor(Arm("suffix", 4), 4))
 
 
+def test_a_deferred_model_drafter_is_charged_its_catch_up_for_every_token_the_step_appends():
+    # EAGLE-3 left idle defers its observations; drafting again, it first observes every token appended since,
+    # on all rows. An arm that uses it pays that per step: measured seconds per input x rows x (1 + accepted).
+    cost = flat_cost(["suffix", "eagle3"], deterministic=False)
+    strategy = AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, cost)
+    teach(strategy, "eagle3", 2)
+    arm = Arm("eagle3", 4)
+    before = strategy.predicted_rate(arm, 8, optimistic=False)
+    strategy.deferred = {"eagle3"}
+    cost.observe_catch_up("eagle3", 100, 0.5)  # 5 ms an input
+    draft = strategy.stats["eagle3"].expected(4, optimistic=False)
+    seconds = 8 * (1 + draft) / before + 0.005 * 8 * (1 + draft)
+    assert strategy.predicted_rate(arm, 8, optimistic=False) == pytest.approx(8 * (1 + draft) / seconds)
+    assert strategy.predicted_rate(Arm("suffix", 4), 8) == pytest.approx(  # a model-free arm is not charged
+        AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, cost).predicted_rate(Arm("suffix", 4), 8))
+    # the measured per-input cost is learned state: a checkpoint or a saved profile keeps it
+    again = CostModel(1000, {"suffix": 0, "eagle3": 0})
+    again.load_state_dict(cost.state_dict())
+    assert again.catch_up_s("eagle3", 10) == pytest.approx(0.05)
+
+
 def test_an_untried_drafter_is_tried_where_trying_could_pay_and_the_plan_is_reused():
     cost = flat_cost(["suffix", "eagle3"])
     strategy = AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, cost)
