@@ -27,6 +27,10 @@ def measure(llm, prompts, n, batch, max_tokens, seed, repeats, warmup, warmup_to
     llm.generate(warmup, [SamplingParams(n=n, temperature=1.0, max_tokens=warmup_tokens, seed=seed + 99 + i)
                           for i in range(len(warmup))])
     llm.reset_stats()
+    strategy = getattr(llm.engine, "strategy", None)
+    if hasattr(strategy, "chosen"):  # the adaptive engine keeps what it learnt, but counts its choices afresh
+        strategy.chosen = {}
+        strategy.history = None if strategy.history is None else []
     tokens, seconds = 0, 0.0
     for r in range(repeats):
         chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts

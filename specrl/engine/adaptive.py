@@ -19,8 +19,9 @@ the forward) and per-position acceptance counts (engine/acceptance.py), optimist
 observations: that optimism is the exploration (UCB), so a drafter is tried where trying could pay and a
 drafter that got better online is found again. What the model cannot see is read off the clock: each arm's
 realised tokens per second against its prediction (`RateCheck`, per octave of the batch size) scales its
-predicted rate, so an arm that runs slower than priced loses its place. No arm beats plain decoding -> no draft: SD that proposes
-nothing costs nothing (every drafter still observes the forward, so switching back needs no re-prefill).
+predicted rate, so an arm that runs slower than priced loses its place. No arm beats plain decoding -> no
+draft: SD that proposes nothing costs nothing (every drafter still observes the forward, so switching back
+needs no re-prefill).
 
 The plan is reused until the number of running sequences changes or PLAN_EVERY steps pass, so deciding
 costs a few microseconds a step. Any draft is verified exactly, so every choice is lossless; "measured"

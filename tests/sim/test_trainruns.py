@@ -27,7 +27,8 @@ def traced_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("traced")
     model, data = make_setup(tmp)
     runs = {}
-    for name, method, extra in (("off", "null", {}), ("suffix", "suffix", {}), ("suffix_fit", "suffix", {"seed": 1}),
+    for name, method, extra in (("off", "null", {}), ("suffix", "suffix", {}),
+                                ("suffix_fit", "suffix", {"seed": 1}),  # acceptance for predicting "suffix"
                                 ("async_off", "null", {"pipeline.mode": "async", "pipeline.rollout_threads": 1, "pipeline.train_threads": 1})):
         out = tmp / name
         args = overrides(model, data, out, **{"rollout.trace": "true", "rollout.spec.method": method,
