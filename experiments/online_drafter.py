@@ -13,7 +13,8 @@ Runs whose directory already holds enough steps are read, not rerun, so arms can
 processes one after another (`specrl train ... out_dir=OUT/NAME` with the same overrides) and summarised here.
 
 Prints JSON lines (per run: acceptance length at step 1, the best and the last 5-step means, rollout/step
-time, drafter training time and its share of the step; final reward and held-out accuracy; comparisons:
+time, drafter training time and its share of the step; reward and held-out accuracy; the per-step
+acceptance and reward; comparisons:
 online end vs its best and vs frozen end, and the cold start's share of the offline head per step) and
 writes OUT/online_drafter_{drift,cold}.png.
 
@@ -70,7 +71,9 @@ def summary(name: str, rows: list[dict], held_out: dict[int, float]) -> dict:
             "reward_start": mean("reward_mean", rows[:EDGE]), "reward_end": mean("reward_mean", rows[-EDGE:]),
             "entropy_end": mean("entropy", rows[-EDGE:]), "len_p50_end": mean("response_len_p50", rows[-EDGE:]),
             "held_out_accuracy": held_out, "logprob_diff": mean("logprob_diff", rows),
-            "alarms": sum(bool(r.get("drafter_alarm")) for r in rows)}
+            "alarms": sum(bool(r.get("drafter_alarm")) for r in rows),
+            "acceptance_per_step": [round(r["acceptance_length"], 3) for r in rows],
+            "reward_per_step": [round(r["reward_mean"], 4) for r in rows]}
 
 
 def plot(path: Path, runs: dict[str, list[dict]], title: str, ref: float | None = None) -> None:
