@@ -59,23 +59,21 @@ class AcceptanceStats:
         """Rows observed (decayed): how much the estimate rests on."""
         return self.reached[0]
 
-    def alpha(self, j: int, optimistic: bool = True) -> float:
-        """Conditional acceptance of draft position j (0-based). A position's prior is the estimate of the
-        one before it (PRIOR_ALPHA for the first): positions seldom reached are priced like the last well
+    def alphas(self, k: int, optimistic: bool = True):
+        """Conditional acceptance of draft positions 0..k-1, in one pass. A position's prior is the estimate of
+        the one before it (PRIOR_ALPHA for the first): positions seldom reached are priced like the last well
         observed one, not like an untried drafter (a suffix match that held so far tends to hold on)."""
         prior = PRIOR_ALPHA
-        for i in range(j + 1):
-            r = self.reached[i]
-            prior = (self.accepted[i] + PRIOR_ROWS * prior) / (r + PRIOR_ROWS)
-        if optimistic:
-            prior += BONUS / math.sqrt(self.reached[j] + 1.0)
-        return min(prior, MAX_ALPHA)
+        for j in range(min(k, len(self.reached))):
+            prior = (self.accepted[j] + PRIOR_ROWS * prior) / (self.reached[j] + PRIOR_ROWS)
+            bonus = BONUS / math.sqrt(self.reached[j] + 1.0) if optimistic else 0.0
+            yield min(prior + bonus, MAX_ALPHA)
 
     def expected(self, k: int, optimistic: bool = True) -> float:
         """Expected accepted drafts of a row asked for k tokens."""
         total, run = 0.0, 1.0
-        for j in range(min(k, len(self.reached))):
-            run *= self.alpha(j, optimistic)
+        for a in self.alphas(k, optimistic):
+            run *= a
             total += run
         return total
 

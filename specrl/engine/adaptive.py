@@ -118,7 +118,7 @@ class AdaptiveStrategy:
             [Arm(m, k, s) for m in model for s in self.names if s in self.point for k in ks]
         self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
         self.checks: dict[tuple, RateCheck] = {}  # (arm label,) and (arm label, octave of B) -> RateCheck
-        self._expect = 0.0  # this step's predicted rate (without optimism), for the check
+        self._expect = 0.0  # the plan's predicted rate (without optimism), for the check
         self._shadows: list[tuple[str, Sequence, int, list[int]]] = []  # (drafter, row, its length, draft)
         self._turn = 0  # which rows shadow drafts next
         self.last: dict = {}  # the last decision, for the trace and the tests
@@ -173,10 +173,10 @@ class AdaptiveStrategy:
             self.arm, self._planned_for, self._age = self.best_arm(B), B, 0
             # a plan that tries a drafter seen on few rows lasts one step: the next one looks again
             self._trying = any(self.stats[n].rows < TRY_ROWS for n in self.reads(self.arm))
+            # what the RateCheck holds the plan's steps to (B is fixed while a plan lasts)
+            self._expect = 0.0 if self.deterministic else self.predicted_rate(self.arm, B, optimistic=False)
         self._age += 1
         arm = self.arm
-        if not self.deterministic:
-            self._expect = self.predicted_rate(arm, B, optimistic=False)
         self.last = {"arm": arm.label}
         self._shadow(seqs, pool)
         if arm.drafter is None:
@@ -270,7 +270,6 @@ class AdaptiveStrategy:
             log_ratio = math.log(result.emitted_tokens / result.total_s / self._expect)
             for key in ((self.arm.label,), (self.arm.label, B.bit_length())):
                 self.checks.setdefault(key, RateCheck()).add(log_ratio)
-            self._expect = 0.0
         if not self.deterministic:
             # the forward, sampling, verification and the bookkeeping that grows with the tokens appended: all
             # of the step but drafting, which the drafters' own fits price

@@ -18,10 +18,6 @@ class Plan:
     ready: dict[str, Proposal] = field(default_factory=dict)  # proposals already made while scheduling (all rows)
     draft_s: float = 0.0  # seconds the schedule spent drafting (those proposals)
 
-    @property
-    def drafts(self) -> bool:
-        return any(d is not None and k > 0 for d, k in zip(self.drafters, self.k))
-
 
 class Strategy(Protocol):
     def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan: ...

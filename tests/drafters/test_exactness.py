@@ -145,13 +145,9 @@ def test_chi_square_catches_a_biased_verifier(monkeypatch, tmp_path):
     assert stat > chi_square_critical(df, 3.72)
 
 
-@pytest.mark.parametrize("method", ALL)
-def test_sampled_logprobs_are_the_policys(method, tmp_path):
-    """At temperature 0.8 the returned logprobs equal log softmax(logits / 0.8) of a plain full forward."""
-    _skip_unavailable(method)
-    model = peaky_model()
-    llm = build(method, model, tmp_path, max_num_seqs=4)
-    target = llm.model  # mtp swaps in a copy of the target that carries MTP modules
+def assert_sampled_logprobs_are_the_policys(llm, target) -> None:
+    """Samples at temperature 0.8 from `llm`: each returned logprob equals log softmax(logits / 0.8) of a plain
+    full forward of `target` over the prompt and the sampled tokens."""
     outs = llm.generate([PROMPT, PROMPT[:3]], SamplingParams(n=3, temperature=0.8, max_tokens=20, seed=5))
     for r in outs:
         for o in r.outputs:
@@ -160,3 +156,10 @@ def test_sampled_logprobs_are_the_policys(method, tmp_path):
                 logp = torch.log_softmax(target(ids).logits[0, len(r.prompt_token_ids) - 1:-1] / 0.8, -1)
             expected = logp.gather(-1, torch.tensor(o.token_ids)[:, None])[:, 0]
             assert torch.allclose(torch.tensor(o.logprobs), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ALL)
+def test_sampled_logprobs_are_the_policys(method, tmp_path):
+    _skip_unavailable(method)
+    llm = build(method, peaky_model(), tmp_path, max_num_seqs=4)
+    assert_sampled_logprobs_are_the_policys(llm, llm.model)  # mtp swaps in a target copy with MTP modules

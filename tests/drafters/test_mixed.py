@@ -8,7 +8,6 @@ two temperatures), greedy tokens and logprobs must equal SD off's.
 import random
 
 import pytest
-import torch
 
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.drafters.ngram.drafter import NgramDrafter
@@ -17,7 +16,8 @@ from specrl.engine.drafting import DrafterPool
 from specrl.engine.methods import build_drafter
 from specrl.engine.strategy import Plan
 from tests.drafters.drafters import UniformDrafter
-from tests.drafters.test_exactness import PROMPT, SETTINGS, assert_same_as_sd_off, peaky_model, sample_first3
+from tests.drafters.test_exactness import (PROMPT, SETTINGS, assert_same_as_sd_off,
+                                           assert_sampled_logprobs_are_the_policys, peaky_model, sample_first3)
 from tests.helpers import tiny_model
 from tests.stats import assert_matches, exact_distribution
 
@@ -87,12 +87,5 @@ def test_mixed_batches_keep_greedy_tokens_and_logprobs(seed, tmp_path):
 def test_mixed_batches_return_the_policys_sampled_logprobs(tmp_path):
     model = peaky_model()
     llm, mix = mixed_llm(model, tmp_path, max_num_seqs=6)
-    outs = llm.generate([PROMPT, PROMPT[:3]], SamplingParams(n=3, temperature=0.8, max_tokens=20, seed=5))
-    for r in outs:
-        for o in r.outputs:
-            ids = torch.tensor([r.prompt_token_ids + o.token_ids])
-            with torch.no_grad():
-                logp = torch.log_softmax(model(ids).logits[0, len(r.prompt_token_ids) - 1:-1] / 0.8, -1)
-            expected = logp.gather(-1, torch.tensor(o.token_ids)[:, None])[:, 0]
-            assert torch.allclose(torch.tensor(o.logprobs), expected, atol=1e-5)
+    assert_sampled_logprobs_are_the_policys(llm, model)
     assert mix.mixed_steps > 0
