@@ -119,10 +119,11 @@ def test_cpu_kv_cache_is_resident_only_where_written():
     x = kv_zeros((64, 4, 8192, 64), "cpu", torch.float32)  # 512 MiB of address space
     assert x.shape == (64, 4, 8192, 64) and x.dtype == torch.float32
     before = _rss_bytes()
-    assert x[:, :, :4096].abs().sum().item() == 0.0  # zeros, and reading them commits nothing
     x[:, :, :16] = 1.0  # one 4 KiB page per (slot, head) row: 1 MiB
     grown = _rss_bytes() - before
     assert 2 ** 20 <= grown < 32 * 2 ** 20, grown
+    # read after measuring: a Linux kernel maps untouched pages to its shared zero page on a read, but a
+    # sandbox kernel (CI's) may commit them, and the engine reads only positions it has written
     assert x[:, :, :16].sum().item() == 64 * 4 * 16 * 64 and x[:, :, 16:].abs().sum().item() == 0.0
     assert kv_zeros((2, 3), "cpu", torch.bfloat16).dtype == torch.bfloat16
 
