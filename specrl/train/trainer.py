@@ -228,16 +228,28 @@ class PolicyTrainer:
 
     def learning_rows(self, batch: TrainBatch, rows: Tensor) -> Tensor:
         """The rows of `rows` whose loss can move the weights. A zero advantage makes a row's clipped loss, and
-        so its gradient, exactly zero; unless a KL or MTP term or a forward hook reads every row, such rows
-        (GRPO groups whose samples all scored the same: on long tasks, most failing long responses) are left
-        out of the update's forwards. The loss keeps the whole mini-batch's denominator, so the gradient is
-        unchanged. One row is kept when none learns, so the optimizer still steps on a zero gradient."""
-        reads_all = (self.ref_model is not None or self.forward_hook is not None
-                     or (self.model.mtp is not None and self.algo.mtp_coef > 0))
+        so its gradient, exactly zero; unless a KL or MTP term reads every row, such rows (GRPO groups whose
+        samples all scored the same: on long tasks, most failing long responses) are left out of the update's
+        forwards. The loss keeps the whole mini-batch's denominator, so the gradient is unchanged. One row is
+        kept when none learns, so the optimizer still steps on a zero gradient. A forward hook still sees the
+        skipped rows, through a forward without gradients (`_show_skipped`)."""
+        reads_all = self.ref_model is not None or (self.model.mtp is not None and self.algo.mtp_coef > 0)
         if not self.algo.skip_zero_advantage or reads_all:
             return rows
         learning = rows[batch.advantages[rows] != 0]
         return learning if len(learning) else rows[torch.argmin(batch.lengths[rows])].view(1)
+
+    @torch.no_grad()
+    def _show_skipped(self, batch: TrainBatch, skipped: Tensor) -> None:
+        """The forward hook's view of the rows the update skips: the same forward, without gradients (a third
+        of what running them through the update would cost), so online drafter training still learns from
+        every trajectory, the long failing ones included."""
+        hook = self.forward_hook
+        for idx in self.micro_batches(skipped, batch.lengths):
+            mb = batch.rows(idx, self.device)
+            with self.autocast():
+                out = self.model(mb.input_ids, hidden_layers=hook.hidden_layers, compute_logits=False)
+            hook(ForwardInfo(out, mb.input_ids, mb.mask, idx, self._logits))
 
     def _update(self, batch: TrainBatch, rows: Tensor, old: Tensor | None, ref: Tensor | None,
                 seen: Tensor, audited: Tensor, sums: dict[str, float], is_cap: float | None = None) -> None:
@@ -245,6 +257,8 @@ class PolicyTrainer:
         denom = aggregate_denom(batch.mask[rows], mode)  # the whole mini-batch's count: accumulation = one batch
         learning = self.learning_rows(batch, rows)
         sums["update_rows"] += len(learning) / len(rows)  # the share of rows the update's forwards ran
+        if self.forward_hook is not None and len(learning) < len(rows):
+            self._show_skipped(batch, rows[~torch.isin(rows, learning)])
         rows = learning
         n_tok = batch.mask[rows].sum().clamp(min=1)  # the health metrics (entropy, clip_frac) average these rows
         self.optimizer.zero_grad(set_to_none=True)

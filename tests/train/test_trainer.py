@@ -268,6 +268,32 @@ def test_rows_with_zero_advantage_are_skipped_without_changing_the_update(loss_a
     assert ms["logprob_diff"] < 1e-5  # the audit covers the rows the update scored, not the skipped zeros
 
 
+def test_a_forward_hook_sees_the_skipped_rows_through_a_forward_without_gradients():
+    model = tiny_model(seed=5)
+    batch = _with_advantages(_rollouts(model), [0, 0, 0, -1.0, 0.4, 0.9, 0, 0, 0])
+    hooked, plain = copy.deepcopy(model), copy.deepcopy(model)
+
+    class Recorder:  # a ForwardHook (what online drafter training installs)
+        hidden_layers = (0,)
+
+        def __init__(self):
+            self.seen = []  # (rows, whether the forward carries gradients, hidden layers returned)
+
+        def __call__(self, info):
+            self.seen.append((info.rows.tolist(), info.output.last_hidden.requires_grad, len(info.output.hidden)))
+
+    trainer = _trainer(hooked, micro=2)
+    trainer.forward_hook = recorder = Recorder()
+    mh, mp = trainer.step(batch), _trainer(plain, micro=2).step(batch)
+    assert sorted(r for rows, _, _ in recorder.seen for r in rows) == list(range(9))  # every row, once
+    assert sorted(r for rows, grad, _ in recorder.seen if grad for r in rows) == [3, 4, 5]  # the learning rows
+    assert all(n == 1 for _, _, n in recorder.seen)
+    assert mh["update_rows"] == pytest.approx(3 / 9)  # the skip stays on with a hook installed
+    assert mh["grad_norm"] == pytest.approx(mp["grad_norm"], rel=1e-6)
+    for (name, a), b in zip(hooked.named_parameters(), plain.parameters()):  # the same update as without it
+        torch.testing.assert_close(a, b, atol=0, rtol=0, msg=name)
+
+
 def test_a_batch_where_no_row_learns_still_steps_the_optimizer_like_the_full_update():
     model = tiny_model(seed=6)
     batch = _rollouts(model)
