@@ -12,6 +12,7 @@ method the policy trainer step runs with and without the drafter's `forward_hook
 micro-batches. Prints one JSON line per method and sample_fraction.
 
     python experiments/online_drafter_cost.py [--repeats 3] [--prompts 8] [--methods eagle3] [--fractions 1,0.25]
+        [--zero-share 0.43]
 
 `--schedules OUT`: the cost of each `rollout.drafter.schedule` on the RL step. `specrl train` runs of the
 embedded task with online EAGLE-3 (shipped head), all started at once (one torch thread each, async 1+1)
@@ -113,6 +114,9 @@ def main() -> None:
     ap.add_argument("--fractions", default="1.0,0.25", help="sample_fraction values of the drafter update")
     ap.add_argument("--schedules", metavar="OUT", help="measure each schedule's cost on the RL step instead")
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--zero-share", type=float, default=0.0,
+                    help="share of the n-sample groups whose advantages are zero (GRPO groups that scored alike), "
+                    "which the update skips; the hook still sees them through a forward without gradients")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     if args.schedules:
@@ -124,8 +128,10 @@ def main() -> None:
     rollout = [timed(lambda: llm.generate(default_prompts(args.prompts), params)) for _ in range(args.repeats)]
     outs = llm.generate(default_prompts(args.prompts), params)
     samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs if c.token_ids]
+    advantages = torch.linspace(-1, 1, len(samples))
+    advantages[:round(args.zero_share * len(samples) / args.n) * args.n] = 0.0  # whole groups scored alike
     batch = collate([p for p, _ in samples], [c.token_ids for _, c in samples], [c.logprobs for _, c in samples],
-                    torch.linspace(-1, 1, len(samples)), pad_id=0)
+                    advantages, pad_id=0)
 
     def trainer(model):
         return PolicyTrainer(model, AlgorithmConfig(), OptimConfig(warmup_steps=0, micro_batch_size=16),
@@ -143,7 +149,8 @@ def main() -> None:
             drafter.append(timed(lambda: online.step(capture.batches)))
         med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
         print(json.dumps({
-            "method": method, "sample_fraction": fraction, "rows": batch.num_rows, "response_tokens": int(batch.mask.sum()),
+            "method": method, "sample_fraction": fraction, "rows": batch.num_rows, "zero_share": args.zero_share,
+            "response_tokens": int(batch.mask.sum()),
             "capture_overhead_cpu": round(med(capt, 0) / med(plain, 0), 3),
             "capture_overhead_wall": round(med(capt, 1) / med(plain, 1), 3),
             "policy_step_cpu_s": round(med(plain, 0), 2), "drafter_step_cpu_s": round(med(drafter, 0), 2),
