@@ -173,8 +173,7 @@ def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
     """A zero tensor for a KV cache. On a CPU it lives in a fresh anonymous mapping, so a page becomes
     resident only when written (on a stock Linux kernel reads of untouched pages see the shared zero page;
     a sandbox kernel, as on CI, may commit pages on a read, and attention reads up to the longest running
-    sequence), and
-    `release_kv` can give its pages back."""
+    sequence), and `release_kv` can give its pages back."""
     device, dtype = torch.device(device), resolve_dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if device.type != "cpu" or nbytes == 0:
