@@ -7,6 +7,10 @@ batch 1: with k drafts accepting tau tokens per verify and a drafter costing d d
 speedup = tau / (c(k+1) + k d). `needed_tau_for_2x` is the acceptance length that 2.0x needs at each k
 (None where even tau = k+1, every draft accepted, falls short).
 
+Not `ModelRunner.time_forward` (the adaptive engine's warm-up profile): that one times wall clock from
+position 0 with no cached context; here the forward sits on a cached prompt, as a verify does, and the
+clock is the process's CPU time, which other jobs on a shared machine move less.
+
     python experiments/verify_cost.py --model DIR [--dtypes float32,bfloat16] [--draft-cost 0.06]
         [--out docs/results/verify_cost_smollm2.jsonl]
 """

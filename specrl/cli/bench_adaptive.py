@@ -20,17 +20,15 @@ from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_p
 from .bench_spec import parse_batch_sizes
 
 
-def measure(llm, prompts, n, batch, max_tokens, seed, repeats, warmup, warmup_tokens):
+def measure(llm, prompts, n, batch, max_tokens, seed, repeats, warmup, warmup_tokens, after_warmup=None):
     from .. import SamplingParams
     # a warm-up of the workload's shape on other prompts, the same for every strategy: what an engine that
     # has run before has learnt (the adaptive one: its cost model and acceptance counts)
     llm.generate(warmup, [SamplingParams(n=n, temperature=1.0, max_tokens=warmup_tokens, seed=seed + 99 + i)
                           for i in range(len(warmup))])
     llm.reset_stats()
-    strategy = getattr(llm.engine, "strategy", None)
-    if hasattr(strategy, "chosen"):  # the adaptive engine keeps what it learnt, but counts its choices afresh
-        strategy.chosen = {}
-        strategy.history = None if strategy.history is None else []
+    if after_warmup is not None:
+        after_warmup()
     tokens, seconds = 0, 0.0
     for r in range(repeats):
         chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
@@ -117,7 +115,9 @@ def main(argv: list[str]) -> int:
                                 drafters=tuple(methods)))
         strategy = llm.engine.strategy
         strategy.history = [] if rl else None
-        tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
+        # auto keeps what it learnt in the warm-up, but counts its choices afresh
+        tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens,
+                             after_warmup=strategy.reset_counts)
         steps_rows = sum(v for d, v in strategy.chosen.items() if d != "k_sum")
         drafted = steps_rows - strategy.chosen.get("none", 0)
         static = [r for r in rows if r["batch_size"] == common["batch_size"] and r["strategy"] != "off"]

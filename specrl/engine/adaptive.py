@@ -126,6 +126,11 @@ class AdaptiveStrategy:
         self.chosen: dict[str, float] = {}
         self.history: list[dict] | None = None  # set to [] to log every step's choice (`specrl bench adaptive`)
 
+    def reset_counts(self) -> None:
+        """`chosen` and `history` (when logging) start afresh; what the strategy has learnt stays."""
+        self.chosen = {}
+        self.history = None if self.history is None else []
+
     # ---- predictions ---------------------------------------------------------------------------------
     def predicted_rate(self, arm: Arm, B: int, optimistic: bool = True) -> float:
         """Tokens per second of a step of B rows under `arm`, from the cost model and the acceptance counts."""

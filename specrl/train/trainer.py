@@ -239,17 +239,23 @@ class PolicyTrainer:
         learning = rows[batch.advantages[rows] != 0]
         return learning if len(learning) else rows[torch.argmin(batch.lengths[rows])].view(1)
 
+    def _forward(self, mb: TrainBatch, idx: Tensor) -> ModelOutput:
+        """The policy's forward over micro-batch `mb` (rows `idx`), shown to the forward hook if one is set."""
+        hook = self.forward_hook
+        with self.autocast():
+            out = self.model(mb.input_ids, hidden_layers=hook.hidden_layers if hook is not None else (),
+                             compute_logits=False)
+        if hook is not None:
+            hook(ForwardInfo(out, mb.input_ids, mb.mask, idx, self._logits))
+        return out
+
     @torch.no_grad()
     def _show_skipped(self, batch: TrainBatch, skipped: Tensor) -> None:
         """The forward hook's view of the rows the update skips: the same forward, without gradients (a third
         of what running them through the update would cost), so online drafter training still learns from
         every trajectory, the long failing ones included."""
-        hook = self.forward_hook
         for idx in self.micro_batches(skipped, batch.lengths):
-            mb = batch.rows(idx, self.device)
-            with self.autocast():
-                out = self.model(mb.input_ids, hidden_layers=hook.hidden_layers, compute_logits=False)
-            hook(ForwardInfo(out, mb.input_ids, mb.mask, idx, self._logits))
+            self._forward(batch.rows(idx, self.device), idx)
 
     def _update(self, batch: TrainBatch, rows: Tensor, old: Tensor | None, ref: Tensor | None,
                 seen: Tensor, audited: Tensor, sums: dict[str, float], is_cap: float | None = None) -> None:
@@ -269,12 +275,7 @@ class PolicyTrainer:
                 trim(TRIM_MIN_FREE)  # specrl/heap.py
             mb = batch.rows(idx, self.device)
             T = mb.input_ids.shape[1]
-            hook = self.forward_hook
-            layers = hook.hidden_layers if hook is not None else ()
-            with self.autocast():
-                out = self.model(mb.input_ids, hidden_layers=layers, compute_logits=False)
-            if hook is not None:
-                hook(ForwardInfo(out, mb.input_ids, mb.mask, idx, self._logits))
+            out = self._forward(mb, idx)
             # [b, T] (the lm-head in bf16 under autocast; logprobs and entropies in fp32)
             logp, entropy = head_logprobs(self.model.lm_head, out.last_hidden, mb.targets, self.temperature,
                                           self.autocast)

@@ -353,3 +353,7 @@ def test_hybrid_plans_and_a_deferred_model_drafter_keep_greedy_tokens_and_logpro
         assert g.outputs[0].logprobs == pytest.approx(b.outputs[0].logprobs, abs=1e-5)
     chosen = llm.engine.strategy.chosen
     assert chosen.get("suffix", 0) > 0 and chosen.get("eagle3", 0) > 0  # rows of both drafters
+    strategy = llm.engine.strategy
+    learnt = strategy.stats["suffix"].rows
+    strategy.reset_counts()  # what `bench adaptive` does after its warm-up
+    assert strategy.chosen == {} and strategy.history is None and strategy.stats["suffix"].rows == learnt > 0
