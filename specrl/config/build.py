@@ -42,7 +42,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
     an instance keeps that instance's values for keys that ``data`` does not set.
 
     Renamed keys are declared in one place, two class-level tables of ``cls``: ``MOVED`` (old key -> the
-    dotted key that replaced it) and ``REMOVED`` (old key -> why it went and what to do instead). An old key
+    dotted key that replaced it, from the root, or from ``cls`` when it starts with ".") and ``REMOVED`` (old key -> why it went and what to do instead). An old key
     in ``data`` is a ConfigError that says so; nothing else in specrl handles renamed keys.
     """
     if not dataclasses.is_dataclass(cls):
@@ -73,7 +73,8 @@ def _check_key(cls: type, key: str, value: Any, valid: list[str], path: str) -> 
     if key in getattr(cls, "REMOVED", {}):
         raise ConfigError(f"config key '{full}' was removed: {cls.REMOVED[key]}")
     if key in getattr(cls, "MOVED", {}):
-        new = cls.MOVED[key]
+        new = cls.MOVED[key]  # ".sub.key": relative to cls's own place in the tree
+        new = _join(path, new[1:]) if new.startswith(".") else new
         raise ConfigError(f"config key '{full}' was replaced by '{new}': set {new}={value!r} instead and delete "
                           f"'{full}' (from a resumed run's config.yaml too)")
     if key not in valid:
@@ -188,7 +189,8 @@ def _number(v: Any) -> Any:
 
 
 def _to_bool(v: Any) -> bool:
-    low = v.strip().lower() if isinstance(v, str) else v
+    """The one bool parser of every command: true/yes/on/1 and false/no/off/0 (YAML reads `1` as an int)."""
+    low = v.strip().lower() if isinstance(v, str) else str(v) if type(v) is int else v
     if v is True or low in _TRUE_STRINGS:
         return True
     if v is False or low in _FALSE_STRINGS:

@@ -15,7 +15,7 @@ from ..config.choices import PIPELINE_MODES, PLACEMENTS
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION, parse_bytes
 from ..engine.methods import SpecConfig, model_method
 from ..model.checkpoint import DTYPES
-from ..optim import OptimSettings, moved_fields
+from ..optim import OptimSettings
 
 __all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "DrafterConfig", "OptimConfig", "PipelineConfig",
            "RayConfig", "RewardConfig", "RolloutConfig", "ScheduleConfig", "TrainConfig"]
@@ -111,7 +111,6 @@ def _drafter_optim() -> OptimSettings:
     return OptimSettings(lr=3e-4, betas=(0.9, 0.95))  # a constant learning rate: the drafter never stops
 
 
-@moved_fields(**{key: f"DrafterConfig.optim.{key}" for key in ("lr", "weight_decay", "grad_clip")})
 @dataclass
 class DrafterConfig:
     """`rollout.drafter`: online training of the rollout engine's model drafter while the policy trains
@@ -150,7 +149,7 @@ class DrafterConfig:
     alarm_window: int = 5
     alarm_max_lag: int = 1
 
-    MOVED = {key: f"rollout.drafter.optim.{key}" for key in ("lr", "weight_decay", "grad_clip")}
+    MOVED = {key: f".optim.{key}" for key in ("lr", "weight_decay", "grad_clip")}
 
     def validate(self) -> None:
         require(self.schedule in DRAFTER_SCHEDULES, "schedule", self.schedule, f"one of {list(DRAFTER_SCHEDULES)}")
