@@ -17,7 +17,7 @@ from ..engine.methods import SpecConfig, model_method
 from ..model.checkpoint import DTYPES
 from ..optim import OptimSettings
 
-__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "DrafterConfig", "OptimConfig", "PipelineConfig",
+__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "DrafterConfig", "HealthConfig", "OptimConfig", "PipelineConfig",
            "RayConfig", "RewardConfig", "RolloutConfig", "ScheduleConfig", "TrainConfig"]
 
 
@@ -107,6 +107,24 @@ class RewardConfig:
 DRAFTER_SCHEDULES = ("after_step", "long_tail", "beside_trainer")
 
 
+@dataclass
+class HealthConfig:
+    """`rollout.drafter.health`: the drafter health alarm (specrl.drafters.training.health)."""
+    window: int = 5  # earlier steps averaged as the reference
+    min_history: int = 3  # earlier steps needed before a drop can be judged
+    drop_ratio: float = 0.5  # alarm when acceptance < drop_ratio * recent mean
+    max_version_lag: int = 1  # alarm when trainer version - engine version exceeds this
+
+    def __post_init__(self):
+        self.validate()  # the run loop and the tests build one in Python
+
+    def validate(self) -> None:
+        require(self.window >= 1, "window", self.window, ">= 1")
+        require(1 <= self.min_history <= self.window, "min_history", self.min_history, f"in [1, window={self.window}]")
+        require(0 < self.drop_ratio < 1, "drop_ratio", self.drop_ratio, "in (0, 1)")
+        require(self.max_version_lag >= 0, "max_version_lag", self.max_version_lag, ">= 0")
+
+
 def _drafter_optim() -> OptimSettings:
     return OptimSettings(lr=3e-4, betas=(0.9, 0.95))  # a constant learning rate: the drafter never stops
 
@@ -145,11 +163,11 @@ class DrafterConfig:
     # low-entropy policy; 0.125 learns about as fast per update as 1.0 at a fraction of the cost
     # (experiments/online_drafter_sample_fraction.py, docs/memory.md)
     sample_fraction: float = 0.125
-    # health alarm: acceptance below half of its recent average, or an engine drafter older than allowed
-    alarm_window: int = 5
-    alarm_max_lag: int = 1
+    # alarm: acceptance below half of its recent average, or an engine drafter older than allowed
+    health: HealthConfig = field(default_factory=HealthConfig)
 
-    MOVED = {key: f".optim.{key}" for key in ("lr", "weight_decay", "grad_clip")}
+    MOVED = {**{key: f".optim.{key}" for key in ("lr", "weight_decay", "grad_clip")},
+             "alarm_window": ".health.window", "alarm_max_lag": ".health.max_version_lag"}
 
     def validate(self) -> None:
         require(self.schedule in DRAFTER_SCHEDULES, "schedule", self.schedule, f"one of {list(DRAFTER_SCHEDULES)}")
@@ -162,10 +180,9 @@ class DrafterConfig:
         require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
         require(self.kl_coef >= 0 and self.accept_coef >= 0 and self.kl_coef + self.accept_coef > 0, "kl_coef",
                 self.kl_coef, ">= 0, with accept_coef >= 0 and not both 0")
-        for key in ("updates_per_step", "ttt_steps", "mtp_depths", "alarm_window"):
+        for key in ("updates_per_step", "ttt_steps", "mtp_depths"):
             require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
         require(0 < self.sample_fraction <= 1, "sample_fraction", self.sample_fraction, "in (0, 1]")
-        require(self.alarm_max_lag >= 0, "alarm_max_lag", self.alarm_max_lag, ">= 0")
 
 
 @dataclass
