@@ -33,6 +33,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from ..errors import require
+
 SPLITS = ("train", "test")
 # Each split has its own seed stream, and a prompt's hash decides its split: the two never share a prompt.
 _SPLIT_SALT = {"train": 0x5EED_0001, "test": 0x5EED_7E57}
@@ -60,26 +62,18 @@ class ArithSpec:
     counted_share: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.modulus < 2:
-            raise ValueError(f"ArithSpec.modulus={self.modulus}: expected >= 2; use e.g. 10")
-        if not 0 < self.max_operand:
-            raise ValueError(f"ArithSpec.max_operand={self.max_operand}: expected > 0; use e.g. 9")
-        if not 1 <= self.min_hops <= self.max_hops:
-            raise ValueError(
-                f"ArithSpec hops range [{self.min_hops}, {self.max_hops}]: expected 1 <= min_hops <= max_hops"
-            )
-        if self.kind not in ("chase", "arith"):
-            raise ValueError(f"ArithSpec.kind={self.kind!r}: expected 'chase' or 'arith'")
-        if self.kind == "chase" and self.max_hops >= 10 ** COUNTER_DIGITS:
-            raise ValueError(f"ArithSpec.max_hops={self.max_hops}: a chase counter has {COUNTER_DIGITS} digits, so "
-                             f"expected max_hops < {10 ** COUNTER_DIGITS}")
-        if not 0.0 <= self.counted_share <= 1.0:
-            raise ValueError(f"ArithSpec.counted_share={self.counted_share}: expected a share in [0, 1]")
-        if self.hops_median <= 0 or self.hops_sigma < 0:
-            raise ValueError(
-                f"ArithSpec hops_median={self.hops_median}, hops_sigma={self.hops_sigma}: "
-                "expected median > 0 and sigma >= 0"
-            )
+        self.validate()  # built in Python, from DataConfig's and the pretrain stages' hop knobs
+
+    def validate(self) -> None:
+        require(self.modulus >= 2, "modulus", self.modulus, ">= 2", "use e.g. 10")
+        require(self.max_operand > 0, "max_operand", self.max_operand, "> 0", "use e.g. 9")
+        require(1 <= self.min_hops <= self.max_hops, "min_hops", self.min_hops, f"in [1, max_hops={self.max_hops}]")
+        require(self.kind in ("chase", "arith"), "kind", self.kind, "'chase' or 'arith'")
+        require(self.kind != "chase" or self.max_hops < 10 ** COUNTER_DIGITS, "max_hops", self.max_hops,
+                f"< {10 ** COUNTER_DIGITS}", f"a chase counter has {COUNTER_DIGITS} digits")
+        require(0.0 <= self.counted_share <= 1.0, "counted_share", self.counted_share, "a share in [0, 1]")
+        require(self.hops_median > 0, "hops_median", self.hops_median, "> 0")
+        require(self.hops_sigma >= 0, "hops_sigma", self.hops_sigma, ">= 0")
 
 
 # The named embedded tasks (`data.source`): chase problems whose hop counts follow a clipped lognormal.

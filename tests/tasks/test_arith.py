@@ -83,7 +83,7 @@ def test_num_ops_respects_bounds():
 def test_bad_inputs_name_the_value():
     with pytest.raises(ValueError, match="split='dev'"):
         make_problems(1, split="dev")
-    with pytest.raises(ValueError, match="min_hops <= max_hops"):
+    with pytest.raises(ValueError, match=r"min_hops=5 is invalid: expected in \[1, max_hops=2\]"):
         ArithSpec(min_hops=5, max_hops=2)
     with pytest.raises(ValueError, match="modulus=1"):
         ArithSpec(modulus=1)
