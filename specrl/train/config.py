@@ -36,10 +36,10 @@ class Budget(NamedTuple):
     eval_max_tokens: int  # data.eval_max_tokens
 
 
-# the embedded tasks' budgets: "chain"'s longest worked solution (125 hops, counted) is 1004 tokens
+# the embedded tasks' budgets: room for "chain"'s longest worked solution (125 hops, counted)
 TASK_BUDGETS = {"chain": Budget(1100, 100, 1100), "arith": Budget(200, 200, 200)}
-# a prompt/answer file: a real chat model's worked answer on one core; chain's 1100-token budget on 100
-# held-out problems keeps a 135M model in its first evaluation for over 20 minutes
+# a prompt/answer file: a real chat model's worked answer on one core, with an evaluation short enough to
+# wait for (chain's budgets are not: docs/results/house.md, "Figures")
 FILE_BUDGET = Budget(256, 64, 256)
 
 
@@ -160,8 +160,7 @@ class DrafterConfig:
     mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
     # share of each micro-batch's trajectories kept for the drafter, drawn when the policy's forward
     # captures them (the rest is never stored): the n samples of a prompt are near duplicates at a
-    # low-entropy policy; 0.125 learns about as fast per update as 1.0 at a fraction of the cost
-    # (experiments/online_drafter_sample_fraction.py, docs/memory.md)
+    # low-entropy policy (speed against cost: docs/memory.md)
     sample_fraction: float = 0.125
     # alarm: acceptance below half of its recent average, or an engine drafter older than allowed
     health: HealthConfig = field(default_factory=HealthConfig)
@@ -278,8 +277,8 @@ class OptimConfig(OptimSettings):
     # (trainer.activation_budget)
     activation_memory: int | str | None = None
     # recompute each decoder layer in the backward instead of storing its activations (torch.utils.checkpoint).
-    # Off by default: with glibc's default allocator the freed per-layer temporaries stay resident, so on a CPU
-    # it cut little resident memory, while the larger micro-batches it allows raised it (docs/real_models.md)
+    # Off by default: on a CPU glibc keeps the freed per-layer temporaries resident, so it saves little
+    # (docs/real_models.md)
     activation_checkpointing: bool = False
     # forward/backward under bf16 autocast (CPU or GPU); weights and optimizer state stay in the top-level dtype
     autocast: bool = False
