@@ -39,7 +39,7 @@ class Budget(NamedTuple):
 # the embedded tasks' budgets: room for "chain"'s longest worked solution (125 hops, counted)
 TASK_BUDGETS = {"chain": Budget(1100, 100, 1100), "arith": Budget(200, 200, 200)}
 # a prompt/answer file: a real chat model's worked answer on one core, with an evaluation short enough to
-# wait for (chain's budgets are not: docs/results/house.md, "Figures")
+# wait for (chain's budgets are not: docs/training.md, "Budgets")
 FILE_BUDGET = Budget(256, 64, 256)
 
 
