@@ -37,14 +37,15 @@ def apply_overrides(cls: type, data: dict[str, Any], overrides: list[str]) -> di
 
 def argv_overrides(argv: list[str], shortcuts: Mapping[str, str] | None = None) -> list[str]:
     """A command line's words as ``key=value`` overrides, the one syntax of `specrl train`, `pretrain` and
-    `train-drafter`. ``--key=value`` and ``--key value`` read as ``key=value``, a lone ``--key`` as
-    ``key=true``, dashes in a key as underscores; a key in ``shortcuts`` is replaced by its full dotted key."""
+    `train-drafter`. ``--key=value`` and ``--key value`` read as ``key=value``, a lone ``--key`` (last, or
+    before another ``--key`` or a ``key=value``) as ``key=true``, dashes in a key as underscores; a key in ``shortcuts`` is replaced by its full dotted key."""
     out, words = [], list(argv)
     while words:
         word = words.pop(0)
         key, sep, value = word.partition("=")
         if key.startswith("--") and not sep:
-            sep, value = "=", (words.pop(0) if words and not words[0].startswith("--") else "true")
+            takes_next = words and not words[0].startswith("--") and "=" not in words[0]  # not a key=value
+            sep, value = "=", (words.pop(0) if takes_next else "true")
         key = key.strip().removeprefix("--")
         key = key.replace("-", "_") if word.startswith("--") else key
         out.append(f"{(shortcuts or {}).get(key, key)}{sep}{value}")
