@@ -4,7 +4,7 @@ Runs the real engine (`specrl.LLM`) on the embedded policy for batch sizes 1, 4,
 SD off and with n-gram / suffix drafting at k = 2 and 4, recording one trace per run (3 interleaved
 repeats; the fastest is kept). Fits the cost model on batch 1, 4 and 64 (every config) and on the SD-off
 runs at the other batch sizes, then predicts the 12 held-out SD runs at batch 8, 16 and 32: each method x
-k at batch sizes the SD fit never saw. Problems have a median of 8 hops (--ops-median), for answers of
+k at batch sizes the SD fit never saw. Problems have a median of 8 hops (--hops-median), for answers of
 ~40 tokens. Prints JSON lines: predicted vs measured generation time, mean step time and
 SD speedup, and the % errors, once on process-CPU-time clocks (immune to other processes on a shared
 machine) and once on raw wall clock. Decoding is greedy, so the SD and no-SD runs of one batch emit
@@ -29,22 +29,22 @@ SD_CONFIGS = ((None, 0), ("ngram", 2), ("ngram", 4), ("suffix", 2), ("suffix", 4
 FIT_BATCHES = (1, 4, 64)
 
 
-def prompts_for(policy: Path, batch: int, ops_median: float) -> list[list[int]]:
+def prompts_for(policy: Path, batch: int, hops_median: float) -> list[list[int]]:
     from specrl.tasks import ArithSpec, load_tokenizer, make_problems
     tok, _ = load_tokenizer(policy)
-    spec = ArithSpec(ops_median=ops_median)
+    spec = ArithSpec(hops_median=hops_median)
     return [tok.encode(p.prompt).ids for p in make_problems(batch, seed=7, split="test", spec=spec)]
 
 
 def run_one(policy: Path, out: Path, batch: int, method: str | None, k: int, max_tokens: int,
-            rep: int, device: str, ops_median: float) -> dict:
+            rep: int, device: str, hops_median: float) -> dict:
     from specrl import LLM, SamplingParams, SpecConfig
     name = f"bs{batch}_{method or 'nosd'}_k{k}_r{rep}"
     trace = out / f"{name}.jsonl"
     trace.unlink(missing_ok=True)
     spec = SpecConfig(method=method, num_speculative_tokens=k) if method else None
     llm = LLM(str(policy), device=device, spec=spec, max_num_seqs=64, trace_path=str(trace))
-    prompts = prompts_for(policy, batch, ops_median)
+    prompts = prompts_for(policy, batch, hops_median)
     t0, c0 = time.perf_counter(), time.process_time()
     outs = llm.generate(prompts, SamplingParams(n=1, temperature=0.0, max_tokens=max_tokens, seed=0))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -72,11 +72,11 @@ def cpu_clock_trace(trace: str, cpu_s: float) -> str:
     return out
 
 
-def warmup(policy: Path, device: str, ops_median: float) -> None:
+def warmup(policy: Path, device: str, hops_median: float) -> None:
     from specrl import LLM, SamplingParams, SpecConfig
     for spec in (None, SpecConfig(method="ngram", num_speculative_tokens=2)):
         LLM(str(policy), device=device, spec=spec, max_num_seqs=64).generate(
-            prompts_for(policy, 4, ops_median), SamplingParams(temperature=0.0, max_tokens=16))
+            prompts_for(policy, 4, hops_median), SamplingParams(temperature=0.0, max_tokens=16))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="runs per config; the fastest is used")
     p.add_argument("--device", default="cpu", help="cpu | cuda (GPU timings use the wall clock)")
     p.add_argument("--policy", default=None, help="HF checkpoint dir (default: embedded policy)")
-    p.add_argument("--ops-median", type=float, default=8.0,
+    p.add_argument("--hops-median", type=float, default=8.0,
                    help="median hops of the problems (the test split's 3 gives ~16-token answers, 8 ~40)")
     a = p.parse_args(argv)
     import torch
@@ -96,12 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     policy = Path(a.policy) if a.policy else default_policy_path()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    warmup(policy, a.device, a.ops_median)
+    warmup(policy, a.device, a.hops_median)
     runs: dict[tuple, list[dict]] = {}
     for rep in range(a.repeats):  # step 1: record every configuration, repeats interleaved
         for batch in BATCHES:
             for method, k in SD_CONFIGS:
-                r = run_one(policy, out, batch, method, k, a.max_tokens, rep, a.device, a.ops_median)
+                r = run_one(policy, out, batch, method, k, a.max_tokens, rep, a.device, a.hops_median)
                 print(json.dumps({"kind": "measured", **r}), flush=True)
                 runs.setdefault((batch, method, k), []).append(r)
     code = 0

@@ -3,7 +3,7 @@
 Every `specrl` command ends a user error with one line on stderr and a non-zero exit code, in one place
 (`specrl.cli.main`). Each class here also derives from the builtin type that Python API users already catch
 (`ValueError`, `FileNotFoundError`, `ImportError`), so raising one changes nothing for library callers.
-`ConfigError` (specrl.config), `CheckpointError` (specrl.train.checkpoint) and `ModelFileError`
+`ConfigError` (raised by `require`, the one check every config class's `validate()` uses), `CheckpointError` (specrl.train.checkpoint) and `ModelFileError`
 (specrl.model) derive from `UserError` too.
 
 By the library's convention a bad argument raises `ValueError` and a missing input `OSError`, each with a
@@ -30,6 +30,17 @@ class MissingDependency(UserError, ImportError):
 
 class InputFormatError(UserError, ValueError):
     """An input file exists but is malformed (bad JSON line, missing field)."""
+
+
+class ConfigError(UserError, ValueError):
+    """A config value or key is wrong; the message names it, what was expected and the fix."""
+
+
+def require(ok: bool, key: str, value, expected: str, fix: str = "") -> None:
+    """The check of every config class's ``validate()``: a ConfigError naming key, value, expectation and fix."""
+    if not ok:
+        msg = f"{key}={value!r} is invalid: expected {expected}"
+        raise ConfigError(f"{msg}; {fix}" if fix else msg)
 
 
 # what `specrl` prints as one line instead of a traceback

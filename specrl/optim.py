@@ -38,22 +38,6 @@ class OptimSettings:
         return self.lr * warmup_cosine(step, self.warmup_steps, total, self.min_lr_ratio)
 
 
-def moved_fields(**moved: str):
-    """Class decorator: constructing `cls` with an old field (a key of `moved`) raises a TypeError naming where
-    the setting lives now, instead of Python's bare unexpected-keyword one."""
-    def wrap(cls):
-        init = cls.__init__
-
-        def __init__(self, *args, **kwargs):
-            for name in moved.keys() & kwargs.keys():
-                raise TypeError(f"{cls.__name__}({name}=...) is gone: set {moved[name]} instead (an OptimSettings, "
-                                "specrl.optim: the optimizer settings every trainer shares)")
-            init(self, *args, **kwargs)
-        cls.__init__ = __init__
-        return cls
-    return wrap
-
-
 def clock_step(step: int, total: int, elapsed_s: float, budget_s: float) -> int:
     """The schedule step of a run capped by both a step count and a time budget: whichever is further along,
     so a run cut short by the clock still ends annealed."""

@@ -211,3 +211,11 @@ def test_literal_union_path_dict_tuple():
     with pytest.raises(ConfigError, match=r"weights.a='heavy'.*number"):
         from_dict(MiscCfg, {"weights": {"a": "heavy"}})
     assert to_dict(cfg)["path"] == "x/y"
+
+
+def test_argv_overrides_one_syntax_for_every_command():
+    from specrl.config.files import argv_overrides
+    words = ["a.b=1", "--max-tokens", "5", "--resume", "method=eagle3", "--x=2", "--flag"]
+    assert argv_overrides(words) == ["a.b=1", "max_tokens=5", "resume=true", "method=eagle3", "x=2", "flag=true"]
+    assert argv_overrides(["max_steps=3", "--lr", "1e-3"], {"max_steps": "schedule.max_steps", "lr": "optim.lr"}) == [
+        "schedule.max_steps=3", "optim.lr=1e-3"]

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from specrl.config import ConfigError
-from specrl.optim import (OptimSettings, build_optimizer, clip_grad, clock_step, decay_groups, moved_fields,
+from specrl.optim import (OptimSettings, build_optimizer, clip_grad, clock_step, decay_groups,
                           warmup_cosine, warmup_cosine_scheduler)
 
 
@@ -94,18 +94,6 @@ def test_clock_step_follows_steps_or_the_clock_whichever_is_further():
     assert clock_step(10, 100, elapsed_s=500.0, budget_s=100.0) == 500  # past the end: warmup_cosine holds the floor
 
 
-def test_moved_fields_name_the_new_place():
-    from dataclasses import dataclass, field
-
-    @moved_fields(lr="Thing.optim.lr")
-    @dataclass
-    class Thing:
-        optim: OptimSettings = field(default_factory=OptimSettings)
-    with pytest.raises(TypeError, match=r"Thing\(lr=...\) is gone: set Thing.optim.lr instead"):
-        Thing(lr=1e-3)
-    assert Thing(optim=OptimSettings(lr=1e-3)).optim.lr == 1e-3
-
-
 def test_clip_grad():
     # gradient [3, 4]: norm 5; clipped to norm 1 -> [0.6, 0.8]
     model = nn.Linear(2, 1, bias=False)
@@ -128,8 +116,8 @@ def test_old_drafter_keys_name_the_new_ones():
     from specrl.train.config import DrafterConfig, TrainConfig
     with pytest.raises(ConfigError, match="'rollout.drafter.lr' was replaced by 'rollout.drafter.optim.lr'"):
         load_config(TrainConfig, None, ["rollout.drafter.lr=1e-3"])
-    with pytest.raises(TypeError, match=r"DrafterConfig\(grad_clip=...\) is gone: set DrafterConfig.optim.grad_clip"):
-        DrafterConfig(grad_clip=0.5)
+    with pytest.raises(ConfigError, match="'rollout.drafter.grad_clip' was replaced by 'rollout.drafter.optim.grad_clip'"):
+        load_config(TrainConfig, None, ["rollout.drafter.grad_clip=0.5"])
     assert load_config(TrainConfig, None, ["rollout.drafter.optim.lr=1e-3"]).rollout.drafter.optim.lr == 1e-3
     # the policy keeps its flat keys: its optimizer section is these settings plus the micro-batch knobs
     assert load_config(TrainConfig, None, ["optim.lr=1e-5"]).optim.lr == 1e-5
@@ -139,13 +127,15 @@ def test_old_drafter_keys_name_the_new_ones():
 
 def test_old_pretrain_and_train_drafter_settings_name_the_new_ones():
     from specrl.cli.pretrain import parse_args
+    from specrl.config import from_dict
     from specrl.drafters.training.data import DrafterTrainArgs
-    from specrl.errors import UserError
-    with pytest.raises(UserError, match="use --stage chains.optim.lr=1e-3"):
-        parse_args(["--stage", "chains.lr=1e-3"])
-    with pytest.raises(UserError, match="--grad-clip is gone.*--stage chains.optim.grad_clip=VALUE"):
+    with pytest.raises(ConfigError, match="'stages.chains.lr' was replaced by 'stages.chains.optim.lr'"):
+        parse_args(["stages.chains.lr=1e-3"])
+    with pytest.raises(ConfigError, match="'grad_clip' was replaced by 'stages.NAME.optim.grad_clip'"):
         parse_args(["--grad-clip", "0.5"])
-    _, cfg = parse_args(["--stage", "chains.optim.lr=1e-3"])
+    with pytest.raises(ConfigError, match="'stage' was removed: write stages.NAME.FIELD=VALUE"):
+        parse_args(["--stage", "chains.optim.lr=1e-3"])
+    _, cfg = parse_args(["stages.chains.optim.lr=1e-3"])
     assert [st.optim.lr for st in cfg.stages] == [3e-3, 1e-3, 3e-4]
-    with pytest.raises(TypeError, match=r"DrafterTrainArgs\(lr=...\) is gone: set DrafterTrainArgs.optim.lr"):
-        DrafterTrainArgs(lr=1e-3)
+    with pytest.raises(ConfigError, match="'lr' was replaced by 'optim.lr'"):
+        from_dict(DrafterTrainArgs, {"lr": 1e-3})

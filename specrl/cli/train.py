@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from ..config import ConfigError, load_config
+from ..config.files import argv_overrides
 from ..train.config import TrainConfig
 
 # `max_steps=N` is what people type; it means `schedule.max_steps=N`
@@ -21,18 +22,9 @@ SHORTCUTS = {"max_steps": "schedule.max_steps", "eval_every": "schedule.eval_eve
              "n": "rollout.n", "prompts_per_step": "rollout.prompts_per_step", "method": "rollout.spec.method"}
 
 
-def expand(overrides: list[str]) -> list[str]:
-    out = []
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        key = key.strip().removeprefix("--")
-        out.append(f"{SHORTCUTS.get(key, key)}{sep}{value}")
-    return out
-
-
 def build_config(config_file: str | None, overrides: list[str]) -> TrainConfig:
     """File + overrides; `resume=DIR` starts from DIR's config.yaml so the run continues unchanged."""
-    overrides = expand(overrides)
+    overrides = argv_overrides(overrides, SHORTCUTS)
     resume = [o.split("=", 1)[1] for o in overrides if o.startswith("resume=")]
     if resume and resume[-1].strip().lower() not in ("", "null", "none"):
         run_dir = Path(resume[-1])

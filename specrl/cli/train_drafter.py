@@ -1,85 +1,92 @@
-"""`specrl train-drafter --policy PATH --method eagle3|draft_model|mtp --out DIR`: offline self-distillation.
+"""`specrl train-drafter method=eagle3|draft_model|mtp [policy=PATH out=DIR key=value ...]`: offline self-distillation.
 
-step 1: sample the policy's own responses (SD off, `--temperature`, default 1) to embedded-task prompts, or with
-        `--data FILE` to a JSONL file's `prompt` strings / chat `messages` (see drafters/training/prompts.py);
-        with `--cache DIR` they are read from there when a run with this policy and these settings wrote them
+step 1: sample the policy's own responses (SD off, `temperature`, default 1) to embedded-task prompts, or with
+        `data=FILE` to a JSONL file's `prompt` strings / chat `messages` (see drafters/training/prompts.py);
+        with `cache=DIR` they are read from there when a run with this policy and these settings wrote them
         (drafters/training/cache.py), and the teacher outputs and the fit's state are kept there too;
-step 2: hand them to the method's trainer, `train(policy_path, out_dir, data, args) -> dict` (`--resume`:
+step 2: hand them to the method's trainer, `train(policy_path, out_dir, data, args) -> dict` (`resume=true`:
         continue the fit saved in the cache);
 step 3: print the metrics as one JSON line (also written to DIR/train_metrics.json).
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..config import ConfigError
+import yaml
+
+from ..config import load_config, require, to_dict
+from ..config.files import argv_overrides
 from ..drafters.training.cache import digest_files, load_or_collect
 from ..drafters.training.data import DrafterTrainArgs, collect_sequences, default_prompts
 from ..drafters.training.prompts import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
-from ..engine.methods import METHODS, TRAINABLE_METHODS, get_method
+from ..engine.methods import TRAINABLE_METHODS, get_method
 from ..errors import UserError
 
 
 def get_trainer(method: str):
-    row = get_method(method) if method in METHODS else None
-    if row is None or row.trainer is None:
-        raise ConfigError(f"unknown drafter method {method!r}; valid: {list(TRAINABLE_METHODS)} (the other "
-                         f"speculative methods have no weights to train)")
-    return importlib.import_module(row.trainer).train
+    return importlib.import_module(get_method(method).trainer).train
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="specrl train-drafter", description=__doc__.splitlines()[0])
-    ap.add_argument("--policy", default=None, help="policy checkpoint dir (default: the embedded policy)")
-    ap.add_argument("--method", required=True, help=f"one of {list(TRAINABLE_METHODS)}")
-    ap.add_argument("--out", default=None, help="output dir (default, only for the embedded policy and task: the "
-                    "shipped drafter dir of the method)")
-    ap.add_argument("--steps", type=int, default=DrafterTrainArgs.steps)
-    ap.add_argument("--data", default=None, help="JSONL of `prompt` or `messages` rows (default: embedded task)")
-    ap.add_argument("--prompts", type=int, default=None,
-                    help="prompts to sample responses for (default: 512 embedded-task ones, or every --data row)")
-    ap.add_argument("--samples", type=int, default=2, help="responses per prompt")
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--temperature", type=float, default=1.0,
-                    help="sampling temperature of the training responses (0: greedy, for a drafter serving greedy "
-                         "decoding); the teacher targets are the policy's distribution at temperature 1 either way")
-    ap.add_argument("--max-model-len", type=int, default=None,
-                    help="prompt + response cap and KV-cache length (default: the policy's; set it for long-context "
-                         "models, e.g. 1024)")
-    ap.add_argument("--max-num-seqs", type=int, default=64, help="sequences sampled at once")
-    ap.add_argument("--teacher-topk", type=int, default=DrafterTrainArgs.teacher_topk,
-                    help="eagle3: stored teacher tokens per position, tail mass kept (0: the whole vocabulary)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--lr", type=float, default=DrafterTrainArgs().optim.lr,
-                    help="peak learning rate (linear warmup, then cosine decay)")
-    ap.add_argument("--batch-tokens", type=int, default=DrafterTrainArgs.batch_tokens)
-    ap.add_argument("--eagle3-layers", default=None, help="eagle3: target layers to fuse, e.g. 1,3,5 "
-                    "(default: 1, L/2-1, L-4 made increasing)")
-    ap.add_argument("--eagle3-ttt-steps", type=int, default=7, help="eagle3: training-time-test unroll steps")
-    ap.add_argument("--eagle3-intermediate", type=int, default=None, help="eagle3: head MLP width (default: policy's)")
-    ap.add_argument("--draft-vocab-size", type=int, default=None,
-                    help="eagle3: draft over the N tokens most frequent in the sampled responses, with the head's "
-                         "own output layer and EAGLE-3's d2t map (default: the target's whole vocabulary)")
-    ap.add_argument("--draft-layers", type=int, default=None,
-                    help="draft_model: decoder layers of the student (default: a third of the policy's, at least 1)")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the free cores)")
-    ap.add_argument("--time-budget", type=float, default=DrafterTrainArgs.time_budget_s, help="training seconds")
-    ap.add_argument("--kv-cache-memory", default=None, help="sampling engine: KV cache budget, e.g. 2GiB "
-                    "(default: --memory-utilization of the free memory)")
-    ap.add_argument("--memory-utilization", type=float, default=DEFAULT_MEMORY_UTILIZATION)
-    ap.add_argument("--cache", default=None, help="teacher-data cache dir: sampled responses (and eagle3's teacher "
-                    "outputs) are written once and reused by runs with the same policy and sampling settings; the "
-                    "fit's state is saved there for --resume")
-    ap.add_argument("--resume", action="store_true", help="continue the fit saved in --cache DIR (same method, "
-                    "draft vocabulary and --steps)")
-    return ap.parse_args(argv)
+@dataclass
+class TrainDrafterConfig:
+    """`specrl train-drafter`'s settings: `key=value` words, as `specrl train` takes them (`--key value` reads
+    the same)."""
+    method: str | None = None  # required: one of TRAINABLE_METHODS
+    policy: str | None = None  # policy checkpoint dir; null: the embedded policy
+    out: str | None = None  # output dir; null (embedded policy and task only): the method's shipped drafter dir
+    # step 1, sampling
+    data: str | None = None  # JSONL of `prompt` or `messages` rows; null: the embedded task
+    prompts: int | None = None  # prompts sampled; null: 512 embedded-task ones, or every data row
+    samples: int = 2  # responses per prompt
+    max_tokens: int = 256
+    # of the training responses (0: greedy, for a drafter serving greedy decoding); the teacher targets are
+    # the policy's distribution at temperature 1 either way
+    temperature: float = 1.0
+    max_model_len: int | None = None  # prompt + response cap and KV-cache length; null: the policy's
+    max_num_seqs: int = 64  # sequences sampled at once
+    kv_cache_memory: int | str | None = None  # sampling engine's KV budget, e.g. 2GiB; null: memory_utilization
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
+    seed: int = 0
+    threads: int | None = None  # torch CPU threads; null: the free cores
+    # step 2, the fit (DrafterTrainArgs)
+    steps: int = DrafterTrainArgs.steps
+    lr: float = DrafterTrainArgs().optim.lr  # peak learning rate (linear warmup, then cosine decay)
+    batch_tokens: int = DrafterTrainArgs.batch_tokens
+    time_budget: float = DrafterTrainArgs.time_budget_s  # training seconds
+    teacher_topk: int = DrafterTrainArgs.teacher_topk  # eagle3: stored teacher tokens a position (0: all)
+    # teacher-data cache dir: sampled responses (and eagle3's teacher outputs) are written once and reused by
+    # runs with the same policy and sampling settings; the fit's state is saved there for `resume`
+    cache: str | None = None
+    resume: bool = False  # continue the fit saved in `cache` (same method, draft vocabulary and steps)
+    # the methods' own options
+    eagle3_layers: str | None = None  # target layers to fuse, e.g. 1,3,5; null: 1, L/2-1, L-4 made increasing
+    ttt_steps: int = 7  # eagle3: training-time-test unroll steps
+    eagle3_intermediate: int | None = None  # eagle3: head MLP width; null: the policy's
+    # eagle3: draft over the N tokens most frequent in the sampled responses, with the head's own output
+    # layer and EAGLE-3's d2t map; null: the target's whole vocabulary
+    draft_vocab_size: int | None = None
+    draft_layers: int | None = None  # draft_model: decoder layers of the student; null: a third of the policy's
+
+    MOVED = {"eagle3_ttt_steps": ".ttt_steps"}
+
+    def validate(self) -> None:
+        require(self.method in TRAINABLE_METHODS, "method", self.method, f"one of {list(TRAINABLE_METHODS)}",
+                "the other speculative methods have no weights to train")
+
+
+def parse_args(argv: list[str] | None) -> TrainDrafterConfig:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print(__doc__ + "\nkey=value settings (defaults):\n" + yaml.safe_dump(to_dict(TrainDrafterConfig()),
+                                                                           sort_keys=False))
+        raise SystemExit(0)
+    return load_config(TrainDrafterConfig, None, argv_overrides(argv))
 
 
 def default_out(method: str) -> Path:
@@ -92,11 +99,11 @@ def resolve_policy(policy: str | None) -> str:
     try:
         from ..tasks import default_policy_path
     except ImportError as e:
-        raise UserError(f"no --policy given and the embedded policy is unavailable ({e}); pass --policy PATH") from e
+        raise UserError(f"no policy given and the embedded policy is unavailable ({e}); pass policy=PATH") from e
     return str(default_policy_path())
 
 
-def method_trainer(ns: argparse.Namespace):
+def method_trainer(ns: TrainDrafterConfig):
     """The method's `train(policy_path, out_dir, data, args)`, with its own options bound where it has any."""
     train = get_trainer(ns.method)
     if ns.method == "draft_model":
@@ -109,7 +116,7 @@ def method_trainer(ns: argparse.Namespace):
     from ..drafters.eagle3.train import Eagle3Options
 
     layers = tuple(int(i) for i in ns.eagle3_layers.split(",")) if ns.eagle3_layers else None
-    opts = Eagle3Options(ttt_steps=ns.eagle3_ttt_steps, layers=layers, intermediate_size=ns.eagle3_intermediate,
+    opts = Eagle3Options(ttt_steps=ns.ttt_steps, layers=layers, intermediate_size=ns.eagle3_intermediate,
                          draft_vocab_size=ns.draft_vocab_size)
     return lambda policy, out, data, args: train(policy, out, data, args, opts, on_log=_log)
 
@@ -118,14 +125,14 @@ def _log(step: int, row: dict) -> None:
     print(json.dumps({"step": step, **row}), file=sys.stderr, flush=True)
 
 
-def sampling_settings(ns: argparse.Namespace) -> dict:
+def sampling_settings(ns: TrainDrafterConfig) -> dict:
     """What the sampled responses depend on besides the policy (the cache's key)."""
     return {"data": digest_files([Path(ns.data)]) if ns.data else "embedded task", "prompts": ns.prompts,
             "samples": ns.samples, "max_tokens": ns.max_tokens, "temperature": ns.temperature, "seed": ns.seed,
             "max_model_len": ns.max_model_len}
 
 
-def collect(ns: argparse.Namespace, policy: str) -> list:
+def collect(ns: TrainDrafterConfig, policy: str) -> list:
     if ns.data:
         prompts = load_prompts(ns.data, policy, ns.prompts)
     else:
@@ -149,7 +156,7 @@ def run(argv: list[str] | None = None) -> dict:
     set_threads(ns.threads)
     policy = resolve_policy(ns.policy)
     if ns.out is None and (ns.policy is not None or ns.data is not None):
-        raise ValueError(f"pass --out DIR: without it the {ns.method} drafter would replace the shipped one in "
+        raise ValueError(f"pass out=DIR: without it the {ns.method} drafter would replace the shipped one in "
                          f"{default_out(ns.method)}, which belongs to the embedded policy and its task")
     out = Path(ns.out) if ns.out else default_out(ns.method)
     args = DrafterTrainArgs(steps=ns.steps, batch_tokens=ns.batch_tokens, seed=ns.seed, time_budget_s=ns.time_budget,

@@ -17,24 +17,13 @@ from typing import Any, Literal, TypeVar, Union
 
 import yaml
 
-from ..errors import UserError
+from ..errors import ConfigError, require  # noqa: F401 (specrl.config's names)
 
 T = TypeVar("T")
 
 NONE_STRINGS = ("null", "none", "~", "")
 _TRUE_STRINGS = ("true", "yes", "on", "1")
 _FALSE_STRINGS = ("false", "no", "off", "0")
-
-class ConfigError(UserError, ValueError):
-    """A config value or key is wrong; the message names it, what was expected and the fix."""
-
-
-def require(ok: bool, key: str, value: Any, expected: str, fix: str = "") -> None:
-    """Helper for ``validate()`` methods: raise a ConfigError naming key, value, expectation and fix."""
-    if not ok:
-        msg = f"{key}={value!r} is invalid: expected {expected}"
-        raise ConfigError(f"{msg}; {fix}" if fix else msg)
-
 
 def parse_yaml_scalar(raw: str) -> Any:
     """YAML-parse one override or list value; text that is not YAML stays a string."""
@@ -51,6 +40,10 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
 
     Keys missing from ``data`` keep the dataclass defaults. A nested dataclass field whose default is
     an instance keeps that instance's values for keys that ``data`` does not set.
+
+    Renamed keys are declared in one place, two class-level tables of ``cls``: ``MOVED`` (old key -> the
+    dotted key that replaced it, from the root, or from ``cls`` when it starts with ".") and ``REMOVED`` (old key -> why it went and what to do instead). An old key
+    in ``data`` is a ConfigError that says so; nothing else in specrl handles renamed keys.
     """
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"from_dict expects a dataclass type, got {cls!r}")
@@ -58,17 +51,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
         where = path or "<root>"
         raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    removed = getattr(cls, "REMOVED_FIELDS", {})  # {old key: what replaced it}
-    moved = getattr(cls, "MOVED", {})  # old key -> the dotted key that replaced it
     for key in data:
-        if key in removed:
-            raise ConfigError(f"config key '{_join(path, str(key))}' was removed: {removed[key]}")
-        if key in moved:
-            raise ConfigError(f"config key '{_join(path, key)}' was replaced by '{moved[key]}': set {moved[key]}="
-                              f"{data[key]!r} instead and delete '{_join(path, key)}' (from a resumed run's "
-                              "config.yaml too)")
-        if key not in fields:
-            raise ConfigError(_unknown_key_message(str(key), list(fields), path))
+        _check_key(cls, str(key), data[key], list(fields), path)
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in data.items():
@@ -81,6 +65,20 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
         if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"missing required config key '{_join(path, name)}' for {cls.__name__}")
     return cls(**kwargs)
+
+
+def _check_key(cls: type, key: str, value: Any, valid: list[str], path: str) -> None:
+    """A ConfigError for a key ``cls`` does not take: a moved one names its new place, a removed one why."""
+    full = _join(path, key)
+    if key in getattr(cls, "REMOVED", {}):
+        raise ConfigError(f"config key '{full}' was removed: {cls.REMOVED[key]}")
+    if key in getattr(cls, "MOVED", {}):
+        new = cls.MOVED[key]  # ".sub.key": relative to cls's own place in the tree
+        new = _join(path, new[1:]) if new.startswith(".") else new
+        raise ConfigError(f"config key '{full}' was replaced by '{new}': set {new}={value!r} instead and delete "
+                          f"'{full}' (from a resumed run's config.yaml too)")
+    if key not in valid:
+        raise ConfigError(_unknown_key_message(key, valid, path))
 
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:
@@ -191,7 +189,8 @@ def _number(v: Any) -> Any:
 
 
 def _to_bool(v: Any) -> bool:
-    low = v.strip().lower() if isinstance(v, str) else v
+    """The one bool parser of every command: true/yes/on/1 and false/no/off/0 (YAML reads `1` as an int)."""
+    low = v.strip().lower() if isinstance(v, str) else str(v) if type(v) is int else v
     if v is True or low in _TRUE_STRINGS:
         return True
     if v is False or low in _FALSE_STRINGS:

@@ -22,12 +22,34 @@ def load_config(cls: type[T], yaml_path: str | os.PathLike | None = None, overri
     data: dict[str, Any] = {}
     if yaml_path is not None:
         data = load_yaml(yaml_path)
-    for item in overrides or []:
-        key, value = parse_override(cls, item)
-        _set_dotted(data, key, value)
-    cfg = from_dict(cls, data)
+    cfg = from_dict(cls, apply_overrides(cls, data, overrides or []))
     validate_config(cfg)
     return cfg
+
+
+def apply_overrides(cls: type, data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``data`` (plain YAML data for ``cls``) with each ``key.sub=value`` override set in it."""
+    for item in overrides:
+        key, value = parse_override(cls, item)
+        _set_dotted(data, key, value)
+    return data
+
+
+def argv_overrides(argv: list[str], shortcuts: Mapping[str, str] | None = None) -> list[str]:
+    """A command line's words as ``key=value`` overrides, the one syntax of `specrl train`, `pretrain` and
+    `train-drafter`. ``--key=value`` and ``--key value`` read as ``key=value``, a lone ``--key`` (last, or
+    before another ``--key`` or a ``key=value``) as ``key=true``, dashes in a key as underscores; a key in ``shortcuts`` is replaced by its full dotted key."""
+    out, words = [], list(argv)
+    while words:
+        word = words.pop(0)
+        key, sep, value = word.partition("=")
+        if key.startswith("--") and not sep:
+            takes_next = words and not words[0].startswith("--") and "=" not in words[0]  # not a key=value
+            sep, value = "=", (words.pop(0) if takes_next else "true")
+        key = key.strip().removeprefix("--")
+        key = key.replace("-", "_") if word.startswith("--") else key
+        out.append(f"{(shortcuts or {}).get(key, key)}{sep}{value}")
+    return out
 
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:

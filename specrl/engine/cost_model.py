@@ -31,9 +31,9 @@ PRIOR_WEIGHT = 2.0  # the prior counts as this many observations (the target's)
 # a drafter's prior (counted work, no fixed cost) is a guess that its first timing should overrule: an
 # EAGLE-3 step's Python and kernel overheads dwarf its weights on a CPU
 DRAFT_PRIOR_WEIGHT = 0.05
-# Counted work: one forward reads every weight once, which on the devices we measured costs about as much as
-# the multiply-adds of this many tokens. Only the deterministic mode without a profile, and the shape of the
-# measured mode's prior before its first timings, rest on it.
+# Counted work: one forward reads every weight once, priced as the multiply-adds of this many tokens. Only the
+# deterministic mode without a profile, and the shape of the measured mode's prior before its first timings,
+# rest on it.
 WEIGHT_READ_TOKENS = 8.0
 
 
@@ -84,8 +84,8 @@ class LinearFit:
 
 
 def solve(a: list[list[float]], b: list[float]) -> list[float]:
-    """x with a x = b, by Gaussian elimination with partial pivoting: a 3 x 3 system in plain Python costs
-    microseconds where torch's solve costs tens (the schedule asks after every step's new timing)."""
+    """x with a x = b, by Gaussian elimination with partial pivoting, in plain Python: the schedule solves a
+    3 x 3 system after every step's new timing, too small for a torch call to pay its overhead."""
     n = len(b)
     m = [list(map(float, row)) + [float(v)] for row, v in zip(a, b)]  # [n, n+1]
     for c in range(n):
@@ -182,7 +182,7 @@ class CostModel:
             if n in self.drafters:
                 self.drafters[n].load_state_dict(sub)
         self.catch_ups = {n: [float(v[0]), float(v[1])] for n, v in s.get("catch_ups", {}).items()
-                          if n in self.drafters}  # absent in a profile written before catch-ups were priced
+                          if n in self.drafters}  # optional: a profile need not price catch-ups
         self.scaled = bool(s["scaled"]) or self.deterministic
 
     def to_profile(self, path: str | Path, **meta) -> None:

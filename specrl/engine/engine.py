@@ -64,7 +64,7 @@ class Engine:
     def postprocess(self, result: StepResult, scheduler: Scheduler, step_s: float) -> None:
         if result.phase == "spec":
             result.other_s = step_s - result.draft_s - result.verify_s
-        else:  # a prefill or plain decode step: the whole step counts as the forward, as it always has
+        else:  # a prefill or plain decode step: the whole step counts as the forward
             result.verify_s = step_s
         self.stats.add(result)
         self.tracer.record(**result.trace_row())

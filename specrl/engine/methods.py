@@ -12,6 +12,8 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import require
+
 # The longest draft a step may verify. Engine and drafter KV caches keep this many spare positions past a
 # sequence's budget, and the per-position acceptance counters have this many slots: one limit for all.
 MAX_SPEC_TOKENS = 16
@@ -74,20 +76,30 @@ class SpecConfig:
     adaptive_mode: str = "measured"
     cost_profile: str | None = None  # a cost model saved as JSON (`specrl bench adaptive --save-profile`)
 
+    # keys that no longer exist and what replaced them (from_dict's table: an old config names them in a clear error)
+    REMOVED = {
+        "auto_max_batch": "'auto' no longer turns SD off above a fixed batch size: its cost model, measured on "
+                          "this machine during the run, decides per step whether drafting pays (see rollout.spec."
+                          "adaptive_mode); delete the key",
+        "auto_methods": "'auto' now chooses per sequence among `drafters` (default suffix, ngram, eagle3): rename "
+                        "auto_methods to drafters",
+    }
+
     def __post_init__(self):
-        if self.method is not None:
-            get_method(self.method)
-        if self.adaptive_mode not in ADAPTIVE_MODES:
-            raise ValueError(f"adaptive_mode={self.adaptive_mode!r} is not one of {list(ADAPTIVE_MODES)}")
-        bad = [d for d in self.drafters if d not in DRAFTING_METHODS]
-        if bad or not self.drafters:
-            raise ValueError(f"drafters={list(self.drafters)}: each must be one of {list(DRAFTING_METHODS)} (the "
-                             "drafters 'auto' can choose among), at least one")
-        if not 1 <= self.num_speculative_tokens <= MAX_SPEC_TOKENS:
-            raise ValueError(f"num_speculative_tokens={self.num_speculative_tokens} must be in "
-                             f"[1, {MAX_SPEC_TOKENS}]")
-        if self.ngram_min < 1 or self.ngram_max < self.ngram_min:
-            raise ValueError(f"need 1 <= ngram_min ({self.ngram_min}) <= ngram_max ({self.ngram_max})")
+        self.validate()  # LLM(spec=SpecConfig(...)) is built in Python, not only from a config file
+
+    def validate(self) -> None:
+        require(self.method is None or self.method in METHODS, "method", self.method,
+                f"one of {list(METHODS)}", "or method=None to turn SD off")
+        require(self.adaptive_mode in ADAPTIVE_MODES, "adaptive_mode", self.adaptive_mode,
+                f"one of {list(ADAPTIVE_MODES)}")
+        require(bool(self.drafters) and all(d in DRAFTING_METHODS for d in self.drafters), "drafters",
+                list(self.drafters), f"at least one of {list(DRAFTING_METHODS)} (the drafters 'auto' can choose "
+                "among), each")
+        require(1 <= self.num_speculative_tokens <= MAX_SPEC_TOKENS, "num_speculative_tokens",
+                self.num_speculative_tokens, f"in [1, {MAX_SPEC_TOKENS}]")
+        require(1 <= self.ngram_min <= self.ngram_max, "ngram_min", self.ngram_min,
+                f"in [1, ngram_max={self.ngram_max}]")
 
     @property
     def enabled(self) -> bool:
@@ -95,34 +107,6 @@ class SpecConfig:
 
 
 ADAPTIVE_MODES = ("measured", "deterministic")
-# Settings that no longer exist, and what replaced them: an old config or call names them in a clear error.
-REMOVED_SPEC_KEYS = {
-    "auto_max_batch": "'auto' no longer turns SD off above a fixed batch size: its cost model, measured on this "
-                      "machine during the run, decides per step whether drafting pays (see rollout.spec."
-                      "adaptive_mode); delete the key",
-    "auto_methods": "'auto' now chooses per sequence among `drafters` (default suffix, ngram, eagle3): rename "
-                    "auto_methods to drafters",
-}
-
-
-def removed_key_message(key: str, where: str = "SpecConfig") -> str:
-    return f"{where}: '{key}' was removed: {REMOVED_SPEC_KEYS[key]}"
-
-
-def _refuse_removed(init):
-    def __init__(self, *args, **kwargs):
-        for key in REMOVED_SPEC_KEYS:
-            if key in kwargs:
-                raise ValueError(removed_key_message(key))
-        init(self, *args, **kwargs)
-    __init__.__doc__ = init.__doc__
-    __init__.__wrapped__ = init
-    return __init__
-
-
-SpecConfig.__init__ = _refuse_removed(SpecConfig.__init__)
-SpecConfig.REMOVED_FIELDS = REMOVED_SPEC_KEYS
-
 
 SCRATCH, SCRATCH_MODULE = "scratch", "specrl.drafters.scratch"  # cold start: spec.draft_model="scratch"
 

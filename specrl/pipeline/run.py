@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from ..config import ConfigError, dump_yaml
-from ..drafters.training.health import DrafterHealth, HealthConfig
+from ..drafters.training.health import DrafterHealth
 from ..model import resolve_dtype
 from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
 from ..train.config import TrainConfig
@@ -50,8 +50,7 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
     eval_backend = (load(get_backend(IN_PROCESS_ENGINE).rollout)(weights_dir, cfg) if cfg.pipeline.mode == "async"
                     else None)
     d = cfg.rollout.drafter
-    health = DrafterHealth(HealthConfig(window=d.alarm_window, min_history=min(3, d.alarm_window),
-                                        max_version_lag=d.alarm_max_lag)) if _has_model_drafter(cfg) else None
+    health = DrafterHealth(d.health) if _has_model_drafter(cfg) else None
     return Parts(RolloutSide(backend, source, encoder),
                  LearnerSide(learner, get_reward(cfg.reward.name), encoder, learner.pad_id), held_out, eval_backend,
                  health=health)

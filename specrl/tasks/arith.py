@@ -33,6 +33,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from ..errors import require
+
 SPLITS = ("train", "test")
 # Each split has its own seed stream, and a prompt's hash decides its split: the two never share a prompt.
 _SPLIT_SALT = {"train": 0x5EED_0001, "test": 0x5EED_7E57}
@@ -50,56 +52,48 @@ class ArithSpec:
 
     modulus: int = 10           # running value lives in [0, modulus)
     max_operand: int = 9        # operands after the first are drawn from [0, max_operand]
-    ops_median: float = 3.0     # median number of operations
-    ops_sigma: float = 0.9      # lognormal shape: larger means a heavier tail
-    min_ops: int = 1
-    max_ops: int = 20           # the longest response is then ~150 tokens
+    hops_median: float = 3.0    # median number of operations
+    hops_sigma: float = 0.9     # lognormal shape: larger means a heavier tail
+    min_hops: int = 1
+    max_hops: int = 20          # the longest response is then ~150 tokens
     kind: str = "chase"         # "chase": follow a digit function n hops; "arith": chained +/- mod modulus
     # share of generated chase solutions (`Problem.response`, the supervised data) in the counted style; a
     # prompt's hash picks its style, so the prompts themselves do not depend on it
     counted_share: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.modulus < 2:
-            raise ValueError(f"ArithSpec.modulus={self.modulus}: expected >= 2; use e.g. 10")
-        if not 0 < self.max_operand:
-            raise ValueError(f"ArithSpec.max_operand={self.max_operand}: expected > 0; use e.g. 9")
-        if not 1 <= self.min_ops <= self.max_ops:
-            raise ValueError(
-                f"ArithSpec ops range [{self.min_ops}, {self.max_ops}]: expected 1 <= min_ops <= max_ops"
-            )
-        if self.kind not in ("chase", "arith"):
-            raise ValueError(f"ArithSpec.kind={self.kind!r}: expected 'chase' or 'arith'")
-        if self.kind == "chase" and self.max_ops >= 10 ** COUNTER_DIGITS:
-            raise ValueError(f"ArithSpec.max_ops={self.max_ops}: a chase counter has {COUNTER_DIGITS} digits, so "
-                             f"expected max_ops < {10 ** COUNTER_DIGITS}")
-        if not 0.0 <= self.counted_share <= 1.0:
-            raise ValueError(f"ArithSpec.counted_share={self.counted_share}: expected a share in [0, 1]")
-        if self.ops_median <= 0 or self.ops_sigma < 0:
-            raise ValueError(
-                f"ArithSpec ops_median={self.ops_median}, ops_sigma={self.ops_sigma}: "
-                "expected median > 0 and sigma >= 0"
-            )
+        self.validate()  # built in Python, from DataConfig's and the pretrain stages' hop knobs
+
+    def validate(self) -> None:
+        require(self.modulus >= 2, "modulus", self.modulus, ">= 2", "use e.g. 10")
+        require(self.max_operand > 0, "max_operand", self.max_operand, "> 0", "use e.g. 9")
+        require(1 <= self.min_hops <= self.max_hops, "min_hops", self.min_hops, f"in [1, max_hops={self.max_hops}]")
+        require(self.kind in ("chase", "arith"), "kind", self.kind, "'chase' or 'arith'")
+        require(self.kind != "chase" or self.max_hops < 10 ** COUNTER_DIGITS, "max_hops", self.max_hops,
+                f"< {10 ** COUNTER_DIGITS}", f"a chase counter has {COUNTER_DIGITS} digits")
+        require(0.0 <= self.counted_share <= 1.0, "counted_share", self.counted_share, "a share in [0, 1]")
+        require(self.hops_median > 0, "hops_median", self.hops_median, "> 0")
+        require(self.hops_sigma >= 0, "hops_sigma", self.hops_sigma, ">= 0")
 
 
 # The named embedded tasks (`data.source`): chase problems whose hop counts follow a clipped lognormal.
 # "chain" (the default) is shaped like reasoning RL: median responses of 100+ tokens and a right tail to ~1,000
 # tokens, so a rollout's time goes to a few long responses. "arith" is the earlier short task.
 TASKS: dict[str, ArithSpec] = {
-    "chain": ArithSpec(ops_median=22.0, ops_sigma=0.7, max_ops=125),
+    "chain": ArithSpec(hops_median=22.0, hops_sigma=0.7, max_hops=125),
     "arith": ArithSpec(),
 }
 DEFAULT_TASK = "chain"
 
 
-def task_spec(name: str, ops_median: float | None = None, ops_sigma: float | None = None,
-              max_ops: int | None = None) -> ArithSpec:
+def task_spec(name: str, hops_median: float | None = None, hops_sigma: float | None = None,
+              max_hops: int | None = None) -> ArithSpec:
     """The named task's spec, with any hop-count knob given replacing its own; an unknown name raises a
     ValueError listing the valid ones."""
     if name not in TASKS:
         raise ValueError(f"unknown embedded task {name!r}; valid: {list(TASKS)} (or a .jsonl / .parquet file of "
                          "prompt/answer rows)")
-    knobs = {"ops_median": ops_median, "ops_sigma": ops_sigma, "max_ops": max_ops}
+    knobs = {"hops_median": hops_median, "hops_sigma": hops_sigma, "max_hops": max_hops}
     return replace(TASKS[name], **{k: v for k, v in knobs.items() if v is not None})
 
 
@@ -111,9 +105,9 @@ class Problem(NamedTuple):
 
 
 def sample_num_ops(rng: random.Random, spec: ArithSpec) -> int:
-    """Clipped lognormal: median `ops_median`, tail set by `ops_sigma`."""
-    n = round(math.exp(rng.gauss(math.log(spec.ops_median), spec.ops_sigma)))
-    return min(max(n, spec.min_ops), spec.max_ops)
+    """Clipped lognormal: median `hops_median`, tail set by `hops_sigma`."""
+    n = round(math.exp(rng.gauss(math.log(spec.hops_median), spec.hops_sigma)))
+    return min(max(n, spec.min_hops), spec.max_hops)
 
 
 LABELS = "abcdefghijklmnopqrst"  # one label per operation; the prompt and the scratchpad both carry it

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..optim import OptimSettings, build_optimizer, clip_grad, clock_step, moved_fields
+from ..errors import require
+from ..optim import OptimSettings, build_optimizer, clip_grad, clock_step
 from .arith import TASKS, ArithSpec, is_counted, make_problems, task_spec
 from .batches import train_batches
 from .evaluate import accuracy
@@ -34,8 +35,6 @@ def stage_optim(lr: float, warmup_steps: int = 30, min_lr_ratio: float = 0.05) -
     return OptimSettings(lr=lr, betas=(0.9, 0.95), warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio)
 
 
-@moved_fields(**{key: f"Stage.optim.{key} (e.g. optim=stage_optim(lr, warmup_steps, min_lr_ratio))"
-                 for key in ("lr", "warmup_steps", "min_lr_ratio")})
 @dataclass(frozen=True)
 class Stage:
     """One supervised stage of the recipe: the chains it trains on and its optimizer (a fresh AdamW)."""
@@ -43,18 +42,22 @@ class Stage:
     steps: int                      # length of the learning-rate schedule (warmup, then cosine)
     optim: OptimSettings
     stop_after: int | None = None   # end at this step of the schedule (an early checkpoint of the longer run)
-    ops_median: float = 7.0         # hop counts of the training chains (ArithSpec)
-    ops_sigma: float = 0.7
-    max_ops: int = 20
+    hops_median: float = 7.0        # hop counts of the training chains (ArithSpec)
+    hops_sigma: float = 0.7
+    max_hops: int = 20
     counted_share: float = 0.0      # share of worked solutions in the counted style
 
+    MOVED = {**{key: f".optim.{key}" for key in ("lr", "warmup_steps", "min_lr_ratio")},
+             "ops_median": ".hops_median", "ops_sigma": ".hops_sigma", "max_ops": ".max_hops"}
+
     def __post_init__(self) -> None:
-        if self.steps < 0:
-            raise ValueError(f"pretrain stage {self.name!r}: steps={self.steps}; expected >= 0")
+        self.validate()  # STAGES is built in Python
+
+    def validate(self) -> None:
+        require(self.steps >= 0, f"stages.{self.name}.steps", self.steps, ">= 0")
+        require(self.stop_after is None or self.stop_after >= 0, f"stages.{self.name}.stop_after", self.stop_after,
+                ">= 0", f"or null to train all {self.steps} steps")
         self.optim.validate()
-        if self.stop_after is not None and self.stop_after < 0:
-            raise ValueError(f"pretrain stage {self.name!r}: stop_after={self.stop_after}; expected >= 0, or None "
-                             f"to train all {self.steps} steps")
         self.spec()  # hop-count and style knobs are checked by the task itself
 
     @property
@@ -62,7 +65,7 @@ class Stage:
         return self.steps if self.stop_after is None else min(self.steps, self.stop_after)
 
     def spec(self) -> ArithSpec:
-        return ArithSpec(ops_median=self.ops_median, ops_sigma=self.ops_sigma, max_ops=self.max_ops,
+        return ArithSpec(hops_median=self.hops_median, hops_sigma=self.hops_sigma, max_hops=self.max_hops,
                          counted_share=self.counted_share)
 
 
@@ -72,15 +75,14 @@ class Stage:
 # plain style the habit, as instruction tuning leaves a model with habits that RL later changes.
 STAGES: tuple[Stage, ...] = (
     Stage("lookups", steps=2400, stop_after=1200, optim=stage_optim(3e-3)),
-    Stage("chains", steps=2000, optim=stage_optim(1e-3, warmup_steps=20), ops_median=20.0, ops_sigma=1.0,
-          max_ops=130, counted_share=0.5),
-    Stage("habit", steps=200, optim=stage_optim(3e-4, warmup_steps=10, min_lr_ratio=1.0), ops_median=20.0,
-          ops_sigma=1.0,
-          max_ops=130, counted_share=0.2),
+    Stage("chains", steps=2000, optim=stage_optim(1e-3, warmup_steps=20), hops_median=20.0, hops_sigma=1.0,
+          max_hops=130, counted_share=0.5),
+    Stage("habit", steps=200, optim=stage_optim(3e-4, warmup_steps=10, min_lr_ratio=1.0), hops_median=20.0,
+          hops_sigma=1.0,
+          max_hops=130, counted_share=0.2),
 )
 
 
-@moved_fields(weight_decay="each Stage's optim.weight_decay", grad_clip="each Stage's optim.grad_clip")
 @dataclass
 class PretrainConfig:
     seed: int = 0
@@ -112,14 +114,17 @@ class PretrainConfig:
     grow_num_kv_heads: int = 6
     grow_noise_std: float = 1e-3      # on the new weights, so that training can move them
 
+    MOVED = {key: f"stages.NAME.optim.{key}" for key in ("weight_decay", "grad_clip")}
+    REMOVED = {"stage": "write stages.NAME.FIELD=VALUE, e.g. stages.chains.steps=1000"}
+
     def __post_init__(self) -> None:
-        if not self.stages:
-            raise ValueError("PretrainConfig.stages is empty: give at least one Stage (e.g. pretrain.STAGES)")
-        for name in ("batch_tokens", "num_layers", "hidden_size", "num_threads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"PretrainConfig.{name}={getattr(self, name)}: expected >= 1")
-        if self.time_budget_s <= 0:
-            raise ValueError(f"PretrainConfig.time_budget_s={self.time_budget_s}: expected > 0 seconds")
+        self.validate()  # the tests and the CLI build one in Python
+
+    def validate(self) -> None:
+        require(bool(self.stages), "stages", self.stages, "at least one Stage", "e.g. pretrain.STAGES")
+        for key in ("batch_tokens", "num_layers", "hidden_size", "num_threads"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
+        require(self.time_budget_s > 0, "time_budget_s", self.time_budget_s, "> 0 seconds")
         task_spec(self.eval_task)
 
 

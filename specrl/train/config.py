@@ -15,9 +15,9 @@ from ..config.choices import PIPELINE_MODES, PLACEMENTS
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION, parse_bytes
 from ..engine.methods import SpecConfig, model_method
 from ..model.checkpoint import DTYPES
-from ..optim import OptimSettings, moved_fields
+from ..optim import OptimSettings
 
-__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "DrafterConfig", "OptimConfig", "PipelineConfig",
+__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "DrafterConfig", "HealthConfig", "OptimConfig", "PipelineConfig",
            "RayConfig", "RewardConfig", "RolloutConfig", "ScheduleConfig", "TrainConfig"]
 
 
@@ -36,10 +36,10 @@ class Budget(NamedTuple):
     eval_max_tokens: int  # data.eval_max_tokens
 
 
-# the embedded tasks' budgets: "chain"'s longest worked solution (125 hops, counted) is 1004 tokens
+# the embedded tasks' budgets: room for "chain"'s longest worked solution (125 hops, counted)
 TASK_BUDGETS = {"chain": Budget(1100, 100, 1100), "arith": Budget(200, 200, 200)}
-# a prompt/answer file: a real chat model's worked answer on one core; chain's 1100-token budget on 100
-# held-out problems keeps a 135M model in its first evaluation for over 20 minutes
+# a prompt/answer file: a real chat model's worked answer on one core, with an evaluation short enough to
+# wait for (chain's budgets are not: docs/training.md, "Budgets")
 FILE_BUDGET = Budget(256, 64, 256)
 
 
@@ -107,11 +107,28 @@ class RewardConfig:
 DRAFTER_SCHEDULES = ("after_step", "long_tail", "beside_trainer")
 
 
+@dataclass
+class HealthConfig:
+    """`rollout.drafter.health`: the drafter health alarm (specrl.drafters.training.health)."""
+    window: int = 5  # earlier steps averaged as the reference
+    min_history: int = 3  # earlier steps needed before a drop can be judged
+    drop_ratio: float = 0.5  # alarm when acceptance < drop_ratio * recent mean
+    max_version_lag: int = 1  # alarm when trainer version - engine version exceeds this
+
+    def __post_init__(self):
+        self.validate()  # the run loop and the tests build one in Python
+
+    def validate(self) -> None:
+        require(self.window >= 1, "window", self.window, ">= 1")
+        require(1 <= self.min_history <= self.window, "min_history", self.min_history, f"in [1, window={self.window}]")
+        require(0 < self.drop_ratio < 1, "drop_ratio", self.drop_ratio, "in (0, 1)")
+        require(self.max_version_lag >= 0, "max_version_lag", self.max_version_lag, ">= 0")
+
+
 def _drafter_optim() -> OptimSettings:
     return OptimSettings(lr=3e-4, betas=(0.9, 0.95))  # a constant learning rate: the drafter never stops
 
 
-@moved_fields(**{key: f"DrafterConfig.optim.{key}" for key in ("lr", "weight_decay", "grad_clip")})
 @dataclass
 class DrafterConfig:
     """`rollout.drafter`: online training of the rollout engine's model drafter while the policy trains
@@ -143,14 +160,13 @@ class DrafterConfig:
     mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
     # share of each micro-batch's trajectories kept for the drafter, drawn when the policy's forward
     # captures them (the rest is never stored): the n samples of a prompt are near duplicates at a
-    # low-entropy policy; 0.125 learns about as fast per update as 1.0 at a fraction of the cost
-    # (experiments/online_drafter_sample_fraction.py, docs/memory.md)
+    # low-entropy policy (speed against cost: docs/memory.md)
     sample_fraction: float = 0.125
-    # health alarm: acceptance below half of its recent average, or an engine drafter older than allowed
-    alarm_window: int = 5
-    alarm_max_lag: int = 1
+    # alarm: acceptance below half of its recent average, or an engine drafter older than allowed
+    health: HealthConfig = field(default_factory=HealthConfig)
 
-    MOVED = {key: f"rollout.drafter.optim.{key}" for key in ("lr", "weight_decay", "grad_clip")}
+    MOVED = {**{key: f".optim.{key}" for key in ("lr", "weight_decay", "grad_clip")},
+             "alarm_window": ".health.window", "alarm_max_lag": ".health.max_version_lag"}
 
     def validate(self) -> None:
         require(self.schedule in DRAFTER_SCHEDULES, "schedule", self.schedule, f"one of {list(DRAFTER_SCHEDULES)}")
@@ -163,10 +179,9 @@ class DrafterConfig:
         require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
         require(self.kl_coef >= 0 and self.accept_coef >= 0 and self.kl_coef + self.accept_coef > 0, "kl_coef",
                 self.kl_coef, ">= 0, with accept_coef >= 0 and not both 0")
-        for key in ("updates_per_step", "ttt_steps", "mtp_depths", "alarm_window"):
+        for key in ("updates_per_step", "ttt_steps", "mtp_depths"):
             require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
         require(0 < self.sample_fraction <= 1, "sample_fraction", self.sample_fraction, "in (0, 1]")
-        require(self.alarm_max_lag >= 0, "alarm_max_lag", self.alarm_max_lag, ">= 0")
 
 
 @dataclass
@@ -262,8 +277,8 @@ class OptimConfig(OptimSettings):
     # (trainer.activation_budget)
     activation_memory: int | str | None = None
     # recompute each decoder layer in the backward instead of storing its activations (torch.utils.checkpoint).
-    # Off by default: with glibc's default allocator the freed per-layer temporaries stay resident, so on a CPU
-    # it cut little resident memory, while the larger micro-batches it allows raised it (docs/real_models.md)
+    # Off by default: on a CPU glibc keeps the freed per-layer temporaries resident, so it saves little
+    # (docs/real_models.md)
     activation_checkpointing: bool = False
     # forward/backward under bf16 autocast (CPU or GPU); weights and optimizer state stay in the top-level dtype
     autocast: bool = False

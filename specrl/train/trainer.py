@@ -70,9 +70,9 @@ def training_state_bytes(model: torch.nn.Module) -> int:
 
 
 def activation_budget(setting: int | str | None, state: int) -> int:
-    """`optim.activation_memory`, or for null what 2 GiB leaves beside a `state`-byte training state, at least
-    512 MiB: a small policy keeps its whole micro-batches, and a 135M model's update stays small beside its
-    fixed state (docs/memory.md)."""
+    """`optim.activation_memory`, or for null what ACTIVATION_TOTAL leaves beside a `state`-byte training state,
+    at least ACTIVATION_FLOOR: a small policy keeps its whole micro-batches, and a large one's update stays
+    small beside its fixed state (docs/memory.md)."""
     if setting is not None:
         return parse_bytes(setting)
     return max(ACTIVATION_FLOOR, ACTIVATION_TOTAL - state)
@@ -102,10 +102,10 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
     detached, or None without `with_entropy`) from the final normed hidden states [b, T, D],
     `head_chunk_tokens` tokens at a time.
 
-    The [b, T, V] logits never exist at once: with a 49k vocabulary they and their log-softmax and gradient
-    cost ~0.6 MB a token, more than a checkpointed decoder keeps. Each chunk runs under activation
-    checkpointing (only its hidden rows are kept; the backward recomputes its logits). A micro-batch that fits
-    in one chunk (the embedded policy's) runs as one plain forward, as before."""
+    The [b, T, V] logits never exist at once: for a large vocabulary they, their log-softmax and gradient
+    cost more a token than a checkpointed decoder keeps. Each chunk runs under activation checkpointing (only
+    its hidden rows are kept; the backward recomputes its logits). A micro-batch that fits in one chunk (the
+    embedded policy's) runs as one plain forward."""
     b, T, D = hidden.shape
     flat_h, flat_t = hidden.reshape(b * T, D), targets.reshape(b * T)  # [N, D], [N]
 
@@ -178,8 +178,8 @@ class PolicyTrainer:
     def trims_heap(self) -> bool:
         """Freed heap pages go back to the OS before every micro-batch of a large model on a CPU, whose heap
         otherwise grows from micro-batch to micro-batch and whose compute dwarfs the page faults
-        (docs/real_models.md, "Training memory"); never for a small one, where even one trim per update cost
-        ~10% of the update's time for ~0.2 GB of peak (docs/results/house.md)."""
+        (docs/real_models.md, "Training memory"); never for a small one, where the trim costs more time than
+        its memory is worth (docs/results/house.md, "Winning the time back")."""
         return self.large and self.device.type == "cpu"
 
     def autocast(self):

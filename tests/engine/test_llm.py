@@ -105,8 +105,8 @@ def test_tokenizer_vocab_mismatch(tmp_path):
 
 
 def test_unknown_method_and_bad_k():
-    with pytest.raises(ValueError, match="unknown speculative method 'eagle'; valid:"):
+    with pytest.raises(ValueError, match="method='eagle' is invalid: expected one of"):
         SpecConfig(method="eagle")
     for k in (0, 17):
-        with pytest.raises(ValueError, match=f"num_speculative_tokens={k} must be in"):
+        with pytest.raises(ValueError, match=f"num_speculative_tokens={k} is invalid: expected in"):
             SpecConfig(method="ngram", num_speculative_tokens=k)

@@ -34,13 +34,13 @@ def test_every_list_of_methods_is_the_table():
     assert SD_METHODS == ("none", *DRAFTING_METHODS) and "auto" not in DRAFTING_METHODS
     assert train_drafter.default_out("eagle3") == get_method("eagle3").shipped_dir
     assert "auto" in METHODS and bench_spec.METHODS is METHODS
-    with pytest.raises(ValueError, match=r"drafters=\['auto'\]: each must be one of \['draft_model', 'eagle3', "
+    with pytest.raises(ValueError, match=r"drafters=\['auto'\] is invalid: expected at least one of \['draft_model', 'eagle3', "
                                          r"'mtp', 'ngram', 'suffix'\]"):
         SpecConfig(method="auto", drafters=("auto",))
 
 
 def test_unknown_method_lists_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown speculative method 'medusa'; valid: \['draft_model', 'eagle3', "
+    with pytest.raises(ValueError, match=r"method='medusa' is invalid: expected one of \['draft_model', 'eagle3', "
                                          r"'mtp', 'ngram', 'suffix', 'auto'\]"):
         SpecConfig(method="medusa")
     with pytest.raises(ValueError, match="valid: "):
@@ -49,7 +49,7 @@ def test_unknown_method_lists_the_valid_ones():
 
 def test_one_draft_length_limit():
     SpecConfig(num_speculative_tokens=MAX_SPEC_TOKENS)
-    with pytest.raises(ValueError, match=f"must be in \\[1, {MAX_SPEC_TOKENS}\\]"):
+    with pytest.raises(ValueError, match=f"expected in \\[1, {MAX_SPEC_TOKENS}\\]"):
         SpecConfig(num_speculative_tokens=MAX_SPEC_TOKENS + 1)
     assert len(EngineStats().drafted_at) == len(EngineStats().accepted_at) == MAX_SPEC_TOKENS
     llm = LLM(tiny_model(), max_num_seqs=2, max_model_len=10)

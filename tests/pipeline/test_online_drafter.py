@@ -109,7 +109,7 @@ def test_zeroed_engine_drafter_raises_the_alarm(setup, tmp_path, monkeypatch, ca
     once 3 earlier steps are in its window)."""
     model, _ = setup
     args = {"rollout.spec.method": "draft_model", "rollout.spec.draft_model": model, "max_steps": 7,
-            "rollout.drafter.alarm_window": 3, "optim.lr": 1e-4, "rollout.temperature": 0.3}
+            "rollout.drafter.health.window": 3, "optim.lr": 1e-4, "rollout.temperature": 0.3}
     clean = tmp_path / "clean"
     assert main(["train", *overrides(*setup, clean, **args)]) == 0
     assert not any(r["drafter_alarm"] for r in read_jsonl(clean / "metrics.jsonl"))

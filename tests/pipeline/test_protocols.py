@@ -1,7 +1,8 @@
 """Everything the drivers call on a rollout backend or a learner is declared by the seam: by its protocol, or by
-an optional capability that `run.check_capabilities` requires when the run is wired. Read from the drivers'
-source, so a path no test runs is held to it too. `python -m tests.pipeline.test_protocols [SPECRL_DIR]` prints
-the table, for another tree too (e.g. an old commit's `git archive`), reading its protocols from its seam.py."""
+an optional capability that `run.check_capabilities` requires when the run is wired. Checked by running the
+drivers against parts that expose nothing else. `python -m tests.pipeline.test_protocols [SPECRL_DIR]` prints
+the table of what the drivers' source uses (read by name), for another tree too (e.g. an old commit's
+`git archive`), reading its protocols from its seam.py."""
 from __future__ import annotations
 
 import ast
@@ -74,16 +75,54 @@ def table(pipeline: Path = PIPELINE) -> str:
     return "\n".join(lines)
 
 
-def test_the_drivers_use_only_what_the_seam_declares():
-    used, decl = driver_calls(), declared()
-    assert {"generate", "update_weights", "set_idle_work"} <= set(used["backend"])  # the parser sees the calls
-    assert {"step", "named_weights", "train_drafter", "pad_id"} <= set(used["learner"])
-    undeclared = {side: sorted(set(used[side]) - set(decl[side])) for side in used}
-    assert undeclared == {"backend": [], "learner": []}, f"used but not declared:\n{table()}"
+class SeamOnly:
+    """`inner` as the drivers may see it: only the names its protocol declares, and those of the capabilities
+    it provides. A driver that reads or sets anything else (an engine, a model, a private field) fails with an
+    AttributeError, on whatever path the run takes."""
+
+    def __init__(self, inner, protocol: type, side: str):
+        caps = [c for c in seam.CAPABILITIES[side] if not seam.lacks(inner, c)]
+        allowed = set().union(*(seam.members(p) for p in (protocol, *caps)))
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_allowed", allowed)
+
+    def __getattr__(self, name):
+        if name not in self._allowed:
+            raise AttributeError(f"the drivers used {name!r}, which the seam does not declare")
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name, value):
+        if name not in self._allowed:
+            raise AttributeError(f"the drivers set {name!r}, which the seam does not declare")
+        setattr(self._inner, name, value)
 
 
-def test_the_source_reading_of_the_protocols_matches_the_imported_one():
-    assert declared_in_source(PIPELINE) == declared()
+def _seam_only_backend():
+    local = seam.get_backend("local")
+    seam.register_backend("seam_only",
+                          lambda *a, **kw: SeamOnly(seam.load(local.rollout)(*a, **kw), seam.RolloutBackend, "backend"),
+                          lambda *a, **kw: SeamOnly(seam.load(local.learner)(*a, **kw), seam.Learner, "learner"))
+
+
+@pytest.mark.parametrize("mode, extra", [("sync", {}), ("async", {}),
+                                         ("sync", {"rollout.spec.method": "eagle3", "rollout.spec.draft_model":
+                                                   "scratch", "rollout.drafter.online": True})])
+def test_the_drivers_use_only_what_the_seam_declares(tmp_path, mode, extra):
+    """A whole run (steps, evaluation, checkpoints, weight syncs; the online drafter's capability too) through
+    a backend and a learner that expose nothing but the seam's declarations."""
+    from specrl.cli.main import main
+    from specrl.pipeline.run_dir import read_jsonl
+    from tests.pipeline.fixtures import make_setup, overrides
+    _seam_only_backend()
+    model, data = make_setup(tmp_path / "tiny")
+    out = tmp_path / "run"
+    args = overrides(model, data, out, **{"pipeline.backend": "seam_only", "pipeline.mode": mode,
+                                          "schedule.max_steps": 2, "schedule.eval_every": 1, **extra})
+    try:
+        assert main(["train", *args]) == 0
+    finally:
+        seam.BACKENDS.pop("seam_only")
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
 
 
 def _provides(cls: type) -> set[str]:

@@ -25,6 +25,28 @@ def test_step_prints_json_lines(capsys):
     assert rows[2]["rollout_speedup"] > 1.0
 
 
+def test_step_predicts_the_hand_computed_rollout_time(tmp_path, capsys):
+    # A machine with only per-step costs: roofline terms vanish (bandwidth and FLOP/s 1e30), each engine step
+    # costs iter_s + running x per_seq_s = 1 ms + 4 x 0.1 ms = 1.4 ms, the drafter costs nothing.
+    # One prompt, n=4 samples of exactly 100 tokens (sigma 0), 4 running sequences throughout.
+    overheads = {"iter_s": 1e-3, "per_seq_s": 1e-4, "spec_iter_s": 0.0, "sync_fixed_s": 0.0}
+    hw = {"name": "hand", "peak_flops": 1e30, "peak_flops_fp8": 1e30, "hbm_bw": 1e30, "hbm_bytes": 1e15,
+          "nvlink_bw": 1e30, "net_bw": 1e30, "gpus_per_node": 1, "eff_bw": 1.0, "eff_flops": 1.0,
+          "comm_latency_s": 0.0, "overheads": overheads}
+    free = {"draft_frac": 0.0, "draft_iter_s": 0.0, "draft_per_seq_s": 0.0}
+    cal = tmp_path / "calibration.json"
+    cal.write_text(json.dumps({"hardware": hw, "drafters": {"ngram": free}}))
+    assert main(["step", "--hardware", "cpu-local", "--calibration", str(cal), "--gpus", "1", "--prompts", "1",
+                 "--n", "4", "--lengths", "lognormal:100,0", "--sd-method", "ngram", "--k", "3",
+                 "--acceptance", "1,1,1"]) == 0
+    plain, sd, speedup = _lines(capsys)
+    # without SD: the prefill step emits token 1, then 99 decode steps: 100 steps x 1.4 ms = 0.14 s
+    assert plain["iterations"] == 100 and plain["rollout_s"] == pytest.approx(0.14)
+    # every draft accepted: a verify step emits k + 1 = 4 tokens; 1 + ceil(99 / 4) = 26 steps x 1.4 ms = 0.0364 s
+    assert sd["iterations"] == 26 and sd["rollout_s"] == pytest.approx(0.0364)
+    assert speedup["rollout_speedup"] == pytest.approx(100 / 26)  # 3.85: a simulator 3x off fails here
+
+
 def test_unknown_hardware_and_model_list_valid_names(capsys):
     assert specrl_main(["simulate", "step", "--hardware", "A100"]) == 2
     assert "H100" in capsys.readouterr().err

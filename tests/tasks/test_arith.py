@@ -71,11 +71,11 @@ def test_unknown_task_lists_the_valid_ones():
     from specrl.tasks.arith import task_spec
     with pytest.raises(ValueError, match=r"'chian'; valid: \['chain', 'arith'\]"):
         task_spec("chian")
-    assert task_spec("chain", max_ops=50).max_ops == 50 and task_spec("chain").max_ops == 125
+    assert task_spec("chain", max_hops=50).max_hops == 50 and task_spec("chain").max_hops == 125
 
 
 def test_num_ops_respects_bounds():
-    spec = ArithSpec(ops_median=5, ops_sigma=2.0, min_ops=2, max_ops=7)
+    spec = ArithSpec(hops_median=5, hops_sigma=2.0, min_hops=2, max_hops=7)
     ops = {p.num_ops for p in make_problems(300, seed=0, spec=spec)}
     assert ops <= set(range(2, 8)) and {2, 7} <= ops
 
@@ -83,8 +83,8 @@ def test_num_ops_respects_bounds():
 def test_bad_inputs_name_the_value():
     with pytest.raises(ValueError, match="split='dev'"):
         make_problems(1, split="dev")
-    with pytest.raises(ValueError, match="min_ops <= max_ops"):
-        ArithSpec(min_ops=5, max_ops=2)
+    with pytest.raises(ValueError, match=r"min_hops=5 is invalid: expected in \[1, max_hops=2\]"):
+        ArithSpec(min_hops=5, max_hops=2)
     with pytest.raises(ValueError, match="modulus=1"):
         ArithSpec(modulus=1)
 

@@ -14,19 +14,32 @@ def test_missing_policy_tells_how_to_build_it(tmp_path, monkeypatch):
 
 
 def test_cli_arguments_map_onto_the_config(tmp_path):
-    out, cfg = parse_args(["--out", str(tmp_path), "--seed", "3", "--time-budget-s", "12.5",
-                           "--bf16-autocast", "false", "--stage", "chains.steps=7", "--stage", "habit.stop_after=2"])
+    out, cfg = parse_args(["--out", str(tmp_path), "seed=3", "--time-budget-s", "12.5", "bf16_autocast=false",
+                           "stages.chains.steps=7", "--stages.habit.stop_after", "2"])
     assert out == tmp_path
     assert (cfg.seed, cfg.time_budget_s, cfg.bf16_autocast) == (3, 12.5, False)
     by_name = {st.name: st for st in cfg.stages}
     assert (by_name["chains"].steps, by_name["habit"].stop_after, by_name["lookups"].steps) == (7, 2, 2400)
 
 
-@pytest.mark.parametrize("bad", ["chains.nope=1", "nostage.steps=1", "chains.steps", "chains.steps=x"])
-def test_bad_stage_overrides_name_the_fix(bad):
+def test_one_bool_parser_for_every_command():
+    # pretrain once read "on" as False while `specrl train` read it as True: both go through from_dict now
+    from specrl.cli.train import build_config
+    for word, value in (("on", True), ("yes", True), ("1", True), ("off", False), ("no", False), ("0", False)):
+        assert parse_args([f"bf16_autocast={word}"])[1].bf16_autocast is value
+        assert build_config(None, [f"tensorboard={word}"]).tensorboard is value
+    assert parse_args(["--bf16-autocast"])[1].bf16_autocast is True  # a lone --flag is key=true
+
+
+@pytest.mark.parametrize("bad, message", [("stages.chains.nope=1", "unknown config key 'stages.chains.nope'"),
+                                          ("stages.nostage.steps=1", "stages.nostage is not a stage"),
+                                          ("stages.chains.steps", "not of the form key=value"),
+                                          ("stages.chains.steps=x", "stages.chains.steps='x' is invalid"),
+                                          ("bf16_autocast=maybe", "expected a boolean")])
+def test_bad_stage_overrides_name_the_fix(bad, message):
     from specrl.errors import UserError
-    with pytest.raises(UserError, match="--stage"):
-        parse_args(["--stage", bad])
+    with pytest.raises(UserError, match=message):
+        parse_args([bad])
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +78,7 @@ def test_shipped_policy_accuracy_reproduces(policy_dir):
     from specrl.tasks.evaluate import accuracy
 
     tok, ids = tasks.load_tokenizer(policy_dir)
-    short = tasks.task_spec("chain", ops_median=3, ops_sigma=0.3, max_ops=5)
+    short = tasks.task_spec("chain", hops_median=3, hops_sigma=0.3, max_hops=5)
     acc, completions = accuracy(load_model(policy_dir), tok, ids, tasks.make_problems(48, 0, "test", short),
                                 max_new_tokens=80)
     assert 0.3 <= acc <= 1.0

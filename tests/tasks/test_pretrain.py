@@ -41,11 +41,17 @@ def test_encode_problem_layout():
     assert tok.decode(seq[prompt_len:-1]) == p.response
 
 
-def test_stage_settings_moved_to_its_optim():
-    with pytest.raises(TypeError, match=r"Stage\(lr=...\) is gone: set Stage.optim.lr"):
-        Stage("s", steps=10, lr=1e-3)
-    with pytest.raises(TypeError, match="PretrainConfig\\(grad_clip=...\\) is gone: set each Stage's optim.grad_clip"):
-        PretrainConfig(grad_clip=0.5)
+def test_renamed_stage_and_recipe_keys_name_the_new_ones():
+    from specrl.config import ConfigError, from_dict
+    stage = {"name": "s", "steps": 10, "optim": {"lr": 1e-3}}
+    with pytest.raises(ConfigError, match="'lr' was replaced by 'optim.lr'"):
+        from_dict(Stage, {**stage, "lr": 1e-3})
+    for old, new in (("ops_median", "hops_median"), ("ops_sigma", "hops_sigma"), ("max_ops", "max_hops")):
+        with pytest.raises(ConfigError, match=f"'{old}' was replaced by '{new}'"):
+            from_dict(Stage, {**stage, old: 3})
+    with pytest.raises(ConfigError, match="'grad_clip' was replaced by 'stages.NAME.optim.grad_clip'"):
+        from_dict(PretrainConfig, {"grad_clip": 0.5})
+    assert from_dict(Stage, {**stage, "max_hops": 30}).spec().max_hops == 30
 
 
 def test_engine_accuracy_scores_the_completions_it_returns():
@@ -92,7 +98,7 @@ def test_stop_after_ends_early_on_the_longer_schedule(tmp_path, monkeypatch):
     assert seen == [(0, 8), (1, 8), (2, 8)]  # the 8-step schedule, cut after 3 steps
     with pytest.raises(ValueError, match="stop_after"):
         Stage("a", steps=8, optim=stage_optim(1e-3), stop_after=-1)
-    with pytest.raises(ValueError, match="max_ops=1000"):
-        Stage("a", steps=8, optim=stage_optim(1e-3), max_ops=1000)  # a counter has 3 digits
-    with pytest.raises(ValueError, match="stages is empty"):
+    with pytest.raises(ValueError, match="max_hops=1000"):
+        Stage("a", steps=8, optim=stage_optim(1e-3), max_hops=1000)  # a counter has 3 digits
+    with pytest.raises(ValueError, match=r"stages=\(\) is invalid: expected at least one Stage"):
         PretrainConfig(stages=())

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from ...errors import require
 from ...model import CausalLM, load_model, save_model
 from ..scratch import student_from_policy  # noqa: F401 (shared with the online cold start)
 from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, fit, pad_batch, soft_cross_entropy, teacher_forward,
@@ -23,8 +24,10 @@ class DraftModelOptions:
     num_layers: int | None = None  # decoder layers of the student; None: a third of the policy's, at least 1
 
     def __post_init__(self):
-        if self.num_layers is not None and self.num_layers < 1:
-            raise ValueError(f"DraftModelOptions.num_layers={self.num_layers}: expected >= 1")
+        self.validate()
+
+    def validate(self) -> None:
+        require(self.num_layers is None or self.num_layers >= 1, "num_layers", self.num_layers, ">= 1 or None")
 
 
 def distil_loss(policy: CausalLM, student: CausalLM, batch: TokenBatch) -> torch.Tensor:

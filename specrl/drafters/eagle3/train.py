@@ -16,6 +16,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ...model import load_model, resolve_dtype
+from ...errors import require
 from ...train.trainer import head_chunk_tokens
 from ..training.cache import data_digest, save, teacher_path
 from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, TopK, fit, index_batches, pad_batch, to_draft_vocab,
@@ -27,7 +28,7 @@ from .head import Eagle3Config, Eagle3Head, init_head, save_head
 @dataclass
 class Eagle3Options:
     ttt_steps: int = 7
-    ttt_decay: float = 0.8
+    unroll_decay: float = 0.8  # weight of unroll step j is unroll_decay^j
     layers: tuple[int, ...] | None = None  # target layers to fuse; None: default_layers(L)
     intermediate_size: int | None = None  # head MLP width; None: the policy's
     # None: draft over the target's vocabulary with its lm_head. N: the N tokens most frequent in the training
@@ -35,11 +36,13 @@ class Eagle3Options:
     draft_vocab_size: int | None = None
 
     def __post_init__(self):
-        if self.ttt_steps < 1 or not 0 < self.ttt_decay <= 1:
-            raise ValueError(f"ttt_steps={self.ttt_steps}, ttt_decay={self.ttt_decay}: expected >= 1 and (0, 1]")
-        if self.draft_vocab_size is not None and self.draft_vocab_size < 1:
-            raise ValueError(f"draft_vocab_size={self.draft_vocab_size}: expected >= 1, or None for the target's "
-                             "whole vocabulary")
+        self.validate()
+
+    def validate(self) -> None:
+        require(self.ttt_steps >= 1, "ttt_steps", self.ttt_steps, ">= 1")
+        require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
+        require(self.draft_vocab_size is None or self.draft_vocab_size >= 1, "draft_vocab_size",
+                self.draft_vocab_size, ">= 1, or None for the target's whole vocabulary")
 
 
 def shift_left(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -169,7 +172,7 @@ def ttt_loss(head: Eagle3Head, policy, batch: TokenBatch, features: torch.Tensor
     for j, logits in enumerate(ttt_unroll(head, policy, features, batch.ids, batch.positions, opts.ttt_steps)):
         p = TopK(*(shift_left(t, 1 + j) for t in target))  # [B, T, k] each
         mask = shift_left(batch.loss_mask, 1 + j)  # [B, T]
-        total = total + opts.ttt_decay ** j * topk_cross_entropy(logits, p, mask)
+        total = total + opts.unroll_decay ** j * topk_cross_entropy(logits, p, mask)
         with torch.no_grad():
             hit = (logits.argmax(-1) == p.ids[..., 0]) & mask  # top-k is sorted: entry 0 is the argmax
             agree.append(float(hit.sum() / mask.sum().clamp(min=1)))

@@ -17,6 +17,7 @@ import torch
 
 from ...model import CausalLM, ModelConfig, load_model, save_model
 from ...model.mtp import MTPStack
+from ...errors import require
 from ..scratch import init_stack
 from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, fit, pad_batch, soft_cross_entropy, teacher_forward,
                              token_batches)
@@ -26,14 +27,17 @@ from .drafter import save_mtp_only
 @dataclass
 class MTPOptions:
     num_modules: int = 2  # D
-    unroll: int = 4  # depths trained (>= D); depths past D reuse the last module, as the drafter does
-    decay: float = 0.8  # weight of depth d is decay^(d-1)
+    mtp_depths: int = 4  # depths trained (>= D); depths past D reuse the last module, as the drafter does
+    unroll_decay: float = 0.8  # weight of depth d is unroll_decay^(d-1)
     mtp_only: bool = True  # write only the modules (config.json + mtp.safetensors); False: the policy too
 
     def __post_init__(self):
-        if not 1 <= self.num_modules <= self.unroll or not 0 < self.decay <= 1:
-            raise ValueError(f"MTPOptions num_modules={self.num_modules}, unroll={self.unroll}, decay={self.decay}: "
-                             "expected 1 <= num_modules <= unroll and 0 < decay <= 1")
+        self.validate()
+
+    def validate(self) -> None:
+        require(1 <= self.num_modules <= self.mtp_depths, "num_modules", self.num_modules,
+                f"in [1, mtp_depths={self.mtp_depths}]")
+        require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
 
 
 def mtp_loss(policy: CausalLM, stack: MTPStack, batch: TokenBatch, opts: MTPOptions) -> torch.Tensor:
@@ -41,9 +45,9 @@ def mtp_loss(policy: CausalLM, stack: MTPStack, batch: TokenBatch, opts: MTPOpti
     out = teacher_forward(policy, batch)
     p, h0 = torch.softmax(out.logits.float(), dim=-1), out.last_hidden  # [B, T, V], [B, T, D]
     total, weight = 0.0, 0.0
-    for d, logits in enumerate(stack.unroll(h0, batch.ids, policy.embed, policy.lm_head, opts.unroll), start=1):
+    for d, logits in enumerate(stack.unroll(h0, batch.ids, policy.embed, policy.lm_head, opts.mtp_depths), start=1):
         n = logits.shape[1]  # entry i in [0, T-d) predicts t_{i+d+1}, whose policy distribution is p[:, i+d]
-        w = opts.decay ** (d - 1)
+        w = opts.unroll_decay ** (d - 1)
         total = total + w * soft_cross_entropy(logits, p[:, d:d + n], batch.loss_mask[:, d:d + n])
         weight += w
     return total / weight
@@ -74,5 +78,5 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
         save_mtp_only(stack, policy.config, out_dir, dtype=args.save_dtype)
     else:
         save_with_policy(policy, stack, policy_path, out_dir)
-    return {"method": "mtp", "out_dir": str(out_dir), "num_modules": stack.depth, "unroll": opts.unroll,
+    return {"method": "mtp", "out_dir": str(out_dir), "num_modules": stack.depth, "mtp_depths": opts.mtp_depths,
             "num_params": sum(p.numel() for p in stack.parameters()), "sequences": len(data), **metrics}

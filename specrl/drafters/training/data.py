@@ -16,7 +16,8 @@ from typing import Callable, Iterator, NamedTuple
 import torch
 
 from ...errors import MissingFileError
-from ...optim import OptimSettings, build_optimizer, clip_grad, clock_step, moved_fields
+from ...errors import require
+from ...optim import OptimSettings, build_optimizer, clip_grad, clock_step
 
 Pair = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
 
@@ -25,8 +26,6 @@ def _offline_optim() -> OptimSettings:
     return OptimSettings(lr=2e-3, betas=(0.9, 0.95), warmup_steps=20, min_lr_ratio=0.05)
 
 
-@moved_fields(**{key: f"DrafterTrainArgs.optim.{key}"
-                  for key in ("lr", "min_lr_ratio", "warmup_steps", "weight_decay", "grad_clip")})
 @dataclass
 class DrafterTrainArgs:
     steps: int = 400
@@ -46,21 +45,21 @@ class DrafterTrainArgs:
     resume: bool = False
     save_every: int = 50
 
+    MOVED = {key: f".optim.{key}" for key in ("lr", "min_lr_ratio", "warmup_steps", "weight_decay", "grad_clip")}
+
     def __post_init__(self):
         if self.bf16_autocast is None:
             from ...threads import cpu_has_fast_bf16
             self.bf16_autocast = cpu_has_fast_bf16()
-        for name in ("steps", "batch_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"DrafterTrainArgs.{name}={getattr(self, name)}: expected >= 1")
-        if self.teacher_topk < 0:
-            raise ValueError(f"DrafterTrainArgs.teacher_topk={self.teacher_topk}: expected >= 1, or 0 for the "
-                             "whole vocabulary")
-        if self.resume and not self.cache_dir:
-            raise ValueError("resume=True continues the training state saved in a cache directory: pass "
-                             "--cache DIR (the one the interrupted run used)")
-        if self.time_budget_s <= 0:
-            raise ValueError(f"DrafterTrainArgs.time_budget_s={self.time_budget_s}: expected > 0 seconds")
+        self.validate()  # the trainers take one built in Python too
+
+    def validate(self) -> None:
+        for key in ("steps", "batch_tokens"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
+        require(self.teacher_topk >= 0, "teacher_topk", self.teacher_topk, ">= 1, or 0 for the whole vocabulary")
+        require(not self.resume or bool(self.cache_dir), "resume", self.resume, "false without a cache directory",
+                "resume continues the training state saved in a cache: pass cache=DIR (the interrupted run's)")
+        require(self.time_budget_s > 0, "time_budget_s", self.time_budget_s, "> 0 seconds")
         self.optim.validate()
 
 

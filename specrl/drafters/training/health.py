@@ -11,23 +11,7 @@ Two failures it catches:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass
-class HealthConfig:
-    window: int = 5  # earlier steps averaged as the reference
-    min_history: int = 3  # earlier steps needed before a drop can be judged
-    drop_ratio: float = 0.5  # alarm when acceptance < drop_ratio * recent mean
-    max_version_lag: int = 1  # alarm when trainer version - engine version exceeds this
-
-    def __post_init__(self):
-        if self.window < 1 or not 1 <= self.min_history <= self.window:
-            raise ValueError(f"HealthConfig window={self.window}, min_history={self.min_history}: expected "
-                             "window >= 1 and 1 <= min_history <= window")
-        if not 0 < self.drop_ratio < 1 or self.max_version_lag < 0:
-            raise ValueError(f"HealthConfig drop_ratio={self.drop_ratio}: expected in (0, 1); max_version_lag="
-                             f"{self.max_version_lag}: expected >= 0")
+from ...train.config import HealthConfig  # `rollout.drafter.health`, in the run's config tree
 
 
 def drafter_alarm(acceptance: list[float], engine_version: int | None = None, trainer_version: int | None = None,

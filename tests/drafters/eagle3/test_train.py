@@ -80,10 +80,10 @@ def test_cli_trains_and_the_head_loads(tmp_path, monkeypatch, one_thread):
 
 
 def test_cli_unknown_method_lists_valid(capsys):
-    with pytest.raises(ValueError, match=r"valid: \['draft_model', 'eagle3', 'mtp'\]"):
+    with pytest.raises(ValueError, match=r"method='medusa' is invalid: expected one of \['draft_model', 'eagle3', 'mtp'\]"):
         train_drafter.run(["--method", "medusa", "--policy", "x"])
-    assert specrl_main(["train-drafter", "--method", "medusa", "--policy", "x"]) == 2
-    assert "unknown drafter method 'medusa'" in capsys.readouterr().err
+    assert specrl_main(["train-drafter", "method=medusa", "policy=x"]) == 2
+    assert "method='medusa' is invalid" in capsys.readouterr().err
 
 
 def test_ttt_unroll_matches_the_drafter_at_inference():

@@ -144,4 +144,4 @@ def test_cli_resume_with_another_method_or_vocabulary_is_refused(tmp_path, capsy
 def test_resume_needs_a_cache(tmp_path, capsys):
     assert specrl_main(["train-drafter", "--policy", str(tmp_path), "--method", "eagle3", "--out",
                         str(tmp_path / "o"), "--resume"]) == 2
-    assert "pass --cache DIR" in capsys.readouterr().err
+    assert "pass cache=DIR" in capsys.readouterr().err
