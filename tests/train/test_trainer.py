@@ -252,7 +252,7 @@ def test_rows_with_zero_advantage_are_skipped_without_changing_the_update(loss_a
     calls = {"skip": [], "full": []}
     for key, m in (("skip", skip), ("full", full)):  # the rows each forward of the update ran
         def counted(input_ids, *args, key=key, forward=m.forward, **kw):
-            calls[key].append(input_ids.shape[0])
+            calls[key].append(len(kw["segments"]) if kw.get("segments") else input_ids.shape[0])  # rows, packed too
             return forward(input_ids, *args, **kw)
         m.forward = counted
     ms = _trainer(skip, micro=2, loss_agg=loss_agg).step(batch)
