@@ -53,6 +53,24 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
+def packed_positions(segments: tuple[int, ...], device) -> torch.Tensor:
+    """Positions [1, N] of rows of lengths `segments` packed into one sequence: each row's restart at 0."""
+    starts = torch.tensor((0,) + segments[:-1], device=device).cumsum(0)  # [b] each row's first index
+    lengths = torch.tensor(segments, device=device)  # [b]
+    flat = torch.arange(sum(segments), device=device)  # [N]
+    return (flat - starts.repeat_interleave(lengths))[None]  # [1, N]
+
+
+def segment_attention(q, k, v, segments: tuple[int, ...]) -> torch.Tensor:
+    """Causal attention within each of the rows packed along T (lengths `segments`, summing to T), never
+    across them: q [1, H, T, D], k, v [1, Hkv, T, D] -> [1, H, T, D]. One attention call a row; a
+    block-diagonal mask would compute (sum T_i)^2 scores, padding would compute b * max(T_i)^2
+    (docs/results/packing.md)."""
+    parts = zip(q.split(segments, 2), k.split(segments, 2), v.split(segments, 2))
+    return torch.cat([F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=True)
+                      for qi, ki, vi in parts], 2)
+
+
 def attention_mask(positions: torch.Tensor) -> torch.Tensor:
     """Cached attention's mask [B, 1, T, L]: a query sees every position up to its own. Built once per
     forward (the `max` is a host sync) and shared by all layers."""
@@ -130,7 +148,9 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
 
-    def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None, mask=None) -> torch.Tensor:
+    def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None, mask=None,
+                segments: tuple[int, ...] | None = None) -> torch.Tensor:
+        """Without `kv`: causal attention over each row, or with `segments` over each packed row of x [1, T, D]."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)  # [B, T, H, D]
         k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)  # [B, T, Hkv, D]
@@ -140,10 +160,12 @@ class Attention(nn.Module):
         q = apply_rope(q.transpose(1, 2), cos, sin)  # [B, H, T, D]
         k = apply_rope(k.transpose(1, 2), cos, sin)  # [B, Hkv, T, D]
         v = v.transpose(1, 2)
-        if kv is None:
+        if kv is not None:
+            out = cached_attention(q, k, v, kv, slots, positions, mask)
+        elif segments is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            out = cached_attention(q, k, v, kv, slots, positions, mask)
+            out = segment_attention(q, k, v, segments)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -166,6 +188,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None, mask=None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, positions, kv, slots, mask)
+    def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None, mask=None,
+                segments: tuple[int, ...] | None = None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, positions, kv, slots, mask, segments)
         return x + self.mlp(self.post_attention_layernorm(x))

@@ -211,7 +211,8 @@ def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict) -> dict:
     samples = [(r.prompt_token_ids, c) for r in rollout.outputs for c in r.outputs]
     return {"step": rollout.step + 1, "prompt_lens": [len(p) for p, _ in samples],
             "response_lengths": [len(c.token_ids) for _, c in samples], "n": ro.n,
-            "max_num_seqs": ro.max_num_seqs, "micro_batch_size": cfg.optim.micro_batch_size,
+            "max_num_seqs": ro.max_num_seqs,  # the simulator pads micro-batches of this many rows; null: packed
+            "micro_batch_size": None if cfg.optim.packing else cfg.optim.micro_batch_size,
             "method": ro.spec.method if ro.spec.enabled else None,
             "k": ro.spec.num_speculative_tokens if ro.spec.enabled else 0,
             "mode": cfg.pipeline.mode, "max_policy_lag": cfg.pipeline.max_policy_lag if cfg.pipeline.mode == "async"

@@ -269,7 +269,11 @@ class OptimConfig(OptimSettings):
     warmup_steps: int = 3
     min_lr_ratio: float = 0.1
     micro_batch_size: int = 32  # rows per forward/backward; gradients accumulate over a step's micro-batches
-    # also cap a micro-batch's padded tokens (rows x longest row); 0: rows only; null: what `activation_memory`
+    # a micro-batch's rows back to back in one sequence, without padding (specrl.train.packing); false: right-
+    # padded to its longest row (docs/results/packing.md: where each is faster)
+    packing: bool = True
+    # also cap a micro-batch's tokens (packed: its real tokens; padded: rows x longest row); a row longer than
+    # the cap is an error; 0: rows only; null: what `activation_memory`
     # holds by the estimate in trainer.micro_batch_token_cap (decoder activations a token, plus one lm-head
     # chunk's vocabulary rows; the embedded policy's default micro-batches stay whole)
     micro_batch_tokens: int | None = None

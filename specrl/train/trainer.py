@@ -25,6 +25,7 @@ from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits
                   truncated_importance_ratio)
 from .batch import TrainBatch, collate  # noqa: F401 - collate: the trainer's input, imported from here too
 from .config import AlgorithmConfig, OptimConfig
+from .packing import Packed, check_longest_row, pack, padded_groups, token_budget_groups
 
 
 class NonFiniteLossError(RuntimeError):
@@ -159,20 +160,14 @@ class PolicyTrainer:
             self.ref_model.load_state_dict(state["ref_model"])
 
     def micro_batches(self, idx: Tensor, lengths: Tensor) -> list[Tensor]:
-        """Rows sorted by length so that each micro-batch pads little; at most micro_batch_size rows, and,
-        with micro_batch_tokens, at most that many padded tokens (rows x the longest row), one row at least."""
+        """Rows sorted by length, at most micro_batch_size rows a micro-batch, and with a token cap at most that
+        many tokens: packed (optim.packing), their real tokens; padded, rows x the longest row, so that each
+        micro-batch pads little. A row longer than the cap is a ConfigError that names the knob to raise."""
         idx = idx[torch.argsort(lengths[idx], stable=True)]
         cap_rows, cap_tokens = self.optim_cfg.micro_batch_size, self.token_cap
-        if not cap_tokens:
-            return list(idx.split(cap_rows))
-        out, start = [], 0
-        for end in range(1, len(idx) + 1):  # sorted ascending: the last row of a chunk is its longest
-            too_many_rows = end - start > cap_rows
-            too_many_tokens = (end - start) * int(lengths[idx[end - 1]]) > cap_tokens and end - 1 > start
-            if too_many_rows or too_many_tokens:
-                out.append(idx[start:end - 1])
-                start = end - 1
-        return out + [idx[start:]] if len(idx) else []
+        check_longest_row(lengths[idx], cap_tokens, sized_from_memory=self.optim_cfg.micro_batch_tokens is None)
+        group = token_budget_groups if self.optim_cfg.packing else padded_groups
+        return group(idx, lengths, cap_rows, cap_tokens)
 
     @property
     def trims_heap(self) -> bool:
@@ -192,13 +187,32 @@ class PolicyTrainer:
         """Logprobs [N, T] of the batch's targets under `model`, micro-batched, without gradients."""
         out = torch.zeros_like(batch.gen_logp)  # [N, T]
         for idx in self.micro_batches(torch.arange(batch.num_rows), batch.lengths):
-            mb = batch.rows(idx, self.device)
-            with self.autocast():
-                last = model(mb.input_ids, compute_logits=False).last_hidden  # [b, t, D]
-            logp, _ = head_logprobs(model.lm_head, last, mb.targets, self.temperature, self.autocast,
-                                    with_entropy=False)
+            mb, packed = self._micro_batch(batch, idx)
+            last = self._run(model, mb, packed).last_hidden  # [b, t, D], packed [1, n, D]
+            logp, _ = self._logprobs(model, last, mb, packed, with_entropy=False)
             out[idx, :mb.input_ids.shape[1]] = logp.cpu()
         return out
+
+    def _micro_batch(self, batch: TrainBatch, idx: Tensor) -> tuple[TrainBatch, Packed | None]:
+        mb = batch.rows(idx, self.device)  # [b, T] padded: what the loss and the forward hook read
+        return mb, pack(mb) if self.optim_cfg.packing else None
+
+    def _run(self, model: CausalLM, mb: TrainBatch, packed: Packed | None, hidden_layers=()) -> ModelOutput:
+        """`model`'s forward over micro-batch `mb` (packed: over its rows back to back), under autocast."""
+        with self.autocast():
+            if packed is None:
+                return model(mb.input_ids, hidden_layers=hidden_layers, compute_logits=False)
+            return model(packed.input_ids, hidden_layers=hidden_layers, compute_logits=False,
+                         segments=packed.segments)
+
+    def _logprobs(self, model: CausalLM, last: Tensor, mb: TrainBatch, packed: Packed | None,
+                  with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
+        """`head_logprobs` of `_run`'s final hidden states, in the padded layout [b, T] either way."""
+        targets = mb.targets if packed is None else packed.targets  # [b, T] or [1, N]
+        logp, entropy = head_logprobs(model.lm_head, last, targets, self.temperature, self.autocast, with_entropy)
+        if packed is None:
+            return logp, entropy
+        return packed.unpack(logp), None if entropy is None else packed.unpack(entropy)  # [b, T]
 
     @torch.no_grad()
     def _logits(self, last_hidden: Tensor) -> Tensor:
@@ -239,14 +253,14 @@ class PolicyTrainer:
         learning = rows[batch.advantages[rows] != 0]
         return learning if len(learning) else rows[torch.argmin(batch.lengths[rows])].view(1)
 
-    def _forward(self, mb: TrainBatch, idx: Tensor) -> ModelOutput:
-        """The policy's forward over micro-batch `mb` (rows `idx`), shown to the forward hook if one is set."""
+    def _forward(self, mb: TrainBatch, packed: Packed | None, idx: Tensor) -> ModelOutput:
+        """The policy's forward over micro-batch `mb` (rows `idx`), shown to the forward hook if one is set, in
+        the padded layout whether or not the forward was packed."""
         hook = self.forward_hook
-        with self.autocast():
-            out = self.model(mb.input_ids, hidden_layers=hook.hidden_layers if hook is not None else (),
-                             compute_logits=False)
+        out = self._run(self.model, mb, packed, hook.hidden_layers if hook is not None else ())
         if hook is not None:
-            hook(ForwardInfo(out, mb.input_ids, mb.mask, idx, self._logits))
+            view = out if packed is None else packed.unpack_output(out)
+            hook(ForwardInfo(view, mb.input_ids, mb.mask, idx, self._logits))
         return out
 
     @torch.no_grad()
@@ -255,7 +269,7 @@ class PolicyTrainer:
         of what running them through the update would cost), so online drafter training still learns from
         every trajectory, the long failing ones included."""
         for idx in self.micro_batches(skipped, batch.lengths):
-            self._forward(batch.rows(idx, self.device), idx)
+            self._forward(*self._micro_batch(batch, idx), idx)
 
     def _update(self, batch: TrainBatch, rows: Tensor, old: Tensor | None, ref: Tensor | None,
                 seen: Tensor, audited: Tensor, sums: dict[str, float], is_cap: float | None = None) -> None:
@@ -273,12 +287,11 @@ class PolicyTrainer:
         for idx in self.micro_batches(rows, batch.lengths):
             if self.trims_heap:
                 trim(TRIM_MIN_FREE)  # specrl/heap.py
-            mb = batch.rows(idx, self.device)
+            mb, packed = self._micro_batch(batch, idx)
             T = mb.input_ids.shape[1]
-            out = self._forward(mb, idx)
+            out = self._forward(mb, packed, idx)
             # [b, T] (the lm-head in bf16 under autocast; logprobs and entropies in fp32)
-            logp, entropy = head_logprobs(self.model.lm_head, out.last_hidden, mb.targets, self.temperature,
-                                          self.autocast)
+            logp, entropy = self._logprobs(self.model, out.last_hidden, mb, packed)
             if old is None:
                 seen[idx, :T] = logp.detach().cpu()
                 audited[idx] = True
@@ -295,7 +308,8 @@ class PolicyTrainer:
                 sums["kl"] += float((kl.detach() * mb.mask).sum() / n_tok)
             if self.model.mtp is not None and self.algo.mtp_coef > 0:
                 with self.autocast():
-                    mtp = mtp_loss(self.model, out.last_hidden, mb) * (mb.mask.sum() / n_tok)
+                    last = out.last_hidden if packed is None else packed.unpack(out.last_hidden)  # [b, T, D]
+                    mtp = mtp_loss(self.model, last, mb) * (mb.mask.sum() / n_tok)
                 loss = loss + self.algo.mtp_coef * mtp
                 sums["mtp_loss"] += float(mtp.detach())
             loss.backward()

@@ -50,7 +50,7 @@ def test_trace_rows_are_tagged_with_their_rl_step_and_match_the_logged_lengths(t
         assert len(w["response_lengths"]) == 3 * 4 == len(w["prompt_lens"])  # prompts_per_step x n
         # every token the engine emitted in this step's rollout is one of the logged response tokens
         assert sum(r["emitted_tokens"] for r in rows) == sum(w["response_lengths"])
-        assert w["method"] == "suffix" and w["k"] == 4 and w["n"] == 4 and w["micro_batch_size"] == 5
+        assert w["method"] == "suffix" and w["k"] == 4 and w["n"] == 4 and w["micro_batch_size"] is None  # packed
         assert w["step_cpu_s"] >= w["rollout_cpu_s"] > 0
 
 

@@ -166,8 +166,8 @@ def test_token_capped_micro_batches_and_activation_checkpointing_give_the_same_u
                       total_steps=10, temperature=1.0, norm_len=8)
     chunks = t.micro_batches(torch.arange(batch.num_rows), batch.lengths)
     assert sorted(torch.cat(chunks).tolist()) == list(range(batch.num_rows)) and len(chunks) > 1
-    for mb in chunks:  # within the token cap unless a single row is longer than it
-        assert len(mb) == 1 or len(mb) * int(batch.lengths[mb].max()) <= 20
+    for mb in chunks:  # packed: within the token cap in real tokens
+        assert int(batch.lengths[mb].sum()) <= 20
     calls = {"plain": 0, "capped": 0}
     for key, m in (("plain", plain), ("capped", capped)):  # runs of one decoder layer (hooks skip the recompute)
         layer = m.model.layers[0]
@@ -203,7 +203,7 @@ def test_micro_batch_tokens_default_comes_from_the_activation_budget(monkeypatch
     assert trainer_mod.micro_batch_token_cap(model.config, budget, False, mtp_depths=2) == 300
     batch = _rollouts(model)
     for mb in t.micro_batches(torch.arange(batch.num_rows), batch.lengths):
-        assert len(mb) == 1 or len(mb) * int(batch.lengths[mb].max()) <= 40
+        assert int(batch.lengths[mb].sum()) <= 40
     with pytest.raises(ConfigError, match="activation_memory"):
         OptimConfig(activation_memory="lots").validate()
 
@@ -232,7 +232,7 @@ def test_chunked_lm_head_gives_the_same_update_and_metrics(monkeypatch):
     assert not calls  # the tiny vocabulary fits one chunk: the plain path
     monkeypatch.setattr(trainer_mod, "HEAD_CHUNK_ELEMENTS", 5 * model.config.vocab_size)
     mb = _trainer(chunked, micro=100).step(batch)
-    assert len(calls) == -(-batch.num_rows * int(batch.lengths.max()) // 5)  # every chunk checkpointed
+    assert len(calls) == -(-int(batch.lengths.sum()) // 5)  # every chunk of the packed tokens checkpointed
     for key in ("loss", "entropy", "logprob_diff", "grad_norm"):
         assert mb[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), key
     for (name, a), b in zip(whole.named_parameters(), chunked.parameters()):
@@ -252,7 +252,7 @@ def test_rows_with_zero_advantage_are_skipped_without_changing_the_update(loss_a
     calls = {"skip": [], "full": []}
     for key, m in (("skip", skip), ("full", full)):  # the rows each forward of the update ran
         def counted(input_ids, *args, key=key, forward=m.forward, **kw):
-            calls[key].append(input_ids.shape[0])
+            calls[key].append(len(kw["segments"]) if kw.get("segments") else input_ids.shape[0])  # rows, packed too
             return forward(input_ids, *args, **kw)
         m.forward = counted
     ms = _trainer(skip, micro=2, loss_agg=loss_agg).step(batch)

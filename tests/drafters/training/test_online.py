@@ -59,9 +59,11 @@ def test_capture_leaves_the_policy_update_unchanged():
     c = capture.batches[0]
     with torch.no_grad():
         out = model(c.input_ids, hidden_layers=(0, 2))  # the weights before the update
-    assert torch.allclose(c.logits, out.logits, atol=1e-6)
-    assert torch.allclose(c.hidden[2], out.hidden[1], atol=1e-6)
-    assert torch.allclose(c.hidden[-1], out.last_hidden, atol=1e-6)
+    # each row's own positions (a packed forward leaves zeros at padding, which no drafter loss reads)
+    real = torch.arange(c.input_ids.shape[1])[None] < batch.lengths[c.rows][:, None]  # [b, T]
+    assert torch.allclose(c.logits[real], out.logits[real], atol=1e-5)
+    assert torch.allclose(c.hidden[2][real], out.hidden[1][real], atol=1e-5)
+    assert torch.allclose(c.hidden[-1][real], out.last_hidden[real], atol=1e-5)
     assert not c.logits.requires_grad and c.mask.shape == c.input_ids.shape
 
 
