@@ -18,7 +18,7 @@ from ..model.checkpoint import DTYPES
 from ..optim import OptimSettings, moved_fields
 
 __all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "DrafterConfig", "OptimConfig", "PipelineConfig",
-           "RayConfig", "RewardConfig", "RolloutConfig", "ScheduleConfig", "TrainConfig"]
+           "RayConfig", "RewardConfig", "RolloutConfig", "ScheduleConfig", "TrainConfig", "VllmConfig"]
 
 
 def is_positive_size(value) -> bool:
@@ -349,6 +349,17 @@ class RayConfig:
 
 
 @dataclass
+class VllmConfig:
+    """The engine of `pipeline.backend=vllm` (specrl/pipeline/vllm/, docs/vllm.md); rollout.* sets the rest."""
+    enforce_eager: bool = True  # false: vLLM's torch.compile (slower start-up; faster steps where it works)
+    refit_dir: str = "/dev/shm"  # where a refit's safetensors are written for vLLM's reload_weights
+
+    def validate(self) -> None:
+        require(Path(self.refit_dir).is_dir(), "refit_dir", self.refit_dir, "an existing directory",
+                "e.g. /dev/shm (memory) or a local disk")
+
+
+@dataclass
 class TrainConfig:
     model: str | None = None  # HF checkpoint dir; None: the shipped embedded arithmetic policy
     data: DataConfig = field(default_factory=DataConfig)
@@ -359,6 +370,7 @@ class TrainConfig:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    vllm: VllmConfig = field(default_factory=VllmConfig)
     out_dir: str = "runs/train"
     seed: int = 0
     resume: str | None = None  # a run directory to continue from its last checkpoint
