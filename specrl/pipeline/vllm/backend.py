@@ -99,7 +99,7 @@ class VllmBackend:
         t0 = time.perf_counter()
         path = self.refit.write(tensors)
         try:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path)})
+            self.llm.collective_rpc("reload_policy", kwargs={"weights_path": str(path)})
         except Exception:
             self.refit.discard(path)
             raise

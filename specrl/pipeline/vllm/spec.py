@@ -56,14 +56,21 @@ def draft_model(spec: SpecConfig, ctx: Context) -> dict:
 
 
 def eagle3(spec: SpecConfig, ctx: Context) -> dict:
-    """The head (specrl's own layout or an export) written as `specrl export-drafter` writes it."""
+    """A public export (`specrl export-drafter`'s output) is served as written; a head in specrl's own layout
+    is exported first, as `specrl export-drafter` would (checked against the policy)."""
+    import json
+
     import torch
     from safetensors import safe_open
 
     from ...drafters.eagle3.export import export_eagle3
-    from ...drafters.eagle3.head import load_head
+    from ...drafters.eagle3.head import PUBLIC_ARCHS, load_head
     from ...model.checkpoint import read_config
-    head = load_head(_drafter_dir(spec), dtype=None)
+    src = _drafter_dir(spec)
+    config = src / "config.json"
+    if config.is_file() and set(json.loads(config.read_text()).get("architectures", [])) & PUBLIC_ARCHS:
+        return {**_k(spec), "model": str(src)}
+    head = load_head(src, dtype=None)
     layout = checkpoint_layout(ctx.policy_dir)
     name = "lm_head.weight" if "lm_head.weight" in layout else "model.embed_tokens.weight"  # tied embeddings
     lm_head = None
@@ -72,7 +79,7 @@ def eagle3(spec: SpecConfig, ctx: Context) -> dict:
             if name in handle.keys():
                 lm_head = handle.get_tensor(name).to(torch.float32)  # [V, D]
     out = export_eagle3(head, ctx.work_dir / "eagle3", read_config(ctx.policy_dir), lm_head,
-                        source=str(_drafter_dir(spec)))
+                        source=str(src))
     return {**_k(spec), "model": str(out)}
 
 
