@@ -352,11 +352,8 @@ class RayConfig:
 class VllmConfig:
     """The engine of `pipeline.backend=vllm` (specrl/pipeline/vllm/, docs/vllm.md); rollout.* sets the rest."""
     enforce_eager: bool = True  # false: vLLM's torch.compile (slower start-up; faster steps where it works)
-    refit_dir: str = "/dev/shm"  # where a refit's safetensors are written for vLLM's reload_weights
-
-    def validate(self) -> None:
-        require(Path(self.refit_dir).is_dir(), "refit_dir", self.refit_dir, "an existing directory",
-                "e.g. /dev/shm (memory) or a local disk")
+    refit_dir: str = "/dev/shm"  # where a refit's safetensors are written for vLLM's reload_weights (checked
+    # when the engine is built: other backends never read it)
 
 
 @dataclass

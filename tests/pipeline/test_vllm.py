@@ -130,3 +130,9 @@ def test_in_flight_updates_are_refused(tmp_path):
     cfg = load_config(TrainConfig, None, ["pipeline.mode=async", "pipeline.inflight_updates=true"])
     with pytest.raises(ConfigError, match="inflight_updates=true is invalid with pipeline.backend=vllm"):
         vllm_backend(default_policy_path(), cfg)
+
+
+def test_a_missing_refit_dir_is_refused():
+    cfg = load_config(TrainConfig, None, ["vllm.refit_dir=/nonexistent/specrl"])
+    with pytest.raises(ConfigError, match=r"vllm.refit_dir='/nonexistent/specrl' is not a directory"):
+        vllm_backend(default_policy_path(), cfg)

@@ -88,10 +88,10 @@ class VllmBackend:
         generate() runs, else when it returns. An older version than the engine's is ignored."""
         if version < self.weights_version:
             return
-        tensors = fitted(weights, self.layout, "policy")  # copies: the sender may change its tensors after this
+        tensors = fitted(weights, self.layout, "policy")
         with self._lock:
-            if self._generating:
-                self._pending = (tensors, version)
+            if self._generating:  # a copy: the sender's optimizer may change its tensors before the call ends
+                self._pending = ({k: v.clone() for k, v in tensors.items()}, version)
                 return
         self._reload(tensors, version)
 

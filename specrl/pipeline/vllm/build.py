@@ -28,6 +28,9 @@ def vllm_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | Non
         raise ConfigError("pipeline.inflight_updates=true is invalid with pipeline.backend=vllm: vLLM keeps the "
                           "running sequences' cache from the old weights, so a refit waits for the end of the "
                           "rollout; drop pipeline.inflight_updates or use pipeline.backend=local")
+    if not Path(cfg.vllm.refit_dir).is_dir():
+        raise ConfigError(f"vllm.refit_dir={cfg.vllm.refit_dir!r} is not a directory: refits are written there "
+                          "for vLLM to reload; give an existing one (/dev/shm keeps them in memory)")
     hf = check_loadable(model_dir)
     work = tempfile.TemporaryDirectory(prefix="specrl-vllm-")
     try:
