@@ -61,8 +61,13 @@ class VllmBackend:
     def _generate(self, prompts, params) -> list:
         engine, self._calls = self.llm.llm_engine, self._calls + 1
         ids = [f"{self._calls}-{i}" for i in range(len(prompts))]
-        for rid, prompt, sp in zip(ids, prompts, params):
-            engine.add_request(rid, {"prompt_token_ids": [int(t) for t in prompt]}, to_vllm(sp, self.eos))
+        mapped = [to_vllm(sp, self.eos) for sp in params]  # every refusal before any request is queued
+        for n, (rid, prompt, sp) in enumerate(zip(ids, prompts, mapped)):
+            try:
+                engine.add_request(rid, {"prompt_token_ids": [int(t) for t in prompt]}, sp)
+            except Exception:  # e.g. a prompt longer than the context: the queued ones must not run later
+                engine.abort_request(ids[:n])
+                raise
         done: dict[str, object] = {}
         from vllm.v1.engine.exceptions import EngineDeadError
         try:
