@@ -150,6 +150,9 @@ BACKENDS: dict[str, Backend] = {
     "local": Backend("specrl.pipeline.local:local_backend", LOCAL_LEARNER, in_process=True),
     "ray": Backend("specrl.pipeline.cluster.rollout:ray_backend", "specrl.pipeline.cluster.learner:ray_learner",
                    check="specrl.pipeline.cluster.connect:require_ray"),
+    # vLLM's engine in its own processes (its own copy of the policy), trained by the in-process learner
+    "vllm": Backend("specrl.pipeline.vllm.build:vllm_backend", LOCAL_LEARNER,
+                    check="specrl.pipeline.vllm:require_vllm"),
 }
 IN_PROCESS_ENGINE = "local"  # the rollout factory of engines a process builds for itself (async eval, Ray actors)
 

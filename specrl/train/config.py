@@ -17,8 +17,8 @@ from ..engine.methods import SpecConfig, model_method
 from ..model.checkpoint import DTYPES
 from ..optim import OptimSettings
 
-__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "DrafterConfig", "HealthConfig", "OptimConfig", "PipelineConfig",
-           "RayConfig", "RewardConfig", "RolloutConfig", "ScheduleConfig", "TrainConfig"]
+__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "DrafterConfig", "HealthConfig", "OptimConfig",
+           "PipelineConfig", "RayConfig", "RewardConfig", "RolloutConfig", "ScheduleConfig", "TrainConfig", "VllmConfig"]
 
 
 def is_positive_size(value) -> bool:
@@ -368,6 +368,14 @@ class RayConfig:
 
 
 @dataclass
+class VllmConfig:
+    """The engine of `pipeline.backend=vllm` (specrl/pipeline/vllm/, docs/vllm.md); rollout.* sets the rest."""
+    enforce_eager: bool = True  # false: vLLM's torch.compile (slower start-up; faster steps where it works)
+    refit_dir: str = "/dev/shm"  # where a refit's safetensors are written for vLLM's reload_weights (checked
+    # when the engine is built: other backends never read it)
+
+
+@dataclass
 class TrainConfig:
     model: str | None = None  # HF checkpoint dir; None: the shipped embedded arithmetic policy
     data: DataConfig = field(default_factory=DataConfig)
@@ -378,6 +386,7 @@ class TrainConfig:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    vllm: VllmConfig = field(default_factory=VllmConfig)
     out_dir: str = "runs/train"
     seed: int = 0
     resume: str | None = None  # a run directory to continue from its last checkpoint

@@ -9,12 +9,14 @@ Two layouts (docs/drafter_export.md has each key beside the loader function that
 - "eagle3": the SpecForge layout (`yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`): `config.json` with architectures
   ["LlamaForCausalLMEagle3"], the fused layers twice, each in its reader's numbering (top-level
   `eagle_aux_hidden_state_layer_ids` for vLLM, `eagle_config.eagle_aux_hidden_state_layer_ids` for SGLang
-  and SpecForge); `model.safetensors` with fc.weight, midlayer.*, norm.weight, lm_head.weight [Vd, D],
-  d2t [Vd] int64 (target id = draft id + d2t[draft id]) and t2d [V] bool (both loaders skip it).
+  and SpecForge); `model.safetensors` with fc.weight, midlayer.*, norm.weight, lm_head.weight [Vd, D], and
+  for a reduced draft vocabulary only d2t [Vd] int64 (target id = draft id + d2t[draft id]) and t2d [V]
+  bool (both loaders skip it).
 - "speculators": what newer vLLM prefers (`speculators_model_type: eagle3`, the decoder layer's keys under
   `transformer_layer_config`, the verifier under `speculators_config`), tensors named `layers.0.*`.
 embed_tokens is omitted from both: the loaders then share the target's. A full-vocabulary head exports with
-lm_head = the target's, d2t = 0 and t2d all True. Weights keep the head's dtype unless `dtype` says otherwise.
+lm_head = the target's and no d2t/t2d (vLLM refuses a d2t unless draft_vocab_size < vocab_size). Weights
+keep the head's dtype unless `dtype` says otherwise.
 """
 from __future__ import annotations
 
@@ -146,21 +148,27 @@ def speculators_config(cfg: Eagle3Config, dtype: torch.dtype, target_cfg, verifi
 
 def public_tensors(head: Eagle3Head, lm_head_weight: torch.Tensor | None, dtype: torch.dtype,
                    layout: str) -> dict[str, torch.Tensor]:
-    cfg = head.config
+    """The tensors to write. `d2t`/`t2d` only for a reduced draft vocabulary: vLLM creates its
+    `draft_id_to_target_id` buffer only when draft_vocab_size < vocab_size and refuses a d2t it has no buffer
+    for; SGLang, SpecForge and speculators read a missing d2t as the identity map."""
     state = {k: v for k, v in head.state_dict().items() if k != "d2t"}
+    full = head.lm_head is None or head.config.draft_vocab_size == head.config.vocab_size
+    if head.lm_head is not None and full:  # a draft "vocabulary" of every id: its rows in target order, no d2t
+        state["lm_head.weight"] = head.lm_head.weight.new_empty(head.lm_head.weight.shape)  # [V, D]
+        state["lm_head.weight"][head.target_ids] = head.lm_head.weight.detach()
     if head.lm_head is None:
         if lm_head_weight is None:
             raise ValueError("a full-vocabulary EAGLE-3 head drafts with the policy's lm_head, which the public "
                              "layout stores in the drafter: pass the policy (--policy DIR)")
         state["lm_head.weight"] = lm_head_weight
-        d2t = torch.zeros(cfg.vocab_size, dtype=torch.long)  # [V]
-    else:
-        d2t = head.d2t.cpu()  # [Vd]
-    t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)  # [V]
-    t2d[torch.arange(len(d2t)) + d2t] = True
     if layout == "speculators":  # its own module name; vLLM's loader reads both
         state = {k.replace("midlayer.", "layers.0.", 1): v for k, v in state.items()}
     tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
+    if full:
+        return tensors
+    d2t = head.d2t.cpu()  # [Vd]
+    t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)  # [V]
+    t2d[torch.arange(len(d2t)) + d2t] = True
     return {**tensors, "d2t": d2t.contiguous(), "t2d": t2d}
 
 

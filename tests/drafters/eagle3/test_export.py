@@ -219,14 +219,44 @@ def test_a_speculators_head_with_norm_before_residual_is_refused(tmp_path):
 
 def test_export_keeps_the_heads_dtype(tmp_path):
     model = tiny_model(layers=6)
-    head = _head(model, (1, 2, 4), dtype=torch.bfloat16)
-    export_eagle3(head, tmp_path / "bf16", model.config, model.lm_head.weight.detach())
+    head = _head(model, (1, 2, 4), ids=[2, 3, 9, 30], dtype=torch.bfloat16)
+    export_eagle3(head, tmp_path / "bf16", model.config)
     state = load_file(str(tmp_path / "bf16" / "model.safetensors"))
     assert state["fc.weight"].dtype == torch.bfloat16 and state["lm_head.weight"].dtype == torch.bfloat16
     assert state["d2t"].dtype == torch.int64  # offsets stay integers
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["torch_dtype"] == "bfloat16"
     export_eagle3(head, tmp_path / "fp32", model.config, model.lm_head.weight.detach(), dtype=torch.float32)
     assert load_file(str(tmp_path / "fp32" / "model.safetensors"))["fc.weight"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("layout", ["eagle3", "speculators"])
+def test_a_full_vocabulary_export_writes_no_d2t(layout, tmp_path):
+    # vLLM's Eagle3LlamaForCausalLM has a draft_id_to_target_id buffer only when draft_vocab_size < vocab_size
+    # and refuses a d2t it has nowhere to put; SGLang, SpecForge and speculators read a missing d2t as identity
+    model = tiny_model(layers=6)
+    export_eagle3(_head(model, (1, 2, 4)), tmp_path / "out", model.config, model.lm_head.weight.detach(),
+                  layout=layout, verifier="p")
+    hf = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert hf["draft_vocab_size"] == hf.get("vocab_size", 32) == 32
+    state = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert "d2t" not in state and "t2d" not in state
+    assert torch.equal(state["lm_head.weight"], model.lm_head.weight.detach())
+    back = load_head(tmp_path / "out")  # specrl reads it back: draft id = target id
+    assert back.target_ids.tolist() == list(range(32))
+
+
+def test_a_head_over_every_id_in_another_order_exports_its_rows_in_target_order(tmp_path):
+    # Vd = V = 32 with d2t a permutation: the export puts row d at target id d + d2t[d] and drops d2t
+    model = tiny_model(layers=6)
+    perm = list(range(31, -1, -1))
+    head = _head(model, (1, 2, 4), ids=list(range(32)))
+    with torch.no_grad():
+        head.d2t.copy_(torch.tensor(perm) - torch.arange(32))
+        head.lm_head.weight.copy_(model.lm_head.weight.detach()[perm])
+    export_eagle3(head, tmp_path / "out", model.config)
+    state = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert "d2t" not in state
+    assert torch.equal(state["lm_head.weight"], model.lm_head.weight.detach())
 
 
 def test_full_vocabulary_export_needs_the_policy(tmp_path):

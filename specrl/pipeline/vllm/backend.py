@@ -1,0 +1,172 @@
+"""VllmBackend: a `vllm.LLM` behind the seam (the RolloutBackend protocol, as pipeline/local.py's).
+
+generate() adds the requests and steps vLLM's engine itself, so cancel() takes effect between two engine
+steps and a dead engine process stops the run cleanly (RunStopped: the last checkpoint resumes). vLLM's
+engine is not thread-safe, so weights that arrive while a generate() runs (the async driver's trainer
+thread) wait and are applied when it returns: every sequence of a call is sampled by one version.
+"""
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from ...engine.llm import GenerationCancelled
+from ..seam import NamedTensors, RunStopped
+from .refit import RefitDir, checkpoint_layout, fitted
+from .sampling import to_specrl, to_vllm
+
+SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
+                 "accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+class VllmBackend:
+    def __init__(self, llm, policy_dir: Path, eos: frozenset[int], refit_root: str,
+                 work_dir: tempfile.TemporaryDirectory, drafter_tensors=None):
+        self.llm = llm
+        self.eos = eos
+        self.layout = checkpoint_layout(policy_dir)
+        self.refit = RefitDir(refit_root, policy_dir)
+        self.drafter_refit = RefitDir(refit_root, policy_dir)
+        self._work_dir = work_dir  # on-the-fly drafter exports; removed on close
+        self._drafter_tensors = drafter_tensors  # named weights -> tensors vLLM's drafter loads; None: no weights
+        self.weights_version = 0
+        self.drafter_version = 0
+        self._cancelled = False
+        self._lock = threading.Lock()
+        self._generating = False
+        self._pending: tuple[dict, int] | None = None
+        self._calls = 0
+        self._transfer_s = 0.0  # the last policy refit's seconds: the weights the next rollout runs on
+        self._base = self._counters()
+        self._own = {"generated_tokens": 0, "target_forwards": 0}
+
+    # ---- generation --------------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], params) -> list:
+        if len(prompts) != len(params):
+            raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts: one per prompt")
+        with self._lock:
+            self._generating = True
+        try:
+            return self._generate(prompts, params)
+        finally:
+            with self._lock:
+                self._generating = False
+                pending, self._pending = self._pending, None
+            if pending is not None:
+                self._reload(*pending)
+
+    def _generate(self, prompts, params) -> list:
+        engine, self._calls = self.llm.llm_engine, self._calls + 1
+        ids = [f"{self._calls}-{i}" for i in range(len(prompts))]
+        mapped = [to_vllm(sp, self.eos) for sp in params]  # every refusal before any request is queued
+        for n, (rid, prompt, sp) in enumerate(zip(ids, prompts, mapped)):
+            try:
+                engine.add_request(rid, {"prompt_token_ids": [int(t) for t in prompt]}, sp)
+            except Exception:  # e.g. a prompt longer than the context: the queued ones must not run later
+                engine.abort_request(ids[:n])
+                raise
+        done: dict[str, object] = {}
+        from vllm.v1.engine.exceptions import EngineDeadError
+        try:
+            while engine.has_unfinished_requests():
+                if self._cancelled:
+                    engine.abort_request([r for r in ids if r not in done])
+                    raise GenerationCancelled("generate() was cancelled (VllmBackend.cancel)")
+                for out in engine.step():
+                    if out.finished:
+                        done[out.request_id] = out
+                self._own["target_forwards"] += 1
+        except EngineDeadError as e:
+            raise RunStopped(f"the vLLM engine process died mid-rollout ({e}); resume the run from its last "
+                             "checkpoint (specrl train resume=RUN_DIR)") from e
+        outs = [to_specrl(done[rid], i, sp, self.eos, self.weights_version)
+                for i, (rid, sp) in enumerate(zip(ids, params))]
+        self._own["generated_tokens"] += sum(len(c.token_ids) for r in outs for c in r.outputs)
+        return outs
+
+    # ---- weights -----------------------------------------------------------------------------------
+    def update_weights(self, weights: NamedTensors, version: int) -> None:
+        """Checked now (a misfit raises RefitError and the engine keeps its weights); reloaded now when no
+        generate() runs, else when it returns. An older version than the engine's is ignored."""
+        if version < self.weights_version:
+            return
+        tensors = fitted(weights, self.layout, "policy")
+        with self._lock:
+            if self._generating:  # a copy: the sender's optimizer may change its tensors before the call ends
+                self._pending = ({k: v.clone() for k, v in tensors.items()}, version)
+                return
+        self._reload(tensors, version)
+
+    def _reload(self, tensors: dict, version: int) -> None:
+        t0 = time.perf_counter()
+        path = self.refit.write(tensors)
+        try:
+            self.llm.collective_rpc("reload_policy", kwargs={"weights_path": str(path)})
+        except Exception:
+            self.refit.discard(path)
+            raise
+        self.refit.commit(path)
+        self.weights_version = version
+        self._transfer_s = time.perf_counter() - t0
+
+    def update_drafter(self, weights: NamedTensors, version: int) -> None:
+        """New drafter weights, reloaded in place in vLLM's worker (specrl/pipeline/vllm/worker.py); a misfit
+        is refused before the engine is touched."""
+        if self._drafter_tensors is None:
+            raise ValueError("this vLLM engine runs no drafter with weights (SD off, ngram or suffix): there is "
+                             "nothing to refit; set rollout.spec.method to eagle3 or draft_model")
+        tensors = self._drafter_tensors(weights)
+        with self._lock:  # a drafter reload between engine steps is not possible from another thread
+            if self._generating:
+                raise RuntimeError("update_drafter while a vLLM generate() runs: use the after_step schedule")
+        path = self.drafter_refit.write(tensors, config={})
+        self.llm.collective_rpc("reload_drafter", kwargs={"weights_path": str(path)})
+        self.drafter_refit.commit(path)
+        self.drafter_version = version
+
+    # ---- counters ----------------------------------------------------------------------------------
+    def _counters(self) -> dict:
+        totals = {k: 0 for k in SPEC_COUNTERS}
+        per_pos: list[int] = []
+        for m in self.llm.get_metrics():
+            for key, name in SPEC_COUNTERS.items():
+                if m.name == name:
+                    totals[key] += m.value
+            if m.name == PER_POS:
+                per_pos = [a + b for a, b in zip(per_pos, m.values)] if per_pos else list(m.values)
+        return {**totals, "per_pos": per_pos}
+
+    def stats(self) -> dict:
+        now = self._counters()
+        d = {k: now[k] - self._base[k] for k in SPEC_COUNTERS}
+        per_pos = [a - b for a, b in zip(now["per_pos"], self._base["per_pos"] or [0] * len(now["per_pos"]))]
+        drafts = max(d["drafts"], 1)
+        return {**self._own, **d, "acceptance_length": 1 + d["accepted_tokens"] / drafts,
+                "acceptance_rate": d["accepted_tokens"] / max(d["draft_tokens"], 1),
+                "acceptance_rate_per_pos": [a / drafts for a in per_pos], "weight_transfer_s": self._transfer_s}
+
+    def reset_stats(self) -> None:
+        self._base = self._counters()
+        self._own = {"generated_tokens": 0, "target_forwards": 0}
+
+    def set_trace_tags(self, tags: dict) -> None:
+        """No engine trace: vLLM's steps are not specrl's (its metrics are in stats())."""
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def drafter_state(self) -> dict | None:
+        return None  # vLLM's drafters keep no state across steps that a checkpoint must hold
+
+    def load_drafter_state(self, state: dict) -> None:
+        raise ValueError("the checkpoint holds drafter state (a specrl n-gram/suffix drafter's) that vLLM's drafter "
+                         "cannot take: resume with pipeline.backend=local, or start a new run")
+
+    def close(self) -> None:
+        self.llm.llm_engine.engine_core.shutdown()
+        self.refit.close()
+        self.drafter_refit.close()
+        self._work_dir.cleanup()

@@ -1,0 +1,84 @@
+"""Weights into a running vLLM engine: named tensors are written as a safetensors directory (in memory,
+/dev/shm by default) that the engine reloads in place (`reload_weights`). vLLM's CPU linears are repacked
+after loading, so tensors cannot be copied into its parameters from outside, and a tensor does not pickle
+across its RPC: a file is the transfer. The names and shapes are checked against the checkpoint the engine
+was built from before anything is written, so a misfit leaves the engine's weights as they were.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from ..seam import NamedTensors
+
+
+class RefitError(ValueError):
+    """A refit whose tensors do not fit the engine's model; the engine keeps its weights."""
+
+
+def checkpoint_layout(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
+    """Each tensor name of an HF checkpoint directory -> its shape, read from the safetensors headers."""
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors in {str(model_dir)!r}: vLLM loads the policy from "
+                                "safetensors; save it with specrl (save_model) or convert it")
+    layout = {}
+    for f in files:
+        with safe_open(str(f), "pt") as handle:
+            for name in handle.keys():
+                layout[name] = tuple(handle.get_slice(name).get_shape())
+    return layout
+
+
+def fitted(weights: NamedTensors, layout: dict[str, tuple[int, ...]], what: str) -> dict[str, torch.Tensor]:
+    """The tensors of `weights` the checkpoint has, detached on the CPU; a RefitError names the first misfits.
+    Names the checkpoint leaves out because they are tied (lm_head.weight with tied embeddings) are dropped."""
+    named = dict(weights)
+    extra = sorted(set(named) - set(layout) - {"lm_head.weight"})
+    missing = sorted(set(layout) - set(named))
+    shapes = sorted(f"{k} {tuple(named[k].shape)} (engine {layout[k]})" for k in set(named) & set(layout)
+                    if tuple(named[k].shape) != layout[k])
+    if extra or missing or shapes:
+        raise RefitError(f"the {what} refit does not fit the engine's model: unknown {extra[:3]}, missing "
+                         f"{missing[:3]}, shapes {shapes[:3]}; the engine keeps its current weights. Send the "
+                         "weights of the model the engine was built from (same architecture and sizes)")
+    return {k: named[k].detach().to("cpu").contiguous() for k in layout}
+
+
+class RefitDir:
+    """The directory of the newest refit: vLLM reads its path again later (its model_config now names it),
+    so it lives until the next refit replaces it, and goes on close()."""
+
+    def __init__(self, root: str | Path, config_dir: str | Path):
+        self.root = Path(root)
+        self.config = Path(config_dir) / "config.json"
+        self.current: Path | None = None
+
+    def write(self, tensors: dict[str, torch.Tensor], config: dict | None = None) -> Path:
+        path = Path(tempfile.mkdtemp(prefix="specrl-vllm-refit-", dir=self.root))
+        save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+        if config is not None:
+            (path / "config.json").write_text(json.dumps(config))
+        elif self.config.is_file():
+            shutil.copy(self.config, path / "config.json")
+        return path
+
+    def commit(self, path: Path) -> None:
+        """`path` is what the engine holds now: the one before it can go."""
+        old, self.current = self.current, path
+        self.discard(old)
+
+    @staticmethod
+    def discard(path: Path | None) -> None:
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def close(self) -> None:
+        self.discard(self.current)
+        self.current = None

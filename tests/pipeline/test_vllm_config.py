@@ -1,0 +1,101 @@
+"""`pipeline.backend=vllm` without an engine: the missing-vLLM error, the SD method table, the refit check
+and `auto`'s batch-size schedule. Runs with or without vLLM installed."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specrl.cli.main import main as cli_main
+from specrl.engine.methods import METHODS, SpecConfig
+from specrl.pipeline.seam import get_backend, load
+from specrl.pipeline.vllm.refit import RefitError, checkpoint_layout, fitted
+from specrl.pipeline.vllm.spec import VLLM_METHODS, Context, UnsupportedMethod, batch_schedule, speculative_config
+from tests.helpers import save_tiny, tiny_model
+from tests.pipeline.fixtures import make_setup, overrides
+
+
+def test_without_vllm_the_backend_names_the_extra_before_the_run_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+    setup = make_setup(tmp_path)
+    assert cli_main(["train", *overrides(*setup, tmp_path / "run", **{"pipeline.backend": "vllm"})]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'specrl[vllm]'" in err[0] and "pipeline.backend=local" in err[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_core_imports_the_backend_modules_without_vllm(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    load(get_backend("vllm").rollout)  # build.py and everything it imports at module level
+
+
+def test_every_specrl_method_has_a_vllm_row():
+    assert set(VLLM_METHODS) == set(METHODS)
+
+
+def _ctx(tmp_path) -> Context:
+    return Context(save_tiny(tmp_path / "policy"), tmp_path / "work", 8)
+
+
+@pytest.mark.parametrize("method, match", [
+    ("mtp", r"method='mtp' cannot run on pipeline.backend=vllm: vLLM runs MTP only for .*Runs here: \['ngram', "
+            r"'draft_model', 'eagle3'"),
+])
+def test_a_method_vllm_lacks_lists_what_runs(method, match, tmp_path):
+    with pytest.raises(UnsupportedMethod, match=match):
+        speculative_config(SpecConfig(method=method), _ctx(tmp_path))
+
+
+def test_suffix_without_arctic_inference_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setattr("specrl.pipeline.vllm.spec._has_arctic", lambda: False)
+    with pytest.raises(UnsupportedMethod, match=r"arctic-inference.*Runs here: .*'ngram'"):
+        speculative_config(SpecConfig(method="suffix"), _ctx(tmp_path))
+
+
+def test_ngram_and_sd_off_map_onto_vllm_keys(tmp_path):
+    ctx = _ctx(tmp_path)
+    assert speculative_config(SpecConfig(method=None), ctx) is None
+    got = speculative_config(SpecConfig(method="ngram", num_speculative_tokens=3, ngram_min=2, ngram_max=5), ctx)
+    assert got == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+
+
+def test_auto_runs_the_first_drafter_vllm_has_with_a_batch_schedule(tmp_path, monkeypatch):
+    monkeypatch.setattr("specrl.pipeline.vllm.spec._has_arctic", lambda: False)
+    got = speculative_config(SpecConfig(method="auto", drafters=("suffix", "ngram")), _ctx(tmp_path))
+    assert got["method"] == "ngram"  # suffix skipped: no arctic-inference
+    schedule = got["num_speculative_tokens_per_batch_size"]
+    assert schedule[0][0] == 1 and schedule[-1][1] == 8  # covers batch 1..max_num_seqs, contiguous
+    assert all(a[1] + 1 == b[0] for a, b in zip(schedule, schedule[1:]))
+
+
+def test_the_schedule_drafts_less_as_the_batch_grows():
+    # counted work: a forward costs 8 + tokens_in units (weights read + tokens). At batch 1 a k=4 verify costs
+    # 8 + 5 = 13 units for 1 + .7 + .49 + .34 + .24 = 2.77 expected tokens (0.21/unit) against 1/9 = 0.11 for
+    # plain decoding; at batch 64 the weight read is amortised: 64 x 2.77 / (8 + 320) = 0.54 < 64 / 72 = 0.89
+    schedule = batch_schedule(1_000_000, 0, 4, 64)
+    k = {b: kk for first, last, kk in schedule for b in range(first, last + 1)}
+    assert k[1] == 4 and k[64] == 0
+    assert all(k[b] >= k[b + 1] for b in range(1, 64))
+
+
+def test_a_refit_that_does_not_fit_is_refused_naming_the_tensors(tmp_path):
+    model = tiny_model(layers=2)
+    layout = checkpoint_layout(save_tiny(tmp_path / "m", layers=2))
+    good = fitted(model.state_dict().items(), layout, "policy")
+    assert set(good) == set(layout) and "lm_head.weight" not in layout  # tied: the checkpoint leaves it out
+    wider = tiny_model(hidden=48, layers=2).state_dict()
+    with pytest.raises(RefitError, match=r"shapes \[.*\(engine \(32"):
+        fitted(wider.items(), layout, "policy")
+    partial = dict(model.state_dict())
+    partial.pop("model.norm.weight")
+    partial["model.extra.weight"] = torch.zeros(2)
+    with pytest.raises(RefitError, match=r"unknown \['model.extra.weight'\], missing \['model.norm.weight'\]"):
+        fitted(partial.items(), layout, "policy")
+
+
+def test_a_checkpoint_without_safetensors_is_a_clear_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no \\*.safetensors in"):
+        checkpoint_layout(Path(tmp_path / "empty"))
