@@ -27,7 +27,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from ..engine.drafting import unwrap
+from ..engine.pool import unwrap
 from ..engine.methods import TABLE
 
 MODEL_FREE = tuple(m.name for m in TABLE if not m.model_based and not m.adaptive)

@@ -41,7 +41,8 @@ import torch
 
 from .acceptance import AcceptanceStats
 from .cost_model import CostModel
-from .drafting import DrafterPool
+from .deferred import Deferred
+from .pool import DrafterPool
 from .methods import SCRATCH, SpecConfig, build_drafter, get_method, model_method
 from .result import StepResult
 from .sequence import Sequence, Status
@@ -108,7 +109,7 @@ class AdaptiveStrategy:
     def __init__(self, names: list[str], point: set[str], k_max: int, cost: CostModel):
         self.names, self.point, self.k_max, self.cost = list(names), set(point), k_max, cost
         self.deterministic = cost.deterministic
-        self.deferred: set[str] = set()  # model drafters that catch up on their observations when asked (build())
+        self.deferred: dict[str, Deferred] = {}  # model drafters that catch up on their observations when asked
         model = [n for n in self.names if n not in self.point]
         keys = self.names + [n + FULL for n in self.names if n in self.point] + \
             ([m + FILL for m in model] if self.point else [])
@@ -279,12 +280,14 @@ class AdaptiveStrategy:
             # the forward, sampling, verification and the bookkeeping that grows with the tokens appended: all
             # of the step but drafting, which the drafters' own fits price
             self.cost.observe_target(result.tokens_in, B, result.verify_s + result.other_s)
+            caught_up = {name: d.take() for name, d in self.deferred.items()}
             for name, dt in result.draft_s_by.items():
                 if name != lead:  # the lead's proposal was timed in the schedule
                     asked = [k for d, k in zip(asked_by, result.asked) if d == name]
-                    self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt)
-            for name, (inputs, dt) in result.catch_up_by.items():
-                self.cost.observe_catch_up(name, inputs, dt)
+                    inputs, catch_up_s = caught_up.get(name, (0, 0.0))
+                    if inputs:  # priced apart: every token appended since it last drafted, all rows
+                        self.cost.observe_catch_up(name, inputs, catch_up_s)
+                    self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt - catch_up_s)
         rows: dict[str, list[list[int]]] = {}  # stats key -> (asked, proposed, accepted) per row
         self._count(result, asked_by, rows)
         self._count_shadows(rows)
@@ -356,15 +359,15 @@ def build(spec: SpecConfig, target, num_slots: int, max_len: int):
     for name, msg in missing.items():
         log.warning("auto: drafter %r left out (%s)", name, msg)
     model_based = tuple(n for n in drafters if get_method(n).model_based)
-    pool = DrafterPool(drafters, model_based)
-    pool.defer(model_based)  # a model drafter left idle costs nothing (engine/deferred.py)
+    deferred = {n: Deferred(drafters[n]) for n in model_based if get_method(n).defers}  # idle, it costs nothing
+    pool = DrafterPool({**drafters, **deferred}, model_based)
     cost = CostModel(target.config.num_params, {n: own_params(d, target) for n, d in drafters.items()},
                      deterministic=spec.adaptive_mode == "deterministic")
     if spec.cost_profile is not None:
         cost.load_profile(spec.cost_profile)
     point = {n for n in drafters if not get_method(n).model_based}
     strategy = AdaptiveStrategy(list(drafters), point, spec.num_speculative_tokens, cost)
-    strategy.deferred = set(pool.deferred)
+    strategy.deferred = deferred
     return pool, strategy
 
 

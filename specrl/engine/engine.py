@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from .drafting import DrafterPool
+from .pool import DrafterPool
 from .result import StepResult
 from .runner import ModelRunner
 from .scheduler import Scheduler

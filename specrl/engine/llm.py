@@ -15,6 +15,7 @@ from ..model.layers import skip_cudnn_attention
 from ..model.tokenizer import TextTokenizer
 from .drafting import Drafter
 from .engine import Engine
+from .pool import unwrap
 from .methods import MAX_SPEC_TOKENS, SpecConfig, build_engine_drafting
 from .outputs import CompletionOutput, RequestOutput
 from .rng import mix_seed
@@ -237,7 +238,7 @@ class LLM:
         if self.runner.device.type != "cpu":
             return
         pool = self.engine.pool
-        drafter_caches = [getattr(d, "cache", None) or [] for d in (pool.drafters.values() if pool else ())]
+        drafter_caches = [getattr(unwrap(d), "cache", None) or [] for d in (pool.drafters.values() if pool else ())]
         for cache in (self.runner.cache, *drafter_caches):  # draft_model, mtp
             release_caches(cache)
         trim(TRIM_MIN_FREE)  # and the step temporaries' freed heap pages, when there are many (specrl/heap.py)

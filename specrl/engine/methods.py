@@ -27,6 +27,9 @@ class DrafterMethod:
     model_based: bool  # has trainable weights (a checkpoint dir; the shipped one is `shipped_dir`)
     trainer: str | None = None  # module with `train(policy, out, data, args)` for `specrl train-drafter`
     adaptive: bool = False  # picks another method's drafts per step instead of drafting itself
+    # "auto" may defer its observations while it is idle (engine/deferred.py): its observe is position-local
+    # (cache rows from each input alone); MTP's modules read the next inputs, so it observes every step
+    defers: bool = False
 
     @property
     def shipped_dir(self) -> Path:
@@ -35,8 +38,9 @@ class DrafterMethod:
 
 
 TABLE: tuple[DrafterMethod, ...] = (
-    DrafterMethod("draft_model", "specrl.drafters.draft_model.drafter", True, "specrl.drafters.draft_model.train"),
-    DrafterMethod("eagle3", "specrl.drafters.eagle3.drafter", True, "specrl.drafters.eagle3.train"),
+    DrafterMethod("draft_model", "specrl.drafters.draft_model.drafter", True, "specrl.drafters.draft_model.train",
+                  defers=True),
+    DrafterMethod("eagle3", "specrl.drafters.eagle3.drafter", True, "specrl.drafters.eagle3.train", defers=True),
     DrafterMethod("mtp", "specrl.drafters.mtp.drafter", True, "specrl.drafters.mtp.train"),
     DrafterMethod("ngram", "specrl.drafters.ngram.drafter", False),
     DrafterMethod("suffix", "specrl.drafters.suffix.drafter", False),
@@ -157,7 +161,7 @@ def build_drafter(spec: SpecConfig, target, num_slots: int, max_len: int):
 def build_engine_drafting(spec: SpecConfig, drafter, target, num_slots: int, max_len: int):
     """The engine's (DrafterPool, Strategy) for `spec`, or for a plugged-in `drafter` (it drafts
     spec.num_speculative_tokens tokens every step; a DrafterPool is used as it is); (None, None) with SD off."""
-    from .drafting import DrafterPool
+    from .pool import DrafterPool
     from .strategy import StaticStrategy
     if isinstance(drafter, DrafterPool):
         return drafter, StaticStrategy(next(iter(drafter.drafters)), spec.num_speculative_tokens)

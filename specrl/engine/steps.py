@@ -107,20 +107,13 @@ def spec_step(runner: ModelRunner, drafters: dict[str, Drafter], observer: Draft
     ready = ready or {}
     # step 1: draft, per drafter over its rows; never more than the sequence may still emit minus the bonus
     ks = [max(0, min(ki, s.budget - 1)) if w is not None else 0 for ki, s, w in zip(k, seqs, which)]
-    parts, draft_s_by, catch_up_by, t0 = [], {}, {}, time.perf_counter()
+    parts, draft_s_by, t0 = [], {}, time.perf_counter()
     for name in dict.fromkeys(w for w, ki in zip(which, ks) if w is not None and ki > 0):
         rows = [b for b, w in enumerate(which) if w == name and ks[b] > 0]
         t = time.perf_counter()
         if name in ready:
             prop = cut(on_device(ready[name], device), rows, [ks[b] for b in rows])
         else:
-            catch_up = getattr(observer, "catch_up", None)
-            if catch_up is not None:  # a drafter that deferred its observations (engine/deferred.py)
-                inputs = catch_up(name)
-                now = time.perf_counter()
-                if inputs:
-                    catch_up_by[name] = (inputs, now - t)
-                t = now  # its own draft time, without the catch-up (the step's draft_s has both)
             prop = on_device(drafters[name].propose([seqs[b] for b in rows], [ks[b] for b in rows]), device)
         parts.append((rows, prop))
         draft_s_by[name] = time.perf_counter() - t
@@ -157,7 +150,7 @@ def spec_step(runner: ModelRunner, drafters: dict[str, Drafter], observer: Draft
     return StepResult("spec", seqs, tokens_in=B * (K + 1), emitted_tokens=sum(kept), k=max(ks, default=0),
                       draft_tokens=sum(lengths), accepted_tokens=sum(n_acc), draft_s=t1 - t0, verify_s=t2 - t1,
                       drafters=drafted_by, drafters_asked=[w if ki > 0 else None for w, ki in zip(which, ks)],
-                      asked=ks, lengths=lengths, accepted=n_acc, draft_s_by=draft_s_by, catch_up_by=catch_up_by)
+                      asked=ks, lengths=lengths, accepted=n_acc, draft_s_by=draft_s_by)
 
 
 def cut(prop: Proposal, rows: list[int], k: list[int]) -> Proposal:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .drafting import DrafterPool, Proposal
+from .drafting import Proposal
+from .pool import DrafterPool
 from .result import StepResult
 from .sequence import Sequence
 

@@ -12,7 +12,7 @@ import pytest
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.drafters.ngram.drafter import NgramDrafter
 from specrl.drafters.suffix.drafter import SuffixDrafter
-from specrl.engine.drafting import DrafterPool
+from specrl.engine.pool import DrafterPool
 from specrl.engine.methods import build_drafter
 from specrl.engine.strategy import Plan
 from tests.drafters.drafters import UniformDrafter

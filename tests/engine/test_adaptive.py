@@ -8,7 +8,9 @@ from specrl import LLM, SamplingParams, SpecConfig
 from specrl.config.build import ConfigError, from_dict
 from specrl.engine.adaptive import OFF, PLAN_EVERY, AdaptiveStrategy, Arm, expected_accepted
 from specrl.engine.cost_model import CostModel, CostProfileError
-from specrl.engine.drafting import DrafterPool, pad_proposals
+from specrl.engine.deferred import Deferred
+from specrl.engine.drafting import pad_proposals
+from specrl.engine.pool import DrafterPool
 from specrl.engine.result import StepResult
 from specrl.engine.sequence import Sequence
 from specrl.engine.sampling import SamplingParams as SP
@@ -225,7 +227,7 @@ def test_a_deferred_model_drafter_is_charged_its_catch_up_for_every_token_the_st
     teach(strategy, "eagle3", 2)
     arm = Arm("eagle3", 4)
     before = strategy.predicted_rate(arm, 8, optimistic=False)
-    strategy.deferred = {"eagle3"}
+    strategy.deferred = {"eagle3": None}  # its pricing reads the name only
     cost.observe_catch_up("eagle3", 100, 0.5)  # 5 ms an input
     draft = strategy.stats["eagle3"].expected(4, optimistic=False)
     seconds = 8 * (1 + draft) / before + 0.005 * 8 * (1 + draft)
@@ -345,7 +347,7 @@ def test_hybrid_plans_and_a_deferred_model_drafter_keep_greedy_tokens_and_logpro
     spec = SpecConfig(method="auto", drafters=("suffix", "eagle3"), ngram_min=1, draft_model=eagle.draft_model,
                       num_speculative_tokens=4)
     llm = LLM(model, spec=spec, max_num_seqs=4)
-    assert "eagle3" in llm.drafter.deferred  # idle, it catches up only when asked to draft
+    assert isinstance(llm.drafter.drafters["eagle3"], Deferred)  # idle, it catches up only when asked to draft
     llm.engine.strategy.arms = [Arm("eagle3", 4, "suffix"), Arm("eagle3", 2, "suffix")]  # only hybrids
     got = llm.generate(prompts, params)
     assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in base]

@@ -51,10 +51,6 @@ def load_draft(path: str | Path | None, target: CausalLM) -> CausalLM:
 
 
 class DraftModelDrafter:
-    # its observe is position-local (cache rows from each input alone), so the pool may defer it
-    # (engine/deferred.py)
-    deferrable = True
-
     hidden_layers: tuple[int, ...] = ()
 
     def __init__(self, draft: CausalLM, num_slots: int, max_len: int):

@@ -37,10 +37,6 @@ def slot_index(slots: list[int], device) -> torch.Tensor | slice:
 
 
 class Eagle3Drafter:
-    # its observe is position-local (cache rows from each input alone), so the pool may defer it
-    # (engine/deferred.py)
-    deferrable = True
-
     def __init__(self, head: Eagle3Head, target, num_slots: int, max_len: int, sample_drafts: bool = True):
         self.head, self.target, self.sample_drafts = head, target, sample_drafts
         layers = head.config.target_hidden_layers
