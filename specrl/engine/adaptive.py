@@ -46,7 +46,7 @@ from .pool import DrafterPool
 from .methods import SCRATCH, SpecConfig, build_drafter, get_method, model_method
 from .result import StepResult
 from .sequence import Sequence, Status
-from .strategy import Plan
+from .strategy import Plan, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class RateCheck:
         return (self.sum + prior) / (self.n + 1.0)
 
 
-class AdaptiveStrategy:
+class AdaptiveStrategy(Strategy):
     def __init__(self, names: list[str], point: set[str], k_max: int, cost: CostModel):
         self.names, self.point, self.k_max, self.cost = list(names), set(point), k_max, cost
         self.deterministic = cost.deterministic

@@ -25,9 +25,8 @@ class Engine:
         self.runner, self.pool, self.strategy, self.tracer = runner, pool, strategy, tracer
         if pool is not None:
             pool.strategy = strategy
-        calibrate = getattr(strategy, "calibrate", None)
-        if calibrate is not None:  # before any sequence holds a slot (see ModelRunner.time_forward)
-            calibrate(runner.time_forward, runner.num_slots)
+        if strategy is not None:  # before any sequence holds a slot (see ModelRunner.time_forward)
+            strategy.calibrate(runner.time_forward, runner.num_slots)
         self.stats = EngineStats()
         self.weights_version = 0  # a tag for the weights the engine holds, recorded on the tokens they sample
 

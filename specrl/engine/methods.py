@@ -30,6 +30,10 @@ class DrafterMethod:
     # "auto" may defer its observations while it is idle (engine/deferred.py): its observe is position-local
     # (cache rows from each input alone); MTP's modules read the next inputs, so it observes every step
     defers: bool = False
+    # the simulator's default drafting cost, a share of the target's forward: a one-layer head over the target's
+    # features (None: sim/cost.py eagle_draft_frac of the model), a ~10x smaller draft model (0.1), or CPU work
+    # that the fitted overheads hold (0.0)
+    sim_draft_frac: float | None = 0.0
 
     @property
     def shipped_dir(self) -> Path:
@@ -39,9 +43,10 @@ class DrafterMethod:
 
 TABLE: tuple[DrafterMethod, ...] = (
     DrafterMethod("draft_model", "specrl.drafters.draft_model.drafter", True, "specrl.drafters.draft_model.train",
-                  defers=True),
-    DrafterMethod("eagle3", "specrl.drafters.eagle3.drafter", True, "specrl.drafters.eagle3.train", defers=True),
-    DrafterMethod("mtp", "specrl.drafters.mtp.drafter", True, "specrl.drafters.mtp.train"),
+                  defers=True, sim_draft_frac=0.1),
+    DrafterMethod("eagle3", "specrl.drafters.eagle3.drafter", True, "specrl.drafters.eagle3.train", defers=True,
+                  sim_draft_frac=None),
+    DrafterMethod("mtp", "specrl.drafters.mtp.drafter", True, "specrl.drafters.mtp.train", sim_draft_frac=None),
     DrafterMethod("ngram", "specrl.drafters.ngram.drafter", False),
     DrafterMethod("suffix", "specrl.drafters.suffix.drafter", False),
     DrafterMethod("auto", "specrl.engine.adaptive", False, adaptive=True),

@@ -4,7 +4,7 @@ and how many tokens (0: none). `StaticStrategy` is one drafter at one k for ever
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable
 
 from .drafting import Proposal
 from .pool import DrafterPool
@@ -20,14 +20,18 @@ class Plan:
     draft_s: float = 0.0  # seconds the schedule spent drafting (those proposals)
 
 
-class Strategy(Protocol):
-    def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan: ...
+class Strategy:
+    def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan | None:
+        raise NotImplementedError
 
     def update(self, result: StepResult) -> None:
         """Called with every step's result (prefill ones too), after the counters."""
 
+    def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int) -> None:
+        """Called once, before any sequence holds a slot: `time_forward(B, T)` times a target forward."""
 
-class StaticStrategy:
+
+class StaticStrategy(Strategy):
     """Drafter `name` drafts `k` tokens for every sequence, every step."""
 
     def __init__(self, name: str, k: int):
@@ -35,6 +39,3 @@ class StaticStrategy:
 
     def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan:
         return Plan([self.name] * len(seqs), [self.k] * len(seqs))
-
-    def update(self, result: StepResult) -> None:
-        pass

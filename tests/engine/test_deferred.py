@@ -8,12 +8,12 @@ from specrl.engine.deferred import Deferred
 from specrl.engine.methods import build_drafter, get_method
 from specrl.engine.pool import DrafterPool
 from specrl.engine.scheduler import Scheduler
-from specrl.engine.strategy import Plan
+from specrl.engine.strategy import Plan, Strategy
 from tests.drafters.factories import make
 from tests.helpers import tiny_model
 
 
-class EveryOther:
+class EveryOther(Strategy):
     """Drafts k=3 with the point drafter on even steps and nothing on odd ones: verify forwards of several
     lengths reach the model drafter, which never drafts."""
 
@@ -23,9 +23,6 @@ class EveryOther:
     def schedule(self, seqs, pool):
         self.n += 1
         return Plan(["ngram"] * len(seqs), [3] * len(seqs)) if self.n % 2 else None
-
-    def update(self, result):
-        pass
 
 
 def engine(model, spec, defer):
