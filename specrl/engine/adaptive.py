@@ -46,7 +46,7 @@ from .pool import DrafterPool
 from .methods import SCRATCH, SpecConfig, build_drafter, get_method, model_method
 from .result import StepResult
 from .sequence import Sequence, Status
-from .strategy import Plan, Strategy
+from .strategy import Plan, Strategy, budget_cap
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ class AdaptiveStrategy(Strategy):
             return Plan([arm.drafter] * B, [arm.k] * B)
         # hybrid: the model-free drafter proposes for every row (microseconds); a row it drafts in full keeps
         # that draft, the model drafter drafts for the others
-        caps = [max(0, min(arm.k, s.budget - 1)) for s in seqs]
+        caps = [budget_cap(arm.k, s) for s in seqs]
         t = time.perf_counter()
         prop = pool.drafters[arm.lead].propose(seqs, caps)
         dt = time.perf_counter() - t

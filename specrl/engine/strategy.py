@@ -3,7 +3,7 @@ and how many tokens (0: none). `StaticStrategy` is one drafter at one k for ever
 `spec.method` = a drafter's name runs); the adaptive one ("auto") is in engine/adaptive.py."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .drafting import Proposal
@@ -18,6 +18,19 @@ class Plan:
     k: list[int]  # per running sequence: how many tokens to ask for
     ready: dict[str, Proposal] = field(default_factory=dict)  # proposals already made while scheduling (all rows)
     draft_s: float = 0.0  # seconds the schedule spent drafting (those proposals)
+
+    @classmethod
+    def off(cls, rows: int) -> "Plan":
+        return cls([None] * rows, [0] * rows)
+
+    def capped(self, seqs: list[Sequence]) -> "Plan":
+        """k cut to what each sequence may still emit (0 without a drafter)."""
+        return replace(self, k=[budget_cap(k, s) if w is not None else 0 for w, k, s in zip(self.drafters, self.k, seqs)])
+
+
+def budget_cap(k: int, seq: Sequence) -> int:
+    """Never more drafts than the sequence may still emit minus the bonus token."""
+    return max(0, min(k, seq.budget - 1))
 
 
 class Strategy:
