@@ -50,8 +50,7 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
             "num_params": student.config.num_params, "sequences": len(data), **metrics}
 
 
-# ---- the method's recipe: what the cold start (drafters/scratch.py), online training (training/online.py)
-# and `specrl train-drafter` ask of it; every model method's train module has these names
+# ---- the method's recipe (drafters/scratch.py `recipe`): the same names in every model method's train module
 MODULE = CausalLM
 
 
@@ -69,9 +68,8 @@ def capture_layers(module: CausalLM) -> tuple[int, ...]:
     return ()  # it reads the tokens only
 
 
-def draft_ids(module) -> torch.Tensor | None:
-    """The target ids of the module's draft vocabulary (its logits' columns); None: the policy's own."""
-    return None  # the policy's whole vocabulary
+def draft_ids(module) -> None:
+    return None  # it drafts over the policy's whole vocabulary
 
 
 def save_module(module: CausalLM, policy: CausalLM, path, dtype: str | None = None):

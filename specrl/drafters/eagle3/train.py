@@ -228,8 +228,7 @@ def train(policy_path, out_dir, data: list[Pair], args: DrafterTrainArgs, opts: 
             "num_params": sum(p.numel() for p in head.parameters()), "sequences": len(data), **metrics}
 
 
-# ---- the method's recipe: what the cold start (drafters/scratch.py), online training (training/online.py)
-# and `specrl train-drafter` ask of it; every model method's train module has these names
+# ---- the method's recipe (drafters/scratch.py `recipe`): the same names in every model method's train module
 MODULE = Eagle3Head
 
 
@@ -248,7 +247,7 @@ def capture_layers(module: Eagle3Head) -> tuple[int, ...]:
 
 
 def draft_ids(module) -> torch.Tensor | None:
-    """The target ids of the module's draft vocabulary (its logits' columns); None: the policy's own."""
+    """The target ids of the head's draft vocabulary (its logits' columns); None: the policy's whole one."""
     return module.target_ids
 
 

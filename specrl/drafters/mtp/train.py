@@ -79,8 +79,7 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
             "num_params": sum(p.numel() for p in stack.parameters()), "sequences": len(data), **metrics}
 
 
-# ---- the method's recipe: what the cold start (drafters/scratch.py), online training (training/online.py)
-# and `specrl train-drafter` ask of it; every model method's train module has these names
+# ---- the method's recipe (drafters/scratch.py `recipe`): the same names in every model method's train module
 MODULE = MTPStack
 
 
@@ -98,9 +97,8 @@ def capture_layers(module: MTPStack) -> tuple[int, ...]:
     return (LAST,)  # its modules read the policy's final normed hidden state
 
 
-def draft_ids(module) -> torch.Tensor | None:
-    """The target ids of the module's draft vocabulary (its logits' columns); None: the policy's own."""
-    return None  # the policy's whole vocabulary
+def draft_ids(module) -> None:
+    return None  # it drafts over the policy's whole vocabulary
 
 
 def save_module(module: MTPStack, policy: CausalLM, path, dtype: str | None = None):
@@ -122,5 +120,4 @@ def online_logits(trainer, mb, q=None) -> list:
 
 
 def cli_train(ns, on_log=None):
-    """`train` with `specrl train-drafter`'s options for this method bound (none yet)."""
-    return train
+    return train  # `specrl train-drafter` has no MTP options
