@@ -201,10 +201,14 @@ def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
 
 def kv_cache(layers: int, num_slots: int, kv_heads: int, max_len: int, head_dim: int, device, dtype,
              spare: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """K and V per layer, each [num_slots, kv_heads, max_len + SPARE + spare, head_dim] (`spare`: rows a
-    drafter keeps for itself). The target's cache and every model drafter's have this shape."""
-    shape = (num_slots, kv_heads, max_len + SPARE + spare, head_dim)
+    """K and V per layer, each `kv_shape` (`spare`: rows a drafter keeps for itself)."""
+    shape = kv_shape(num_slots, kv_heads, max_len, head_dim, spare)
     return [(kv_zeros(shape, device, dtype), kv_zeros(shape, device, dtype)) for _ in range(layers)]
+
+
+def kv_shape(num_slots: int, kv_heads: int, max_len: int, head_dim: int, spare: int = 0) -> tuple[int, ...]:
+    """The target's KV cache and every model drafter's: [num_slots, kv_heads, max_len + SPARE + spare, head_dim]."""
+    return num_slots, kv_heads, max_len + SPARE + spare, head_dim
 
 
 def release_kv(tensor: torch.Tensor) -> bool:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ...engine.drafting import Proposal, TargetForward
-from ...engine.memory import kv_cache
+from ...engine.memory import kv_shape
 from ...engine.methods import SpecConfig, get_method
 from ...engine.rng import STREAM_DRAFT
 from ...engine.sampling import batch_params, hash_uniform, sample_from, target_probs
@@ -48,7 +48,9 @@ class Eagle3Drafter(ModelDrafter):
         self._pick = [self.hidden_layers.index(i) for i in layers]  # the target returns layers in order
         p = next(head.parameters())
         cfg = head.config
-        self.kv = kv_cache(1, num_slots, cfg.num_kv_heads, max_len, cfg.head_dim, p.device, p.dtype)[0]  # [S, Hkv, L, hd]
+        shape = kv_shape(num_slots, cfg.num_kv_heads, max_len, cfg.head_dim)  # [S, Hkv, L, hd]
+        # in ordinary memory (huge pages allowed), kept between generate() calls: it is one layer
+        self.kv = tuple(torch.zeros(shape, device=p.device, dtype=p.dtype) for _ in range(2))
         self.last_h = torch.zeros(num_slots, cfg.hidden_size, device=p.device, dtype=p.dtype)  # [S, D] pre-norm
         self.last_pos = torch.zeros(num_slots, dtype=torch.long, device=p.device)  # [S]
         self.device = p.device
@@ -97,9 +99,6 @@ class Eagle3Drafter(ModelDrafter):
     @property
     def module(self) -> Eagle3Head:
         return self.head
-
-    def caches(self) -> list:
-        return [self.kv]
 
 
 def check_compatible(head: Eagle3Head, target, source: str) -> None:
