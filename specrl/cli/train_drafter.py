@@ -26,11 +26,15 @@ from ..drafters.training.data import DrafterTrainArgs, collect_sequences, defaul
 from ..drafters.training.prompts import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 from ..engine.methods import TRAINABLE_METHODS, get_method
-from ..errors import UserError
+from ..errors import ConfigError, UserError
 
 
-def get_trainer(method: str):
-    return importlib.import_module(get_method(method).trainer).train
+def trainer_module(method: str):
+    """The method's train module (its recipe, drafters/scratch.py `recipe`)."""
+    if method not in TRAINABLE_METHODS:
+        raise ConfigError(f"unknown drafter method {method!r}; valid: {list(TRAINABLE_METHODS)} (the other "
+                         f"speculative methods have no weights to train)")
+    return importlib.import_module(get_method(method).trainer)
 
 
 @dataclass
@@ -105,20 +109,7 @@ def resolve_policy(policy: str | None) -> str:
 
 def method_trainer(ns: TrainDrafterConfig):
     """The method's `train(policy_path, out_dir, data, args)`, with its own options bound where it has any."""
-    train = get_trainer(ns.method)
-    if ns.method == "draft_model":
-        from ..drafters.draft_model.train import DraftModelOptions
-
-        opts = DraftModelOptions(num_layers=ns.draft_layers)
-        return lambda policy, out, data, args: train(policy, out, data, args, opts)
-    if ns.method != "eagle3":
-        return train
-    from ..drafters.eagle3.train import Eagle3Options
-
-    layers = tuple(int(i) for i in ns.eagle3_layers.split(",")) if ns.eagle3_layers else None
-    opts = Eagle3Options(ttt_steps=ns.ttt_steps, layers=layers, intermediate_size=ns.eagle3_intermediate,
-                         draft_vocab_size=ns.draft_vocab_size)
-    return lambda policy, out, data, args: train(policy, out, data, args, opts, on_log=_log)
+    return trainer_module(ns.method).cli_train(ns, on_log=_log)
 
 
 def _log(step: int, row: dict) -> None:

@@ -7,6 +7,7 @@
     suffix/       drafter.py (SuffixDecoding), tree.py (the per-problem suffix tries and their state)
     ngram/        drafter.py (prompt lookup)
     scratch.py    cold start: a model drafter built from the policy (spec.draft_model="scratch")
+                  (each model method's train.py holds its recipe: scratch, capture layers, online loss, save)
     weights.py    hot swap: new drafter weights into a running engine's drafter, all or nothing
     training/     data.py (offline fit: teacher data, top-k targets), prompts.py, losses.py, capture.py (the
                   policy trainer's forward hook), online.py (OnlineDrafterTrainer), health.py (the alarm)

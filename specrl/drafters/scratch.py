@@ -1,10 +1,6 @@
-"""Cold start of a model drafter: `SpecConfig(draft_model="scratch")` builds one from the policy itself.
-
-    eagle3       a fresh head (init_head: normal(0, 0.02) matrices, unit norms), the default fused layers
-    draft_model  a 2-layer model of the policy's family: its embedding, final norm, lm_head, and the first and
-                 last of its active decoder layers (as `specrl train-drafter --method draft_model` starts)
-    mtp          2 MTP modules, each the policy's last active decoder layer with its residual outputs zeroed and
-                 a small random eh_proj (as `specrl train-drafter --method mtp` starts)
+"""Cold start of a model drafter: `SpecConfig(draft_model="scratch")` builds one from the policy itself, by
+its method's recipe (`scratch` in the method's train module: a fresh EAGLE-3 head; a 2-layer draft model
+from the policy's first and last active layers; 2 MTP modules from its last active layer).
 
 A layer is active when it writes into the residual stream: a grown policy (specrl/tasks/grow.py) has
 layers that start as residual identities, and copying one of those would start a drafter from nothing.
@@ -15,10 +11,12 @@ one of them) have nothing to start: asking them for "scratch" is an error that s
 """
 from __future__ import annotations
 
+import importlib
+
 import torch
 from torch import nn
 
-from ..engine.methods import SCRATCH, SpecConfig, TRAINABLE_METHODS as SCRATCH_METHODS, model_method
+from ..engine.methods import SpecConfig, TRAINABLE_METHODS as SCRATCH_METHODS, get_method, model_method
 from ..model import CausalLM, ModelConfig
 from ..model.mtp import MTPStack
 
@@ -64,31 +62,25 @@ def init_stack(policy: CausalLM, num_modules: int, seed: int = 0) -> MTPStack:
     return stack
 
 
+def recipe(method: str):
+    """The train module of model method `method` (its table row's `trainer`): `scratch`, `engine_drafter`, `draft_ids`,
+    `capture_layers`, `save_module`, `online_logits`, `cli_train`, `MODULE`."""
+    if method not in SCRATCH_METHODS:
+        raise ValueError(f"method={method!r} has no weights (nothing to start from scratch or train): expected one "
+                         f"of {list(SCRATCH_METHODS)}")
+    return importlib.import_module(get_method(method).trainer)
+
+
 def scratch_module(method: str, policy: CausalLM, seed: int = 0) -> nn.Module:
     """The drafter module `method` starts from, built from the policy (fp32, on the CPU)."""
-    if method == "eagle3":
-        from .eagle3.head import Eagle3Config, init_head
-        return init_head(Eagle3Config.for_target(policy.config), seed=seed)
-    if method == "draft_model":
-        return student_from_policy(policy, min(DRAFT_LAYERS, policy.config.num_layers))
-    if method == "mtp":
-        return init_stack(policy, MTP_MODULES, seed)
-    raise ValueError(f"method={method!r} cannot start from scratch: expected one of {list(SCRATCH_METHODS)}")
+    return recipe(method).scratch(policy, seed)
 
 
 def drafter_for_module(method: str, module: nn.Module, target: CausalLM, num_slots: int, max_len: int):
     """The engine drafter of `method` that drafts with `module` (moved to the target's device and dtype)."""
     p = next(target.parameters())
     module = module.to(device=p.device, dtype=p.dtype).eval().requires_grad_(False)
-    if method == "eagle3":
-        from .eagle3.drafter import Eagle3Drafter, check_compatible
-        check_compatible(module, target, SCRATCH)
-        return Eagle3Drafter(module, target, num_slots, max_len)
-    if method == "draft_model":
-        from .draft_model.drafter import DraftModelDrafter
-        return DraftModelDrafter(module, num_slots, max_len)
-    from .mtp.drafter import MTPDrafter
-    return MTPDrafter(target, module, num_slots, max_len)
+    return recipe(method).engine_drafter(module, target, num_slots, max_len)
 
 
 def build(spec: SpecConfig, target: CausalLM, num_slots: int, max_len: int):

@@ -4,18 +4,18 @@
     load_drafter_weights(llm.drafter, trainer.named_weights(), trainer.version)
     drafter_version(llm.drafter)                     # -> the version last loaded (0 before any)
 
-Which module each drafter holds (its `state_dict()` names are the swap's names):
-    Eagle3Drafter     .head   Eagle3Head   fc.*, midlayer.*, norm.* (+ lm_head.weight, d2t with a draft vocabulary)
-    DraftModelDrafter .model  CausalLM     model.*, lm_head.weight
-    MTPDrafter        .stack  MTPStack     layers.{d}.*
-    DrafterPool       .inner  "auto"'s model drafter (the first model-based one of its drafters)
+Which module each drafter holds (`ModelDrafter.module`; its `state_dict()` names are the swap's names):
+    Eagle3Drafter     Eagle3Head   fc.*, midlayer.*, norm.* (+ lm_head.weight, d2t with a draft vocabulary)
+    DraftModelDrafter CausalLM     model.*, lm_head.weight
+    MTPDrafter        MTPStack     layers.{d}.*
+    DrafterPool       .inner: "auto"'s model drafter (the first model-based one of its drafters)
 
 The swap is all or nothing: every name and shape is checked before the first copy, so a mismatch raises
 and the engine keeps its old weights. Tensors are copied in place (the engine's dtype and device), so
 nothing that holds a reference to the module sees a new object.
 
 Caches: the draft model keeps its own KV cache of the sequence's tokens, computed with the old weights;
-it is marked stale (`cached = 0` for every slot) and re-prefilled from the sequence's tokens at its next
+its `refit` marks it stale (`cached = 0` for every slot) and it is re-prefilled from the sequence's tokens at its next
 `propose`. EAGLE-3 and MTP caches hold entries derived from the target's hidden states, which cannot be
 recomputed without the target; their stale entries only make the next drafts of running sequences less
 accurate until they are overwritten. Neither can change what is generated: verification is exact.
@@ -27,26 +27,41 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from ..engine.drafting import unwrap
+from ..engine.pool import unwrap
 from ..engine.methods import TABLE
 
 MODEL_FREE = tuple(m.name for m in TABLE if not m.model_based and not m.adaptive)
 
 
+class ModelDrafter:
+    """What a drafter with weights offers beside `Drafter`: the module it drafts with (`module`), its method's
+    name, the weights' version, its position-indexed KV caches (released between generate() calls) and
+    `refit`, called after its weights changed in place."""
+    method: str
+    version = 0  # the version last loaded by `load_drafter_weights` (0: the weights the engine started with)
+
+    @property
+    def module(self) -> nn.Module:
+        raise NotImplementedError
+
+    def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return []
+
+    def refit(self) -> None:
+        """Nothing to redo by default: stale cache entries derived from the target only lower acceptance."""
+
+
 def drafter_module(drafter) -> nn.Module:
     """The nn.Module a model drafter drafts with; a clear error for a model-free (or no) drafter."""
-    from .draft_model.drafter import DraftModelDrafter
-    from .eagle3.drafter import Eagle3Drafter
-    from .mtp.drafter import MTPDrafter
-    drafter = unwrap(drafter)  # "auto" wraps its drafter
-    if isinstance(drafter, Eagle3Drafter):
-        return drafter.head
-    if isinstance(drafter, DraftModelDrafter):
-        return drafter.model
-    if isinstance(drafter, MTPDrafter):
-        return drafter.stack
-    raise TypeError(f"drafter {type(drafter).__name__} has no weights to swap: only eagle3, draft_model and mtp "
-                    f"drafters do (not {', '.join(MODEL_FREE)} or SD off); start the engine with one of them")
+    return model_drafter(drafter).module
+
+
+def model_drafter(drafter) -> ModelDrafter:
+    drafter = unwrap(drafter)  # "auto" holds its model drafter in a pool, maybe deferred
+    if not isinstance(drafter, ModelDrafter):
+        raise TypeError(f"drafter {type(drafter).__name__} has no weights to swap: only eagle3, draft_model and mtp "
+                        f"drafters do (not {', '.join(MODEL_FREE)} or SD off); start the engine with one of them")
+    return drafter
 
 
 def check_fits(own: dict[str, torch.Tensor], named: dict[str, torch.Tensor]) -> None:
@@ -78,12 +93,12 @@ def load_drafter_weights(drafter, named: Iterable[tuple[str, torch.Tensor]], ver
         check_fits(own, named)
     for k, v in named.items():
         own[k].copy_(v)
-    target = unwrap(drafter)
-    if hasattr(target, "cached"):  # the draft model's own KV cache: re-prefilled at its next propose
-        target.cached = [0] * len(target.cached)
-    drafter.drafter_version = int(version)
+    target = model_drafter(drafter)
+    target.refit()
+    target.version = int(version)
 
 
 def drafter_version(drafter) -> int:
-    """The version last loaded by `load_drafter_weights` (0: the weights the engine started with)."""
-    return int(getattr(drafter, "drafter_version", 0))
+    """The version last loaded by `load_drafter_weights` (0: the weights the engine started with, or none)."""
+    drafter = unwrap(drafter)
+    return drafter.version if isinstance(drafter, ModelDrafter) else 0

@@ -41,19 +41,21 @@ import torch
 
 from .acceptance import AcceptanceStats
 from .cost_model import CostModel
-from .drafting import DrafterPool
+from .deferred import Deferred
+from .pool import DrafterPool
 from .methods import SCRATCH, SpecConfig, build_drafter, get_method, model_method
 from .result import StepResult
 from .sequence import Sequence, Status
-from .strategy import Plan
+from .strategy import Plan, Strategy, budget_cap
 
 log = logging.getLogger(__name__)
 
 PLAN_EVERY = 4  # steps a plan is reused while the batch keeps its size
-FULL = "*"  # suffix of the acceptance stats of a model-free drafter's full-length proposals
-# suffix of the acceptance stats of a model drafter filling in a hybrid: the rows the lead had no full draft
-# for, which are harder than a row taken at random (pooling them would price the drafter alone too low)
-FILL = "~"
+# what a drafter's acceptance stats are keyed by, beside its name: all the rows it drafted for (ALL); a model-free
+# drafter's full-length proposals (FULL); a model drafter filling in a hybrid's rows, those the lead had no full
+# draft for, which are harder than a row taken at random (FILL: pooling them would price the drafter alone too low)
+ALL, FULL, FILL = "all", "full", "fill"
+OLD_KEYS = {"*": FULL, "~": FILL}  # string-keyed checkpoints: "suffix*", "eagle3~" (converted on load)
 PROFILE_TOKENS = (1, 2, 3, 5, 9)  # draft lengths + 1 the warm-up profile times the forward at
 TRY_ROWS = 8.0  # a drafter observed on fewer rows is being tried: its plan lasts one step
 SHADOW_ROWS = 4  # rows per step on which the model-free drafters propose a draft to be scored (see _shadow)
@@ -104,15 +106,15 @@ class RateCheck:
         return (self.sum + prior) / (self.n + 1.0)
 
 
-class AdaptiveStrategy:
+class AdaptiveStrategy(Strategy):
     def __init__(self, names: list[str], point: set[str], k_max: int, cost: CostModel):
         self.names, self.point, self.k_max, self.cost = list(names), set(point), k_max, cost
         self.deterministic = cost.deterministic
-        self.deferred: set[str] = set()  # model drafters that catch up on their observations when asked (build())
+        self.deferred: dict[str, Deferred] = {}  # model drafters that catch up on their observations when asked
         model = [n for n in self.names if n not in self.point]
-        keys = self.names + [n + FULL for n in self.names if n in self.point] + \
-            ([m + FILL for m in model] if self.point else [])
-        self.stats = {n: AcceptanceStats(k_max) for n in keys}
+        keys = [(n, ALL) for n in self.names] + [(n, FULL) for n in self.names if n in self.point] + \
+            ([(m, FILL) for m in model] if self.point else [])
+        self.stats = {key: AcceptanceStats(k_max) for key in keys}  # (drafter, kind) -> its acceptance
         ks = sorted({k_max, *(2 ** i for i in range(5) if 2 ** i <= k_max)})
         self.arms = [OFF] + [Arm(n, k) for n in self.names for k in ks] + \
             [Arm(m, k, s) for m in model for s in self.names if s in self.point for k in ks]
@@ -136,26 +138,26 @@ class AdaptiveStrategy:
         """Tokens per second of a step of B rows under `arm`, from the cost model and the acceptance counts."""
         if arm.drafter is None:
             return B / self.cost.target_s(B, B)
-        k, draft = arm.k, self.stats[arm.drafter].expected(arm.k, optimistic)
+        k, draft = arm.k, self.stats[arm.drafter, ALL].expected(arm.k, optimistic)
         if arm.lead is None:
             seconds = self.cost.draft_s(arm.drafter, B * k, k)
         else:
-            f = self.stats[arm.lead].full_share(k)  # rows the lead drafts
-            rest = self.stats[arm.drafter + FILL]
+            f = self.stats[arm.lead, ALL].full_share(k)  # rows the lead drafts
+            rest = self.stats[arm.drafter, FILL]
             if rest.rows >= 1.0:  # until the drafter has filled in, its rows at large stand in
                 draft = rest.expected(k, optimistic)
-            draft = f * self.stats[arm.lead + FULL].expected(k, optimistic) + (1.0 - f) * draft
+            draft = f * self.stats[arm.lead, FULL].expected(k, optimistic) + (1.0 - f) * draft
             fill = (1.0 - f ** B) * self.cost.draft_s(arm.drafter, max(1, round((1 - f) * B)) * k, k)  # runs
             seconds = self.cost.draft_s(arm.lead, B * k, k) + fill  # unless the lead drafts every row
         if arm.drafter in self.deferred:  # it observes every token the step appends, all rows, when next asked
             seconds += self.cost.catch_up_s(arm.drafter, B * (1.0 + draft))
         return B * (1.0 + draft) / (self.cost.target_s(B * (k + 1), B) + seconds)
 
-    def reads(self, arm: Arm) -> tuple[str, ...]:
+    def reads(self, arm: Arm) -> tuple[tuple[str, str], ...]:
         """The acceptance stats that `arm`'s rows are counted in."""
         if arm.drafter is None:
             return ()
-        return (arm.drafter,) if arm.lead is None else (arm.lead, arm.drafter + FILL)
+        return ((arm.drafter, ALL),) if arm.lead is None else ((arm.lead, ALL), (arm.drafter, FILL))
 
     def factor(self, arm: Arm, B: int) -> float:
         """Realised / predicted rate of `arm` at B rows (RateCheck): its own at this octave of B, shrunk
@@ -190,7 +192,7 @@ class AdaptiveStrategy:
             return Plan([arm.drafter] * B, [arm.k] * B)
         # hybrid: the model-free drafter proposes for every row (microseconds); a row it drafts in full keeps
         # that draft, the model drafter drafts for the others
-        caps = [max(0, min(arm.k, s.budget - 1)) for s in seqs]
+        caps = [budget_cap(arm.k, s) for s in seqs]
         t = time.perf_counter()
         prop = pool.drafters[arm.lead].propose(seqs, caps)
         dt = time.perf_counter() - t
@@ -236,7 +238,7 @@ class AdaptiveStrategy:
             asked = self.k_max if known else len(emitted)  # a finished row reveals what it emitted only
             if asked == 0:
                 continue
-            for key in (name, name + FULL) if len(draft) >= asked else (name,):
+            for key in ((name, ALL), (name, FULL)) if len(draft) >= asked else ((name, ALL),):
                 for lst, v in zip(rows.setdefault(key, [[], [], []]), (asked, min(len(draft), asked), min(a, asked))):
                     lst.append(v)
         self._shadows = pending
@@ -279,13 +281,15 @@ class AdaptiveStrategy:
             # the forward, sampling, verification and the bookkeeping that grows with the tokens appended: all
             # of the step but drafting, which the drafters' own fits price
             self.cost.observe_target(result.tokens_in, B, result.verify_s + result.other_s)
+            caught_up = {name: d.take() for name, d in self.deferred.items()}
             for name, dt in result.draft_s_by.items():
                 if name != lead:  # the lead's proposal was timed in the schedule
                     asked = [k for d, k in zip(asked_by, result.asked) if d == name]
-                    self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt)
-            for name, (inputs, dt) in result.catch_up_by.items():
-                self.cost.observe_catch_up(name, inputs, dt)
-        rows: dict[str, list[list[int]]] = {}  # stats key -> (asked, proposed, accepted) per row
+                    inputs, catch_up_s = caught_up.get(name, (0, 0.0))
+                    if inputs:  # priced apart: every token appended since it last drafted, all rows
+                        self.cost.observe_catch_up(name, inputs, catch_up_s)
+                    self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt - catch_up_s)
+        rows: dict[tuple, list[list[int]]] = {}  # stats key -> (asked, proposed, accepted) per row
         self._count(result, asked_by, rows)
         self._count_shadows(rows)
         for key, (asked, lengths, accepted) in rows.items():
@@ -298,9 +302,9 @@ class AdaptiveStrategy:
             if d is None or k == 0:
                 continue
             if d in self.point:
-                keys = (d, d + FULL) if n >= k else (d,)
+                keys = ((d, ALL), (d, FULL)) if n >= k else ((d, ALL),)
             else:
-                keys = (d + FILL,) if self.arm.lead is not None else (d,)
+                keys = ((d, FILL),) if self.arm.lead is not None else ((d, ALL),)
             for key in keys:
                 for lst, v in zip(rows.setdefault(key, [[], [], []]), (k, n, min(a, n))):
                     lst.append(v)
@@ -309,14 +313,17 @@ class AdaptiveStrategy:
     def state_dict(self) -> dict:
         """The learned state a checkpoint keeps: the cost model and the acceptance counts."""
         return copy.deepcopy({"cost": self.cost.state_dict(),
-                              "stats": {n: s.state_dict() for n, s in self.stats.items()},
+                              "stats": [[list(key), s.state_dict()] for key, s in self.stats.items()],
                               "checks": [[list(key), c.sum, c.n] for key, c in self.checks.items()]})
 
     def load_state_dict(self, s: dict) -> None:
         self.cost.load_state_dict(s["cost"])
-        for n, sub in s["stats"].items():
-            if n in self.stats:
-                self.stats[n].load_state_dict(sub)
+        stats = s["stats"]
+        if isinstance(stats, dict):  # an older checkpoint's "eagle3~"-style keys
+            stats = [[(k[:-1], OLD_KEYS[k[-1]]) if k[-1:] in OLD_KEYS else (k, ALL), sub] for k, sub in stats.items()]
+        for key, sub in stats:
+            if tuple(key) in self.stats:
+                self.stats[tuple(key)].load_state_dict(sub)
         self.checks = {}
         for key, total, n in s.get("checks", []):
             self.checks[tuple(key)] = c = RateCheck()
@@ -356,15 +363,15 @@ def build(spec: SpecConfig, target, num_slots: int, max_len: int):
     for name, msg in missing.items():
         log.warning("auto: drafter %r left out (%s)", name, msg)
     model_based = tuple(n for n in drafters if get_method(n).model_based)
-    pool = DrafterPool(drafters, model_based)
-    pool.defer(model_based)  # a model drafter left idle costs nothing (engine/deferred.py)
+    deferred = {n: Deferred(drafters[n]) for n in model_based if get_method(n).defers}  # idle, it costs nothing
+    pool = DrafterPool({**drafters, **deferred}, model_based)
     cost = CostModel(target.config.num_params, {n: own_params(d, target) for n, d in drafters.items()},
                      deterministic=spec.adaptive_mode == "deterministic")
     if spec.cost_profile is not None:
         cost.load_profile(spec.cost_profile)
     point = {n for n in drafters if not get_method(n).model_based}
     strategy = AdaptiveStrategy(list(drafters), point, spec.num_speculative_tokens, cost)
-    strategy.deferred = set(pool.deferred)
+    strategy.deferred = deferred
     return pool, strategy
 
 

@@ -1,5 +1,6 @@
 """Deferred observation: a model drafter that is not drafting catches up on the target's forwards only when
-it is next asked to draft, in a few batched forwards instead of one per engine step.
+it is next asked to draft, in a few batched forwards instead of one per engine step. `Deferred` wraps such a
+drafter and is itself a `Drafter`: its `observe` buffers, its `propose` catches up first.
 
 Why: a model drafter observes every target forward to keep its own cache current (EAGLE-3 runs its decoder
 layer over the new tokens), which costs a fraction of a target forward per step whether it drafts or not.
@@ -12,9 +13,11 @@ cache entry with the same values).
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
-from .drafting import TargetForward
+from .drafting import Drafter, Proposal, TargetForward
 from .sequence import Sequence, Status
 
 CHUNK = 128  # inputs per sequence per catch-up forward (bounds its attention memory)
@@ -87,3 +90,42 @@ class DeferredObservations:
             out.append(TargetForward([order[i] for i in ids], flat[0][pick], flat[1][pick], valid,
                                      tuple(flat[2 + j][pick] for j in range(n_hidden)), flat[-1][pick]))
         return out
+
+
+class Deferred:
+    """`inner` observes only when it is next asked to draft (or when too much waits). Which drafters may defer
+    is their method table row's `defers`: one whose observe is position-local."""
+
+    def __init__(self, inner: Drafter):
+        self.inner, self.hidden_layers = inner, inner.hidden_layers
+        self.wait = DeferredObservations()
+        self.caught_up = (0, 0.0)  # inputs and seconds of catch-ups before drafting since the last `take`
+
+    def observe(self, fwd: TargetForward) -> None:
+        self.wait.add(fwd)
+        if self.wait.full:
+            self.catch_up()
+
+    def catch_up(self) -> int:
+        """`inner` observes what waits, so its state is as if it had observed every forward; returns the inputs."""
+        inputs = 0
+        for fwd in self.wait.forwards():
+            self.inner.observe(fwd)
+            inputs += int(fwd.valid.sum())
+        return inputs
+
+    def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
+        t = time.perf_counter()
+        inputs = self.catch_up()
+        if inputs:  # the cost model prices a catch-up apart from drafting (engine/adaptive.py)
+            self.caught_up = (self.caught_up[0] + inputs, self.caught_up[1] + time.perf_counter() - t)
+        return self.inner.propose(seqs, k)
+
+    def take(self) -> tuple[int, float]:
+        """Inputs caught up on before drafting, and the seconds that took, since the last call."""
+        out, self.caught_up = self.caught_up, (0, 0.0)
+        return out
+
+    def release(self, seq: Sequence) -> None:
+        self.inner.release(seq)
+        self.wait.release(seq)

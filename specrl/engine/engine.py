@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import time
 
-from .drafting import DrafterPool
+from .pool import DrafterPool
 from .result import StepResult
 from .runner import ModelRunner
 from .scheduler import Scheduler
 from .sequence import Sequence
 from .stats import EngineStats, Tracer
-from .steps import decode_step, prefill_step, spec_step
+from .steps import advance, decode_step, draft, prefill_step, verify_step
 from .strategy import Plan, Strategy
 
 
@@ -25,9 +25,8 @@ class Engine:
         self.runner, self.pool, self.strategy, self.tracer = runner, pool, strategy, tracer
         if pool is not None:
             pool.strategy = strategy
-        calibrate = getattr(strategy, "calibrate", None)
-        if calibrate is not None:  # before any sequence holds a slot (see ModelRunner.time_forward)
-            calibrate(runner.time_forward, runner.num_slots)
+        if strategy is not None:  # before any sequence holds a slot (see ModelRunner.time_forward)
+            strategy.calibrate(runner.time_forward, runner.num_slots)
         self.stats = EngineStats()
         self.weights_version = 0  # a tag for the weights the engine holds, recorded on the tokens they sample
 
@@ -53,12 +52,19 @@ class Engine:
         return self.strategy.schedule(running, self.pool)
 
     def run(self, running: list[Sequence], plan: Plan | None) -> StepResult:
+        """A speculative step: draft -> verify -> advance, each part timed here."""
         if self.pool is None:
             return decode_step(self.runner, running)
-        if plan is None:  # SD off this step, but the drafters still observe the forward (no re-prefill later)
-            plan = Plan([None] * len(running), [0] * len(running))
-        result = spec_step(self.runner, self.pool.drafters, self.pool, running, plan.drafters, plan.k, plan.ready)
-        result.draft_s += plan.draft_s
+        # no plan: SD off this step, but the drafters still observe the forward (no re-prefill later)
+        plan = (plan or Plan.off(len(running))).capped(running)
+        t0 = time.perf_counter()
+        prop, draft_s_by = draft(self.pool.drafters, running, plan, self.runner.model.config.vocab_size,
+                                 self.runner.device)
+        t1 = time.perf_counter()
+        out, positions, sampled = verify_step(self.runner, running, prop)
+        t2 = time.perf_counter()
+        result = advance(self.pool, running, plan, prop, out, positions, sampled)
+        result.draft_s, result.verify_s, result.draft_s_by = plan.draft_s + t1 - t0, t2 - t1, draft_s_by
         return result
 
     def postprocess(self, result: StepResult, scheduler: Scheduler, step_s: float) -> None:

@@ -15,10 +15,10 @@ from ..model.layers import skip_cudnn_attention
 from ..model.tokenizer import TextTokenizer
 from .drafting import Drafter
 from .engine import Engine
-from .methods import MAX_SPEC_TOKENS, SpecConfig, build_engine_drafting
+from .methods import SpecConfig, build_engine_drafting, get_method
 from .outputs import CompletionOutput, RequestOutput
 from .rng import mix_seed
-from .memory import DEFAULT_MEMORY_UTILIZATION, check_dtype, memory_budget, plan_kv_cache, release_caches
+from .memory import DEFAULT_MEMORY_UTILIZATION, SPARE, check_dtype, memory_budget, plan_kv_cache, release_caches
 from .runner import ModelRunner
 from .sampling import SamplingParams
 from .scheduler import Scheduler
@@ -60,7 +60,7 @@ class LLM:
         p = next(self.model.parameters())
         skip_cudnn_attention(p.device)
         budget = memory_budget(p.device, kv_cache_memory, memory_utilization)
-        self.kv_plan = plan_kv_cache(cfg, p.dtype, max_num_seqs, max_model_len, budget.bytes, MAX_SPEC_TOKENS + 1,
+        self.kv_plan = plan_kv_cache(cfg, p.dtype, max_num_seqs, max_model_len, budget.bytes, SPARE,
                                      budget.fix)
         log.info(self.kv_plan.describe())
         self.max_model_len = self.kv_plan.max_model_len
@@ -91,7 +91,8 @@ class LLM:
         pool = self.engine.pool
         if pool is None:
             return None
-        return pool if len(pool.drafters) > 1 or self.spec.method == "auto" else next(iter(pool.drafters.values()))
+        adaptive = self.spec.enabled and get_method(self.spec.method).adaptive
+        return pool if len(pool.drafters) > 1 or adaptive else next(iter(pool.drafters.values()))
 
     @property
     def tracer(self) -> Tracer:
@@ -236,10 +237,8 @@ class LLM:
         Nothing to do on a GPU, where the cache stays allocated."""
         if self.runner.device.type != "cpu":
             return
-        pool = self.engine.pool
-        drafter_caches = [getattr(d, "cache", None) or [] for d in (pool.drafters.values() if pool else ())]
-        for cache in (self.runner.cache, *drafter_caches):  # draft_model, mtp
-            release_caches(cache)
+        model = self.engine.pool.inner if self.engine.pool is not None else None  # a ModelDrafter (drafters/weights.py)
+        release_caches(self.runner.cache + (model.caches() if model is not None else []))
         trim(TRIM_MIN_FREE)  # and the step temporaries' freed heap pages, when there are many (specrl/heap.py)
 
     def step(self, scheduler: Scheduler) -> StepResult:

@@ -36,6 +36,11 @@ import torch
 from ..errors import UserError
 from ..model import ModelConfig, check_device, resolve_dtype
 from . import limits
+from .methods import MAX_SPEC_TOKENS
+
+# positions a KV cache keeps past a sequence's budget: a verify forward writes up to MAX_SPEC_TOKENS drafts and
+# the bonus there
+SPARE = MAX_SPEC_TOKENS + 1
 
 DEFAULT_MEMORY_UTILIZATION = 0.5  # of the free memory; the rest stays for activations and other processes
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
@@ -192,6 +197,18 @@ def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
     tensor = torch.frombuffer(region, dtype=torch.uint8).view(dtype).view(shape)
     tensor._kv_region = region  # for release_kv
     return tensor
+
+
+def kv_cache(layers: int, num_slots: int, kv_heads: int, max_len: int, head_dim: int, device, dtype,
+             spare: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """K and V per layer, each `kv_shape` (`spare`: rows a drafter keeps for itself)."""
+    shape = kv_shape(num_slots, kv_heads, max_len, head_dim, spare)
+    return [(kv_zeros(shape, device, dtype), kv_zeros(shape, device, dtype)) for _ in range(layers)]
+
+
+def kv_shape(num_slots: int, kv_heads: int, max_len: int, head_dim: int, spare: int = 0) -> tuple[int, ...]:
+    """The target's KV cache and every model drafter's: [num_slots, kv_heads, max_len + SPARE + spare, head_dim]."""
+    return num_slots, kv_heads, max_len + SPARE + spare, head_dim
 
 
 def release_kv(tensor: torch.Tensor) -> bool:

@@ -29,6 +29,13 @@ class DrafterMethod:
     model_based: bool  # has trainable weights (a checkpoint dir; the shipped one is `shipped_dir`)
     trainer: str | None = None  # module with `train(policy, out, data, args)` for `specrl train-drafter`
     adaptive: bool = False  # picks another method's drafts per step instead of drafting itself
+    # "auto" may defer its observations while it is idle (engine/deferred.py): its observe is position-local
+    # (cache rows from each input alone); MTP's modules read the next inputs, so it observes every step
+    defers: bool = False
+    # the simulator's default drafting cost, a share of the target's forward: a one-layer head over the target's
+    # features (None: sim/cost.py eagle_draft_frac of the model), a ~10x smaller draft model (0.1), or CPU work
+    # that the fitted overheads hold (0.0)
+    sim_draft_frac: float | None = 0.0
 
     @property
     def shipped_dir(self) -> Path:
@@ -37,9 +44,11 @@ class DrafterMethod:
 
 
 TABLE: tuple[DrafterMethod, ...] = (
-    DrafterMethod("draft_model", "specrl.drafters.draft_model.drafter", True, "specrl.drafters.draft_model.train"),
-    DrafterMethod("eagle3", "specrl.drafters.eagle3.drafter", True, "specrl.drafters.eagle3.train"),
-    DrafterMethod("mtp", "specrl.drafters.mtp.drafter", True, "specrl.drafters.mtp.train"),
+    DrafterMethod("draft_model", "specrl.drafters.draft_model.drafter", True, "specrl.drafters.draft_model.train",
+                  defers=True, sim_draft_frac=0.1),
+    DrafterMethod("eagle3", "specrl.drafters.eagle3.drafter", True, "specrl.drafters.eagle3.train", defers=True,
+                  sim_draft_frac=None),
+    DrafterMethod("mtp", "specrl.drafters.mtp.drafter", True, "specrl.drafters.mtp.train", sim_draft_frac=None),
     DrafterMethod("ngram", "specrl.drafters.ngram.drafter", False),
     DrafterMethod("suffix", "specrl.drafters.suffix.drafter", False),
     DrafterMethod("auto", "specrl.engine.adaptive", False, adaptive=True),
@@ -141,7 +150,7 @@ def build_drafter(spec: SpecConfig, target, num_slots: int, max_len: int):
 def build_engine_drafting(spec: SpecConfig, drafter, target, num_slots: int, max_len: int):
     """The engine's (DrafterPool, Strategy) for `spec`, or for a plugged-in `drafter` (it drafts
     spec.num_speculative_tokens tokens every step; a DrafterPool is used as it is); (None, None) with SD off."""
-    from .drafting import DrafterPool
+    from .pool import DrafterPool
     from .strategy import StaticStrategy
     if isinstance(drafter, DrafterPool):
         return drafter, StaticStrategy(next(iter(drafter.drafters)), spec.num_speculative_tokens)

@@ -28,10 +28,7 @@ class StepResult:
     asked: list[int] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
-    draft_s_by: dict[str, float] = field(default_factory=dict)
-    # a drafter that deferred its observations (engine/deferred.py): the inputs it caught up on before
-    # drafting this step, and the seconds that took (part of draft_s, not of draft_s_by)
-    catch_up_by: dict[str, tuple[int, float]] = field(default_factory=dict)
+    draft_s_by: dict[str, float] = field(default_factory=dict)  # a deferred drafter's catch-up included
 
     @property
     def active(self) -> int:

@@ -7,8 +7,7 @@ import torch
 
 from ..model import CausalLM, ModelOutput
 from ..model.layers import slot_index
-from .memory import kv_zeros
-from .methods import MAX_SPEC_TOKENS  # verify forwards write up to k drafts past a sequence's budget
+from .memory import kv_cache
 
 
 class ModelRunner:
@@ -18,9 +17,8 @@ class ModelRunner:
         cfg = model.config
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
-        shape = (num_slots, cfg.num_kv_heads, max_len + MAX_SPEC_TOKENS + 1, cfg.head_dim)
-        self.cache = [(kv_zeros(shape, self.device, self.dtype),
-                       kv_zeros(shape, self.device, self.dtype)) for _ in range(cfg.num_layers)]
+        self.cache = kv_cache(cfg.num_layers, num_slots, cfg.num_kv_heads, max_len, cfg.head_dim, self.device,
+                              self.dtype)
 
     @property
     def want_full_hidden(self) -> bool:

@@ -1,23 +1,59 @@
-"""The engine's three kinds of step, as tensor work over a list of running sequences.
+"""The engine's kinds of step, as tensor work over a list of running sequences.
 
-Each samples with `hash_uniform(seed, absolute position, stream)`, so the token drawn at a position does not
-depend on how the step was batched; a speculative step that proposes nothing is a plain decode step. Each
-returns a `StepResult` (engine/result.py) and touches no counters: the engine's postprocess reads it once.
+A speculative step reads draft -> verify -> advance; a decode step is its verify with no drafts, and a prefill
+samples its first tokens with the same tail (`sample`: penalties and min_tokens, the distribution p, a sample
+or the verdict on the drafts, logprobs). Each samples with `hash_uniform(seed, absolute position, stream)`, so
+the token drawn at a position does not depend on how the step was batched. Each returns a `StepResult`
+(engine/result.py) and touches no counters: the engine times the parts and its postprocess reads the result.
 """
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import torch
 
 from .drafting import Drafter, Proposal, TargetForward, on_device
 from .result import StepResult
 from .rng import STREAM_ACCEPT, STREAM_SAMPLE
+from ..model import ModelOutput
 from .runner import ModelRunner
 from .sampling import batch_params, hash_uniform, sample_from, target_probs, token_logprobs
 from .sequence import Sequence
+from .strategy import Plan
 from .verify import Verdict, draft_q, verify
 from .token_options import apply_min_tokens, apply_repetition_penalty, top_logprob_dicts
+
+
+class Sampled(NamedTuple):
+    verdict: Verdict  # accepted drafts and [B, K+1] tokens (the sample at index num_accepted)
+    logprobs: torch.Tensor  # [B, K+1] the policy's temperature-scaled logprobs of those tokens
+    tops: list | None  # top-N logprob dicts per row and position, None when no row asked
+
+
+def sample(logits: torch.Tensor, seqs: list[Sequence], start: torch.Tensor, prop: Proposal | None = None) -> Sampled:
+    """The one sampling tail. logits [B, K+1, V] predict the tokens at positions start + j ([B] start); with
+    drafts `prop` [B, K] the verdict accepts a prefix of them and samples the token after it."""
+    temperature, top_k, top_p, seeds = batch_params(seqs, logits.device)
+    drafts = None if prop is None else prop.tokens
+    shaped = apply_min_tokens(apply_repetition_penalty(logits, seqs, drafts), seqs)  # [B, K+1, V]
+    p = target_probs(shaped, temperature, top_k, top_p)  # [B, K+1, V]: the same shaped p with drafts or without
+    positions = start[:, None] + torch.arange(logits.shape[1], device=logits.device)  # [B, K+1]
+    u_sample = hash_uniform(seeds, positions, STREAM_SAMPLE)  # [B, K+1]
+    if drafts is None or drafts.shape[1] == 0:
+        verdict = Verdict(torch.zeros(len(seqs), dtype=torch.long, device=logits.device), sample_from(p, u_sample))
+    else:
+        q = draft_q(drafts, prop.probs, prop.lengths, p.shape[-1])  # [B, K, V]
+        verdict = verify(p, drafts, q, hash_uniform(seeds, positions[:, :-1], STREAM_ACCEPT), u_sample)
+    logprobs = token_logprobs(logits, verdict.tokens, temperature)  # [B, K+1]
+    return Sampled(verdict, logprobs, top_logprob_dicts(logits, verdict.tokens, logprobs, seqs, temperature))
+
+
+def append(seqs: list[Sequence], s: Sampled) -> list[int]:
+    """Each sequence takes its accepted drafts + 1, cut at a stop token/string or its budget; returns how many."""
+    n_acc, toks, lps = s.verdict.num_accepted.tolist(), s.verdict.tokens.tolist(), s.logprobs.tolist()
+    return [seq.append(toks[b][:n_acc[b] + 1], lps[b][:n_acc[b] + 1], s.tops[b][:n_acc[b] + 1] if s.tops else None)
+            for b, seq in enumerate(seqs)]
 
 
 def prefill_step(runner: ModelRunner, groups: list[list[Sequence]], drafter: Drafter | None) -> StepResult:
@@ -28,16 +64,7 @@ def prefill_step(runner: ModelRunner, groups: list[list[Sequence]], drafter: Dra
     seqs = [s for g in groups for s in g]
     rep = torch.tensor([i for i, g in enumerate(groups) for _ in g], device=runner.device)  # [N]
     # step 2: each sample draws its first token with its own seed
-    logits = out.logits[rep]  # [N, 1, V]
-    temperature, top_k, top_p, seeds = batch_params(seqs, runner.device)
-    positions = torch.tensor([[len(s.prompt)] for s in seqs], device=runner.device)  # [N, 1]
-    shaped = apply_min_tokens(apply_repetition_penalty(logits, seqs), seqs)  # [N, 1, V]
-    tokens = sample_from(target_probs(shaped, temperature, top_k, top_p),
-                         hash_uniform(seeds, positions, STREAM_SAMPLE))  # [N, 1]
-    logprobs = token_logprobs(logits, tokens, temperature)  # [N, 1]
-    tops = top_logprob_dicts(logits, tokens, logprobs, seqs, temperature)
-    for b, (s, t, lp) in enumerate(zip(seqs, tokens[:, 0].tolist(), logprobs[:, 0].tolist())):
-        s.append([t], [lp], tops[b] if tops else None)
+    append(seqs, sample(out.logits[rep], seqs, torch.tensor([len(s.prompt) for s in seqs], device=runner.device)))
     # step 3: the drafter sees the prompt's hidden states, each input paired with the token after it
     if drafter is not None:
         T = max(len(g[0].prompt) for g in groups)
@@ -60,19 +87,28 @@ def refill_step(runner: ModelRunner, seqs: list[Sequence]) -> None:
 
 
 def decode_step(runner: ModelRunner, seqs: list[Sequence]) -> StepResult:
-    device = runner.device
-    tokens = torch.tensor([[s.tokens[-1]] for s in seqs], device=device)  # [B, 1]
-    positions = torch.tensor([[s.num_tokens - 1] for s in seqs], device=device)  # [B, 1]
-    logits = runner.forward(tokens, positions, [s.slot for s in seqs]).logits  # [B, 1, V]
-    temperature, top_k, top_p, seeds = batch_params(seqs, device)
-    shaped = apply_min_tokens(apply_repetition_penalty(logits, seqs), seqs)  # [B, 1, V]
-    new = sample_from(target_probs(shaped, temperature, top_k, top_p),
-                      hash_uniform(seeds, positions + 1, STREAM_SAMPLE))  # [B, 1]
-    logprobs = token_logprobs(logits, new, temperature)  # [B, 1]
-    tops = top_logprob_dicts(logits, new, logprobs, seqs, temperature)
-    for b, (s, t, lp) in enumerate(zip(seqs, new[:, 0].tolist(), logprobs[:, 0].tolist())):
-        s.append([t], [lp], tops[b] if tops else None)
+    """SD off: the verify of a proposal with no drafts."""
+    none = Proposal(torch.zeros(len(seqs), 0, dtype=torch.long, device=runner.device), None, None)
+    append(seqs, verify_step(runner, seqs, none)[2])
     return StepResult("decode", seqs, tokens_in=len(seqs), emitted_tokens=len(seqs))
+
+
+def draft(drafters: dict[str, Drafter], seqs: list[Sequence], plan: Plan, vocab: int, device) -> tuple[Proposal, dict]:
+    """One [B, K] proposal: each drafter over its rows of the (budget-capped) plan, or the plan's ready
+    proposal cut to each row's k; and each drafter's seconds."""
+    parts, draft_s_by = [], {}
+    for name in dict.fromkeys(w for w, ki in zip(plan.drafters, plan.k) if w is not None and ki > 0):
+        rows = [b for b, w in enumerate(plan.drafters) if w == name and plan.k[b] > 0]
+        t = time.perf_counter()
+        if name in plan.ready:
+            prop = cut(on_device(plan.ready[name], device), rows, [plan.k[b] for b in rows])
+        else:
+            prop = on_device(drafters[name].propose([seqs[b] for b in rows], [plan.k[b] for b in rows]), device)
+        parts.append((rows, prop))
+        draft_s_by[name] = time.perf_counter() - t
+    if len(parts) == 1 and len(parts[0][0]) == len(seqs):
+        return parts[0][1], draft_s_by
+    return merge_proposals(parts, len(seqs), vocab, device), draft_s_by
 
 
 def merge_proposals(parts: list[tuple[list[int], Proposal]], B: int, vocab: int, device) -> Proposal:
@@ -98,68 +134,6 @@ def merge_proposals(parts: list[tuple[list[int], Proposal]], B: int, vocab: int,
     return Proposal(tokens, lengths, probs)
 
 
-def spec_step(runner: ModelRunner, drafters: dict[str, Drafter], observer: Drafter, seqs: list[Sequence],
-              which: list[str | None], k: list[int], ready: dict[str, Proposal] | None = None) -> StepResult:
-    """One verify forward over every running sequence. Row b carries up to k[b] drafts from drafter
-    `which[b]` (None or k = 0: no draft); `ready` holds proposals the schedule already made (over all rows,
-    cut here to each row's k). Every drafter in `observer` sees the forward, drafting or not."""
-    device = runner.device
-    ready = ready or {}
-    # step 1: draft, per drafter over its rows; never more than the sequence may still emit minus the bonus
-    ks = [max(0, min(ki, s.budget - 1)) if w is not None else 0 for ki, s, w in zip(k, seqs, which)]
-    parts, draft_s_by, catch_up_by, t0 = [], {}, {}, time.perf_counter()
-    for name in dict.fromkeys(w for w, ki in zip(which, ks) if w is not None and ki > 0):
-        rows = [b for b, w in enumerate(which) if w == name and ks[b] > 0]
-        t = time.perf_counter()
-        if name in ready:
-            prop = cut(on_device(ready[name], device), rows, [ks[b] for b in rows])
-        else:
-            catch_up = getattr(observer, "catch_up", None)
-            if catch_up is not None:  # a drafter that deferred its observations (engine/deferred.py)
-                inputs = catch_up(name)
-                now = time.perf_counter()
-                if inputs:
-                    catch_up_by[name] = (inputs, now - t)
-                t = now  # its own draft time, without the catch-up (the step's draft_s has both)
-            prop = on_device(drafters[name].propose([seqs[b] for b in rows], [ks[b] for b in rows]), device)
-        parts.append((rows, prop))
-        draft_s_by[name] = time.perf_counter() - t
-    B = len(seqs)
-    prop = parts[0][1] if len(parts) == 1 and len(parts[0][0]) == B else \
-        merge_proposals(parts, B, runner.model.config.vocab_size, device)
-    t1 = time.perf_counter()
-    # step 2: verify [last token, drafts...] for every sequence in one forward
-    K = prop.tokens.shape[1]
-    last = torch.tensor([[s.tokens[-1]] for s in seqs], device=device)  # [B, 1]
-    start = torch.tensor([s.num_tokens for s in seqs], device=device)  # [B] position of the first new token
-    positions = (start - 1)[:, None] + torch.arange(K + 1, device=device)  # [B, K+1]
-    out = runner.forward(torch.cat([last, prop.tokens], dim=1), positions, [s.slot for s in seqs])
-    temperature, top_k, top_p, seeds = batch_params(seqs, device)
-    shaped = apply_min_tokens(apply_repetition_penalty(out.logits, seqs, prop.tokens), seqs)  # [B, K+1, V]
-    p = target_probs(shaped, temperature, top_k, top_p)  # [B, K+1, V]: the same shaped p as plain decoding
-    u_sample = hash_uniform(seeds, positions + 1, STREAM_SAMPLE)  # [B, K+1]
-    if K == 0:  # nothing proposed (e.g. the strategy turned SD off): a plain decode step
-        verdict = Verdict(torch.zeros(B, dtype=torch.long, device=device), sample_from(p, u_sample))
-    else:
-        q = draft_q(prop.tokens, prop.probs, prop.lengths, p.shape[-1])  # [B, K, V]
-        verdict = verify(p, prop.tokens, q, hash_uniform(seeds, positions[:, 1:], STREAM_ACCEPT), u_sample)
-    logprobs = token_logprobs(out.logits, verdict.tokens, temperature)  # [B, K+1]
-    tops = top_logprob_dicts(out.logits, verdict.tokens, logprobs, seqs, temperature)
-    t2 = time.perf_counter()
-    # step 3: each sequence advances by its accepted drafts + 1, cut at a stop token/string or its budget
-    n_acc, toks, lps = verdict.num_accepted.tolist(), verdict.tokens.tolist(), logprobs.tolist()
-    kept = [s.append(toks[b][:n_acc[b] + 1], lps[b][:n_acc[b] + 1], tops[b][:n_acc[b] + 1] if tops else None)
-            for b, s in enumerate(seqs)]
-    observer.observe(TargetForward(seqs, positions, verdict.tokens, torch.tensor(kept, device=device),
-                                   out.hidden, out.last_hidden))
-    lengths = prop.lengths.tolist()
-    drafted_by = [w if n > 0 else None for w, n in zip(which, lengths)]
-    return StepResult("spec", seqs, tokens_in=B * (K + 1), emitted_tokens=sum(kept), k=max(ks, default=0),
-                      draft_tokens=sum(lengths), accepted_tokens=sum(n_acc), draft_s=t1 - t0, verify_s=t2 - t1,
-                      drafters=drafted_by, drafters_asked=[w if ki > 0 else None for w, ki in zip(which, ks)],
-                      asked=ks, lengths=lengths, accepted=n_acc, draft_s_by=draft_s_by, catch_up_by=catch_up_by)
-
-
 def cut(prop: Proposal, rows: list[int], k: list[int]) -> Proposal:
     """Rows `rows` of a proposal made over every running sequence, each cut to its k (a prefix of a draft
     is itself a draft: the schedule may ask a cheap drafter first and keep part of what it proposed)."""
@@ -167,3 +141,27 @@ def cut(prop: Proposal, rows: list[int], k: list[int]) -> Proposal:
     K = min(max(k, default=0), prop.tokens.shape[1])
     lengths = torch.minimum(prop.lengths[idx], torch.tensor(k, dtype=torch.long, device=idx.device))
     return Proposal(prop.tokens[idx, :K], lengths, None if prop.probs is None else prop.probs[idx, :K])
+
+
+def verify_step(runner: ModelRunner, seqs: list[Sequence], prop: Proposal) -> tuple[ModelOutput, torch.Tensor, Sampled]:
+    """One forward over [last token, drafts...] of every sequence, and the sampling tail on it."""
+    K = prop.tokens.shape[1]
+    last = torch.tensor([[s.tokens[-1]] for s in seqs], device=runner.device)  # [B, 1]
+    start = torch.tensor([s.num_tokens for s in seqs], device=runner.device)  # [B] position of the first new token
+    positions = (start - 1)[:, None] + torch.arange(K + 1, device=runner.device)  # [B, K+1]
+    out = runner.forward(torch.cat([last, prop.tokens], dim=1), positions, [s.slot for s in seqs])
+    return out, positions, sample(out.logits, seqs, start, prop)
+
+
+def advance(observer: Drafter, seqs: list[Sequence], plan: Plan, prop: Proposal, out: ModelOutput,
+            positions: torch.Tensor, sampled: Sampled) -> StepResult:
+    """Each sequence appends what the verdict kept; every drafter of `observer` sees the forward."""
+    kept = append(seqs, sampled)
+    observer.observe(TargetForward(seqs, positions, sampled.verdict.tokens, torch.tensor(kept, device=positions.device),
+                                   out.hidden, out.last_hidden))
+    lengths, n_acc = prop.lengths.tolist(), sampled.verdict.num_accepted.tolist()
+    return StepResult("spec", seqs, tokens_in=positions.numel(), emitted_tokens=sum(kept), k=max(plan.k, default=0),
+                      draft_tokens=sum(lengths), accepted_tokens=sum(n_acc),
+                      drafters=[w if n > 0 else None for w, n in zip(plan.drafters, lengths)],
+                      drafters_asked=[w if ki > 0 else None for w, ki in zip(plan.drafters, plan.k)],
+                      asked=plan.k, lengths=lengths, accepted=n_acc)

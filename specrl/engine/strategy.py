@@ -3,10 +3,11 @@ and how many tokens (0: none). `StaticStrategy` is one drafter at one k for ever
 `spec.method` = a drafter's name runs); the adaptive one ("auto") is in engine/adaptive.py."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
-from .drafting import DrafterPool, Proposal
+from .drafting import Proposal
+from .pool import DrafterPool
 from .result import StepResult
 from .sequence import Sequence
 
@@ -18,15 +19,32 @@ class Plan:
     ready: dict[str, Proposal] = field(default_factory=dict)  # proposals already made while scheduling (all rows)
     draft_s: float = 0.0  # seconds the schedule spent drafting (those proposals)
 
+    @classmethod
+    def off(cls, rows: int) -> "Plan":
+        return cls([None] * rows, [0] * rows)
 
-class Strategy(Protocol):
-    def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan: ...
+    def capped(self, seqs: list[Sequence]) -> "Plan":
+        """k cut to what each sequence may still emit (0 without a drafter)."""
+        return replace(self, k=[budget_cap(k, s) if w is not None else 0 for w, k, s in zip(self.drafters, self.k, seqs)])
+
+
+def budget_cap(k: int, seq: Sequence) -> int:
+    """Never more drafts than the sequence may still emit minus the bonus token."""
+    return max(0, min(k, seq.budget - 1))
+
+
+class Strategy:
+    def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan | None:
+        raise NotImplementedError
 
     def update(self, result: StepResult) -> None:
         """Called with every step's result (prefill ones too), after the counters."""
 
+    def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int) -> None:
+        """Called once, before any sequence holds a slot: `time_forward(B, T)` times a target forward."""
 
-class StaticStrategy:
+
+class StaticStrategy(Strategy):
     """Drafter `name` drafts `k` tokens for every sequence, every step."""
 
     def __init__(self, name: str, k: int):
@@ -34,6 +52,3 @@ class StaticStrategy:
 
     def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan:
         return Plan([self.name] * len(seqs), [self.k] * len(seqs))
-
-    def update(self, result: StepResult) -> None:
-        pass

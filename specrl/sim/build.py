@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.config.choices import PIPELINE_MODES, PLACEMENTS
-from specrl.engine.methods import DRAFTING_METHODS
+from specrl.engine.methods import DRAFTING_METHODS, get_method
 from specrl.sim import cost
 from specrl.sim.acceptance import AcceptanceModel, fit_geometric, from_acceptance_length
 from specrl.sim.calibrate import load_trace, with_drafter
@@ -76,11 +76,8 @@ def acceptance_from_args(a: argparse.Namespace) -> AcceptanceModel:
 
 
 def default_draft_frac(method: str, model) -> float:
-    if method in ("eagle3", "mtp"):
-        return cost.eagle_draft_frac(model)
-    if method == "draft_model":
-        return 0.1  # a ~10x smaller draft model
-    return 0.0  # n-gram / suffix drafting runs on the CPU; its cost is in the fitted overheads
+    frac = get_method(method).sim_draft_frac  # the method table says what drafting costs
+    return cost.eagle_draft_frac(model) if frac is None else frac
 
 
 def config_from_args(a: argparse.Namespace) -> SimConfig:

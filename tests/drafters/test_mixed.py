@@ -12,9 +12,9 @@ import pytest
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.drafters.ngram.drafter import NgramDrafter
 from specrl.drafters.suffix.drafter import SuffixDrafter
-from specrl.engine.drafting import DrafterPool
+from specrl.engine.pool import DrafterPool
 from specrl.engine.methods import build_drafter
-from specrl.engine.strategy import Plan
+from specrl.engine.strategy import Plan, Strategy
 from tests.drafters.drafters import UniformDrafter
 from tests.drafters.test_exactness import (PROMPT, SETTINGS, assert_same_as_sd_off,
                                            assert_sampled_logprobs_are_the_policys, peaky_model, sample_first3)
@@ -24,7 +24,7 @@ from tests.stats import assert_matches, exact_distribution
 pytest.importorskip("specrl.drafters.eagle3.drafter")
 
 
-class RandomMix:
+class RandomMix(Strategy):
     """Each row, each step: a random drafter from the pool (or none) and a random k in 0..k_max, from its
     own RNG (never the sampling uniforms). Counts what the verify forwards held."""
 

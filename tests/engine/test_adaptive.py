@@ -6,9 +6,11 @@ import pytest
 
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.config.build import ConfigError, from_dict
-from specrl.engine.adaptive import OFF, PLAN_EVERY, AdaptiveStrategy, Arm, expected_accepted
+from specrl.engine.adaptive import ALL, FILL, FULL, OFF, PLAN_EVERY, AdaptiveStrategy, Arm, expected_accepted
 from specrl.engine.cost_model import CostModel, CostProfileError
-from specrl.engine.drafting import DrafterPool, pad_proposals
+from specrl.engine.deferred import Deferred
+from specrl.engine.drafting import pad_proposals
+from specrl.engine.pool import DrafterPool
 from specrl.engine.result import StepResult
 from specrl.engine.sequence import Sequence
 from specrl.engine.sampling import SamplingParams as SP
@@ -123,9 +125,9 @@ def flat_cost(names, deterministic=True):
 
 def teach(strategy, name, accepted_of_4, rows=200):
     """`rows` rows of drafter `name` asked for 4 tokens with `accepted_of_4` accepted (all proposed)."""
-    strategy.stats[name].add([4] * rows, [4] * rows, [accepted_of_4] * rows)
+    strategy.stats[name, ALL].add([4] * rows, [4] * rows, [accepted_of_4] * rows)
     if name in strategy.point:
-        strategy.stats[name + "*"].add([4] * rows, [4] * rows, [accepted_of_4] * rows)
+        strategy.stats[name, FULL].add([4] * rows, [4] * rows, [accepted_of_4] * rows)
 
 
 def test_acceptance_counts_price_every_shorter_draft():
@@ -150,7 +152,7 @@ def test_the_plan_takes_the_drafter_whose_counts_favour_it_and_a_hybrid_for_long
     pool = DrafterPool({"suffix": PointDrafter({0: 4, 1: 0, 2: 4}), "eagle3": PointDrafter({0: 4, 1: 4, 2: 4})})
     strategy = AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, flat_cost(["suffix", "eagle3"]))
     teach(strategy, "suffix", 4)  # a full suffix match is always accepted ...
-    strategy.stats["suffix"].add([4] * 400, [0] * 400, [0] * 400)  # ... but most rows have none
+    strategy.stats["suffix", ALL].add([4] * 400, [0] * 400, [0] * 400)  # ... but most rows have none
     teach(strategy, "eagle3", 2)
     plan = strategy.schedule(rows, pool)
     # rows 0 and 2 have a full-length suffix match and keep it; row 1 has none, so EAGLE-3 drafts for it
@@ -161,23 +163,36 @@ def test_the_plan_takes_the_drafter_whose_counts_favour_it_and_a_hybrid_for_long
 
 def test_a_model_drafter_filling_in_a_hybrid_is_counted_apart_from_its_rows_at_large():
     # The rows a hybrid's model drafter gets are those without a full suffix match: harder than a row taken at
-    # random. Their counts go to "eagle3~", which prices the hybrid; "eagle3" (the drafter alone) keeps its own.
+    # random. Their counts go to ("eagle3", FILL), which prices the hybrid; ("eagle3", ALL) (the drafter alone)
+    # keeps its own.
     rows = seqs(3)
     pool = DrafterPool({"suffix": PointDrafter({0: 4, 1: 0, 2: 4}), "eagle3": PointDrafter({0: 4, 1: 4, 2: 4})})
     strategy = AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, flat_cost(["suffix", "eagle3"]))
     teach(strategy, "suffix", 4)
-    strategy.stats["suffix"].add([4] * 400, [0] * 400, [0] * 400)
+    strategy.stats["suffix", ALL].add([4] * 400, [0] * 400, [0] * 400)
     teach(strategy, "eagle3", 2)
     plan = strategy.schedule(rows, pool)
     assert strategy.arm.label == "suffix+eagle3@4" and plan.drafters == ["suffix", "eagle3", "suffix"]
-    alone = list(strategy.stats["eagle3"].reached)
+    alone = list(strategy.stats["eagle3", ALL].reached)
     strategy.update(StepResult("spec", rows, tokens_in=15, emitted_tokens=10, drafters_asked=plan.drafters,
                                asked=[4, 4, 4], lengths=[4, 4, 4], accepted=[4, 0, 4]))
-    assert strategy.stats["eagle3"].reached == alone
-    assert strategy.stats["eagle3~"].reached == [1.0, 0.0, 0.0, 0.0]  # row 1: its first draft was rejected
-    assert strategy.stats["eagle3~"].accepted == [0.0] * 4
+    assert strategy.stats["eagle3", ALL].reached == alone
+    assert strategy.stats["eagle3", FILL].reached == [1.0, 0.0, 0.0, 0.0]  # row 1: its first draft was rejected
+    assert strategy.stats["eagle3", FILL].accepted == [0.0] * 4
     # the hybrid is now priced with the fill-in rows' acceptance, the drafter alone still with its own
-    assert strategy.stats["eagle3~"].expected(4, False) < strategy.stats["eagle3"].expected(4, False)
+    assert strategy.stats["eagle3", FILL].expected(4, False) < strategy.stats["eagle3", ALL].expected(4, False)
+
+    # the counts are learned state, keyed (drafter, kind); a checkpoint with the older "eagle3~"-style string
+    # keys loads into the same keys
+    again = AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, flat_cost(["suffix", "eagle3"]))
+    state = strategy.state_dict()
+    again.load_state_dict(state)
+    assert {key: c.state_dict() for key, c in again.stats.items()} == {k: c.state_dict() for k, c in strategy.stats.items()}
+    old = {**state, "stats": {name + {ALL: "", FULL: "*", FILL: "~"}[kind]: sub for (name, kind), sub in state["stats"]}}
+    assert set(old["stats"]) == {"suffix", "suffix*", "eagle3", "eagle3~"}
+    again = AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, flat_cost(["suffix", "eagle3"]))
+    again.load_state_dict(old)
+    assert {key: c.state_dict() for key, c in again.stats.items()} == {k: c.state_dict() for k, c in strategy.stats.items()}
 
 
 def test_sd_is_off_when_a_verified_token_costs_as_much_as_a_forward():
@@ -225,9 +240,9 @@ def test_a_deferred_model_drafter_is_charged_its_catch_up_for_every_token_the_st
     teach(strategy, "eagle3", 2)
     arm = Arm("eagle3", 4)
     before = strategy.predicted_rate(arm, 8, optimistic=False)
-    strategy.deferred = {"eagle3"}
+    strategy.deferred = {"eagle3": None}  # its pricing reads the name only
     cost.observe_catch_up("eagle3", 100, 0.5)  # 5 ms an input
-    draft = strategy.stats["eagle3"].expected(4, optimistic=False)
+    draft = strategy.stats["eagle3", ALL].expected(4, optimistic=False)
     seconds = 8 * (1 + draft) / before + 0.005 * 8 * (1 + draft)
     assert strategy.predicted_rate(arm, 8, optimistic=False) == pytest.approx(8 * (1 + draft) / seconds)
     assert strategy.predicted_rate(Arm("suffix", 4), 8) == pytest.approx(  # a model-free arm is not charged
@@ -266,8 +281,8 @@ def test_shadow_drafts_teach_a_model_free_drafter_without_drafting():
                                asked=[0, 0], lengths=[0, 0], accepted=[0, 0]))
     # row 0: drafts 1, 2 accepted, the third rejected; row 1: the first rejected (positions past a rejection
     # are never reached)
-    assert strategy.stats["suffix"].reached[:3] == [2.0, 1.0, 1.0]
-    assert strategy.stats["suffix"].accepted[:3] == [1.0, 1.0, 0.0]
+    assert strategy.stats["suffix", ALL].reached[:3] == [2.0, 1.0, 1.0]
+    assert strategy.stats["suffix", ALL].accepted[:3] == [1.0, 1.0, 0.0]
 
 
 def run_auto(spec, prompts, params, state=None):
@@ -324,7 +339,7 @@ def test_a_step_result_reaches_the_stats_the_trace_and_the_strategy_once(tmp_pat
     assert rows[0]["phase"] == "prefill" and {r["phase"] for r in rows[1:]} == {"spec"}
     assert sum(r["emitted_tokens"] for r in rows) == llm.stats["generated_tokens"] == 60
     assert sum(r["draft_tokens"] for r in rows) == llm.stats["draft_tokens"]
-    assert llm.engine.strategy.stats["suffix"].rows + llm.engine.strategy.stats["ngram"].rows > 0
+    assert llm.engine.strategy.stats["suffix", ALL].rows + llm.engine.strategy.stats["ngram", ALL].rows > 0
 
 
 def test_bench_adaptive_refuses_bad_draft_lengths_and_methods(capsys):
@@ -345,7 +360,7 @@ def test_hybrid_plans_and_a_deferred_model_drafter_keep_greedy_tokens_and_logpro
     spec = SpecConfig(method="auto", drafters=("suffix", "eagle3"), ngram_min=1, draft_model=eagle.draft_model,
                       num_speculative_tokens=4)
     llm = LLM(model, spec=spec, max_num_seqs=4)
-    assert "eagle3" in llm.drafter.deferred  # idle, it catches up only when asked to draft
+    assert isinstance(llm.drafter.drafters["eagle3"], Deferred)  # idle, it catches up only when asked to draft
     llm.engine.strategy.arms = [Arm("eagle3", 4, "suffix"), Arm("eagle3", 2, "suffix")]  # only hybrids
     got = llm.generate(prompts, params)
     assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in base]
@@ -354,6 +369,6 @@ def test_hybrid_plans_and_a_deferred_model_drafter_keep_greedy_tokens_and_logpro
     chosen = llm.engine.strategy.chosen
     assert chosen.get("suffix", 0) > 0 and chosen.get("eagle3", 0) > 0  # rows of both drafters
     strategy = llm.engine.strategy
-    learnt = strategy.stats["suffix"].rows
+    learnt = strategy.stats["suffix", ALL].rows
     strategy.reset_counts()  # what `bench adaptive` does after its warm-up
-    assert strategy.chosen == {} and strategy.history is None and strategy.stats["suffix"].rows == learnt > 0
+    assert strategy.chosen == {} and strategy.history is None and strategy.stats["suffix", ALL].rows == learnt > 0

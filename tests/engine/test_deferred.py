@@ -4,15 +4,16 @@ import pytest
 import torch
 
 from specrl import LLM, SamplingParams
-from specrl.engine.drafting import DrafterPool
-from specrl.engine.methods import build_drafter
+from specrl.engine.deferred import Deferred
+from specrl.engine.methods import build_drafter, get_method
+from specrl.engine.pool import DrafterPool
 from specrl.engine.scheduler import Scheduler
-from specrl.engine.strategy import Plan
+from specrl.engine.strategy import Plan, Strategy
 from tests.drafters.factories import make
 from tests.helpers import tiny_model
 
 
-class EveryOther:
+class EveryOther(Strategy):
     """Drafts k=3 with the point drafter on even steps and nothing on odd ones: verify forwards of several
     lengths reach the model drafter, which never drafts."""
 
@@ -23,16 +24,13 @@ class EveryOther:
         self.n += 1
         return Plan(["ngram"] * len(seqs), [3] * len(seqs)) if self.n % 2 else None
 
-    def update(self, result):
-        pass
-
 
 def engine(model, spec, defer):
     drafter = build_drafter(spec, model, 8, 64)
     ngram = build_drafter(spec.__class__(method="ngram", ngram_min=1), model, 8, 64)
+    if defer and get_method(spec.method).defers:
+        drafter = Deferred(drafter)
     pool = DrafterPool({"ngram": ngram, spec.method: drafter}, (spec.method,))
-    if defer:
-        pool.defer([spec.method])
     return LLM(model, drafter=pool, strategy=EveryOther(), max_num_seqs=8, max_model_len=64), pool
 
 
@@ -49,12 +47,14 @@ def test_a_deferred_drafter_proposes_what_an_observing_one_does(method, tmp_path
         sched.add(seqs)
         for _ in range(9):  # a prefill, then verify steps; the 6-token sequence finishes on the way
             llm.step(sched)
+        wrapped = pool.drafters[method]
         if defer:  # MTP's modules read the inputs after each one: it observes every step
-            assert (method in pool.deferred) == (method != "mtp")
-            assert method == "mtp" or pool.deferred[method].pending > 0
-        pending = pool.deferred[method].pending if method in pool.deferred else 0
-        caught = pool.catch_up(method)  # the inputs of the sequences still running (the cost model prices them)
-        assert (0 < caught <= pending) if pending else caught == 0
+            assert isinstance(wrapped, Deferred) == (method != "mtp")
+        if isinstance(wrapped, Deferred):
+            pending = wrapped.wait.pending
+            assert pending > 0
+            caught = wrapped.catch_up()  # the inputs of the sequences still running (the cost model prices them)
+            assert 0 < caught <= pending
         running = sched.running
         assert len(running) == 2
         prop = pool.drafters[method].propose(running, [4] * len(running))

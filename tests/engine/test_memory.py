@@ -9,7 +9,7 @@ import torch
 
 from specrl import LLM, SamplingParams
 from specrl.engine.memory import check_dtype, kv_bytes_per_token, kv_zeros, parse_bytes, plan_kv_cache, release_kv
-from specrl.engine.runner import MAX_SPEC_TOKENS
+from specrl.engine.methods import MAX_SPEC_TOKENS
 from tests.helpers import save_tiny, tiny_config, tiny_model
 
 SPARE = MAX_SPEC_TOKENS + 1

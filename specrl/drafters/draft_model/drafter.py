@@ -13,9 +13,10 @@ from pathlib import Path
 import torch
 
 from ...engine.drafting import Proposal, TargetForward, blank_proposal
-from ...engine.memory import kv_zeros
-from ...engine.methods import MAX_SPEC_TOKENS, SpecConfig, get_method
+from ...engine.memory import kv_cache
+from ...engine.methods import SpecConfig, get_method
 from ...engine.sequence import Sequence
+from ..weights import ModelDrafter
 from ...model import CausalLM, load_model, load_tokenizer
 
 DEFAULT_DIR = get_method("draft_model").shipped_dir
@@ -50,11 +51,8 @@ def load_draft(path: str | Path | None, target: CausalLM) -> CausalLM:
     return draft
 
 
-class DraftModelDrafter:
-    # its observe is position-local (cache rows from each input alone), so the pool may defer it
-    # (engine/deferred.py)
-    deferrable = True
-
+class DraftModelDrafter(ModelDrafter):
+    method = "draft_model"
     hidden_layers: tuple[int, ...] = ()
 
     def __init__(self, draft: CausalLM, num_slots: int, max_len: int):
@@ -63,10 +61,9 @@ class DraftModelDrafter:
         p = next(draft.parameters())
         self.device = p.device
         # positions up to max_len + MAX_SPEC_TOKENS; one more row at the end is scratch for padding
-        self.scratch = max_len + MAX_SPEC_TOKENS + 1
-        shape = (num_slots, cfg.num_kv_heads, self.scratch + 1, cfg.head_dim)
-        self.cache = [(kv_zeros(shape, p.device, p.dtype),
-                       kv_zeros(shape, p.device, p.dtype)) for _ in range(cfg.num_layers)]
+        self.cache = kv_cache(cfg.num_layers, num_slots, cfg.num_kv_heads, max_len, cfg.head_dim, p.device, p.dtype,
+                              spare=1)
+        self.scratch = self.cache[0][0].shape[2] - 1
         self.cached = [0] * num_slots  # leading cache positions per slot that match the sequence
 
     def observe(self, fwd: TargetForward) -> None:
@@ -112,6 +109,17 @@ class DraftModelDrafter:
 
     def release(self, seq: Sequence) -> None:
         self.cached[seq.slot] = 0
+
+    @property
+    def module(self) -> CausalLM:
+        return self.model
+
+    def caches(self) -> list:
+        return self.cache
+
+    def refit(self) -> None:
+        """Its cache holds the old weights' keys of the sequence's own tokens: re-prefilled at the next propose."""
+        self.cached = [0] * len(self.cached)
 
 
 def build(spec: SpecConfig, target: CausalLM, num_slots: int, max_len: int) -> DraftModelDrafter:

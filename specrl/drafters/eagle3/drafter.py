@@ -20,10 +20,12 @@ from pathlib import Path
 import torch
 
 from ...engine.drafting import Proposal, TargetForward
-from ...engine.methods import MAX_SPEC_TOKENS, SpecConfig, get_method
+from ...engine.memory import kv_shape
+from ...engine.methods import SpecConfig, get_method
 from ...engine.rng import STREAM_DRAFT
 from ...engine.sampling import batch_params, hash_uniform, sample_from, target_probs
 from ...engine.sequence import Sequence
+from ..weights import ModelDrafter
 from .head import DEFAULT_INSTALL_HINT, Eagle3Head, load_head
 
 DEFAULT_HEAD_DIR = get_method("eagle3").shipped_dir
@@ -36,10 +38,8 @@ def slot_index(slots: list[int], device) -> torch.Tensor | slice:
     return torch.tensor(slots, device=device)
 
 
-class Eagle3Drafter:
-    # its observe is position-local (cache rows from each input alone), so the pool may defer it
-    # (engine/deferred.py)
-    deferrable = True
+class Eagle3Drafter(ModelDrafter):
+    method = "eagle3"
 
     def __init__(self, head: Eagle3Head, target, num_slots: int, max_len: int, sample_drafts: bool = True):
         self.head, self.target, self.sample_drafts = head, target, sample_drafts
@@ -48,8 +48,9 @@ class Eagle3Drafter:
         self._pick = [self.hidden_layers.index(i) for i in layers]  # the target returns layers in order
         p = next(head.parameters())
         cfg = head.config
-        shape = (num_slots, cfg.num_kv_heads, max_len + MAX_SPEC_TOKENS + 1, cfg.head_dim)
-        self.kv = tuple(torch.zeros(shape, device=p.device, dtype=p.dtype) for _ in range(2))  # [S, Hkv, L, hd]
+        shape = kv_shape(num_slots, cfg.num_kv_heads, max_len, cfg.head_dim)  # [S, Hkv, L, hd]
+        # in ordinary memory (huge pages allowed), kept between generate() calls: it is one layer
+        self.kv = tuple(torch.zeros(shape, device=p.device, dtype=p.dtype) for _ in range(2))
         self.last_h = torch.zeros(num_slots, cfg.hidden_size, device=p.device, dtype=p.dtype)  # [S, D] pre-norm
         self.last_pos = torch.zeros(num_slots, dtype=torch.long, device=p.device)  # [S]
         self.device = p.device
@@ -94,6 +95,10 @@ class Eagle3Drafter:
 
     def release(self, seq: Sequence) -> None:
         pass  # the slot's cache rows are overwritten by its next prefill
+
+    @property
+    def module(self) -> Eagle3Head:
+        return self.head
 
 
 def check_compatible(head: Eagle3Head, target, source: str) -> None:

@@ -21,9 +21,10 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from ...engine.drafting import Proposal, TargetForward, blank_proposal
-from ...engine.memory import kv_zeros
-from ...engine.methods import MAX_SPEC_TOKENS, SpecConfig, get_method
+from ...engine.memory import kv_cache
+from ...engine.methods import SpecConfig, get_method
 from ...engine.sequence import Sequence
+from ..weights import ModelDrafter
 from ...io import atomic_dir
 from ...model import CausalLM, ModelConfig, resolve_dtype
 from ...model.checkpoint import read_state_dict
@@ -87,7 +88,8 @@ def resolve_stack(spec: SpecConfig, target: CausalLM) -> MTPStack:
         "POLICY --out DIR`, then load DIR as the policy or pass SpecConfig(method='mtp', draft_model=DIR).")
 
 
-class MTPDrafter:
+class MTPDrafter(ModelDrafter):
+    method = "mtp"
     hidden_layers: tuple[int, ...] = (-1,)
 
     def __init__(self, target: CausalLM, stack: MTPStack, num_slots: int, max_len: int):
@@ -95,10 +97,8 @@ class MTPDrafter:
         p = next(target.parameters())
         self.device = p.device
         cfg = target.config
-        kv_heads, head_dim = stack.layers[0].block.self_attn.num_kv_heads, stack.layers[0].block.self_attn.head_dim
-        shape = (num_slots, kv_heads, max_len + MAX_SPEC_TOKENS + 1, head_dim)
-        self.cache = [(kv_zeros(shape, p.device, p.dtype),
-                       kv_zeros(shape, p.device, p.dtype)) for _ in range(stack.depth)]
+        attn = stack.layers[0].block.self_attn
+        self.cache = kv_cache(stack.depth, num_slots, attn.num_kv_heads, max_len, attn.head_dim, p.device, p.dtype)
         self.h0 = torch.zeros(num_slots, cfg.hidden_size, device=p.device, dtype=p.dtype)  # [S, D] at p
 
     @torch.inference_mode()
@@ -131,6 +131,13 @@ class MTPDrafter:
 
     def release(self, seq: Sequence) -> None:
         pass
+
+    @property
+    def module(self) -> MTPStack:
+        return self.stack
+
+    def caches(self) -> list:
+        return self.cache
 
 
 def build(spec: SpecConfig, target: CausalLM, num_slots: int, max_len: int) -> MTPDrafter:

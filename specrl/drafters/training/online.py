@@ -26,18 +26,19 @@ each against the policy's distribution at its own offset; the draft model reads 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...engine.methods import SCRATCH, SpecConfig, model_method
+from ...engine.methods import SCRATCH, TRAINABLE_METHODS, SpecConfig, model_method
 from ...optim import build_optimizer, clip_grad
 from ...train.config import DrafterConfig
-from ..eagle3.train import shift_left, take, ttt_unroll
-from ..scratch import scratch_module
-from .capture import LAST, Capture, DrafterBatch
+from ..eagle3.train import shift_left
+from ..scratch import recipe, scratch_module
+from .capture import Capture, DrafterBatch
 from .losses import accepted_mass, forward_kl, restrict_to, reward_weights, weighted_token_mean
 
 
@@ -72,14 +73,12 @@ class FrozenView:
 
 
 def method_of(module: nn.Module) -> str:
-    from ...model import CausalLM
-    from ...model.mtp import MTPStack
-    from ..eagle3.head import Eagle3Head
-    kinds = {Eagle3Head: "eagle3", CausalLM: "draft_model", MTPStack: "mtp"}
-    for cls, name in kinds.items():
-        if isinstance(module, cls):
-            return name
-    raise TypeError(f"{type(module).__name__} is not a drafter module: expected one of {sorted(kinds.values())}")
+    """The model method whose drafters draft with a module of this class (each recipe's `MODULE`)."""
+    for method in TRAINABLE_METHODS:
+        if isinstance(module, recipe(method).MODULE):
+            return method
+    raise TypeError(f"{type(module).__name__} is not a drafter module: expected the module of one of "
+                    f"{list(TRAINABLE_METHODS)}")
 
 
 class OnlineDrafterTrainer:
@@ -90,6 +89,7 @@ class OnlineDrafterTrainer:
             raise ValueError(f"online drafter temperature={temperature}: expected > 0 (the rollouts' sampling "
                              "temperature; for greedy rollouts train at 1.0)")
         self.method, self.cfg, self.view = method_of(module), cfg, FrozenView(policy)
+        self.recipe = recipe(self.method)  # the method's own parts (its train module)
         self.temperature = temperature
         p = next(policy.parameters())
         self.module = module.to(device=p.device, dtype=torch.float32).train().requires_grad_(True)
@@ -112,16 +112,14 @@ class OnlineDrafterTrainer:
         if spec.draft_model == SCRATCH:
             return cls(scratch_module(method, policy, seed), policy, cfg, temperature, seed)
         from ...engine.methods import build_drafter
-        drafter = build_drafter(spec if spec.method != "auto" else SpecConfig(method=method,
-                                draft_model=spec.draft_model), policy, 1, policy.config.max_position_embeddings)
+        drafter = build_drafter(dataclasses.replace(spec, method=method), policy, 1,  # "auto": its model drafter
+                                policy.config.max_position_embeddings)
         return cls.from_drafter(drafter, policy, cfg, temperature, seed)
 
     @property
     def capture_layers(self) -> tuple[int, ...]:
         """The policy layers this drafter reads (-1: the final normed hidden state)."""
-        if self.method == "eagle3":
-            return tuple(sorted(set(self.module.config.target_hidden_layers)))
-        return (LAST,) if self.method == "mtp" else ()
+        return self.recipe.capture_layers(self.module)
 
     def forward_hook(self) -> Capture:
         """A hook for `PolicyTrainer.forward_hook`: what this drafter learns from, of `pick_rows`' rows."""
@@ -134,16 +132,7 @@ class OnlineDrafterTrainer:
     def save_drafter(self, path, dtype: str | None = None):
         """Writes the drafter in its method's own checkpoint layout (`SpecConfig(draft_model=path)` loads it,
         and `specrl export-drafter` reads it from a run's `checkpoints/step_N/drafter/`)."""
-        if self.method == "eagle3":
-            from ..eagle3.head import save_head
-            from ...model import resolve_dtype
-            return save_head(self.module, path, resolve_dtype(dtype) if dtype else None)
-        if self.method == "draft_model":
-            from ...model import save_model
-            return save_model(self.module, path, tokenizer_dir=getattr(self.view.policy, "source_path", None),
-                              dtype=dtype)
-        from ..mtp.drafter import save_mtp_only
-        return save_mtp_only(self.module, self.view.policy.config, path, dtype=dtype)
+        return self.recipe.save_module(self.module, self.view.policy, path, dtype)
 
     def state_dict(self) -> dict:
         return {"method": self.method, "module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -216,7 +205,7 @@ class OnlineDrafterTrainer:
              q: Queries | None = None) -> tuple[Tensor, float, float]:
         """This micro-batch's share of the update's loss, and its first-draft KL and accepted mass sums."""
         terms = self.unrolled_logits(mb, q)  # [(weight, draft logits [b, t, Vd], policy logits [b, t, V], mask [b, t])]
-        ids = getattr(self.module, "target_ids", None)
+        ids = self.recipe.draft_ids(self.module)
         total, kl0, mass0 = 0.0, 0.0, 0.0
         trained = self.cfg.accept_coef > 0  # the accepted-mass term is in the loss (else only a metric)
         for i, (w, draft, policy, mask) in enumerate(terms):
@@ -235,24 +224,5 @@ class OnlineDrafterTrainer:
         return total, kl0, mass0
 
     def unrolled_logits(self, mb: DrafterBatch, q: Queries | None = None) -> list[tuple[float, Tensor, Tensor, Tensor]]:
-        if self.method == "draft_model":
-            return [(1.0, self.module(mb.input_ids).logits, mb.logits, mb.mask)]
-        if self.method == "eagle3":
-            layers = self.module.config.target_hidden_layers
-            features = torch.cat([mb.hidden[i].float() for i in layers], dim=-1)  # [b, T, 3D]
-            B, T = mb.input_ids.shape
-            positions = torch.arange(T, device=mb.input_ids.device).expand(B, T)  # [b, T]
-            q = q if q is not None else self.loss_queries(mb)
-            steps = ttt_unroll(self.module, self.view, features, mb.input_ids, positions, self.cfg.ttt_steps, q.index)
-            # step j at index t predicts token t+2+j: the policy's distribution at index t+1+j
-            return [(self.cfg.unroll_decay ** j, logits, take(shift_left(mb.logits, 1 + j), q.index),
-                     take(shift_left(mb.mask, 1 + j), q.index) * q.valid) for j, logits in enumerate(steps)]
-        depths = self.module.unroll(mb.hidden[LAST].float(), mb.input_ids, self.view.embed, self.view.lm_head,
-                                    self.cfg.mtp_depths)  # depth d: [b, T-d, V], entry i predicts t_{i+d+1}
-        decay = self.cfg.unroll_decay
-        norm = sum(decay ** d for d in range(len(depths))) or 1.0
-        out = []
-        for d, logits in enumerate(depths, start=1):
-            n = logits.shape[1]  # entry i predicts t_{i+d+1}: the policy's distribution at index i+d
-            out.append((decay ** (d - 1) / norm, logits, mb.logits[:, d:d + n], mb.mask[:, d:d + n]))
-        return out
+        """(weight, draft logits [b, t, Vd], policy logits [b, t, V], mask [b, t]) per term of the method's loss."""
+        return self.recipe.online_logits(self, mb, q)
