@@ -169,6 +169,9 @@ class DrafterConfig:
         require(self.alarm_max_lag >= 0, "alarm_max_lag", self.alarm_max_lag, ">= 0")
 
 
+AUDIT_MODES = ("on", "fallback", "off")
+
+
 @dataclass
 class RolloutConfig:
     prompts_per_step: int = 8
@@ -194,6 +197,11 @@ class RolloutConfig:
     max_model_len: int | None = None
     kv_cache_memory: int | str | None = None
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
+    # the sampler audit (specrl/rl/audit.py): every step tests that the rollouts were drawn from the policy.
+    # on: a sustained failure stops the run; fallback: it turns SD off for the rest of the run; off: no audit
+    audit: str = "on"
+    audit_groups: int | None = None  # groups audited per step, drawn before the rewards; null: all
+    audit_window: int = 5  # steps whose evidence the alarm combines
 
     MOVED = {"backend": "pipeline.backend"}  # keys that moved: from_dict's error names the new one
 
@@ -213,6 +221,11 @@ class RolloutConfig:
                 "RL samples need temperature > 0; greedy is used for evaluation only")
         require(self.max_tokens is None or self.max_tokens >= 1, "max_tokens", self.max_tokens, ">= 1 or null")
         require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, ">= 1")
+        require(self.audit in AUDIT_MODES, "audit", self.audit, f"one of {list(AUDIT_MODES)}",
+                "on stops the run on a failed sampler audit, fallback turns SD off, off skips the audit")
+        require(self.audit_groups is None or self.audit_groups >= 1, "audit_groups", self.audit_groups,
+                ">= 1 or null (every group)")
+        require(self.audit_window >= 1, "audit_window", self.audit_window, ">= 1 steps")
 
 
 @dataclass
