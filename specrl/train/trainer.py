@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from collections import defaultdict
 from typing import Callable, NamedTuple, Protocol
 
@@ -157,6 +158,7 @@ class PolicyTrainer:
         self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if algo.kl_coef > 0 else None
         self.forward_hook: ForwardHook | None = None
         self._audit_fill: tuple[Tensor, TokenScorer, Tensor] | None = None  # the running step's (see _begin_audit)
+        self._audit_s = 0.0
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
@@ -222,6 +224,7 @@ class PolicyTrainer:
         the rollouts are off-policy (sampled by older weights, async pipeline): each token's loss is scaled
         by the truncated importance ratio min(pi_old / pi_gen, is_cap). With `audit`, the metrics carry the
         sampler audit's test of its rows (sampler_z, sampler_p: specrl.rl.audit)."""
+        self._audit_s = 0.0  # seconds the audit adds to this step (its forwards and scoring)
         scores = self._begin_audit(batch, audit) if audit is not None else None
         self.model.train()
         # step 1: pi_old. With one update, pi_old is the model before it, so the update's own forward gives it.
@@ -243,7 +246,7 @@ class PolicyTrainer:
         if scores is not None:
             test = step_test(scores[(batch.mask * audit.rows[:, None]) > 0])  # [n, 3] the audited tokens
             metrics.update(sampler_z=test.z, sampler_p=test.p_value, sampler_tokens=test.tokens,
-                           sampler_weight=test.weight, sampler_impossible=test.impossible)
+                           sampler_weight=test.weight, sampler_impossible=test.impossible, sampler_s=self._audit_s)
         return metrics
 
     @torch.no_grad()
@@ -251,6 +254,7 @@ class PolicyTrainer:
         """Token scores [N, T, 3] of the audited rows. On-policy with one update, the rows the update runs are
         scored from its own logits (`_audit_fill`); the rest (rows the zero-advantage skip leaves out, or all
         of them under other weights) by a forward without gradients now, before any weight moves."""
+        t0, before = time.perf_counter(), self._audit_s
         scores = torch.zeros(*batch.mask.shape, SCORES, dtype=torch.float64)  # [N, T, 3]
         rows = torch.arange(batch.num_rows)
         reuse = audit.model is None and self.algo.updates_per_step == 1
@@ -263,15 +267,17 @@ class PolicyTrainer:
             head_logprobs(model.lm_head, last, mb.targets, self.temperature, self.autocast, with_entropy=False,
                           audit=self._audit_sink(scores, audit.scorer, idx, mb.input_ids.shape[1]))
         self._audit_fill = (scores, audit.scorer, audit.rows) if reuse else None
+        self._audit_s = before + time.perf_counter() - t0  # its sinks' time included once
         return scores
 
-    @staticmethod
-    def _audit_sink(scores: Tensor, scorer: TokenScorer, idx: Tensor, T: int) -> Callable[[Tensor, Tensor, int], None]:
+    def _audit_sink(self, scores: Tensor, scorer: TokenScorer, idx: Tensor, T: int) -> Callable[[Tensor, Tensor, int], None]:
         """head_logprobs' audit callback for micro-batch rows `idx` of width T: scores land in `scores`."""
         def sink(logits: Tensor, targets: Tensor, start: int) -> None:
+            t0 = time.perf_counter()
             flat = torch.arange(start, start + len(targets))  # [n] offsets in the micro-batch's [b * T]
             rows, pos = idx[flat // T], flat % T
             scores[rows, pos] = scorer(logits, targets, rows, pos).cpu()
+            self._audit_s += time.perf_counter() - t0
         return sink
 
     def learning_rows(self, batch: TrainBatch, rows: Tensor) -> Tensor:
