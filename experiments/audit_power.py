@@ -60,9 +60,8 @@ def broken_verify(kind: str):
     return verify
 
 
-MUTANTS = {"residual_p": ("eagle3", {}), "accept_all": ("eagle3", {}), "bonus_pq": ("eagle3", {}),
-           "reuse_uniform": ("eagle3", {}), "temp_1.1": ("off", {"temperature": 1.1}),
-           "top_p_0.9": ("off", {"top_p": 0.9})}
+MUTANTS = {"residual_p": ("sd", {}), "accept_all": ("sd", {}), "bonus_pq": ("sd", {}), "reuse_uniform": ("sd", {}),
+           "temp_1.1": ("off", {"temperature": 1.1}), "top_p_0.9": ("off", {"top_p": 0.9})}
 
 
 @torch.no_grad()
@@ -109,17 +108,19 @@ def steps_to_alarm(rows: list[dict], key: str) -> int | None:
     return None
 
 
-def run(out: Path, mutants: list[str], batches: int, max_tokens: int) -> None:
+def run(out: Path, mutants: list[str], batches: int, max_tokens: int, method: str) -> None:
     prompts = Prompts()
-    for name in mutants:
-        path, sampling = MUTANTS[name]
-        engine_steps.verify = broken_verify(name) if path != "off" else ORIGINAL_VERIFY
+    for kind in mutants:
+        path, sampling = MUTANTS[kind]
+        path = method if path == "sd" else path
+        name = f"{kind}@{path}"
+        engine_steps.verify = broken_verify(kind) if path != "off" else ORIGINAL_VERIFY
         llm = None
         for b in range(batches):
             have = [r for r in rows_of(out) if r["mutant"] == name]
             if any(r["batch"] == b for r in have):
                 continue
-            if name != "reuse_uniform" and all(steps_to_alarm(have, k) for k in ("z_pit_w", "z_lik")):
+            if kind != "reuse_uniform" and all(steps_to_alarm(have, k) for k in ("z_pit_w", "z_lik")):
                 break  # both main statistics flagged it already
             llm = llm or make_llm(path)
             t0 = time.perf_counter()
@@ -146,10 +147,11 @@ if __name__ == "__main__":
     ap.add_argument("--mutants", nargs="+", default=list(MUTANTS))
     ap.add_argument("--batches", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--method", default="ngram", help="the SD method the verify mutants run under")
     ap.add_argument("--summary", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if not args.summary:
-        run(args.out, args.mutants, args.batches, args.max_tokens)
+        run(args.out, args.mutants, args.batches, args.max_tokens, args.method)
     for row in table(args.out):
         print(json.dumps(row))
