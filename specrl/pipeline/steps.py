@@ -16,6 +16,8 @@ import torch
 from ..drafters.training.health import DrafterHealth
 from ..engine import SamplingParams
 from ..rl import compute_advantages
+from ..rl.audit import ALARM_Z, SamplerAlarm, choose_groups
+from ..train.audit import AuditRows, group_rows
 from ..train.checkpoint import latest_checkpoint, save_checkpoint
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, step_seed
@@ -29,6 +31,7 @@ from .seam import ROW_STATS, Learner, RolloutBackend, RunStopped, group_version
 SAMPLES_KEY = "samples"  # metrics-row key of the step's logged completions (popped before the row is written)
 FLAT_REWARD_STEPS = 3  # steps of all-equal rewards before check_signal warns
 EVAL_SALT = 0x5EED_E7A1  # the held-out samples' seed stream, apart from the rollouts' (salt = prompt index + 1)
+AUDIT_SALT = 0xA0D17  # the sampler audit's choice of groups
 
 
 @dataclass
@@ -55,6 +58,8 @@ class Parts:
     workload_log: Callable[[dict], None] | None = None  # rollout.trace: rows of rollout_workload.jsonl
     health: DrafterHealth | None = None  # the drafter alarm, for runs with a model drafter
     flat_reward_steps: int = 0  # consecutive steps whose rewards were all equal (check_signal)
+    sampler_alarm: SamplerAlarm | None = None  # the sampler audit's alarm; None with rollout.audit=off
+    spec_disabled: bool = False  # rollout.audit=fallback turned speculative decoding off
 
     @property
     def evaluator(self) -> RolloutBackend:
@@ -142,7 +147,8 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
     batch = collate([r.prompt_token_ids for r, _ in samples], [c.token_ids for _, c in samples],
                     [c.logprobs for _, c in samples], advantages, side.pad_id)
     off_policy = rollout.version < rollout.step
-    train_metrics = side.learner.step(batch, is_cap=cfg.algorithm.is_cap if off_policy else None, rewards=rewards)
+    train_metrics = side.learner.step(batch, is_cap=cfg.algorithm.is_cap if off_policy else None, rewards=rewards,
+                                      audit=audit_rows(rollout, cfg, len(samples)))
     t2, c2 = time.perf_counter(), cpu_clock()
     lens = np.array([len(c.token_ids) for _, c in samples])
     stats, gen_s = rollout.stats, rollout.wall_s
@@ -160,6 +166,17 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
                          "completion": texts[j], "answer": examples[samples[j][0].request_id].answer,
                          "reward": float(rewards[j]), "tokens": len(samples[j][1].token_ids)} for j in firsts]
     return row, times
+
+
+def audit_rows(rollout: Rollout, cfg: TrainConfig, num_rows: int) -> AuditRows | None:
+    """The rows the sampler audit tests: `rollout.audit_groups` groups drawn from the run's seed and the step
+    alone (never from rewards), with the one version that sampled them (None when several did)."""
+    ro = cfg.rollout
+    if ro.audit == "off":
+        return None
+    groups = choose_groups(len(rollout.outputs), ro.audit_groups, step_seed(cfg.seed, rollout.step, salt=AUDIT_SALT))
+    one_version = rollout.newest_version is None or rollout.newest_version == rollout.version
+    return AuditRows(group_rows(groups, ro.n, num_rows), rollout.version if one_version else None)
 
 
 def sync_weights(learner: Learner, backend: RolloutBackend) -> None:
@@ -197,6 +214,36 @@ def check_health(parts: Parts, row: dict, bar: StepProgress) -> None:
     row.update(drafter_version=engine, drafter_alarm=alarm)
     if alarm:
         bar.log(f"WARNING step {row['step']}: drafter alarm: {message}")
+
+
+def check_sampler(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: StepProgress) -> None:
+    """The sampler audit's alarm on this step's row (sampler_z): rollout.audit=on stops the run (this step is
+    not checkpointed), fallback turns speculative decoding off for the rest of the run."""
+    alarm = parts.sampler_alarm
+    if alarm is None or "sampler_z" not in row:
+        return
+    fired = alarm.update(row["sampler_z"], row["sampler_weight"])
+    row["sampler_evidence"] = alarm.evidence()
+    if not fired:
+        return
+    spec = cfg.rollout.spec
+    method = spec.method if spec.enabled else "off (plain sampling)"
+    cause = (f"the sampler audit failed: the last {len(alarm.recent)} steps' combined evidence is z = "
+             f"{alarm.evidence():+.2f} (|z| > {ALARM_Z:.2f}, 1 false alarm in 1000 steps), this step's z = "
+             f"{row['sampler_z']:+.2f} (p = {row['sampler_p']:.2g}) over {row['sampler_tokens']} tokens: the rollouts "
+             f"of pipeline.backend={cfg.pipeline.backend} with rollout.spec.method={method} were not drawn from "
+             f"the policy at temperature={cfg.rollout.temperature}, top_p={cfg.rollout.top_p}, top_k={cfg.rollout.top_k}")
+    if cfg.rollout.audit == "fallback" and spec.enabled and not parts.spec_disabled:
+        parts.rollout.backend.disable_speculation()
+        parts.spec_disabled = True
+        alarm.reset()
+        row["sampler_fallback"] = True
+        bar.log(f"WARNING step {row['step']}: {cause}. rollout.audit=fallback: speculative decoding is off for "
+                "the rest of the run")
+        return
+    raise stopped(run, row["step"] - 1, cause, "Check the backend's speculative sampler (or run with "
+                  "rollout.spec.method=off); `specrl audit` tests a file of its completions; rollout.audit=off "
+                  "turns this check off")
 
 
 def row_times(times: dict) -> dict:
@@ -265,8 +312,11 @@ def finish_step(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: Ste
         if parts.eval_backend is not None:
             sync_weights(learner, parts.eval_backend)
         row["eval_accuracy"] = run_eval(run, parts, cfg, done, bar)
-    run.log(row)
-    bar.update(row)
+    try:
+        check_sampler(run, parts, cfg, row, bar)
+    finally:
+        run.log(row)  # a stopped run's last row still says why
+        bar.update(row)
     if done == sched.max_steps or done % sched.save_every == 0:
         drafter = parts.rollout.backend.drafter_state() if save_drafter else None
         save_checkpoint(run.path, done, learner.save, drafter, {"seed": cfg.seed}, sched.keep_last)

@@ -184,6 +184,9 @@ class DrafterConfig:
         require(0 < self.sample_fraction <= 1, "sample_fraction", self.sample_fraction, "in (0, 1]")
 
 
+AUDIT_MODES = ("on", "fallback", "off")
+
+
 @dataclass
 class RolloutConfig:
     prompts_per_step: int = 8
@@ -209,6 +212,13 @@ class RolloutConfig:
     max_model_len: int | None = None
     kv_cache_memory: int | str | None = None
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
+    # the sampler audit (specrl/rl/audit.py): every step tests that the rollouts were drawn from the policy.
+    # on: a sustained failure stops the run; fallback: it turns SD off for the rest of the run; off: no audit
+    audit: str = "on"
+    # groups audited per step, drawn before the rewards (null: all): their rows the update skips cost a forward
+    # without gradients, so the default keeps the audit near 3% of a default step (docs/results/sampler_audit.md)
+    audit_groups: int | None = 2
+    audit_window: int = 5  # steps whose evidence the alarm combines
 
     MOVED = {"backend": "pipeline.backend"}  # keys that moved: from_dict's error names the new one
 
@@ -228,6 +238,11 @@ class RolloutConfig:
                 "RL samples need temperature > 0; greedy is used for evaluation only")
         require(self.max_tokens is None or self.max_tokens >= 1, "max_tokens", self.max_tokens, ">= 1 or null")
         require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, ">= 1")
+        require(self.audit in AUDIT_MODES, "audit", self.audit, f"one of {list(AUDIT_MODES)}",
+                "on stops the run on a failed sampler audit, fallback turns SD off, off skips the audit")
+        require(self.audit_groups is None or self.audit_groups >= 1, "audit_groups", self.audit_groups,
+                ">= 1 or null (every group)")
+        require(self.audit_window >= 1, "audit_window", self.audit_window, ">= 1 steps")
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from collections import defaultdict
 from typing import Callable, NamedTuple, Protocol
 
@@ -23,6 +24,8 @@ from ..model.layers import skip_cudnn_attention
 from ..optim import build_optimizer, clip_grad, warmup_cosine_scheduler
 from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty, token_logprobs,
                   truncated_importance_ratio)
+from ..rl.audit import step_test
+from .audit import SCORES, AuditRequest, TokenScorer
 from .batch import TrainBatch, collate  # noqa: F401 - collate: the trainer's input, imported from here too
 from .config import AlgorithmConfig, OptimConfig
 from .packing import Packed, check_longest_row, pack, padded_groups, token_budget_groups
@@ -98,7 +101,8 @@ def micro_batch_token_cap(cfg, budget: int, checkpointing: bool, mtp_depths: int
 
 
 def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, temperature: float, autocast,
-                  with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
+                  with_entropy: bool = True, audit: Callable[[Tensor, Tensor, int], None] | None = None
+                  ) -> tuple[Tensor, Tensor | None]:
     """(logprobs [b, T] of `targets` under softmax(lm_head(hidden) / temperature), their entropies [b, T],
     detached, or None without `with_entropy`) from the final normed hidden states [b, T, D],
     `head_chunk_tokens` tokens at a time.
@@ -106,13 +110,18 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
     The [b, T, V] logits never exist at once: for a large vocabulary they, their log-softmax and gradient
     cost more a token than a checkpointed decoder keeps. Each chunk runs under activation checkpointing (only
     its hidden rows are kept; the backward recomputes its logits). A micro-batch that fits in one chunk (the
-    embedded policy's) runs as one plain forward."""
+    embedded policy's) runs as one plain forward.
+    `audit` (the sampler audit) gets each chunk's detached logits [n, V], its targets [n] and its offset in
+    the flattened tokens (padded [b * T] or packed [N]); under checkpointing the backward's recompute calls it again with the same
+    values (its scores are a function of them), which costs time, not correctness."""
     b, T, D = hidden.shape
     flat_h, flat_t = hidden.reshape(b * T, D), targets.reshape(b * T)  # [N, D], [N]
 
-    def chunk(h: Tensor, t: Tensor) -> tuple[Tensor, Tensor | None]:
+    def chunk(h: Tensor, t: Tensor, start: int) -> tuple[Tensor, Tensor | None]:
         with autocast():
             logits = lm_head(h)[None]  # [1, n, V]
+        if audit is not None:
+            audit(logits.detach()[0], t, start)
         logp = token_logprobs(logits, t[None], temperature)[0]  # [n]
         # after the logprobs: the backward's recompute stops once it has them, without redoing this
         entropy = entropy_from_logits(logits.detach()[0] / (temperature or 1.0)) if with_entropy else None
@@ -120,9 +129,9 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
 
     step = head_chunk_tokens(lm_head.out_features)
     if b * T <= step or not torch.is_grad_enabled():
-        parts = [chunk(flat_h[i:i + step], flat_t[i:i + step]) for i in range(0, b * T, step)]
+        parts = [chunk(flat_h[i:i + step], flat_t[i:i + step], i) for i in range(0, b * T, step)]
     else:
-        parts = [checkpoint(chunk, flat_h[i:i + step], flat_t[i:i + step], use_reentrant=False,
+        parts = [checkpoint(chunk, flat_h[i:i + step], flat_t[i:i + step], i, use_reentrant=False,
                             preserve_rng_state=False) for i in range(0, b * T, step)]
     logp = torch.cat([p[0] for p in parts]).view(b, T)
     return logp, torch.cat([p[1] for p in parts]).view(b, T) if with_entropy else None
@@ -148,6 +157,8 @@ class PolicyTrainer:
         # the frozen reference of the KL penalty: the policy as it was when training started
         self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if algo.kl_coef > 0 else None
         self.forward_hook: ForwardHook | None = None
+        self._audit_fill: tuple[Tensor, TokenScorer, Tensor] | None = None  # the running step's (see _begin_audit)
+        self._audit_s = 0.0
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
@@ -206,10 +217,16 @@ class PolicyTrainer:
                          segments=packed.segments)
 
     def _logprobs(self, model: CausalLM, last: Tensor, mb: TrainBatch, packed: Packed | None,
-                  with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
-        """`head_logprobs` of `_run`'s final hidden states, in the padded layout [b, T] either way."""
+                  with_entropy: bool = True, audit: tuple | None = None) -> tuple[Tensor, Tensor | None]:
+        """`head_logprobs` of `_run`'s final hidden states, in the padded layout [b, T] either way; `audit`
+        (scores, scorer, rows) has the sampler audit score the micro-batch's tokens into `scores`."""
         targets = mb.targets if packed is None else packed.targets  # [b, T] or [1, N]
-        logp, entropy = head_logprobs(model.lm_head, last, targets, self.temperature, self.autocast, with_entropy)
+        sink = None
+        if audit is not None:
+            valid = torch.ones_like(mb.targets, dtype=torch.bool) if packed is None else packed.valid  # [b, T]
+            sink = self._audit_sink(*audit, valid)
+        logp, entropy = head_logprobs(model.lm_head, last, targets, self.temperature, self.autocast, with_entropy,
+                                      audit=sink)
         if packed is None:
             return logp, entropy
         return packed.unpack(logp), None if entropy is None else packed.unpack(entropy)  # [b, T]
@@ -220,10 +237,14 @@ class PolicyTrainer:
         with self.autocast():
             return self.model.lm_head(last_hidden)
 
-    def step(self, batch: TrainBatch, is_cap: float | None = None) -> dict[str, float]:
+    def step(self, batch: TrainBatch, is_cap: float | None = None, audit: AuditRequest | None = None
+             ) -> dict[str, float]:
         """One RL step: `updates_per_step` optimizer steps over mini-batches of the rollouts. With `is_cap`
         the rollouts are off-policy (sampled by older weights, async pipeline): each token's loss is scaled
-        by the truncated importance ratio min(pi_old / pi_gen, is_cap)."""
+        by the truncated importance ratio min(pi_old / pi_gen, is_cap). With `audit`, the metrics carry the
+        sampler audit's test of its rows (sampler_z, sampler_p: specrl.rl.audit)."""
+        self._audit_s = 0.0  # seconds the audit adds to this step (its forwards and scoring)
+        scores = self._begin_audit(batch, audit) if audit is not None else None
         self.model.train()
         # step 1: pi_old. With one update, pi_old is the model before it, so the update's own forward gives it.
         old = self.score(self.model, batch) if self.algo.updates_per_step > 1 else None
@@ -231,14 +252,54 @@ class PolicyTrainer:
         seen = torch.zeros_like(batch.gen_logp) if old is None else old  # [N, T] trainer logprobs, for the audit
         audited = torch.full((batch.num_rows,), old is not None)  # [N] rows whose trainer logprobs are in `seen`
         sums: dict[str, float] = defaultdict(float)
-        for rows in torch.arange(batch.num_rows).chunk(self.algo.updates_per_step):
-            self._update(batch, rows, old, ref, seen, audited, sums, is_cap)
+        try:
+            for rows in torch.arange(batch.num_rows).chunk(self.algo.updates_per_step):
+                self._update(batch, rows, old, ref, seen, audited, sums, is_cap)
+        finally:
+            self._audit_fill = None
         self.model.eval()
         mask = batch.mask * audited[:, None]  # [N, T] the audit covers the rows whose logprobs were computed
         diff = (seen - batch.gen_logp).abs() * mask  # [N, T]
         metrics = {k: v / self.algo.updates_per_step for k, v in sums.items()}
         metrics.update(logprob_diff=float(diff.sum() / mask.sum().clamp(min=1)), logprob_diff_max=float(diff.max()))
+        if scores is not None:
+            test = step_test(scores[(batch.mask * audit.rows[:, None]) > 0])  # [n, 3] the audited tokens
+            metrics.update(sampler_z=test.z, sampler_p=test.p_value, sampler_tokens=test.tokens,
+                           sampler_weight=test.weight, sampler_impossible=test.impossible, sampler_s=self._audit_s)
         return metrics
+
+    @torch.no_grad()
+    def _begin_audit(self, batch: TrainBatch, audit: AuditRequest) -> Tensor:
+        """Token scores [N, T, 3] of the audited rows. On-policy with one update, the rows the update runs are
+        scored from its own logits (`_audit_fill`); the rest (rows the zero-advantage skip leaves out, or all
+        of them under other weights) by a forward without gradients now, before any weight moves."""
+        t0, before = time.perf_counter(), self._audit_s
+        scores = torch.zeros(*batch.mask.shape, SCORES, dtype=torch.float64)  # [N, T, 3]
+        rows = torch.arange(batch.num_rows)
+        reuse = audit.model is None and self.algo.updates_per_step == 1
+        covered = self.learning_rows(batch, rows) if reuse else rows[:0]
+        model = audit.model if audit.model is not None else self.model
+        for idx in self.micro_batches(rows[audit.rows & ~torch.isin(rows, covered)], batch.lengths):
+            mb, packed = self._micro_batch(batch, idx)
+            last = self._run(model, mb, packed).last_hidden  # [b, t, D], packed [1, n, D]
+            self._logprobs(model, last, mb, packed, with_entropy=False, audit=(scores, audit.scorer, idx))
+        self._audit_fill = (scores, audit.scorer, audit.rows) if reuse else None
+        self._audit_s = before + time.perf_counter() - t0  # its sinks' time included once
+        return scores
+
+    def _audit_sink(self, scores: Tensor, scorer: TokenScorer, idx: Tensor, valid: Tensor
+                    ) -> Callable[[Tensor, Tensor, int], None]:
+        """head_logprobs' audit callback for micro-batch rows `idx`: scores land in `scores`. `valid` [b, T]
+        marks the positions head_logprobs sees, flattened in row-major order (all of them when padded)."""
+        where = valid.nonzero().cpu()  # [n_tokens, 2] (row in the micro-batch, position) per flat offset
+
+        def sink(logits: Tensor, targets: Tensor, start: int) -> None:
+            t0 = time.perf_counter()
+            at = where[start:start + len(targets)]  # [n, 2]
+            rows, pos = idx[at[:, 0]], at[:, 1]
+            scores[rows, pos] = scorer(logits, targets, rows, pos).cpu()
+            self._audit_s += time.perf_counter() - t0
+        return sink
 
     def learning_rows(self, batch: TrainBatch, rows: Tensor) -> Tensor:
         """The rows of `rows` whose loss can move the weights. A zero advantage makes a row's clipped loss, and
@@ -291,7 +352,9 @@ class PolicyTrainer:
             T = mb.input_ids.shape[1]
             out = self._forward(mb, packed, idx)
             # [b, T] (the lm-head in bf16 under autocast; logprobs and entropies in fp32)
-            logp, entropy = self._logprobs(self.model, out.last_hidden, mb, packed)
+            fill = self._audit_fill
+            sink = (fill[0], fill[1], idx) if fill is not None and bool(fill[2][idx].any()) else None
+            logp, entropy = self._logprobs(self.model, out.last_hidden, mb, packed, audit=sink)
             if old is None:
                 seen[idx, :T] = logp.detach().cpu()
                 audited[idx] = True

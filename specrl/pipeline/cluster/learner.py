@@ -32,7 +32,8 @@ class RayLearner:
                              f"{type(e).__name__}: {e}. The run directory holds the last good checkpoint: "
                              "continue with resume=RUN_DIR") from e
 
-    def step(self, batch: TrainBatch, is_cap: float | None = None, rewards=None) -> dict[str, float]:
+    def step(self, batch: TrainBatch, is_cap: float | None = None, rewards=None, audit=None) -> dict[str, float]:
+        """(`audit`: the sampler audit does not reach the trainer actors yet; their rows carry no sampler_p.)"""
         metrics = self._all("step", batch, is_cap)[0]
         self.version += 1
         return metrics

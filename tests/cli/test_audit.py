@@ -1,0 +1,63 @@
+"""`specrl audit`: one JSON line on exact samples, a PIT plot, greedy by identity, and clear bad-input errors."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from specrl import LLM, SamplingParams
+from specrl.cli.main import main
+from specrl.model import save_model
+from tests.helpers import tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A model directory with config and weights only: no tokenizer (ids need none)."""
+    path = tmp_path_factory.mktemp("audit") / "model"
+    save_model(tiny_model(seed=4), path)
+    assert not (path / "tokenizer.json").exists()
+    return path
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _samples(temperature=1.0):
+    llm = LLM(copy.deepcopy(tiny_model(seed=4)), max_num_seqs=16, kv_cache_memory="8MiB")
+    outs = llm.generate([[3, 4, 5], [6, 7]], SamplingParams(n=6, temperature=temperature, max_tokens=12, seed=2))
+    return [{"prompt_ids": r.prompt_token_ids, "completion_ids": c.token_ids} for r in outs for c in r.outputs]
+
+
+def test_exact_samples_pass_with_one_json_line_and_a_plot(model_dir, tmp_path, capsys):
+    rollouts = _write(tmp_path / "r.jsonl", _samples())
+    assert main(["audit", "--model", str(model_dir), "--rollouts", str(rollouts), "--plot", str(tmp_path / "p.png")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    out = json.loads(lines[0])
+    assert out["tokens"] == sum(len(r["completion_ids"]) for r in _samples()) and out["p_value"] > 1e-3
+    assert {"z", "weight", "pit_top5"} <= out.keys() and (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_temperature_zero_checks_greedy_by_identity(model_dir, tmp_path, capsys):
+    rollouts = _write(tmp_path / "g.jsonl", _samples(temperature=0.0))
+    assert main(["audit", "--model", str(model_dir), "--rollouts", str(rollouts), "--temperature", "0"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["test"] == "greedy_identity" and out["mismatches"] == 0 and out["p_value"] == 1.0
+    assert "identity" in captured.err
+
+
+@pytest.mark.parametrize("row, words", [
+    ({"prompt_ids": [3, 4], "completion_ids": [5, 999]}, "id 999, outside the model's vocabulary [0, 32)"),
+    ({"prompt_ids": [3, 4]}, "no completion_ids"),
+    ({"prompt_ids": [3, 4], "completion_ids": "5 6"}, "no completion_ids"),
+])
+def test_bad_rows_are_clear_errors(model_dir, tmp_path, capsys, row, words):
+    rollouts = _write(tmp_path / "bad.jsonl", [{"prompt_ids": [3], "completion_ids": [4]}, row])
+    assert main(["audit", "--model", str(model_dir), "--rollouts", str(rollouts)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specrl audit: error:") and "bad.jsonl:2" in err and words in err
