@@ -110,6 +110,7 @@ def train(cfg: TrainConfig) -> dict:
         parts.workload_log = lambda row: run.log(row, WORKLOAD_FILE, tensorboard=False)
     if ckpt is not None:
         _restore(parts, ckpt)
+        _replay_audit(parts, read_jsonl(run.path / "metrics.jsonl"))
     bar = StepProgress(cfg.schedule.max_steps, start, cfg.progress)
     try:
         load(DRIVERS[cfg.pipeline.mode])(run, parts, cfg, start, bar)
@@ -162,6 +163,20 @@ def _restore(parts: Parts, ckpt: Checkpoint) -> None:
         raise unreadable(ckpt.path, e) from e
     if ckpt.drafter is not None and parts.rollout.backend.drafter_state() is not None:
         parts.rollout.backend.load_drafter_state(ckpt.drafter)
+
+
+def _replay_audit(parts: Parts, rows: list[dict]) -> None:
+    """The sampler alarm's window (and a fallback that turned SD off) from the resumed run's metrics rows, so
+    a resumed run's evidence equals the uninterrupted run's."""
+    if parts.sampler_alarm is None:
+        return
+    for row in rows:
+        if "sampler_z" in row:
+            parts.sampler_alarm.update(row["sampler_z"], row["sampler_weight"])
+        if row.get("sampler_fallback") and not parts.spec_disabled:
+            parts.rollout.backend.disable_speculation()
+            parts.spec_disabled = True
+            parts.sampler_alarm.reset()
 
 
 def _summary(run: RunDir) -> dict:

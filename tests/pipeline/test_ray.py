@@ -120,10 +120,10 @@ def test_a_trainer_crash_stops_the_run_and_resume_finishes_it_like_a_straight_ru
     assert cli_main(["train", *overrides(*setup, tmp_path / "straight", **args)]) == 0
     real = RayLearner.step
 
-    def crash_at_step_3(self, batch, is_cap=None, rewards=None):
+    def crash_at_step_3(self, batch, is_cap=None, rewards=None, audit=None):
         if self.version == 2:
             ray.kill(self.actors[0])  # the trainer process dies under the step
-        return real(self, batch, is_cap, rewards)
+        return real(self, batch, is_cap, rewards, audit)
     monkeypatch.setattr(RayLearner, "step", crash_at_step_3)
     out = tmp_path / "crashed"
     assert cli_main(["train", *overrides(*setup, out, **args)]) != 0
