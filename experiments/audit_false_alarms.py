@@ -18,18 +18,16 @@ from pathlib import Path
 import torch
 
 from audit_batches import PATHS, Prompts, audit_batch, make_llm, step_batch
+from specrl.pipeline.run_dir import read_jsonl
 from specrl.rl.audit import ALARM_RATE, SamplerAlarm
 
-
-def done_rows(out: Path) -> list[dict]:
-    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.is_file() else []
 
 
 def run(out: Path, paths: list[str], batches: int, chunk: int, max_tokens: int) -> None:
     prompts = Prompts()
     while True:
         have: dict[str, set[int]] = {p: set() for p in paths}
-        for r in done_rows(out):
+        for r in read_jsonl(out):
             have.setdefault(r["path"], set()).add(r["batch"])
         todo = [p for p in paths if len(have[p]) < batches]
         if not todo:
@@ -49,7 +47,7 @@ def run(out: Path, paths: list[str], batches: int, chunk: int, max_tokens: int) 
 
 def summarize(out: Path) -> list[dict]:
     by: dict[str, list[dict]] = {}
-    for r in done_rows(out):
+    for r in read_jsonl(out):
         by.setdefault(r["path"], []).append(r)
     table = []
     for path, rows in by.items():

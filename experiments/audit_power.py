@@ -25,7 +25,8 @@ import specrl.engine.steps as engine_steps
 from audit_batches import Prompts, make_llm, policy_model, step_batch
 from specrl.engine import verify as verify_mod
 from specrl.engine.sampling import sample_from
-from specrl.rl.audit import SamplerAlarm, randomized_pit, token_scores
+from specrl.pipeline.run_dir import read_jsonl
+from specrl.rl.audit import SamplerAlarm
 from specrl.train.audit import TokenScorer
 from specrl.train.batch import collate
 
@@ -93,9 +94,6 @@ def statistics(ps, cs, step: int, replicates: int = 400) -> dict:
             "z_lik": (lik - float(reps.mean())) / float(reps.std()), "weight": float(w.pow(2).sum().sqrt())}
 
 
-def rows_of(out: Path) -> list[dict]:
-    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.is_file() else []
-
 
 KEYS = ("z_pit_w", "z_pit_1", "z_pit_sd", "z_lik")
 
@@ -117,7 +115,7 @@ def run(out: Path, mutants: list[str], batches: int, max_tokens: int, method: st
         engine_steps.verify = broken_verify(kind) if path != "off" else ORIGINAL_VERIFY
         llm = None
         for b in range(batches):
-            have = [r for r in rows_of(out) if r["mutant"] == name]
+            have = [r for r in read_jsonl(out) if r["mutant"] == name]
             if any(r["batch"] == b for r in have):
                 continue
             if kind != "reuse_uniform" and all(steps_to_alarm(have, k) for k in ("z_pit_w", "z_lik")):
@@ -134,7 +132,7 @@ def run(out: Path, mutants: list[str], batches: int, max_tokens: int, method: st
 
 def table(out: Path) -> list[dict]:
     by: dict[str, list[dict]] = {}
-    for r in rows_of(out):
+    for r in read_jsonl(out):
         by.setdefault(r["mutant"], []).append(r)
     return [{"mutant": m, "batches": len(rs), **{f"steps_{k}": steps_to_alarm(rs, k) for k in KEYS},
              **{f"first_{k}": round(sorted(rs, key=lambda r: r["batch"])[0][k], 2) for k in KEYS}}

@@ -19,7 +19,6 @@ from ..config.files import apply_overrides, argv_overrides
 def parse_args(argv: list[str] | None):
     """(out dir, PretrainConfig) from the command line."""
     from ..tasks import POLICY_DIR
-    from ..tasks.pretrain import PretrainConfig
 
     p = argparse.ArgumentParser(prog="specrl pretrain", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

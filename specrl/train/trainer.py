@@ -111,9 +111,10 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
     cost more a token than a checkpointed decoder keeps. Each chunk runs under activation checkpointing (only
     its hidden rows are kept; the backward recomputes its logits). A micro-batch that fits in one chunk (the
     embedded policy's) runs as one plain forward.
+
     `audit` (the sampler audit) gets each chunk's detached logits [n, V], its targets [n] and its offset in
-    the flattened tokens (padded [b * T] or packed [N]); under checkpointing the backward's recompute calls it again with the same
-    values (its scores are a function of them), which costs time, not correctness."""
+    the flattened tokens (padded [b * T] or packed [N]); under checkpointing the backward's recompute calls it
+    again with the same offset, which the trainer's sink skips."""
     b, T, D = hidden.shape
     flat_h, flat_t = hidden.reshape(b * T, D), targets.reshape(b * T)  # [N, D], [N]
 
@@ -293,7 +294,12 @@ class PolicyTrainer:
         marks the positions head_logprobs sees, flattened in row-major order (all of them when padded)."""
         where = valid.nonzero().cpu()  # [n_tokens, 2] (row in the micro-batch, position) per flat offset
 
+        scored: set[int] = set()  # chunks already scored: a checkpointed chunk's backward recomputes its logits
+
         def sink(logits: Tensor, targets: Tensor, start: int) -> None:
+            if start in scored:
+                return
+            scored.add(start)
             t0 = time.perf_counter()
             at = where[start:start + len(targets)]  # [n, 2]
             rows, pos = idx[at[:, 0]], at[:, 1]
