@@ -2,7 +2,7 @@
 state (caches, suffix trees) keyed by the sequence's cache slot."""
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 
@@ -40,18 +40,20 @@ class Drafter(Protocol):
         """The sequence finished; its slot will be reused."""
 
 
-class StatefulDrafter(Drafter, Protocol):
-    """A drafter whose cross-step state outlives generate() calls (suffix pools of earlier rollouts, drafter
-    weights trained online). The state is a tree of tensors, numbers, strings, lists and dicts: checkpoints
-    store it as safetensors + JSON (specrl.state_files), never as a pickle."""
+@runtime_checkable
+class Stateful(Protocol):
+    """A part whose cross-step state outlives generate() calls (suffix pools of earlier rollouts, drafter
+    weights trained online, the adaptive strategy's counts). The state is a tree of tensors, numbers, strings,
+    lists and dicts: checkpoints store it as safetensors + JSON (specrl.state_files), never as a pickle."""
 
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
 
 
-def has_state(drafter) -> bool:
-    return drafter is not None and callable(getattr(drafter, "state_dict", None))
+def has_state(part) -> bool:
+    """Whether `part` (a drafter or a strategy) declares the `Stateful` protocol; False for None."""
+    return isinstance(part, Stateful)
 
 
 def on_device(prop: Proposal, device) -> Proposal:
