@@ -31,8 +31,8 @@ PATHS = {
 }
 
 
-def make_llm(path: str, seed: int = 0) -> LLM:
-    return LLM(POLICY, seed=seed, max_num_seqs=64, kv_cache_memory="256MiB", **PATHS[path])
+def make_llm(path: str, seed: int = 0, kv_cache_memory: str = "256MiB") -> LLM:
+    return LLM(POLICY, seed=seed, max_num_seqs=64, kv_cache_memory=kv_cache_memory, **PATHS[path])
 
 
 class Prompts:

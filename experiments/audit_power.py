@@ -5,6 +5,9 @@ unweighted and weighted by sd_p[log p], and the issue's likelihood sum S = sum l
 simulated from p (400 replicate tokens per position). JSONL per batch in OUT (resumable), then a table.
 
     python experiments/audit_power.py --out docs/results/sampler_audit_power.jsonl --batches 6
+    # the default run's steps: its budget, its 2 audited groups of 8, its SD method
+    python experiments/audit_power.py --out docs/results/sampler_audit_power_default.jsonl --batches 20 \
+        --max-tokens 1100 --groups 2 --method auto
 
 Mutants (monkeypatched verify in specrl.engine.steps, or sampled at other settings than the audit assumes):
 residual_p (the rejection resamples from p, not max(p - q, 0)), accept_all (every draft accepted), bonus_pq
@@ -26,9 +29,11 @@ from audit_batches import Prompts, make_llm, policy_model, step_batch
 from specrl.engine import verify as verify_mod
 from specrl.engine.sampling import sample_from
 from specrl.pipeline.run_dir import read_jsonl
-from specrl.rl.audit import SamplerAlarm
+from specrl.pipeline.steps import AUDIT_SALT
+from specrl.rl.audit import SamplerAlarm, choose_groups
 from specrl.train.audit import TokenScorer
 from specrl.train.batch import collate
+from specrl.train.data import step_seed
 
 ORIGINAL_VERIFY = verify_mod.verify
 
@@ -106,12 +111,12 @@ def steps_to_alarm(rows: list[dict], key: str) -> int | None:
     return None
 
 
-def run(out: Path, mutants: list[str], batches: int, max_tokens: int, method: str) -> None:
+def run(out: Path, mutants: list[str], batches: int, max_tokens: int, method: str, groups: int | None) -> None:
     prompts = Prompts()
     for kind in mutants:
         path, sampling = MUTANTS[kind]
         path = method if path == "sd" else path
-        name = f"{kind}@{path}"
+        name = f"{kind}@{path}" + (f"/g{groups}" if groups else "")
         engine_steps.verify = broken_verify(kind) if path != "off" else ORIGINAL_VERIFY
         llm = None
         for b in range(batches):
@@ -120,9 +125,12 @@ def run(out: Path, mutants: list[str], batches: int, max_tokens: int, method: st
                 continue
             if kind != "reuse_uniform" and all(steps_to_alarm(have, k) for k in ("z_pit_w", "z_lik")):
                 break  # both main statistics flagged it already
-            llm = llm or make_llm(path)
+            llm = llm or make_llm(path, kv_cache_memory="256MiB" if max_tokens <= 256 else "1200MiB")
             t0 = time.perf_counter()
-            ps, cs = step_batch(llm, prompts(b), b, max_tokens=max_tokens, **sampling)
+            chosen = prompts(b)
+            if groups:  # a default step audits `groups` of its 8 groups (steps.audit_rows); only those are drawn
+                chosen = [chosen[i] for i in choose_groups(len(chosen), groups, step_seed(0, b, AUDIT_SALT))]
+            ps, cs = step_batch(llm, chosen, b, max_tokens=max_tokens, **sampling)
             row = {"mutant": name, "batch": b, "max_tokens": max_tokens, **statistics(ps, cs, b),
                    "s": time.perf_counter() - t0}
             with out.open("a") as f:
@@ -146,10 +154,12 @@ if __name__ == "__main__":
     ap.add_argument("--batches", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--method", default="ngram", help="the SD method the verify mutants run under")
+    ap.add_argument("--groups", type=int, default=None,
+                    help="audit only this many groups per batch, chosen as a run's step chooses them (default run: 2)")
     ap.add_argument("--summary", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if not args.summary:
-        run(args.out, args.mutants, args.batches, args.max_tokens, args.method)
+        run(args.out, args.mutants, args.batches, args.max_tokens, args.method, args.groups)
     for row in table(args.out):
         print(json.dumps(row))

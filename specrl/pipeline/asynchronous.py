@@ -36,6 +36,8 @@ token now depends on timing, so such a run is not reproducible token for token.
 """
 from __future__ import annotations
 
+import logging
+import os
 import queue
 import threading
 import time
@@ -50,6 +52,8 @@ from .run_dir import RunDir
 from .seam import Learner, NamedTensors
 from .steps import (Parts, Rollout, checked, drop_stale, finish_step, generate_rollouts, learn, row_times, run_eval,
                     stopped, sync_drafter, workload_row)
+
+log = logging.getLogger(__name__)
 
 POLL_S = 0.2  # how often a blocked side checks whether the other one stopped
 
@@ -144,10 +148,18 @@ class RolloutWorker(threading.Thread):
             self.out.put(e)
 
 
-def stage_threads(cfg: TrainConfig) -> tuple[int, int]:
-    """Torch threads of the rollout worker and of the trainer."""
+def stage_threads(cfg: TrainConfig, cores: int | None = None) -> tuple[int, int]:
+    """Torch threads of the rollout worker and of the trainer: each stage gets its own half of the threads
+    (2 cores: one each). Counts given past the machine's `cores` are used as given, with a warning."""
+    cores = cores or len(os.sched_getaffinity(0))
     half = max(1, torch.get_num_threads() // 2)
-    return cfg.pipeline.rollout_threads or half, cfg.pipeline.train_threads or half
+    rollout, train = cfg.pipeline.rollout_threads or half, cfg.pipeline.train_threads or half
+    if rollout + train > cores:
+        warnings.warn(f"pipeline.rollout_threads={rollout} + pipeline.train_threads={train} > the {cores} cores "
+                      "this process may use: the stages share cores and slow each other; used as given (set "
+                      f"them to at most {cores} together, or 0 for half each)")
+    log.info(f"async pipeline: rollout worker {rollout} thread(s), trainer {train} thread(s), on {cores} cores")
+    return rollout, train
 
 
 def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: StepProgress) -> None:

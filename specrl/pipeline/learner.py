@@ -27,7 +27,7 @@ from ..state_files import has_state, load_state, save_state
 from ..train.batch import TrainBatch
 from ..train.checkpoint import TRAINER_STATE
 from ..train.config import TrainConfig
-from ..train.audit import AuditRequest, AuditRows, TokenScorer
+from ..train.audit import AuditRequest, AuditRows, TokenScorer, audit_scorer
 from ..train.trainer import PolicyTrainer
 
 DRAFTER_TRAINER_STATE = "drafter_trainer"
@@ -57,11 +57,9 @@ class LocalLearner:
         if d.online:
             drafter = OnlineDrafterTrainer.from_spec(cfg.rollout.spec, policy, d, cfg.rollout.temperature, cfg.seed)
         learner = cls(policy, trainer, version, tokenizer_dir or model_dir, drafter, d.schedule == "long_tail")
-        ro = cfg.rollout
-        if ro.audit != "off":
-            learner.scorer = TokenScorer(ro.temperature, ro.top_p, ro.top_k, cfg.seed)
-            if cfg.pipeline.mode == "async" and cfg.pipeline.max_policy_lag > 0:
-                learner._previous = load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype))
+        learner.scorer = audit_scorer(cfg)
+        if learner.scorer is not None and cfg.pipeline.mode == "async" and cfg.pipeline.max_policy_lag > 0:
+            learner._previous = load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype))
         return learner
 
     @property

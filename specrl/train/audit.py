@@ -7,7 +7,7 @@ batch into micro-batches or lm-head chunks. `AuditRequest` is what one step audi
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
@@ -16,6 +16,9 @@ from ..engine.sampling import hash_uniform, target_probs
 from ..model import CausalLM
 from ..rl.audit import token_scores
 from .batch import collate
+
+if TYPE_CHECKING:
+    from .config import TrainConfig
 
 AUDIT_STREAM = 0xA0D1  # the hash stream of the audit's uniforms, apart from the sampler's streams
 SCORES = 3  # token_scores columns: u, w, impossible
@@ -40,6 +43,12 @@ class TokenScorer:
         seeds = (self.seed * 1_000_003 + rows).to(logits.device)  # [n]
         v = hash_uniform(seeds, positions.to(logits.device)[:, None], AUDIT_STREAM)[:, 0]  # [n]
         return token_scores(probs, targets, v)  # [n, 3]
+
+
+def audit_scorer(cfg: "TrainConfig") -> TokenScorer | None:
+    """The run's scorer: the rollout's sampling settings and seed; None with rollout.audit=off."""
+    ro = cfg.rollout
+    return None if ro.audit == "off" else TokenScorer(ro.temperature, ro.top_p, ro.top_k, cfg.seed)
 
 
 class AuditRequest(NamedTuple):

@@ -24,6 +24,7 @@ from torch.distributed.tensor import DTensor
 
 from ..model import CausalLM, load_model, resolve_dtype, save_model
 from ..state_files import load_state, save_state
+from .audit import AuditRequest, AuditRows, TokenScorer, audit_scorer
 from .batch import TrainBatch
 from .checkpoint import TRAINER_STATE
 from .config import TrainConfig
@@ -53,6 +54,7 @@ class FSDPLearner:
                  tokenizer_dir: str | Path | None = None):
         self.policy, self.trainer, self.version, self.tokenizer_dir = policy, trainer, version, tokenizer_dir
         self.rank = dist.get_rank()
+        self.scorer: TokenScorer | None = None  # the sampler audit's, None with rollout.audit=off
 
     @classmethod
     def build(cls, model_dir: str | Path, cfg: TrainConfig, version: int = 0,
@@ -66,10 +68,17 @@ class FSDPLearner:
         policy = shard(load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype)))
         trainer = PolicyTrainer(policy, cfg.algorithm, cfg.optim, cfg.schedule.max_steps, cfg.rollout.temperature,
                                 cfg.budget.max_tokens)
-        return cls(policy, trainer, version, tokenizer_dir or model_dir)
+        learner = cls(policy, trainer, version, tokenizer_dir or model_dir)
+        learner.scorer = audit_scorer(cfg)
+        return learner
 
-    def step(self, batch: TrainBatch, is_cap: float | None = None) -> dict[str, float]:
-        metrics = self.trainer.step(batch, is_cap=is_cap)
+    def step(self, batch: TrainBatch, is_cap: float | None = None, audit: AuditRows | None = None) -> dict[str, float]:
+        """The update; the sampler audit tests `audit`'s rows when this version sampled them (every rank holds
+        the whole batch, so each scores them alike). Rows of an older version are not audited: unlike
+        LocalLearner, no unsharded copy of the previous weights is kept."""
+        on_policy = audit is not None and self.scorer is not None and audit.version == self.version
+        request = AuditRequest(self.scorer, audit.rows) if on_policy else None
+        metrics = self.trainer.step(batch, is_cap=is_cap, audit=request)
         self.version += 1
         return metrics
 

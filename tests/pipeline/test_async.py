@@ -178,3 +178,18 @@ def test_evaluation_sees_the_weights_of_the_step_it_reports(setup, tmp_path, mon
     monkeypatch.setattr(steps, "evaluate", spy)
     assert main(overrides(*setup, tmp_path / "eval", **ASYNC)) == 0
     assert seen == [True, True, True]  # steps 0, 2 and 4
+
+
+def test_stage_threads_split_the_cores_and_warn_past_them(caplog):
+    import logging
+
+    from specrl.pipeline.asynchronous import stage_threads
+    from specrl.train.config import TrainConfig
+    cfg = TrainConfig()
+    cfg.pipeline.rollout_threads, cfg.pipeline.train_threads = 1, 1
+    with caplog.at_level(logging.INFO, logger="specrl.pipeline.asynchronous"):
+        assert stage_threads(cfg, cores=2) == (1, 1)
+    assert "rollout worker 1 thread(s), trainer 1 thread(s), on 2 cores" in caplog.text
+    cfg.pipeline.rollout_threads, cfg.pipeline.train_threads = 3, 2
+    with pytest.warns(UserWarning, match=r"rollout_threads=3 \+ pipeline.train_threads=2 > the 2 cores.*used as given"):
+        assert stage_threads(cfg, cores=2) == (3, 2)

@@ -21,7 +21,7 @@ from specrl.pipeline.cluster.connect import connect, release  # noqa: E402
 from specrl.pipeline.cluster.rollout import ActorFailed, RayRolloutBackend, ray_backend  # noqa: E402
 
 SAME = ("reward_mean", "accuracy", "response_len_p50", "response_len_p99", "generated_tokens", "loss",
-        "grad_norm", "entropy", "clip_frac", "lr", "kl")  # the rest: timings and per-engine SD counters
+        "grad_norm", "entropy", "clip_frac", "lr", "kl", "sampler_z", "sampler_tokens")  # the rest: timings and per-engine SD counters
 
 
 @pytest.fixture(scope="module")

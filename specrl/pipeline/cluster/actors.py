@@ -81,8 +81,8 @@ class TrainerActor:
             init_process_group(self.rank, self.world, master, cfg.device)
             self.learner = FSDPLearner.build(model_dir, cfg, version, tokenizer_dir=tokenizer_dir)
 
-    def step(self, batch: TrainBatch, is_cap: float | None) -> dict[str, float]:
-        return self.learner.step(batch, is_cap)
+    def step(self, batch: TrainBatch, is_cap: float | None, audit=None) -> dict[str, float]:
+        return self.learner.step(batch, is_cap, audit=audit)
 
     def weights(self) -> dict[str, torch.Tensor] | None:
         """The full weights on rank 0 (into the object store once, as this task's return value)."""

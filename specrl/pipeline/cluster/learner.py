@@ -33,8 +33,8 @@ class RayLearner:
                              "continue with resume=RUN_DIR") from e
 
     def step(self, batch: TrainBatch, is_cap: float | None = None, rewards=None, audit=None) -> dict[str, float]:
-        """(`audit`: the sampler audit does not reach the trainer actors yet; their rows carry no sampler_p.)"""
-        metrics = self._all("step", batch, is_cap)[0]
+        """Every rank updates; rank 0's metrics, with the sampler audit's test of `audit`'s rows."""
+        metrics = self._all("step", batch, is_cap, audit)[0]
         self.version += 1
         return metrics
 
