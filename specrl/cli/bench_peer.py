@@ -119,9 +119,11 @@ def measure(run: dict, model_dir: Path, args) -> dict:
     t0 = time.perf_counter()
     outs = engine.generate(prompts, params)
     seconds = time.perf_counter() - t0
-    stats = engine.stats()
     if run["engine"] == "vllm":
+        stats = engine.stats()
         engine.close()
+    else:
+        stats = engine.stats  # specrl's LLM keeps its counters as a dict
     tokens = sum(len(c.token_ids) for r in outs for c in r.outputs)
     row = {**{k: v for k, v in run.items() if k != "repeat"}, "tokens": tokens, "makespan_s": seconds,
            "tokens_per_s": tokens / seconds, "repeat": run["repeat"],
