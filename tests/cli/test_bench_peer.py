@@ -3,6 +3,7 @@ start costs a minute here; its rows come from the same `measure`)."""
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -33,7 +34,6 @@ def test_the_engines_alternate_and_vllm_runs_in_both_modes():
 ])
 def test_a_bad_flag_fails_before_any_engine_starts(flag, value, match, capsys):
     assert main(["bench", "peer", flag, value]) == 2
-    import re
     assert re.search(match, capsys.readouterr().err)
 
 
