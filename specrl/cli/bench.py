@@ -1,11 +1,11 @@
-"""`specrl bench engine|spec|adaptive`: print JSON lines."""
+"""`specrl bench engine|spec|adaptive|peer`: print JSON lines."""
 from __future__ import annotations
 
 import importlib
 import sys
 
 BENCHES = {"engine": "specrl.cli.bench_engine", "spec": "specrl.cli.bench_spec",
-           "adaptive": "specrl.cli.bench_adaptive"}
+           "adaptive": "specrl.cli.bench_adaptive", "peer": "specrl.cli.bench_peer"}
 
 
 def main(argv: list[str]) -> int:

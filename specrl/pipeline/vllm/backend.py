@@ -1,7 +1,9 @@
 """VllmBackend: a `vllm.LLM` behind the seam (the RolloutBackend protocol, as pipeline/local.py's).
 
 generate() adds the requests and steps vLLM's engine itself, so cancel() takes effect between two engine
-steps and a dead engine process stops the run cleanly (RunStopped: the last checkpoint resumes). vLLM's
+steps and a dead engine process stops the run cleanly (RunStopped: the last checkpoint resumes). vLLM 0.32's
+synchronous client waits for the engine's next output forever when its engine process is killed (its monitor
+marks the engine dead but wakes no reader), so a watcher thread (`watch_engine`) wakes it. vLLM's
 engine is not thread-safe, so weights that arrive while a generate() runs (the async driver's trainer
 thread) wait and are applied when it returns: every sequence of a call is sampled by one version.
 """
@@ -22,6 +24,24 @@ SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
+def watch_engine(client, closing: threading.Event) -> None:
+    """Wakes a reader blocked on `client`'s outputs with EngineDeadError when an engine process exits before
+    `closing` is set. A client without engine processes of its own (vLLM's in-process one) needs no watcher."""
+    from multiprocessing.connection import wait
+
+    from vllm.v1.engine.core_client import MPClient
+    from vllm.v1.engine.exceptions import EngineDeadError
+    if not isinstance(client, MPClient) or client.resources.engine_manager is None:
+        return
+    sentinels = [p.sentinel for p in client.resources.engine_manager.processes]
+
+    def watch() -> None:
+        wait(sentinels)  # returns when the first one exits
+        if not closing.is_set():
+            client.outputs_queue.put_nowait(EngineDeadError(suppress_context=True))
+    threading.Thread(target=watch, daemon=True, name="specrl-vllm-engine-watch").start()
+
+
 class VllmBackend:
     def __init__(self, llm, policy_dir: Path, eos: frozenset[int], refit_root: str,
                  work_dir: tempfile.TemporaryDirectory, drafter_tensors=None):
@@ -35,6 +55,7 @@ class VllmBackend:
         self.weights_version = 0
         self.drafter_version = 0
         self._cancelled = False
+        self._dead = False  # the engine process exited: nothing more can run on it
         self._lock = threading.Lock()
         self._generating = False
         self._pending: tuple[dict, int] | None = None
@@ -42,6 +63,8 @@ class VllmBackend:
         self._transfer_s = 0.0  # the last policy refit's seconds: the weights the next rollout runs on
         self._base = self._counters()
         self._own = {"generated_tokens": 0, "target_forwards": 0}
+        self._closing = threading.Event()
+        watch_engine(llm.llm_engine.engine_core, self._closing)
 
     # ---- generation --------------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params) -> list:
@@ -55,13 +78,27 @@ class VllmBackend:
             with self._lock:
                 self._generating = False
                 pending, self._pending = self._pending, None
-            if pending is not None:
+            if pending is not None and not self._dead:
                 self._reload(*pending)
 
     def _generate(self, prompts, params) -> list:
         engine, self._calls = self.llm.llm_engine, self._calls + 1
         ids = [f"{self._calls}-{i}" for i in range(len(prompts))]
         mapped = [to_vllm(sp, self.eos) for sp in params]  # every refusal before any request is queued
+        from vllm.v1.engine.exceptions import EngineDeadError
+        try:
+            done = self._run(engine, ids, prompts, mapped)
+        except EngineDeadError as e:
+            self._dead = True
+            raise RunStopped(f"the vLLM engine process died mid-rollout ({e}); resume the run from its last "
+                             "checkpoint (specrl train resume=RUN_DIR)") from e
+        outs = [to_specrl(done[rid], i, sp, self.eos, self.weights_version)
+                for i, (rid, sp) in enumerate(zip(ids, params))]
+        self._own["generated_tokens"] += sum(len(c.token_ids) for r in outs for c in r.outputs)
+        return outs
+
+    def _run(self, engine, ids: list[str], prompts, mapped) -> dict:
+        """Queues the requests and steps the engine until all are done -> request id: finished output."""
         for n, (rid, prompt, sp) in enumerate(zip(ids, prompts, mapped)):
             try:
                 engine.add_request(rid, {"prompt_token_ids": [int(t) for t in prompt]}, sp)
@@ -69,23 +106,15 @@ class VllmBackend:
                 engine.abort_request(ids[:n])
                 raise
         done: dict[str, object] = {}
-        from vllm.v1.engine.exceptions import EngineDeadError
-        try:
-            while engine.has_unfinished_requests():
-                if self._cancelled:
-                    engine.abort_request([r for r in ids if r not in done])
-                    raise GenerationCancelled("generate() was cancelled (VllmBackend.cancel)")
-                for out in engine.step():
-                    if out.finished:
-                        done[out.request_id] = out
-                self._own["target_forwards"] += 1
-        except EngineDeadError as e:
-            raise RunStopped(f"the vLLM engine process died mid-rollout ({e}); resume the run from its last "
-                             "checkpoint (specrl train resume=RUN_DIR)") from e
-        outs = [to_specrl(done[rid], i, sp, self.eos, self.weights_version)
-                for i, (rid, sp) in enumerate(zip(ids, params))]
-        self._own["generated_tokens"] += sum(len(c.token_ids) for r in outs for c in r.outputs)
-        return outs
+        while engine.has_unfinished_requests():
+            if self._cancelled:
+                engine.abort_request([r for r in ids if r not in done])
+                raise GenerationCancelled("generate() was cancelled (VllmBackend.cancel)")
+            for out in engine.step():
+                if out.finished:
+                    done[out.request_id] = out
+            self._own["target_forwards"] += 1
+        return done
 
     # ---- weights -----------------------------------------------------------------------------------
     def update_weights(self, weights: NamedTensors, version: int) -> None:
@@ -166,7 +195,13 @@ class VllmBackend:
                          "cannot take: resume with pipeline.backend=local, or start a new run")
 
     def close(self) -> None:
-        self.llm.llm_engine.engine_core.shutdown()
-        self.refit.close()
-        self.drafter_refit.close()
-        self._work_dir.cleanup()
+        self._closing.set()
+        try:
+            self.llm.llm_engine.engine_core.shutdown()
+        except ProcessLookupError:  # its shutdown kills the worker by pid; after a dead engine it may be gone
+            if not self._dead:
+                raise
+        finally:
+            self.refit.close()
+            self.drafter_refit.close()
+            self._work_dir.cleanup()

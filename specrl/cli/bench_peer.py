@@ -1,0 +1,186 @@
+"""`specrl bench peer`: specrl's engine against vLLM on the same checkpoint, the same token-id prompts and the
+same sampling settings, one engine per process (a subprocess per measurement), alternating and repeated.
+
+    specrl bench peer                                   # embedded policy: SD off, b1 / b64 / rl, 3 repeats
+    specrl bench peer --model DIR --methods off,ngram   # a real checkpoint (e.g. SmolLM2), with vLLM's ngram
+
+Workloads: `b1` (one prompt), `b64` (64 prompts, one sample each), `rl` (the default run's rollout:
+rollout.prompts_per_step prompts x rollout.n at rollout.max_tokens), on the embedded task's prompts encoded
+as `specrl train` encodes them; every request has its own seed and stops at the model's EOS ids. vLLM is
+measured with its defaults (`vllm_mode=compile`: torch.compile where it works) and `enforce_eager=True`
+(`vllm_mode=eager`). One JSON line per measurement: engine, method, workload, tokens, makespan_s,
+tokens_per_s (and vllm_mode; audit_p, the sampler audit's p-value, on sampled SD rows); then one
+`"summary": true` line per (engine, method, workload) with the best repeat, vLLM's faster mode.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .bench_common import emit
+
+ENGINES = ("specrl", "vllm")
+WORKLOADS = ("b1", "b64", "rl")
+VLLM_MODES = ("compile", "eager")
+ROW_KEYS = ("engine", "method", "workload", "tokens", "makespan_s", "tokens_per_s")
+
+
+def parser():
+    import argparse
+    ap = argparse.ArgumentParser(prog="specrl bench peer", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
+    ap.add_argument("--engines", default="specrl,vllm")
+    ap.add_argument("--methods", default="off", help="off and/or SD methods both engines run, e.g. off,ngram")
+    ap.add_argument("--workloads", default="b1,b64,rl")
+    ap.add_argument("--vllm-modes", default="compile,eager")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds; each round alternates the engines' order")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--max-tokens", type=int, default=256, help="b1 and b64's budget (rl: the default run's)")
+    ap.add_argument("--k", type=int, default=4, help="draft length of the SD methods")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads of specrl's engine")
+    ap.add_argument("--no-audit", action="store_true", help="skip the sampler audit of sampled SD rows")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one measurement (JSON)
+    return ap
+
+
+def split(text: str, allowed: tuple[str, ...] | None, flag: str) -> list[str]:
+    from ..errors import UserError
+    items = [t for t in text.split(",") if t]
+    bad = [t for t in items if allowed is not None and t not in allowed]
+    if not items or bad:
+        raise UserError(f"{flag} {text!r}: choose from {list(allowed) if allowed else 'a comma-separated list'}")
+    return items
+
+
+def plan(args) -> list[dict]:
+    """The measurements in order: per round, workload and method, the engines alternate which goes first."""
+    from ..engine.methods import get_method
+    engines, workloads = split(args.engines, ENGINES, "--engines"), split(args.workloads, WORKLOADS, "--workloads")
+    methods, modes = split(args.methods, None, "--methods"), split(args.vllm_modes, VLLM_MODES, "--vllm-modes")
+    for m in methods:
+        if m != "off":
+            get_method(m)  # an unknown name fails before any engine starts
+    runs = []
+    for r in range(args.repeats):
+        for workload in workloads:
+            for method in methods:
+                order = engines if r % 2 == 0 else engines[::-1]
+                for engine in order:
+                    for mode in (modes if engine == "vllm" else [None]):
+                        runs.append({"engine": engine, "method": method, "workload": workload, "repeat": r,
+                                     **({"vllm_mode": mode} if mode else {})})
+    return runs
+
+
+def workload(name: str, model_dir: Path, max_tokens: int) -> tuple[list[list[int]], int, int]:
+    """(prompt ids, samples per prompt, max_tokens) of a workload."""
+    from ..tasks import make_problems
+    from ..train.config import TrainConfig
+    from ..train.data import PromptEncoder
+    ro = TrainConfig().rollout
+    count, n = {"b1": (1, 1), "b64": (64, 1), "rl": (ro.prompts_per_step, ro.n)}[name]
+    encoder = PromptEncoder(model_dir)
+    split_ = "train" if name == "rl" else "test"
+    prompts = [encoder.encode(p.prompt) for p in make_problems(count, seed=1234, split=split_)]
+    return prompts, n, ro.max_tokens if name == "rl" else max_tokens
+
+
+def build(run: dict, model_dir: Path, args, batch: int):
+    """The engine of one measurement, behind generate(prompts, [SamplingParams])."""
+    method = None if run["method"] == "off" else run["method"]
+    if run["engine"] == "specrl":
+        from .. import LLM, SpecConfig
+        from ..threads import set_threads
+        set_threads(args.threads)
+        spec = SpecConfig(method=method, num_speculative_tokens=args.k) if method else None
+        return LLM(str(model_dir), dtype="float32", max_num_seqs=batch, spec=spec)
+    from ..config import load_config
+    from ..pipeline.vllm.build import vllm_backend
+    from ..train.config import TrainConfig
+    cfg = load_config(TrainConfig, None, [f"rollout.spec.method={method or 'null'}", "dtype=float32",
+                                          f"rollout.spec.num_speculative_tokens={args.k}",
+                                          f"rollout.max_num_seqs={batch}",
+                                          f"vllm.enforce_eager={run['vllm_mode'] == 'eager'}"])
+    return vllm_backend(model_dir, cfg)
+
+
+def measure(run: dict, model_dir: Path, args) -> dict:
+    """One measurement in this process: build, warm up, time one generate(); the row."""
+    from ..engine import SamplingParams
+    prompts, n, max_tokens = workload(run["workload"], model_dir, args.max_tokens)
+    engine = build(run, model_dir, args, len(prompts) * n)
+    params = [SamplingParams(n=n, temperature=args.temperature, max_tokens=max_tokens, seed=1000 + i)
+              for i in range(len(prompts))]
+    engine.generate(prompts[:1], [SamplingParams(max_tokens=8)])  # warm-up (vLLM's compile, caches)
+    t0 = time.perf_counter()
+    outs = engine.generate(prompts, params)
+    seconds = time.perf_counter() - t0
+    if run["engine"] == "vllm":
+        stats = engine.stats()
+        engine.close()
+    else:
+        stats = engine.stats  # specrl's LLM keeps its counters as a dict
+    tokens = sum(len(c.token_ids) for r in outs for c in r.outputs)
+    row = {**{k: v for k, v in run.items() if k != "repeat"}, "tokens": tokens, "makespan_s": seconds,
+           "tokens_per_s": tokens / seconds, "repeat": run["repeat"],
+           "acceptance_length": stats.get("acceptance_length", 1.0)}
+    if run["method"] != "off" and args.temperature > 0 and not args.no_audit:
+        row["audit_p"] = audit_p(model_dir, outs, args.temperature)
+    return row
+
+
+def audit_p(model_dir: Path, outs, temperature: float) -> float:
+    """The sampler audit's p-value on these completions (specrl audit's test)."""
+    from ..model import load_model
+    from ..rl.audit import step_test
+    from ..train.audit import TokenScorer, score_completions
+    model = load_model(str(model_dir), dtype="float32").eval()
+    prompts = [r.prompt_token_ids for r in outs for _ in r.outputs]
+    completions = [c.token_ids for r in outs for c in r.outputs]
+    scores = score_completions(model, TokenScorer(temperature, 1.0, -1, 0), prompts, completions, rows_per_batch=4)
+    return step_test(scores).p_value
+
+
+def child(run: dict, model_dir: Path, argv: list[str]) -> dict:
+    """One measurement in a fresh process (its last stdout line); an engine that fails is an `error` row."""
+    cmd = [sys.executable, "-m", "specrl", "bench", "peer", *argv, "--one", json.dumps(run)]
+    with tempfile.TemporaryFile("w+") as log:
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+        if done.returncode != 0:
+            log.seek(0)
+            tail = " | ".join(log.read().strip().splitlines()[-3:])
+            return {**run, "error": f"exit {done.returncode}: {tail[-300:]}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per (engine, method, workload): the fastest measurement (for vLLM, over both modes)."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        if "error" in r:
+            continue
+        key = (r["engine"], r["method"], r["workload"])
+        if key not in best or r["tokens_per_s"] > best[key]["tokens_per_s"]:
+            best[key] = r
+    return [{**r, "summary": True} for r in best.values()]
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    from .bench_common import policy_path
+    model_dir = Path(policy_path(args.model))
+    if args.one is not None:
+        emit(measure(json.loads(args.one), model_dir, args))
+        return 0
+    runs = plan(args)  # bad flags fail here, before any engine starts
+    rows = []
+    for run in runs:
+        rows.append(child(run, model_dir, argv))
+        emit(rows[-1])
+    for row in summary(rows):
+        emit(row)
+    return 0

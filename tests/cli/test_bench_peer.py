@@ -1,0 +1,69 @@
+"""`specrl bench peer`'s plan, flags and rows, on a tiny checkpoint with specrl's engine only (a vLLM engine
+start costs a minute here; its rows come from the same `measure`)."""
+from __future__ import annotations
+
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from specrl.cli.bench_peer import ROW_KEYS, measure, plan, summary
+from specrl.cli.main import main
+from tests.helpers import save_tiny
+
+
+def _args(**kw) -> SimpleNamespace:
+    base = dict(engines="specrl,vllm", methods="off", workloads="b1", vllm_modes="compile,eager", repeats=2,
+                temperature=1.0, max_tokens=4, k=2, threads=1, no_audit=False)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_the_engines_alternate_and_vllm_runs_in_both_modes():
+    runs = plan(_args())
+    order = [(r["engine"], r.get("vllm_mode"), r["repeat"]) for r in runs]
+    assert order == [("specrl", None, 0), ("vllm", "compile", 0), ("vllm", "eager", 0),
+                     ("vllm", "compile", 1), ("vllm", "eager", 1), ("specrl", None, 1)]
+
+
+@pytest.mark.parametrize("flag, value, match", [
+    ("--engines", "sglang", r"--engines 'sglang': choose from \['specrl', 'vllm'\]"),
+    ("--workloads", "b2", r"--workloads 'b2': choose from \['b1', 'b64', 'rl'\]"),
+    ("--vllm-modes", "graph", r"--vllm-modes 'graph': choose from"),
+    ("--methods", "ngrams", r"ngrams"),
+])
+def test_a_bad_flag_fails_before_any_engine_starts(flag, value, match, capsys):
+    assert main(["bench", "peer", flag, value]) == 2
+    assert re.search(match, capsys.readouterr().err)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("peer") / "policy", vocab=32, max_pos=96)
+
+
+def test_a_specrl_row_has_the_keys_and_a_sampled_sd_row_its_audit(tiny):
+    off = measure({"engine": "specrl", "method": "off", "workload": "b1", "repeat": 0}, tiny, _args())
+    assert set(ROW_KEYS) <= set(off) and "audit_p" not in off
+    assert off["tokens"] == 4 and off["tokens_per_s"] == pytest.approx(off["tokens"] / off["makespan_s"])
+    sd = measure({"engine": "specrl", "method": "ngram", "workload": "b1", "repeat": 0}, tiny, _args())
+    assert 0.0 <= sd["audit_p"] <= 1.0
+    greedy = measure({"engine": "specrl", "method": "ngram", "workload": "b1", "repeat": 0}, tiny,
+                     _args(temperature=0.0))
+    assert "audit_p" not in greedy  # the audit tests sampled rows only
+
+
+def test_each_measurement_runs_in_its_own_process_then_a_summary(tiny, capsys):
+    assert main(["bench", "peer", "--model", str(tiny), "--engines", "specrl", "--workloads", "b1", "--repeats",
+                 "2", "--max-tokens", "4", "--threads", "1"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r.get("summary", False) for r in rows] == [False, False, True]
+    assert [r["repeat"] for r in rows[:2]] == [0, 1] and all(r["engine"] == "specrl" for r in rows)
+    assert rows[2]["tokens_per_s"] == max(r["tokens_per_s"] for r in rows[:2])
+
+
+def test_the_summary_keeps_the_faster_vllm_mode_and_skips_errors():
+    rows = [{"engine": "vllm", "method": "off", "workload": "b1", "vllm_mode": "compile", "tokens_per_s": 5.0},
+            {"engine": "vllm", "method": "off", "workload": "b1", "vllm_mode": "eager", "tokens_per_s": 7.0},
+            {"engine": "vllm", "method": "off", "workload": "b64", "error": "exit 1: ..."}]
+    assert summary(rows) == [{**rows[1], "summary": True}]
