@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from .drafting import Drafter, Proposal, TargetForward
+from .drafting import Drafter, Proposal, TargetForward, caches_of
 from .sequence import Sequence, Status
 
 CHUNK = 128  # inputs per sequence per catch-up forward (bounds its attention memory)
@@ -129,3 +129,6 @@ class Deferred:
     def release(self, seq: Sequence) -> None:
         self.inner.release(seq)
         self.wait.release(seq)
+
+    def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return caches_of(self.inner)

@@ -51,6 +51,19 @@ class Stateful(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
+@runtime_checkable
+class HoldsCaches(Protocol):
+    """A drafter with position-indexed KV caches of its own (the model drafters): the engine gives their pages
+    back between generate() calls, as it does the target's."""
+
+    def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]: ...
+
+
+def caches_of(drafter) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`drafter`'s KV caches if it declares `HoldsCaches`, else none."""
+    return drafter.caches() if isinstance(drafter, HoldsCaches) else []
+
+
 def has_state(part) -> bool:
     """Whether `part` (a drafter or a strategy) declares the `Stateful` protocol; False for None."""
     return isinstance(part, Stateful)

@@ -237,8 +237,8 @@ class LLM:
         Nothing to do on a GPU, where the cache stays allocated."""
         if self.runner.device.type != "cpu":
             return
-        model = self.engine.pool.inner if self.engine.pool is not None else None  # a ModelDrafter (drafters/weights.py)
-        release_caches(self.runner.cache + (model.caches() if model is not None else []))
+        pool = self.engine.pool
+        release_caches(self.runner.cache + (pool.caches() if pool is not None else []))
         trim(TRIM_MIN_FREE)  # and the step temporaries' freed heap pages, when there are many (specrl/heap.py)
 
     def step(self, scheduler: Scheduler) -> StepResult:
