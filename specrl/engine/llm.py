@@ -15,7 +15,7 @@ from ..model.layers import skip_cudnn_attention
 from ..model.tokenizer import TextTokenizer
 from .drafting import Drafter
 from .engine import Engine
-from .methods import SpecConfig, build_engine_drafting, get_method
+from .methods import SpecConfig, build_engine_drafting, is_adaptive
 from .outputs import CompletionOutput, RequestOutput
 from .rng import mix_seed
 from .memory import DEFAULT_MEMORY_UTILIZATION, SPARE, check_dtype, memory_budget, plan_kv_cache, release_caches
@@ -52,7 +52,7 @@ class LLM:
         else:
             self.model = load_model(model, device=device, dtype=check_dtype(device, dtype))
         cfg = self.model.config
-        src = tokenizer or getattr(self.model, "source_path", None)
+        src = tokenizer or self.model.source_path
         self.text_tokenizer = load_text_tokenizer(src) if src else None
         self.tokenizer = self.text_tokenizer.backend if self.text_tokenizer is not None else None
         if self.tokenizer is not None:
@@ -91,8 +91,7 @@ class LLM:
         pool = self.engine.pool
         if pool is None:
             return None
-        adaptive = self.spec.enabled and get_method(self.spec.method).adaptive
-        return pool if len(pool.drafters) > 1 or adaptive else next(iter(pool.drafters.values()))
+        return pool if len(pool.drafters) > 1 or is_adaptive(self.spec.method) else next(iter(pool.drafters.values()))
 
     @property
     def tracer(self) -> Tracer:

@@ -67,6 +67,11 @@ def get_method(name: str | None) -> DrafterMethod:
     return _BY_NAME[name]
 
 
+def is_adaptive(name: str | None) -> bool:
+    """Whether method `name` chooses among other drafters per step ("auto"); False for None (SD off)."""
+    return name is not None and get_method(name).adaptive
+
+
 @dataclass
 class SpecConfig:
     method: str | None = None  # None turns SD off
@@ -123,11 +128,11 @@ SCRATCH, SCRATCH_MODULE = "scratch", "specrl.drafters.scratch"  # cold start: sp
 def model_method(spec: SpecConfig, what: str = "draft_model='scratch'") -> str:
     """The model drafter `spec` runs ("auto" resolves to the drafter it wraps); an error for model-free ones.
     Here, torch-free, so that config validation (rollout.drafter.online) reads it without the drafters."""
-    method = spec.method
-    if method == "auto":
+    method, adaptive = spec.method, is_adaptive(spec.method)
+    if adaptive:
         method = next((d for d in spec.drafters if d in TRAINABLE_METHODS), None)
     if method not in TRAINABLE_METHODS:
-        over = f" (auto over {list(spec.drafters)})" if spec.method == "auto" else ""
+        over = f" ({spec.method} over {list(spec.drafters)})" if adaptive else ""
         raise ValueError(f"{what} needs a model drafter, but method={spec.method!r}{over} has no weights: use "
                          f"method in {list(TRAINABLE_METHODS)} (or add one to drafters, e.g. drafters=('suffix', "
                          f"'eagle3')), or drop {what}")

@@ -24,13 +24,13 @@ DEFAULT_DIR = get_method("draft_model").shipped_dir
 
 def check_same_vocab(target: CausalLM, draft: CausalLM, draft_path: str) -> None:
     """The draft must speak the policy's token ids: same vocab size and, when both ship one, same tokenizer."""
-    target_path = getattr(target, "source_path", None) or "<in-memory policy>"
+    target_path = target.source_path or "<in-memory policy>"
     tv, dv = target.config.vocab_size, draft.config.vocab_size
     if tv != dv:
         raise ValueError(f"draft model {draft_path!r} has vocab_size {dv} but the policy {target_path!r} has {tv}: "
                          "a draft model must use the policy's tokenizer. Train one with "
                          "`specrl train-drafter --method draft_model --policy POLICY`.")
-    t_tok = load_tokenizer(target_path) if getattr(target, "source_path", None) else None
+    t_tok = load_tokenizer(target_path) if target.source_path else None
     d_tok = load_tokenizer(draft_path)
     if t_tok is not None and d_tok is not None and t_tok.get_vocab(True) != d_tok.get_vocab(True):
         raise ValueError(f"the tokenizer of draft model {draft_path!r} differs from the policy's tokenizer in "

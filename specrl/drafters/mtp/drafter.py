@@ -77,11 +77,11 @@ def _default_fits(target: CausalLM) -> bool:
 def resolve_stack(spec: SpecConfig, target: CausalLM) -> MTPStack:
     if spec.draft_model:
         return load_mtp(spec.draft_model, target)
-    if getattr(target, "mtp", None) is not None:
+    if target.mtp is not None:
         return target.mtp
     if _default_fits(target):
         return load_mtp(DEFAULT_DIR, target)
-    where = getattr(target, "source_path", None) or "<in-memory policy>"
+    where = target.source_path or "<in-memory policy>"
     raise ValueError(
         f"method 'mtp' needs MTP modules, but the policy {where!r} has none (num_nextn_predict_layers = 0) "
         "and SpecConfig.draft_model is not set. Train them with `specrl train-drafter --method mtp --policy "
