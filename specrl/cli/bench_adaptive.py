@@ -113,25 +113,25 @@ def main(argv: list[str]) -> int:
                 emit(rows[-1])
         llm = engine(SpecConfig(method="auto", num_speculative_tokens=max(ks), adaptive_mode=args.adaptive_mode,
                                 drafters=tuple(methods)))
-        strategy = llm.engine.strategy
-        strategy.history = [] if rl else None
+        strategy, choices = llm.engine.strategy, llm.engine.choices
+        choices.history = [] if rl else None
         # auto keeps what it learnt in the warm-up, but counts its choices afresh
         tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens,
-                             after_warmup=strategy.reset_counts)
-        steps_rows = sum(v for d, v in strategy.chosen.items() if d != "k_sum")
-        drafted = steps_rows - strategy.chosen.get("none", 0)
+                             after_warmup=choices.reset)
+        steps_rows = sum(v for d, v in choices.rows.items() if d != "k_sum")
+        drafted = steps_rows - choices.rows.get("none", 0)
         static = [r for r in rows if r["batch_size"] == common["batch_size"] and r["strategy"] != "off"]
         best = max(static, key=lambda r: r["speedup"], default=None)
         rows.append({**common, "strategy": "auto", "k": max(ks), "tokens_per_s": tps, "speedup": tps / base_tps,
                      "acceptance_length": stats["acceptance_length"],
-                     "mix": {d: round(v / max(steps_rows, 1), 3) for d, v in strategy.chosen.items() if d != "k_sum"},
-                     "mean_k": strategy.chosen.get("k_sum", 0) / max(drafted, 1),
+                     "mix": {d: round(v / max(steps_rows, 1), 3) for d, v in choices.rows.items() if d != "k_sum"},
+                     "mean_k": choices.rows.get("k_sum", 0) / max(drafted, 1),
                      "best_static": f"{best['strategy']}@{best['k']}" if best else None,
                      "vs_best_static": tps / best["tokens_per_s"] if best else None,
                      "drafters": list(llm.drafter.drafters)})
         emit(rows[-1])
         if rl:
-            history = strategy.history
+            history = choices.history
             if args.history:
                 with open(args.history, "w") as f:
                     f.writelines(json.dumps(h) + "\n" for h in history)

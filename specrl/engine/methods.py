@@ -51,7 +51,7 @@ TABLE: tuple[DrafterMethod, ...] = (
     DrafterMethod("mtp", "specrl.drafters.mtp.drafter", True, "specrl.drafters.mtp.train", sim_draft_frac=None),
     DrafterMethod("ngram", "specrl.drafters.ngram.drafter", False),
     DrafterMethod("suffix", "specrl.drafters.suffix.drafter", False),
-    DrafterMethod("auto", "specrl.engine.adaptive", False, adaptive=True),
+    DrafterMethod("auto", "specrl.engine.adaptive.factory", False, adaptive=True),
 )
 _BY_NAME = {m.name: m for m in TABLE}
 METHODS: tuple[str, ...] = tuple(_BY_NAME)
@@ -80,7 +80,7 @@ class SpecConfig:
     ngram_min: int = 2  # shortest suffix an n-gram/suffix match must have
     ngram_max: int = 8  # longest suffix the n-gram drafter tries
     suffix_scale: float = 1.0  # suffix drafter: draft up to scale * match_length tokens (capped at k)
-    # "auto" (the adaptive engine, engine/adaptive.py): the drafters it chooses among per sequence and step;
+    # "auto" (the adaptive engine, engine/adaptive/): the drafters it chooses among per sequence and step;
     # one that cannot be built here (no checkpoint) is left out with a warning, none at all is an error
     drafters: tuple[str, ...] = ("suffix", "ngram", "eagle3")
     # "auto": "measured" (default) fits its cost model to this engine's own step timings, so its choices

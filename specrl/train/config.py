@@ -196,7 +196,7 @@ class RolloutConfig:
     top_k: int = -1
     max_tokens: int | None = None  # a response's budget; null: the data source's (DataConfig.budget)
     max_num_seqs: int = 64  # engine batch (concurrent sequences)
-    # "auto": the adaptive engine (specrl/engine/adaptive.py) picks per step and sequence which drafter
+    # "auto": the adaptive engine (specrl/engine/adaptive/) picks per step and sequence which drafter
     # drafts how many tokens, from a cost model fit to this machine's step timings: plain decoding where a
     # verify forward costs ~linear in the tokens it checks (a full batch on a CPU), drafting in the tail
     spec: SpecConfig = field(default_factory=lambda: SpecConfig(method="auto", num_speculative_tokens=4))
