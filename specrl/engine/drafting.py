@@ -2,7 +2,7 @@
 state (caches, suffix trees) keyed by the sequence's cache slot."""
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Callable, Iterator, NamedTuple, Protocol, runtime_checkable
 
 import torch
 
@@ -75,11 +75,17 @@ def on_device(prop: Proposal, device) -> Proposal:
                     None if prop.probs is None else prop.probs.to(device))
 
 
-def blank_proposal(k: list[int], device) -> Proposal:
-    """Point drafts to fill in: zero tokens [B, max k] and lengths k. Model drafters write `tokens` in place."""
+def greedy_proposal(seqs: list[Sequence], k: list[int], device,
+                    drafts: Callable[[torch.Tensor, int], Iterator[torch.Tensor]]) -> Proposal:
+    """Point drafts of lengths k from a model drafter's greedy decoding: `drafts(slots [B], K)` yields draft
+    tokens 1..K [B] in order, K = max k (not called when K is 0)."""
     K = max(k, default=0)
-    return Proposal(torch.zeros(len(k), K, dtype=torch.long, device=device),
-                    torch.tensor(k, dtype=torch.long, device=device), None)
+    tokens = torch.zeros(len(k), K, dtype=torch.long, device=device)  # [B, K]
+    if K:
+        slots = torch.tensor([s.slot for s in seqs], device=device)  # [B]
+        for j, tok in enumerate(drafts(slots, K)):
+            tokens[:, j] = tok
+    return Proposal(tokens, torch.tensor(k, dtype=torch.long, device=device), None)
 
 
 def pad_proposals(drafts: list[list[int]], device) -> Proposal:
