@@ -89,7 +89,9 @@ def greedy_proposal(seqs: list[Sequence], k: list[int], device,
 
 
 def pad_proposals(drafts: list[list[int]], device) -> Proposal:
+    """Point drafts padded to the longest, built on the CPU and moved in one copy each (a copy per row costs
+    more than the padding)."""
     K = max((len(d) for d in drafts), default=0)
-    tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).view(len(drafts), K)
-    lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
+    tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).view(len(drafts), K)  # [B, K]
+    lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)  # [B]
     return Proposal(tokens.to(device), lengths.to(device), None)

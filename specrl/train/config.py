@@ -216,7 +216,7 @@ class RolloutConfig:
     # on: a sustained failure stops the run; fallback: it turns SD off for the rest of the run; off: no audit
     audit: str = "on"
     # groups audited per step, drawn before the rewards (null: all): their rows the update skips cost a forward
-    # without gradients, so the default keeps the audit near 3% of a default step (docs/results/sampler_audit.md)
+    # without gradients, so the default keeps the audit a small share of a step (docs/results/sampler_audit.md)
     audit_groups: int | None = 2
     audit_window: int = 5  # steps whose evidence the alarm combines
 
