@@ -79,7 +79,7 @@ class LLM:
         self._next_seq_id = 0
         self._scheduler: Scheduler | None = None  # the running generate()'s, for updates in flight
 
-    # the engine's parts, as the front end has always exposed them
+    # the engine's parts, on the front end
     @property
     def runner(self) -> ModelRunner:
         return self.engine.runner
@@ -98,10 +98,6 @@ class LLM:
         return self.engine.tracer
 
     @property
-    def stats_acc(self) -> EngineStats:
-        return self.engine.stats
-
-    @property
     def weights_version(self) -> int:
         return self.engine.weights_version
 
@@ -111,7 +107,7 @@ class LLM:
 
     @property
     def stats(self) -> dict:
-        return self.stats_acc.as_dict()
+        return self.engine.stats.as_dict()
 
     def reset_stats(self) -> None:
         self.engine.stats = EngineStats()
