@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..engine.methods import DRAFTING_METHODS
+from ..engine.methods import DRAFTING_METHODS, METHODS, is_adaptive
 from ..errors import UserError
 from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
 from .bench_spec import parse_batch_sizes
@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
                              after_warmup=choices.reset)
         steps_rows = sum(v for d, v in choices.rows.items() if d != "k_sum")
         drafted = steps_rows - choices.rows.get("none", 0)
-        static = [r for r in rows if r["batch_size"] == common["batch_size"] and r["strategy"] != "off"]
+        static = [r for r in rows if r["batch_size"] == common["batch_size"] and is_static(r)]
         best = max(static, key=lambda r: r["speedup"], default=None)
         rows.append({**common, "strategy": "auto", "k": max(ks), "tokens_per_s": tps, "speedup": tps / base_tps,
                      "acceptance_length": stats["acceptance_length"],
@@ -142,6 +142,15 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def is_static(row: dict) -> bool:
+    """A row of one drafter at a fixed k (not SD off's, not the adaptive engine's)."""
+    return row["strategy"] in DRAFTING_METHODS
+
+
+def is_auto(row: dict) -> bool:
+    return row["strategy"] in METHODS and is_adaptive(row["strategy"])
+
+
 def plot(rows: list[dict], history: list[dict] | None, png: str, dtype: str) -> None:
     try:
         import matplotlib
@@ -154,15 +163,15 @@ def plot(rows: list[dict], history: list[dict] | None, png: str, dtype: str) -> 
     x = list(range(len(sizes)))
     fig, axes = plt.subplots(1, 2 if history else 1, figsize=(12 if history else 6, 4), squeeze=False)
     ax = axes[0][0]
-    static = sorted({(r["strategy"], r["k"]) for r in rows if r["strategy"] not in ("off", "auto")})
+    static = sorted({(r["strategy"], r["k"]) for r in rows if is_static(r)})
     for name, k in static:
         ys = [next((r["speedup"] for r in rows if r["batch_size"] == s and (r["strategy"], r["k"]) == (name, k)), None)
               for s in sizes]
         ax.plot(x, [y if y is not None else float("nan") for y in ys], color="0.75", lw=0.8)
-    best = [max((r["speedup"] for r in rows if r["batch_size"] == s and r["strategy"] not in ("off", "auto")),
+    best = [max((r["speedup"] for r in rows if r["batch_size"] == s and is_static(r)),
                 default=float("nan")) for s in sizes]
     ax.plot(x, best, "k--", lw=1.5, label="best static (per batch size)")
-    auto = [next((r["speedup"] for r in rows if r["batch_size"] == s and r["strategy"] == "auto"), float("nan"))
+    auto = [next((r["speedup"] for r in rows if r["batch_size"] == s and is_auto(r)), float("nan"))
             for s in sizes]
     ax.plot(x, auto, "r-o", lw=2, label="auto (adaptive)")
     ax.axhline(1.0, color="b", lw=0.8, label="SD off")
