@@ -18,14 +18,14 @@ llm = LLM(path, dtype=dtype, max_num_seqs=ro.max_num_seqs,
 prompts = task_prompts(llm, ro.prompts_per_step, seed=7, split="train")
 warm = task_prompts(llm, ro.prompts_per_step, seed=8, split="train")
 llm.generate(warm, [SamplingParams(n=ro.n, temperature=1.0, max_tokens=64, seed=99 + i) for i in range(len(warm))])
-st = llm.engine.strategy
-st.history = []
+choices = llm.engine.choices
+choices.history = []
 t = time.perf_counter()
 params = [SamplingParams(n=ro.n, temperature=1.0, max_tokens=max_tokens, seed=i) for i in range(len(prompts))]
 outs = llm.generate(prompts, params)
 dt = time.perf_counter() - t
 toks = sum(len(o.token_ids) for q in outs for o in q.outputs)
 with open(out + ".jsonl", "w") as f:
-    f.writelines(json.dumps(h) + "\n" for h in st.history)
-print(json.dumps({"dtype": dtype, "tokens": toks, "seconds": dt, "tokens_per_s": toks / dt, "steps": len(st.history)}))
-plot([], st.history, out + ".png", dtype)
+    f.writelines(json.dumps(h) + "\n" for h in choices.history)
+print(json.dumps({"dtype": dtype, "tokens": toks, "seconds": dt, "tokens_per_s": toks / dt, "steps": len(choices.history)}))
+plot([], choices.history, out + ".png", dtype)

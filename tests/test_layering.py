@@ -138,7 +138,8 @@ def test_drafters_use_the_engine_core_only():
 
 
 @pytest.mark.parametrize("module", ["specrl.engine.verify", "specrl.engine.steps", "specrl.engine.sampling",
-                                    "specrl.drafters.eagle3.drafter", "specrl.engine.adaptive",
+                                    "specrl.drafters.eagle3.drafter", "specrl.engine.adaptive.factory",
+                                    "specrl.engine.adaptive.strategy",
                                     "specrl.drafters.training.online", "specrl.rl"])
 def test_module_imports_first_in_a_fresh_interpreter(module):
     """No circular import whatever is imported first (a verify module beside the drafters used to fail this way)."""

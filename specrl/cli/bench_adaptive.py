@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..engine.methods import DRAFTING_METHODS
+from ..engine.methods import DRAFTING_METHODS, METHODS, is_adaptive
 from ..errors import UserError
 from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
 from .bench_spec import parse_batch_sizes
@@ -113,25 +113,25 @@ def main(argv: list[str]) -> int:
                 emit(rows[-1])
         llm = engine(SpecConfig(method="auto", num_speculative_tokens=max(ks), adaptive_mode=args.adaptive_mode,
                                 drafters=tuple(methods)))
-        strategy = llm.engine.strategy
-        strategy.history = [] if rl else None
+        strategy, choices = llm.engine.strategy, llm.engine.choices
+        choices.history = [] if rl else None
         # auto keeps what it learnt in the warm-up, but counts its choices afresh
         tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens,
-                             after_warmup=strategy.reset_counts)
-        steps_rows = sum(v for d, v in strategy.chosen.items() if d != "k_sum")
-        drafted = steps_rows - strategy.chosen.get("none", 0)
-        static = [r for r in rows if r["batch_size"] == common["batch_size"] and r["strategy"] != "off"]
+                             after_warmup=choices.reset)
+        steps_rows = sum(v for d, v in choices.rows.items() if d != "k_sum")
+        drafted = steps_rows - choices.rows.get("none", 0)
+        static = [r for r in rows if r["batch_size"] == common["batch_size"] and is_static(r)]
         best = max(static, key=lambda r: r["speedup"], default=None)
         rows.append({**common, "strategy": "auto", "k": max(ks), "tokens_per_s": tps, "speedup": tps / base_tps,
                      "acceptance_length": stats["acceptance_length"],
-                     "mix": {d: round(v / max(steps_rows, 1), 3) for d, v in strategy.chosen.items() if d != "k_sum"},
-                     "mean_k": strategy.chosen.get("k_sum", 0) / max(drafted, 1),
+                     "mix": {d: round(v / max(steps_rows, 1), 3) for d, v in choices.rows.items() if d != "k_sum"},
+                     "mean_k": choices.rows.get("k_sum", 0) / max(drafted, 1),
                      "best_static": f"{best['strategy']}@{best['k']}" if best else None,
                      "vs_best_static": tps / best["tokens_per_s"] if best else None,
                      "drafters": list(llm.drafter.drafters)})
         emit(rows[-1])
         if rl:
-            history = strategy.history
+            history = choices.history
             if args.history:
                 with open(args.history, "w") as f:
                     f.writelines(json.dumps(h) + "\n" for h in history)
@@ -140,6 +140,15 @@ def main(argv: list[str]) -> int:
     if args.png:
         plot(rows, history, args.png, args.dtype)
     return 0
+
+
+def is_static(row: dict) -> bool:
+    """A row of one drafter at a fixed k (not SD off's, not the adaptive engine's)."""
+    return row["strategy"] in DRAFTING_METHODS
+
+
+def is_auto(row: dict) -> bool:
+    return row["strategy"] in METHODS and is_adaptive(row["strategy"])
 
 
 def plot(rows: list[dict], history: list[dict] | None, png: str, dtype: str) -> None:
@@ -154,15 +163,15 @@ def plot(rows: list[dict], history: list[dict] | None, png: str, dtype: str) -> 
     x = list(range(len(sizes)))
     fig, axes = plt.subplots(1, 2 if history else 1, figsize=(12 if history else 6, 4), squeeze=False)
     ax = axes[0][0]
-    static = sorted({(r["strategy"], r["k"]) for r in rows if r["strategy"] not in ("off", "auto")})
+    static = sorted({(r["strategy"], r["k"]) for r in rows if is_static(r)})
     for name, k in static:
         ys = [next((r["speedup"] for r in rows if r["batch_size"] == s and (r["strategy"], r["k"]) == (name, k)), None)
               for s in sizes]
         ax.plot(x, [y if y is not None else float("nan") for y in ys], color="0.75", lw=0.8)
-    best = [max((r["speedup"] for r in rows if r["batch_size"] == s and r["strategy"] not in ("off", "auto")),
+    best = [max((r["speedup"] for r in rows if r["batch_size"] == s and is_static(r)),
                 default=float("nan")) for s in sizes]
     ax.plot(x, best, "k--", lw=1.5, label="best static (per batch size)")
-    auto = [next((r["speedup"] for r in rows if r["batch_size"] == s and r["strategy"] == "auto"), float("nan"))
+    auto = [next((r["speedup"] for r in rows if r["batch_size"] == s and is_auto(r)), float("nan"))
             for s in sizes]
     ax.plot(x, auto, "r-o", lw=2, label="auto (adaptive)")
     ax.axhline(1.0, color="b", lw=0.8, label="SD off")

@@ -60,16 +60,17 @@ def resolve_source(src: Path) -> tuple[Path, Path | None]:
     return drafter, ckpt / "model"
 
 
-def kind_of(drafter: Path) -> str:
+def exporter_of(drafter: Path):
+    """The export for the checkpoint in `drafter`, told by the architectures its config.json names."""
     hf = json.loads((drafter / "config.json").read_text())
     archs = hf.get("architectures", [])
     if {"Eagle3Head", "LlamaForCausalLMEagle3", "Eagle3Speculator"} & set(archs):
-        return "eagle3"
+        return export_head
     if hf.get("num_nextn_predict_layers"):
         raise UserError(f"{str(drafter)!r} holds MTP modules, which have no standalone "
                          "public layout: ship them inside the policy checkpoint (train-drafter --method mtp with "
                          "mtp_only=False)")
-    return "draft_model"
+    return export_model
 
 
 def counts_from(path: str | None, vocab_size: int):
@@ -82,14 +83,22 @@ def counts_from(path: str | None, vocab_size: int):
 
 
 def export(args: argparse.Namespace) -> dict:
-    from ..model import load_model, resolve_dtype, save_model
+    drafter, run_policy = resolve_source(Path(args.src))
+    return exporter_of(drafter)(args, drafter, Path(args.policy) if args.policy else run_policy)
+
+
+def export_model(args: argparse.Namespace, drafter: Path, policy_dir: Path | None) -> dict:
+    """A draft model: a plain Hugging Face checkpoint (it needs no policy)."""
+    from ..model import load_model, save_model
+    save_model(load_model(drafter), args.out, tokenizer_dir=drafter, dtype=args.dtype)
+    return {"method": "draft_model", "out": args.out, "layout": "huggingface"}
+
+
+def export_head(args: argparse.Namespace, drafter: Path, policy_dir: Path | None) -> dict:
+    """An EAGLE-3 head, for the policy it drafts for, in `args.layout`."""
+    from ..model import load_model, resolve_dtype
     from ..drafters.eagle3.export import draft_vocab, export_eagle3, with_draft_vocab
     from ..drafters.eagle3.head import load_head
-    drafter, run_policy = resolve_source(Path(args.src))
-    policy_dir = Path(args.policy) if args.policy else run_policy
-    if kind_of(drafter) == "draft_model":
-        save_model(load_model(drafter), args.out, tokenizer_dir=drafter, dtype=args.dtype)
-        return {"method": "draft_model", "out": args.out, "layout": "huggingface"}
     if policy_dir is None:
         raise UserError(f"an EAGLE-3 head is exported for the policy it drafts for (the export checks that the "
                         f"head fits it and copies its lm_head rows and token ids): pass --policy DIR for "

@@ -20,8 +20,8 @@ from ..engine.methods import SpecConfig, TRAINABLE_METHODS as SCRATCH_METHODS, g
 from ..model import CausalLM, ModelConfig
 from ..model.mtp import MTPStack
 
-DRAFT_LAYERS = 2
-MTP_MODULES = 2
+DRAFT_LAYERS = 2  # a cold draft model: the policy's first and last active layers, the fewest that keep both ends
+MTP_MODULES = 2  # cold MTP modules: two depths (drafts past the second reuse the last), a small stack to train
 
 
 @torch.no_grad()

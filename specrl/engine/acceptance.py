@@ -15,11 +15,7 @@ from __future__ import annotations
 
 import math
 
-DECAY = 0.99  # weight of the past per step the drafter drafted: the estimate follows the last ~100 steps
-PRIOR_ALPHA = 0.5  # acceptance assumed before any observation ...
-PRIOR_ROWS = 1.0  # ... counted as this many rows
-BONUS = 0.35  # optimism: alpha + BONUS / sqrt(rows that reached the position + 1)
-MAX_ALPHA = 0.98  # so that expected accepted drafts stay below k
+from .constants import ACCEPT_DECAY, BONUS, MAX_ALPHA, PRIOR_ALPHA, PRIOR_ROWS
 
 
 class AcceptanceStats:
@@ -37,7 +33,7 @@ class AcceptanceStats:
         if not asked:
             return
         for counts in (self.reached, self.accepted, self.asked, self.proposed):
-            counts[:] = [DECAY * v for v in counts]
+            counts[:] = [ACCEPT_DECAY * v for v in counts]
         n = len(self.reached)
         for k, length, a in zip(asked, lengths, accepted):
             for j in range(min(k, a + 1, n)):  # positions 0..a reached (a < k), 0..k-1 when all accepted

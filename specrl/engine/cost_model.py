@@ -23,18 +23,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .constants import COST_DECAY, DRAFT_PRIOR_WEIGHT, PRIOR_WEIGHT, SCALE, STEP_SCALE, WEIGHT_READ_TOKENS
 
 PROFILE_VERSION = 1
-DECAY = 0.98  # weight of the past per observation: the fit follows roughly the last 50 steps
-SCALE = 64.0  # features are in units of 64 tokens / rows, so the ridge prior weighs them alike
-PRIOR_WEIGHT = 2.0  # the prior counts as this many observations (the target's)
-# a drafter's prior (counted work, no fixed cost) is a guess that its first timing should overrule: an
-# EAGLE-3 step's Python and kernel overheads dwarf its weights on a CPU
-DRAFT_PRIOR_WEIGHT = 0.05
-# Counted work: one forward reads every weight once, priced as the multiply-adds of this many tokens. Only the
-# deterministic mode without a profile, and the shape of the measured mode's prior before its first timings,
-# rest on it.
-WEIGHT_READ_TOKENS = 8.0
 
 
 class CostProfileError(ValueError):
@@ -55,10 +46,10 @@ class LinearFit:
     def add(self, x: list[float], y: float) -> None:
         d = self.dim
         for i in range(d):
-            self.xy[i] = DECAY * self.xy[i] + x[i] * y
+            self.xy[i] = COST_DECAY * self.xy[i] + x[i] * y
             for j in range(d):
-                self.xx[i][j] = DECAY * self.xx[i][j] + x[i] * x[j]
-        self.n = DECAY * self.n + 1.0
+                self.xx[i][j] = COST_DECAY * self.xx[i][j] + x[i] * x[j]
+        self.n = COST_DECAY * self.n + 1.0
         self._theta = None
 
     @property
@@ -107,7 +98,7 @@ def target_x(tokens_in: int, batch: int) -> list[float]:
 
 
 def draft_x(tokens: int, steps: int) -> list[float]:
-    return [1.0, tokens / SCALE, steps / 8.0]
+    return [1.0, tokens / SCALE, steps / STEP_SCALE]
 
 
 class CostModel:
@@ -163,7 +154,7 @@ class CostModel:
         if self.deterministic or inputs <= 0:
             return
         seen = self.catch_ups.setdefault(name, [0.0, 0.0])
-        seen[0], seen[1] = DECAY * seen[0] + seconds, DECAY * seen[1] + inputs
+        seen[0], seen[1] = COST_DECAY * seen[0] + seconds, COST_DECAY * seen[1] + inputs
 
     def observe_draft(self, name: str, tokens: int, steps: int, seconds: float) -> None:
         if self.deterministic or tokens <= 0 or name not in self.drafters:

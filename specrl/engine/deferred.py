@@ -17,11 +17,10 @@ import time
 
 import torch
 
-from .drafting import Drafter, Proposal, TargetForward
+from .constants import CHUNK, MAX_PENDING
+from .drafting import Drafter, Proposal, TargetForward, caches_of
 from .sequence import Sequence, Status
 
-CHUNK = 128  # inputs per sequence per catch-up forward (bounds its attention memory)
-MAX_PENDING = 200_000  # pending inputs (all sequences) before a catch-up is forced, bounding the memory held
 
 
 class DeferredObservations:
@@ -117,7 +116,7 @@ class Deferred:
     def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
         t = time.perf_counter()
         inputs = self.catch_up()
-        if inputs:  # the cost model prices a catch-up apart from drafting (engine/adaptive.py)
+        if inputs:  # the cost model prices a catch-up apart from drafting (engine/adaptive/strategy.py)
             self.caught_up = (self.caught_up[0] + inputs, self.caught_up[1] + time.perf_counter() - t)
         return self.inner.propose(seqs, k)
 
@@ -129,3 +128,6 @@ class Deferred:
     def release(self, seq: Sequence) -> None:
         self.inner.release(seq)
         self.wait.release(seq)
+
+    def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return caches_of(self.inner)

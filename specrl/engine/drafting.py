@@ -2,7 +2,7 @@
 state (caches, suffix trees) keyed by the sequence's cache slot."""
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Callable, Iterator, NamedTuple, Protocol, runtime_checkable
 
 import torch
 
@@ -51,6 +51,19 @@ class Stateful(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
+@runtime_checkable
+class HoldsCaches(Protocol):
+    """A drafter with position-indexed KV caches of its own (the model drafters): the engine gives their pages
+    back between generate() calls, as it does the target's."""
+
+    def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]: ...
+
+
+def caches_of(drafter) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`drafter`'s KV caches if it declares `HoldsCaches`, else none."""
+    return drafter.caches() if isinstance(drafter, HoldsCaches) else []
+
+
 def has_state(part) -> bool:
     """Whether `part` (a drafter or a strategy) declares the `Stateful` protocol; False for None."""
     return isinstance(part, Stateful)
@@ -62,15 +75,23 @@ def on_device(prop: Proposal, device) -> Proposal:
                     None if prop.probs is None else prop.probs.to(device))
 
 
-def blank_proposal(k: list[int], device) -> Proposal:
-    """Point drafts to fill in: zero tokens [B, max k] and lengths k. Model drafters write `tokens` in place."""
+def greedy_proposal(seqs: list[Sequence], k: list[int], device,
+                    drafts: Callable[[torch.Tensor, int], Iterator[torch.Tensor]]) -> Proposal:
+    """Point drafts of lengths k from a model drafter's greedy decoding: `drafts(slots [B], K)` yields draft
+    tokens 1..K [B] in order, K = max k (not called when K is 0)."""
     K = max(k, default=0)
-    return Proposal(torch.zeros(len(k), K, dtype=torch.long, device=device),
-                    torch.tensor(k, dtype=torch.long, device=device), None)
+    tokens = torch.zeros(len(k), K, dtype=torch.long, device=device)  # [B, K]
+    if K:
+        slots = torch.tensor([s.slot for s in seqs], device=device)  # [B]
+        for j, tok in enumerate(drafts(slots, K)):
+            tokens[:, j] = tok
+    return Proposal(tokens, torch.tensor(k, dtype=torch.long, device=device), None)
 
 
 def pad_proposals(drafts: list[list[int]], device) -> Proposal:
+    """Point drafts padded to the longest, built on the CPU and moved in one copy each (a copy per row costs
+    more than the padding)."""
     K = max((len(d) for d in drafts), default=0)
-    tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).view(len(drafts), K)
-    lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
+    tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).view(len(drafts), K)  # [B, K]
+    lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)  # [B]
     return Proposal(tokens.to(device), lengths.to(device), None)

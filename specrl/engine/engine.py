@@ -1,7 +1,7 @@
 """The engine under the `LLM` front end. One `step()` reads as three parts:
 
     schedule     admit waiting sequences (a prefill step), or ask the strategy which drafter drafts how many
-                 tokens for each running sequence (engine/strategy.py, engine/adaptive.py)
+                 tokens for each running sequence (engine/strategy.py, engine/adaptive/)
     run          draft (each drafter over its rows), one target forward, verify (engine/steps.py)
     postprocess  one `StepResult` (engine/result.py) to the counters, the tracer and the strategy; retire
                  finished sequences and release their drafter state
@@ -15,7 +15,7 @@ from .result import StepResult
 from .runner import ModelRunner
 from .scheduler import Scheduler
 from .sequence import Sequence
-from .stats import EngineStats, Tracer
+from .stats import Choices, EngineStats, Tracer
 from .steps import advance, decode_step, draft, prefill_step, verify_step
 from .strategy import Plan, Strategy
 
@@ -28,6 +28,7 @@ class Engine:
         if strategy is not None:  # before any sequence holds a slot (see ModelRunner.time_forward)
             strategy.calibrate(runner.time_forward, runner.num_slots)
         self.stats = EngineStats()
+        self.choices = Choices()  # which drafters the strategy chose, over the steps (the strategy keeps none)
         self.weights_version = 0  # a tag for the weights the engine holds, recorded on the tokens they sample
 
     def step(self, scheduler: Scheduler) -> StepResult:
@@ -65,6 +66,7 @@ class Engine:
         t2 = time.perf_counter()
         result = advance(self.pool, running, plan, prop, out, positions, sampled)
         result.draft_s, result.verify_s, result.draft_s_by = plan.draft_s + t1 - t0, t2 - t1, draft_s_by
+        result.plan = plan.label
         return result
 
     def postprocess(self, result: StepResult, scheduler: Scheduler, step_s: float) -> None:
@@ -73,6 +75,7 @@ class Engine:
         else:  # a prefill or plain decode step: the whole step counts as the forward
             result.verify_s = step_s
         self.stats.add(result)
+        self.choices.add(result)
         self.tracer.record(**result.trace_row())
         if self.strategy is not None:
             self.strategy.update(result)

@@ -15,7 +15,7 @@ from ..model.layers import skip_cudnn_attention
 from ..model.tokenizer import TextTokenizer
 from .drafting import Drafter
 from .engine import Engine
-from .methods import SpecConfig, build_engine_drafting, get_method
+from .methods import SpecConfig, build_engine_drafting, is_adaptive
 from .outputs import CompletionOutput, RequestOutput
 from .rng import mix_seed
 from .memory import DEFAULT_MEMORY_UTILIZATION, SPARE, check_dtype, memory_budget, plan_kv_cache, release_caches
@@ -52,7 +52,7 @@ class LLM:
         else:
             self.model = load_model(model, device=device, dtype=check_dtype(device, dtype))
         cfg = self.model.config
-        src = tokenizer or getattr(self.model, "source_path", None)
+        src = tokenizer or self.model.source_path
         self.text_tokenizer = load_text_tokenizer(src) if src else None
         self.tokenizer = self.text_tokenizer.backend if self.text_tokenizer is not None else None
         if self.tokenizer is not None:
@@ -79,7 +79,7 @@ class LLM:
         self._next_seq_id = 0
         self._scheduler: Scheduler | None = None  # the running generate()'s, for updates in flight
 
-    # the engine's parts, as the front end has always exposed them
+    # the engine's parts, on the front end
     @property
     def runner(self) -> ModelRunner:
         return self.engine.runner
@@ -91,16 +91,11 @@ class LLM:
         pool = self.engine.pool
         if pool is None:
             return None
-        adaptive = self.spec.enabled and get_method(self.spec.method).adaptive
-        return pool if len(pool.drafters) > 1 or adaptive else next(iter(pool.drafters.values()))
+        return pool if len(pool.drafters) > 1 or is_adaptive(self.spec.method) else next(iter(pool.drafters.values()))
 
     @property
     def tracer(self) -> Tracer:
         return self.engine.tracer
-
-    @property
-    def stats_acc(self) -> EngineStats:
-        return self.engine.stats
 
     @property
     def weights_version(self) -> int:
@@ -112,7 +107,7 @@ class LLM:
 
     @property
     def stats(self) -> dict:
-        return self.stats_acc.as_dict()
+        return self.engine.stats.as_dict()
 
     def reset_stats(self) -> None:
         self.engine.stats = EngineStats()
@@ -237,8 +232,8 @@ class LLM:
         Nothing to do on a GPU, where the cache stays allocated."""
         if self.runner.device.type != "cpu":
             return
-        model = self.engine.pool.inner if self.engine.pool is not None else None  # a ModelDrafter (drafters/weights.py)
-        release_caches(self.runner.cache + (model.caches() if model is not None else []))
+        pool = self.engine.pool
+        release_caches(self.runner.cache + (pool.caches() if pool is not None else []))
         trim(TRIM_MIN_FREE)  # and the step temporaries' freed heap pages, when there are many (specrl/heap.py)
 
     def step(self, scheduler: Scheduler) -> StepResult:

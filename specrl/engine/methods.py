@@ -51,7 +51,7 @@ TABLE: tuple[DrafterMethod, ...] = (
     DrafterMethod("mtp", "specrl.drafters.mtp.drafter", True, "specrl.drafters.mtp.train", sim_draft_frac=None),
     DrafterMethod("ngram", "specrl.drafters.ngram.drafter", False),
     DrafterMethod("suffix", "specrl.drafters.suffix.drafter", False),
-    DrafterMethod("auto", "specrl.engine.adaptive", False, adaptive=True),
+    DrafterMethod("auto", "specrl.engine.adaptive.factory", False, adaptive=True),
 )
 _BY_NAME = {m.name: m for m in TABLE}
 METHODS: tuple[str, ...] = tuple(_BY_NAME)
@@ -67,6 +67,11 @@ def get_method(name: str | None) -> DrafterMethod:
     return _BY_NAME[name]
 
 
+def is_adaptive(name: str | None) -> bool:
+    """Whether method `name` chooses among other drafters per step ("auto"); False for None (SD off)."""
+    return name is not None and get_method(name).adaptive
+
+
 @dataclass
 class SpecConfig:
     method: str | None = None  # None turns SD off
@@ -75,7 +80,7 @@ class SpecConfig:
     ngram_min: int = 2  # shortest suffix an n-gram/suffix match must have
     ngram_max: int = 8  # longest suffix the n-gram drafter tries
     suffix_scale: float = 1.0  # suffix drafter: draft up to scale * match_length tokens (capped at k)
-    # "auto" (the adaptive engine, engine/adaptive.py): the drafters it chooses among per sequence and step;
+    # "auto" (the adaptive engine, engine/adaptive/): the drafters it chooses among per sequence and step;
     # one that cannot be built here (no checkpoint) is left out with a warning, none at all is an error
     drafters: tuple[str, ...] = ("suffix", "ngram", "eagle3")
     # "auto": "measured" (default) fits its cost model to this engine's own step timings, so its choices
@@ -123,11 +128,11 @@ SCRATCH, SCRATCH_MODULE = "scratch", "specrl.drafters.scratch"  # cold start: sp
 def model_method(spec: SpecConfig, what: str = "draft_model='scratch'") -> str:
     """The model drafter `spec` runs ("auto" resolves to the drafter it wraps); an error for model-free ones.
     Here, torch-free, so that config validation (rollout.drafter.online) reads it without the drafters."""
-    method = spec.method
-    if method == "auto":
+    method, adaptive = spec.method, is_adaptive(spec.method)
+    if adaptive:
         method = next((d for d in spec.drafters if d in TRAINABLE_METHODS), None)
     if method not in TRAINABLE_METHODS:
-        over = f" (auto over {list(spec.drafters)})" if spec.method == "auto" else ""
+        over = f" ({spec.method} over {list(spec.drafters)})" if adaptive else ""
         raise ValueError(f"{what} needs a model drafter, but method={spec.method!r}{over} has no weights: use "
                          f"method in {list(TRAINABLE_METHODS)} (or add one to drafters, e.g. drafters=('suffix', "
                          f"'eagle3')), or drop {what}")

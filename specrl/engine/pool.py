@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .deferred import Deferred
-from .drafting import Drafter, TargetForward, has_state
+from .drafting import Drafter, TargetForward, caches_of, has_state
 from .sequence import Sequence
 
 
@@ -37,6 +37,10 @@ class DrafterPool:
     def release(self, seq: Sequence) -> None:
         for d in self.drafters.values():
             d.release(seq)
+
+    def caches(self) -> list:
+        """Every drafter's KV caches (a plugged-in one's too, model-based by its table row or not)."""
+        return [c for d in self.drafters.values() for c in caches_of(d)]
 
     def state_dict(self) -> dict:
         return {"drafters": {n: d.state_dict() for n, d in self.drafters.items() if has_state(d)},

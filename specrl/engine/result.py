@@ -29,6 +29,7 @@ class StepResult:
     lengths: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
     draft_s_by: dict[str, float] = field(default_factory=dict)  # a deferred drafter's catch-up included
+    plan: str = "off"  # the label of the strategy's plan (engine/strategy.py Plan.label)
 
     @property
     def active(self) -> int:

@@ -55,6 +55,33 @@ class EngineStats:
         return d
 
 
+class Choices:
+    """Which drafter the strategy chose for how many rows, over the steps (`specrl bench adaptive` reports it)."""
+
+    def __init__(self):
+        self.rows: dict[str, int] = {}  # rows per drafter ("none": no draft), and "k_sum": the drafts asked
+        self.history: list[dict] | None = None  # set to [] to log every step's choice
+
+    def add(self, r: StepResult) -> None:
+        if r.phase == "prefill":
+            return
+        mix: dict[str, int] = {}
+        for d in r.drafters_asked or [None] * r.active:
+            mix[d or "none"] = mix.get(d or "none", 0) + 1
+        for name, n in mix.items():
+            self.rows[name] = self.rows.get(name, 0) + n
+        self.rows["k_sum"] = self.rows.get("k_sum", 0) + sum(r.asked)
+        if self.history is not None:
+            drafted = [k for k in r.asked if k > 0]
+            self.history.append({"running": r.active, "mix": mix, "mean_k": sum(drafted) / max(len(drafted), 1),
+                                 "arm": r.plan})
+
+    def reset(self) -> None:
+        """Counts afresh (logging stays on or off); what the strategy has learnt is not touched."""
+        self.rows = {}
+        self.history = None if self.history is None else []
+
+
 class Tracer:
     """Appends one JSON row per engine step (the simulator fits on these)."""
 

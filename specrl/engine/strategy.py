@@ -1,6 +1,6 @@
 """Strategies: the schedule part of an engine step decides, for each running sequence, which drafter drafts
 and how many tokens (0: none). `StaticStrategy` is one drafter at one k for every sequence (what
-`spec.method` = a drafter's name runs); the adaptive one ("auto") is in engine/adaptive.py."""
+`spec.method` = a drafter's name runs); the adaptive one ("auto") is in engine/adaptive/."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -18,6 +18,7 @@ class Plan:
     k: list[int]  # per running sequence: how many tokens to ask for
     ready: dict[str, Proposal] = field(default_factory=dict)  # proposals already made while scheduling (all rows)
     draft_s: float = 0.0  # seconds the schedule spent drafting (those proposals)
+    label: str = "off"  # what the strategy chose, for the engine's record of choices (e.g. "suffix+eagle3@4")
 
     @classmethod
     def off(cls, rows: int) -> "Plan":
@@ -51,4 +52,4 @@ class StaticStrategy(Strategy):
         self.name, self.k = name, k
 
     def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan:
-        return Plan([self.name] * len(seqs), [self.k] * len(seqs))
+        return Plan([self.name] * len(seqs), [self.k] * len(seqs), label=f"{self.name}@{self.k}")

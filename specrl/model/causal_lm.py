@@ -26,6 +26,8 @@ class Decoder(nn.Module):
 
 
 class CausalLM(nn.Module):
+    source_path: str | None = None  # the checkpoint directory it was loaded from (load_model sets it)
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.config = cfg

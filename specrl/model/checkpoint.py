@@ -136,7 +136,7 @@ def save_model(model: CausalLM, path: str | Path, tokenizer_dir: str | Path | No
         state.pop("lm_head.weight", None)
     hf = model.config.to_hf()
     hf["torch_dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")
-    src = Path(tokenizer_dir) if tokenizer_dir else Path(getattr(model, "source_path", "") or "/nonexistent")
+    src = Path(tokenizer_dir) if tokenizer_dir else Path(model.source_path or "/nonexistent")
     with atomic_dir(path) as tmp:
         (tmp / "config.json").write_text(json.dumps(hf, indent=2))
         shards = shard_state(state, max_shard_bytes)

@@ -139,7 +139,7 @@ class LocalLearner:
     def load(self, directory: Path) -> None:
         """The optimizer state and torch RNG of `directory`; the weights were loaded by `build` from its model/."""
         if not has_state(directory, TRAINER_STATE) and (directory / "trainer.pt").is_file():
-            raise ValueError(f"{str(directory)!r} holds trainer.pt, a pickle-based file written before specrl 0.2: "
+            raise ValueError(f"{str(directory)!r} holds trainer.pt, a pickle-based file: "
                              "specrl never unpickles files; start a new run from its model/ (model=DIR/model)")
         state = load_state(directory, TRAINER_STATE, device=self.trainer.device)
         torch.set_rng_state(state.pop("torch_rng").cpu())

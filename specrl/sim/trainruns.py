@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.engine.methods import is_adaptive
 from specrl.pipeline.run_dir import TRACE_FILE, WORKLOAD_FILE, read_jsonl
 from specrl.sim import cost
 from specrl.sim.acceptance import fit_batch_acceptance, from_acceptance_length, traced_k_rule
@@ -156,7 +157,7 @@ def predict_run(calib: dict, model: ModelSpec, run: TrainRun, fit_runs: list[Tra
     """Predicted seconds (rollout, train, sync, step) and engine iterations, summed over the run's steps."""
     hw, draft_frac = with_drafter(hardware_from_dict(calib["hardware"]), calib, run.method)
     sd = None
-    if run.method == "auto":
+    if is_adaptive(run.method):
         sd = auto_sd_for(run, fit_runs, draft_frac)
     elif run.k > 0:
         sd, _ = sd_for(run.as_run(), [r.as_run() for r in same_method(run, fit_runs)], draft_frac)

@@ -13,7 +13,7 @@ import json
 import math
 import tempfile
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ..errors import require
 from ..optim import OptimSettings, build_optimizer, clip_grad, clock_step
-from .arith import TASKS, ArithSpec, is_counted, make_problems, task_spec
+from .arith import ArithSpec, is_counted, make_problems, task_spec
 from .batches import train_batches
 from .evaluate import accuracy
 from .reward import arith_reward

@@ -196,7 +196,7 @@ class RolloutConfig:
     top_k: int = -1
     max_tokens: int | None = None  # a response's budget; null: the data source's (DataConfig.budget)
     max_num_seqs: int = 64  # engine batch (concurrent sequences)
-    # "auto": the adaptive engine (specrl/engine/adaptive.py) picks per step and sequence which drafter
+    # "auto": the adaptive engine (specrl/engine/adaptive/) picks per step and sequence which drafter
     # drafts how many tokens, from a cost model fit to this machine's step timings: plain decoding where a
     # verify forward costs ~linear in the tokens it checks (a full batch on a CPU), drafting in the tail
     spec: SpecConfig = field(default_factory=lambda: SpecConfig(method="auto", num_speculative_tokens=4))
@@ -216,7 +216,7 @@ class RolloutConfig:
     # on: a sustained failure stops the run; fallback: it turns SD off for the rest of the run; off: no audit
     audit: str = "on"
     # groups audited per step, drawn before the rewards (null: all): their rows the update skips cost a forward
-    # without gradients, so the default keeps the audit near 3% of a default step (docs/results/sampler_audit.md)
+    # without gradients, so the default keeps the audit a small share of a step (docs/results/sampler_audit.md)
     audit_groups: int | None = 2
     audit_window: int = 5  # steps whose evidence the alarm combines
 

@@ -1,5 +1,5 @@
-"""Per-position acceptance counts, worked by hand. Constants: DECAY 0.99, PRIOR_ALPHA 0.5 counted as
-PRIOR_ROWS 1 row, BONUS 0.35, MAX_ALPHA 0.98."""
+"""Per-position acceptance counts, worked by hand. Constants (engine/constants.py): ACCEPT_DECAY 0.99,
+PRIOR_ALPHA 0.5 counted as PRIOR_ROWS 1 row, BONUS 0.35, MAX_ALPHA 0.98."""
 import math
 
 import pytest

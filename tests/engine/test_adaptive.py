@@ -6,7 +6,9 @@ import pytest
 
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.config.build import ConfigError, from_dict
-from specrl.engine.adaptive import ALL, FILL, FULL, OFF, PLAN_EVERY, AdaptiveStrategy, Arm, expected_accepted
+from specrl.engine.adaptive.arms import ALL, FILL, FULL, OFF, Arm
+from specrl.engine.adaptive.strategy import AdaptiveStrategy
+from specrl.engine.constants import PLAN_EVERY
 from specrl.engine.cost_model import CostModel, CostProfileError
 from specrl.engine.deferred import Deferred
 from specrl.engine.drafting import pad_proposals
@@ -16,12 +18,6 @@ from specrl.engine.sequence import Sequence
 from specrl.engine.sampling import SamplingParams as SP
 from specrl.train.config import TrainConfig
 from tests.helpers import tiny_model
-
-
-def test_expected_accepted_is_the_geometric_run():
-    assert expected_accepted(0.5, 1) == 0.5
-    assert expected_accepted(0.5, 3) == pytest.approx(0.5 + 0.25 + 0.125)
-    assert expected_accepted(1.0, 4) == 4.0 and expected_accepted(0.9, 0) == 0.0
 
 
 def test_the_cost_model_fits_the_engines_timings_and_follows_a_change():
@@ -202,7 +198,7 @@ def test_sd_is_off_when_a_verified_token_costs_as_much_as_a_forward():
     strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, cost)
     teach(strategy, "suffix", 3)
     pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(64)})})
-    assert strategy.schedule(rows, pool) is None and strategy.last["arm"] == "off"
+    assert strategy.schedule(rows, pool) is None and strategy.arm == OFF
 
 
 def test_an_arm_that_runs_slower_than_predicted_is_priced_by_what_it_realised():
@@ -224,12 +220,12 @@ def test_an_arm_that_runs_slower_than_predicted_is_priced_by_what_it_realised():
         strategy.update(StepResult("spec", rows, tokens_in=4, emitted_tokens=4, drafters_asked=[None] * 4,
                                    asked=[0] * 4, lengths=[0] * 4, accepted=[0] * 4, verify_s=8 * forward))
         strategy.schedule(rows, pool)
-    assert strategy.arm == OFF and strategy.factor(Arm("suffix", 4), 4) < 0.5
-    assert strategy.factor(OFF, 4) == 1.0  # an arm that has not run keeps the model's figure
+    assert strategy.arm == OFF and strategy.checks.factor("suffix@4", 4) < 0.5
+    assert strategy.checks.factor("off", 4) == 1.0  # an arm that has not run keeps the model's figure
     # the check is learned state: a checkpoint keeps it
     again = AdaptiveStrategy(["suffix"], {"suffix"}, 4, flat_cost(["suffix"], deterministic=False))
     again.load_state_dict(strategy.state_dict())
-    assert again.factor(Arm("suffix", 4), 4) == pytest.approx(strategy.factor(Arm("suffix", 4), 4))
+    assert again.checks.factor("suffix@4", 4) == pytest.approx(strategy.checks.factor("suffix@4", 4))
 
 
 def test_a_deferred_model_drafter_is_charged_its_catch_up_for_every_token_the_step_appends():
@@ -352,7 +348,6 @@ def test_bench_adaptive_refuses_bad_draft_lengths_and_methods(capsys):
 
 
 def test_hybrid_plans_and_a_deferred_model_drafter_keep_greedy_tokens_and_logprobs(tmp_path):
-    from specrl.engine.adaptive import Arm
     from tests.drafters.factories import make
     model, eagle = make("eagle3", tiny_model(seed=3, vocab=32, hidden=48, layers=2, max_pos=64), tmp_path)
     prompts = [[0, 5, 6, 5, 6, 5], [0, 9, 9, 9], [0, 3, 4, 3, 4]]
@@ -363,13 +358,17 @@ def test_hybrid_plans_and_a_deferred_model_drafter_keep_greedy_tokens_and_logpro
     llm = LLM(model, spec=spec, max_num_seqs=4)
     assert isinstance(llm.drafter.drafters["eagle3"], Deferred)  # idle, it catches up only when asked to draft
     llm.engine.strategy.arms = [Arm("eagle3", 4, "suffix"), Arm("eagle3", 2, "suffix")]  # only hybrids
+    llm.engine.choices.history = []
     got = llm.generate(prompts, params)
+    arms = {h["arm"] for h in llm.engine.choices.history}
+    assert arms and arms <= {"suffix+eagle3@4", "suffix+eagle3@2"}
     assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in base]
     for g, b in zip(got, base):
         assert g.outputs[0].logprobs == pytest.approx(b.outputs[0].logprobs, abs=1e-5)
-    chosen = llm.engine.strategy.chosen
+    chosen = llm.engine.choices.rows  # telemetry: the engine's, not the strategy's
     assert chosen.get("suffix", 0) > 0 and chosen.get("eagle3", 0) > 0  # rows of both drafters
     strategy = llm.engine.strategy
     learnt = strategy.stats["suffix", ALL].rows
-    strategy.reset_counts()  # what `bench adaptive` does after its warm-up
-    assert strategy.chosen == {} and strategy.history is None and strategy.stats["suffix", ALL].rows == learnt > 0
+    llm.engine.choices.reset()  # what `bench adaptive` does after its warm-up
+    assert llm.engine.choices.rows == {} and llm.engine.choices.history == []  # still logging, afresh
+    assert strategy.stats["suffix", ALL].rows == learnt > 0

@@ -1,5 +1,6 @@
-"""The adaptive engine's cost model, worked by hand. Constants: DECAY 0.98, SCALE 64 (features in units of 64
-tokens), PRIOR_WEIGHT 2, WEIGHT_READ_TOKENS 8 (a forward's weight read costs as much as 8 tokens' work)."""
+"""The adaptive engine's cost model, worked by hand. Constants (engine/constants.py): COST_DECAY 0.98, SCALE 64
+(features in units of 64 tokens), PRIOR_WEIGHT 2, WEIGHT_READ_TOKENS 8 (a forward's weight read costs as much as
+8 tokens' work)."""
 import pytest
 
 from specrl.engine.cost_model import CostModel, CostProfileError, LinearFit, solve

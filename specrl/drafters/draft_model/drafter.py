@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ...engine.drafting import Proposal, TargetForward, blank_proposal
+from ...engine.drafting import Proposal, TargetForward, greedy_proposal
 from ...engine.memory import kv_cache
 from ...engine.methods import SpecConfig, get_method
 from ...engine.sequence import Sequence
@@ -24,13 +24,13 @@ DEFAULT_DIR = get_method("draft_model").shipped_dir
 
 def check_same_vocab(target: CausalLM, draft: CausalLM, draft_path: str) -> None:
     """The draft must speak the policy's token ids: same vocab size and, when both ship one, same tokenizer."""
-    target_path = getattr(target, "source_path", None) or "<in-memory policy>"
+    target_path = target.source_path or "<in-memory policy>"
     tv, dv = target.config.vocab_size, draft.config.vocab_size
     if tv != dv:
         raise ValueError(f"draft model {draft_path!r} has vocab_size {dv} but the policy {target_path!r} has {tv}: "
                          "a draft model must use the policy's tokenizer. Train one with "
                          "`specrl train-drafter --method draft_model --policy POLICY`.")
-    t_tok = load_tokenizer(target_path) if getattr(target, "source_path", None) else None
+    t_tok = load_tokenizer(target_path) if target.source_path else None
     d_tok = load_tokenizer(draft_path)
     if t_tok is not None and d_tok is not None and t_tok.get_vocab(True) != d_tok.get_vocab(True):
         raise ValueError(f"the tokenizer of draft model {draft_path!r} differs from the policy's tokenizer in "
@@ -74,23 +74,22 @@ class DraftModelDrafter(ModelDrafter):
 
     @torch.inference_mode()
     def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
-        out = blank_proposal(k, self.device)
-        tokens, K = out.tokens, out.tokens.shape[1]  # [B, K], filled in below
-        if K == 0:
-            return out
-        slots = torch.tensor([s.slot for s in seqs], device=self.device)  # [B]
+        out = greedy_proposal(seqs, k, self.device, lambda slots, K: self._drafts(seqs, slots, K))
+        if out.tokens.shape[1]:
+            for s, kj in zip(seqs, k):
+                self.cached[s.slot] = s.num_tokens + max(kj - 1, 0)
+        return out
+
+    def _drafts(self, seqs: list[Sequence], slots: torch.Tensor, K: int):
         # step 1: feed what the cache lacks; its last logits give the first draft
         tok = self._catch_up(seqs, slots)  # [B]
         pos = torch.tensor([s.num_tokens for s in seqs], device=self.device)  # [B] position of draft 1
         # step 2: one forward per further draft, feeding the previous draft
         for j in range(K):
-            tokens[:, j] = tok
+            yield tok
             if j + 1 < K:
                 logits = self.model(tok[:, None], (pos + j)[:, None], self.cache, slots).logits  # [B, 1, V]
                 tok = logits[:, -1].argmax(-1)
-        for s, kj in zip(seqs, k):
-            self.cached[s.slot] = s.num_tokens + max(kj - 1, 0)
-        return out
 
     def _catch_up(self, seqs: list[Sequence], slots: torch.Tensor) -> torch.Tensor:
         """Feeds tokens[cached:] of every row, right-padded; returns each row's greedy next token [B]."""

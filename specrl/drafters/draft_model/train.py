@@ -76,7 +76,7 @@ def draft_ids(module) -> None:
 
 
 def save_module(module: CausalLM, policy: CausalLM, path, dtype: str | None = None):
-    return save_model(module, path, tokenizer_dir=getattr(policy, "source_path", None), dtype=dtype)
+    return save_model(module, path, tokenizer_dir=policy.source_path, dtype=dtype)
 
 
 def online_logits(trainer, mb, q=None) -> list:

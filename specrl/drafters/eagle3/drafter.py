@@ -101,10 +101,9 @@ class Eagle3Drafter(ModelDrafter):
         return self.head
 
 
-def check_compatible(head: Eagle3Head, target, source: str) -> None:
-    """The head was made for a policy of this vocabulary, width and depth (`target`: the policy or its
-    ModelConfig)."""
-    hc, tc = head.config, getattr(target, "config", target)
+def check_compatible(head: Eagle3Head, target_cfg, source: str) -> None:
+    """The head was made for a policy of this vocabulary, width and depth (`target_cfg`: its ModelConfig)."""
+    hc, tc = head.config, target_cfg
     if hc.vocab_size != tc.vocab_size:
         raise ValueError(f"EAGLE-3 head {source!r} has vocab_size {hc.vocab_size} but the policy has "
                          f"{tc.vocab_size}: the head reuses the policy's embeddings and lm_head, so train one for "
@@ -127,5 +126,5 @@ def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> Eagle3Draft
                                 "(`--out DIR`, then draft_model=DIR)")
     p = next(target.parameters())
     head = load_head(path, device=p.device, dtype=p.dtype)
-    check_compatible(head, target, str(path))
+    check_compatible(head, target.config, str(path))
     return Eagle3Drafter(head, target, num_slots, max_len)

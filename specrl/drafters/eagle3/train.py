@@ -241,7 +241,7 @@ def scratch(policy, seed: int = 0) -> Eagle3Head:
 
 
 def engine_drafter(module: Eagle3Head, target, num_slots: int, max_len: int) -> Eagle3Drafter:
-    check_compatible(module, target, SCRATCH)
+    check_compatible(module, target.config, SCRATCH)
     return Eagle3Drafter(module, target, num_slots, max_len)
 
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from ...engine.drafting import Proposal, TargetForward, blank_proposal
+from ...engine.drafting import Proposal, TargetForward, greedy_proposal
 from ...engine.memory import kv_cache
 from ...engine.methods import SpecConfig, get_method
 from ...engine.sequence import Sequence
@@ -77,11 +77,11 @@ def _default_fits(target: CausalLM) -> bool:
 def resolve_stack(spec: SpecConfig, target: CausalLM) -> MTPStack:
     if spec.draft_model:
         return load_mtp(spec.draft_model, target)
-    if getattr(target, "mtp", None) is not None:
+    if target.mtp is not None:
         return target.mtp
     if _default_fits(target):
         return load_mtp(DEFAULT_DIR, target)
-    where = getattr(target, "source_path", None) or "<in-memory policy>"
+    where = target.source_path or "<in-memory policy>"
     raise ValueError(
         f"method 'mtp' needs MTP modules, but the policy {where!r} has none (num_nextn_predict_layers = 0) "
         "and SpecConfig.draft_model is not set. Train them with `specrl train-drafter --method mtp --policy "
@@ -114,11 +114,9 @@ class MTPDrafter(ModelDrafter):
 
     @torch.inference_mode()
     def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
-        out = blank_proposal(k, self.device)
-        tokens, K = out.tokens, out.tokens.shape[1]  # [B, K], filled in below
-        if K == 0:
-            return out
-        slots = torch.tensor([s.slot for s in seqs], device=self.device)  # [B]
+        return greedy_proposal(seqs, k, self.device, lambda slots, K: self._drafts(seqs, slots, K))
+
+    def _drafts(self, seqs: list[Sequence], slots: torch.Tensor, K: int):
         pos = torch.tensor([[s.num_tokens - 2] for s in seqs], device=self.device)  # [B, 1] last verified input
         tok = torch.tensor([s.tokens[-1] for s in seqs], device=self.device)  # [B]
         h = self.h0[slots][:, None]  # [B, 1, D]
@@ -126,8 +124,7 @@ class MTPDrafter(ModelDrafter):
             d = min(j, self.stack.depth)
             h = self.stack.step(j, h, self.target.embed(tok[:, None]), pos, self.cache[d - 1], slots)  # [B, 1, D]
             tok = self.stack.logits(j, h, self.target.lm_head)[:, -1].argmax(-1)  # [B]
-            tokens[:, j - 1] = tok
-        return out
+            yield tok
 
     def release(self, seq: Sequence) -> None:
         pass

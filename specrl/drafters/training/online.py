@@ -192,10 +192,6 @@ class OnlineDrafterTrainer:
             return None
         return torch.randperm(b, generator=self.gen)[:max(1, round(b * self.cfg.sample_fraction))]
 
-    def subsample(self, batches: list[DrafterBatch]) -> list[DrafterBatch]:
-        """What a capture with `pick_rows` would have kept of already captured micro-batches."""
-        return [mb if (keep := self.pick_rows(len(mb.rows))) is None else mb.select(keep) for mb in batches]
-
     def loss_queries(self, mb: DrafterBatch) -> Queries:
         """EAGLE-3: the indices whose TTT chains are unrolled, those where some unroll step takes a loss."""
         cand = sum(shift_left(mb.mask, 1 + j) for j in range(self.cfg.ttt_steps)) > 0  # [b, T] step j: mask[t+1+j]

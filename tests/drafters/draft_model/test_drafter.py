@@ -78,3 +78,17 @@ def test_tokenizer_mismatch_is_refused(tmp_path):
 def test_missing_checkpoint(tmp_path):
     with pytest.raises(FileNotFoundError, match="no draft model checkpoint .*train-drafter"):
         LLM(target(), spec=SpecConfig(method="draft_model", draft_model=str(tmp_path / "nope")))
+
+
+def test_a_plugged_in_drafter_gives_its_kv_pages_back_between_generates(tmp_path):
+    # a drafter passed as LLM(drafter=...) has no method table row, yet its cache is released like the target's
+    from specrl.engine.methods import build_drafter
+    model = target()
+    spec = random_draft_spec(tmp_path)
+    drafter = build_drafter(spec, model, 4, 40)
+    llm = LLM(model, max_num_seqs=4, max_model_len=40, drafter=drafter)
+    first = [o.outputs[0].token_ids for o in llm.generate(prompts(3), PARAMS)]
+    assert llm.stats["draft_tokens"] > 0
+    assert drafter.caches() and all(k.abs().sum().item() == 0 and v.abs().sum().item() == 0
+                                    for k, v in drafter.caches())
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts(3), PARAMS)] == first  # re-prefilled, exact

@@ -40,8 +40,8 @@ def _fresh(method, model, seed=0, **cfg):
 
 def _step(online, captured, rewards=None):
     """One drafter step on the rows it would have kept at capture time (pick_rows draws from its generator)."""
-    return online.step(online.subsample(captured),
-                       rewards)
+    kept = [mb if (keep := online.pick_rows(len(mb.rows))) is None else mb.select(keep) for mb in captured]
+    return online.step(kept, rewards)
 
 
 def test_capture_leaves_the_policy_update_unchanged():

@@ -1,0 +1,57 @@
+"""`build`: the DrafterPool of `spec.drafters` (those that can be built here) and the AdaptiveStrategy over it
+(the method table's entry point for "auto")."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import torch
+
+from ..cost_model import CostModel
+from ..deferred import Deferred
+from ..methods import SCRATCH, SpecConfig, build_drafter, get_method, model_method
+from ..pool import DrafterPool
+from .strategy import AdaptiveStrategy
+
+log = logging.getLogger(__name__)
+
+
+def own_params(drafter, target) -> int:
+    """Parameters of a drafter's own modules (not the target's it may hold a reference to)."""
+    seen, total = {id(p) for p in target.parameters()}, 0
+    for value in vars(drafter).values():
+        if isinstance(value, torch.nn.Module):
+            for p in value.parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    total += p.numel()
+    return total
+
+
+def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> tuple[DrafterPool, AdaptiveStrategy]:
+    if spec.draft_model == SCRATCH:
+        model_method(spec)  # scratch needs a model drafter among `drafters`: a clear error otherwise
+    drafters, missing = {}, {}
+    for name in dict.fromkeys(spec.drafters):
+        try:
+            own = dataclasses.replace(spec, method=name, draft_model=spec.draft_model if get_method(name).model_based
+                                      else None)  # a checkpoint (or "scratch") is the model drafters'
+            drafters[name] = build_drafter(own, target, num_slots, max_len)
+        except (FileNotFoundError, ValueError) as e:
+            missing[name] = str(e)
+    if not drafters:
+        detail = "; ".join(f"{n}: {msg}" for n, msg in missing.items())
+        raise ValueError(f"method={spec.method!r} chooses among drafters={list(spec.drafters)}, but none of them "
+                         f"can be built here: {detail}. Build one (e.g. `specrl train-drafter --method eagle3`), "
+                         f"or add a model-free one (suffix, ngram) to drafters")
+    for name, msg in missing.items():
+        log.warning("%s: drafter %r left out (%s)", spec.method, name, msg)
+    model_based = tuple(n for n in drafters if get_method(n).model_based)
+    deferred = {n: Deferred(drafters[n]) for n in model_based if get_method(n).defers}  # idle, it costs nothing
+    pool = DrafterPool({**drafters, **deferred}, model_based)
+    cost = CostModel(target.config.num_params, {n: own_params(d, target) for n, d in drafters.items()},
+                     deterministic=spec.adaptive_mode == "deterministic")
+    if spec.cost_profile is not None:
+        cost.load_profile(spec.cost_profile)
+    point = {n for n in drafters if not get_method(n).model_based}
+    return pool, AdaptiveStrategy(list(drafters), point, spec.num_speculative_tokens, cost, deferred)

@@ -1,0 +1,161 @@
+"""`AdaptiveStrategy`: the decision of the adaptive engine (engine/adaptive/__init__.py) and what it learns from
+each step: the cost model's fits, the acceptance counts keyed (drafter, kind), and each arm's rate check. The
+plan is reused until the number of running sequences changes or PLAN_EVERY steps pass."""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Callable
+
+from ..acceptance import AcceptanceStats
+from ..constants import PLAN_EVERY, PROFILE_BATCHES, PROFILE_TOKENS, TRY_ROWS
+from ..cost_model import CostModel
+from ..deferred import Deferred
+from ..pool import DrafterPool
+from ..result import StepResult
+from ..sequence import Sequence
+from ..strategy import Plan, Strategy, budget_cap
+from .arms import ALL, FILL, FULL, OFF, OLD_KEYS, Arm, arm_grid, count_keys, tally
+from .ratecheck import RateChecks
+from .shadow import ShadowDrafts
+
+
+class AdaptiveStrategy(Strategy):
+    def __init__(self, names: list[str], point: set[str], k_max: int, cost: CostModel,
+                 deferred: dict[str, Deferred] | None = None):
+        self.names, self.point, self.k_max, self.cost = list(names), set(point), k_max, cost
+        self.deterministic = cost.deterministic
+        self.deferred = deferred or {}  # model drafters that catch up on their observations when asked
+        self.stats = {key: AcceptanceStats(k_max) for key in count_keys(self.names, self.point)}
+        self.arms = arm_grid(self.names, self.point, k_max)
+        self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
+        self.checks = RateChecks()
+        self._expect = 0.0  # the plan's predicted rate (without optimism), for the check
+        self.shadows = ShadowDrafts([n for n in self.names if n in self.point], k_max)
+
+    # ---- predictions ---------------------------------------------------------------------------------
+    def predicted_rate(self, arm: Arm, B: int, optimistic: bool = True) -> float:
+        """Tokens per second of a step of B rows under `arm`, from the cost model and the acceptance counts."""
+        if arm.drafter is None:
+            return B / self.cost.target_s(B, B)
+        k, draft = arm.k, self.stats[arm.drafter, ALL].expected(arm.k, optimistic)
+        if arm.lead is None:
+            seconds = self.cost.draft_s(arm.drafter, B * k, k)
+        else:
+            f = self.stats[arm.lead, ALL].full_share(k)  # rows the lead drafts
+            rest = self.stats[arm.drafter, FILL]
+            if rest.rows >= 1.0:  # until the drafter has filled in, its rows at large stand in
+                draft = rest.expected(k, optimistic)
+            draft = f * self.stats[arm.lead, FULL].expected(k, optimistic) + (1.0 - f) * draft
+            fill = (1.0 - f ** B) * self.cost.draft_s(arm.drafter, max(1, round((1 - f) * B)) * k, k)  # runs
+            seconds = self.cost.draft_s(arm.lead, B * k, k) + fill  # unless the lead drafts every row
+        if arm.drafter in self.deferred:  # it observes every token the step appends, all rows, when next asked
+            seconds += self.cost.catch_up_s(arm.drafter, B * (1.0 + draft))
+        return B * (1.0 + draft) / (self.cost.target_s(B * (k + 1), B) + seconds)
+
+    def best_arm(self, B: int) -> Arm:
+        rates = {arm: self.predicted_rate(arm, B) * self.checks.factor(arm.label, B) for arm in self.arms}
+        return max(self.arms, key=lambda a: (rates[a], -a.k))  # ties: the shorter draft
+
+    # ---- schedule ----------------------------------------------------------------------------------------
+    def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan | None:
+        B = len(seqs)
+        if B != self._planned_for or self._age >= PLAN_EVERY or self._trying:
+            self.arm, self._planned_for, self._age = self.best_arm(B), B, 0
+            # a plan that tries a drafter seen on few rows lasts one step: the next one looks again
+            self._trying = any(self.stats[n].rows < TRY_ROWS for n in self.arm.reads)
+            # what the RateCheck holds the plan's steps to (B is fixed while a plan lasts)
+            self._expect = 0.0 if self.deterministic else self.predicted_rate(self.arm, B, optimistic=False)
+        self._age += 1
+        arm = self.arm
+        self.shadows.propose(seqs, pool)
+        if arm.drafter is None:
+            return None
+        if arm.lead is None:
+            return Plan([arm.drafter] * B, [arm.k] * B, label=arm.label)
+        return self._hybrid(arm, seqs, pool)
+
+    def _hybrid(self, arm: Arm, seqs: list[Sequence], pool: DrafterPool) -> Plan:
+        """The model-free lead proposes for every row (microseconds); a row it drafts in full keeps that draft,
+        the model drafter drafts for the others."""
+        caps = [budget_cap(arm.k, s) for s in seqs]
+        t = time.perf_counter()
+        prop = pool.drafters[arm.lead].propose(seqs, caps)
+        dt = time.perf_counter() - t
+        self.cost.observe_draft(arm.lead, sum(caps), max(caps, default=0), dt)
+        which = [arm.lead if c > 0 and n >= c else arm.drafter for n, c in zip(prop.lengths.tolist(), caps)]
+        return Plan(which, [arm.k] * len(seqs), {arm.lead: prop}, draft_s=dt, label=arm.label)
+
+    def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int) -> None:
+        """The warm-up profile (measured mode only): time the target forward over a grid of batch sizes and
+        draft lengths, so the cost model starts from this machine's figures rather than counted work, and
+        keeps them as the prior that the run's own timings refine."""
+        if self.deterministic:
+            return
+        sizes = sorted({b for b in PROFILE_BATCHES if b <= max_batch} | {max_batch})
+        time_forward(1, 1)  # a first forward pays one-off costs
+        for B in sizes:
+            for T in (t for t in PROFILE_TOKENS if t <= self.k_max + 1):
+                self.cost.observe_target(B * T, B, time_forward(B, T))
+        self.cost.target.prior = list(self.cost.target.theta)
+
+    # ---- feedback --------------------------------------------------------------------------------------
+    def update(self, result: StepResult) -> None:
+        if result.phase == "prefill":
+            return
+        asked_by = result.drafters_asked or [None] * result.active
+        if not self.deterministic:
+            self._learn_costs(result, asked_by)
+        rows: dict[tuple, list[list[int]]] = {}  # stats key -> (asked, proposed, accepted) per row
+        self._count(result, asked_by, rows)
+        self.shadows.score(rows)
+        for key, (asked, lengths, accepted) in rows.items():
+            self.stats[key].add(asked, lengths, accepted)
+
+    def _learn_costs(self, result: StepResult, asked_by: list[str | None]) -> None:
+        """The rate check of the plan's arm, and the cost model's fits, from the step's own clock."""
+        B = result.active
+        if self._expect > 0.0 and result.total_s > 0.0:
+            self.checks.add(self.arm.label, B, math.log(result.emitted_tokens / result.total_s / self._expect))
+        # the forward, sampling, verification and the bookkeeping that grows with the tokens appended: all of
+        # the step but drafting, which the drafters' own fits price
+        self.cost.observe_target(result.tokens_in, B, result.verify_s + result.other_s)
+        caught_up = {name: d.take() for name, d in self.deferred.items()}
+        for name, dt in result.draft_s_by.items():
+            if name != self.arm.lead:  # the lead's proposal was timed in the schedule
+                asked = [k for d, k in zip(asked_by, result.asked) if d == name]
+                inputs, catch_up_s = caught_up.get(name, (0, 0.0))
+                if inputs:  # priced apart: every token appended since it last drafted, all rows
+                    self.cost.observe_catch_up(name, inputs, catch_up_s)
+                self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt - catch_up_s)
+
+    def _count(self, result: StepResult, asked_by: list[str | None], rows: dict) -> None:
+        """Acceptance per drafter, per model-free drafter for its full-length proposals, and per model
+        drafter filling in a hybrid's rows (FILL)."""
+        for d, k, n, a in zip(asked_by, result.asked, result.lengths, result.accepted):
+            if d is None or k == 0:
+                continue
+            if d in self.point:
+                keys = ((d, ALL), (d, FULL)) if n >= k else ((d, ALL),)
+            else:
+                keys = ((d, FILL),) if self.arm.lead is not None else ((d, ALL),)
+            tally(rows, keys, k, n, min(a, n))
+
+    # ---- state -----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The learned state a checkpoint keeps: the cost model, the acceptance counts and the rate checks."""
+        return copy.deepcopy({"cost": self.cost.state_dict(),
+                              "stats": [[list(key), s.state_dict()] for key, s in self.stats.items()],
+                              "checks": self.checks.state_dict()})
+
+    def load_state_dict(self, s: dict) -> None:
+        self.cost.load_state_dict(s["cost"])
+        stats = s["stats"]
+        if isinstance(stats, dict):  # string keys, "eagle3~" style
+            stats = [[(k[:-1], OLD_KEYS[k[-1]]) if k[-1:] in OLD_KEYS else (k, ALL), sub] for k, sub in stats.items()]
+        for key, sub in stats:
+            if tuple(key) in self.stats:
+                self.stats[tuple(key)].load_state_dict(sub)
+        self.checks.load_state_dict(s.get("checks", []))
+        self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False

@@ -1,0 +1,35 @@
+"""The hand-set constants of the adaptive engine ("auto") and the parts it reads (acceptance counts, cost model,
+deferred observation), in one place, each with the reason for its value. Everything else it decides from
+this machine's own timings and the counted acceptance. Torch-free."""
+
+# ---- the schedule (engine/adaptive/strategy.py) ---------------------------------------------------------
+PLAN_EVERY = 4  # steps a plan is reused while the batch keeps its size: deciding then costs microseconds a step
+TRY_ROWS = 8.0  # a drafter observed on fewer rows is being tried: its plan lasts one step, so a bad try is short
+ARM_KS = (1, 2, 4, 8, 16)  # draft lengths an arm may ask (with k_max): powers of two cover the curve at few arms
+SHADOW_ROWS = 4  # rows per step the model-free drafters shadow-draft for: microseconds, yet every row in turn
+CHECK_DECAY = 0.95  # weight of the past per step in an arm's realised / predicted rate: follows ~20 steps
+PROFILE_TOKENS = (1, 2, 3, 5, 9)  # draft lengths + 1 the warm-up profile times the forward at: spans k = 0..8
+PROFILE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # batch sizes it times (up to the engine's slots): octaves
+
+# ---- acceptance counts (engine/acceptance.py) ---------------------------------------------------------------
+ACCEPT_DECAY = 0.99  # weight of the past per step the drafter drafted: the estimate follows the last ~100 steps
+PRIOR_ALPHA = 0.5  # acceptance assumed before any observation: no drafter is presumed good or useless ...
+PRIOR_ROWS = 1.0  # ... counted as this many rows, so the first real rows overrule it
+BONUS = 0.35  # optimism (UCB): alpha + BONUS / sqrt(rows that reached the position + 1), so few rows get tried
+MAX_ALPHA = 0.98  # so that expected accepted drafts stay below k (a certain drafter would always ask k_max)
+
+# ---- the cost model (engine/cost_model.py) ------------------------------------------------------------------
+COST_DECAY = 0.98  # weight of the past per observation: the fit follows roughly the last 50 steps
+SCALE = 64.0  # features are in units of 64 tokens / rows, so the ridge prior weighs them alike
+STEP_SCALE = 8.0  # a drafter's longest draft in units of 8 positions, for the same reason
+PRIOR_WEIGHT = 2.0  # the target's prior counts as this many observations: the warm-up profile, soon refined
+# a drafter's prior (counted work, no fixed cost) is a guess that its first timing should overrule: an
+# EAGLE-3 step's Python and kernel overheads dwarf its weights on a CPU
+DRAFT_PRIOR_WEIGHT = 0.05
+# counted work: one forward reads every weight once, priced as the multiply-adds of this many tokens; only the
+# deterministic mode without a profile, and the measured mode's prior before its first timings, rest on it
+WEIGHT_READ_TOKENS = 8.0
+
+# ---- deferred observation (engine/deferred.py) --------------------------------------------------------------
+CHUNK = 128  # inputs per sequence per catch-up forward: bounds its attention memory
+MAX_PENDING = 200_000  # pending inputs (all sequences) before a catch-up is forced: bounds the memory held
