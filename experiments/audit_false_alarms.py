@@ -7,6 +7,15 @@ paths take turns in chunks of `--chunk` batches so every path grows together.
 
 A batch is a false alarm when its p-value is below ALARM_RATE; the windowed alarm (SamplerAlarm over
 consecutive batches of a path, window 5) is replayed from the rows by `summarize`.
+
+The async pipeline is measured on a real run's steps instead (its rule, rows scored under the version that
+sampled them, lives in the learner), short chains so that 40 tokens finish and rewards move the policy:
+
+    specrl train pipeline.mode=async max_steps=200 rollout.max_tokens=40 data.hops_median=3 data.max_hops=6 \
+        rollout.audit_groups=null data.eval_size=0 eval_every=0 num_threads=1 schedule.save_every=50 \
+        out_dir=runs/async_fa
+    python experiments/audit_false_alarms.py --out docs/results/sampler_audit_false_alarms.jsonl --summary \
+        --async-run runs/async_fa
 """
 from __future__ import annotations
 
@@ -45,9 +54,16 @@ def run(out: Path, paths: list[str], batches: int, chunk: int, max_tokens: int) 
         del llm
 
 
-def summarize(out: Path) -> list[dict]:
+def async_rows(run_dir: Path) -> list[dict]:
+    """A run's audited steps as batch rows (path "async")."""
+    return [{"path": "async", "batch": r["step"], "z": r["sampler_z"], "p_value": r["sampler_p"],
+             "tokens": r["sampler_tokens"], "weight": r["sampler_weight"], "policy_lag": r["policy_lag"]}
+            for r in read_jsonl(run_dir / "metrics.jsonl") if "sampler_z" in r]
+
+
+def summarize(out: Path, async_run: Path | None = None) -> list[dict]:
     by: dict[str, list[dict]] = {}
-    for r in read_jsonl(out):
+    for r in read_jsonl(out) + (async_rows(async_run) if async_run else []):
         by.setdefault(r["path"], []).append(r)
     table = []
     for path, rows in by.items():
@@ -70,9 +86,10 @@ if __name__ == "__main__":
     ap.add_argument("--chunk", type=int, default=10)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--async-run", type=Path, default=None, help="a pipeline.mode=async run dir to add (see above)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if not args.summary:
         run(args.out, args.paths, args.batches, args.chunk, args.max_tokens)
-    for row in summarize(args.out):
+    for row in summarize(args.out, args.async_run):
         print(json.dumps(row))
