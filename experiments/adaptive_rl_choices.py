@@ -9,6 +9,7 @@ torch.set_num_threads(1)
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.cli.bench_common import policy_path, task_prompts
 from specrl.cli.bench_adaptive import plot
+from specrl.engine.stats import Choices
 from specrl.train.config import TrainConfig
 dtype, max_tokens, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 ro = TrainConfig().rollout
@@ -18,7 +19,7 @@ llm = LLM(path, dtype=dtype, max_num_seqs=ro.max_num_seqs,
 prompts = task_prompts(llm, ro.prompts_per_step, seed=7, split="train")
 warm = task_prompts(llm, ro.prompts_per_step, seed=8, split="train")
 llm.generate(warm, [SamplingParams(n=ro.n, temperature=1.0, max_tokens=64, seed=99 + i) for i in range(len(warm))])
-choices = llm.engine.choices
+choices = llm.engine.choices = Choices()
 choices.history = []
 t = time.perf_counter()
 params = [SamplingParams(n=ro.n, temperature=1.0, max_tokens=max_tokens, seed=i) for i in range(len(prompts))]

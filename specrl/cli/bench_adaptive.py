@@ -15,6 +15,7 @@ import json
 import sys
 
 from ..engine.methods import DRAFTING_METHODS, METHODS, is_adaptive
+from ..engine.stats import Choices
 from ..errors import UserError
 from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
 from .bench_spec import parse_batch_sizes
@@ -113,7 +114,8 @@ def main(argv: list[str]) -> int:
                 emit(rows[-1])
         llm = engine(SpecConfig(method="auto", num_speculative_tokens=max(ks), adaptive_mode=args.adaptive_mode,
                                 drafters=tuple(methods)))
-        strategy, choices = llm.engine.strategy, llm.engine.choices
+        strategy, choices = llm.engine.strategy, Choices()
+        llm.engine.choices = choices
         choices.history = [] if rl else None
         # auto keeps what it learnt in the warm-up, but counts its choices afresh
         tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens,

@@ -28,7 +28,9 @@ class Engine:
         if strategy is not None:  # before any sequence holds a slot (see ModelRunner.time_forward)
             strategy.calibrate(runner.time_forward, runner.num_slots)
         self.stats = EngineStats()
-        self.choices = Choices()  # which drafters the strategy chose, over the steps (the strategy keeps none)
+        # which drafters the strategy chose, over the steps (the strategy keeps none); off unless a caller sets
+        # it (`specrl bench adaptive`): the engine's steps do no bookkeeping nobody reads
+        self.choices: Choices | None = None
         self.weights_version = 0  # a tag for the weights the engine holds, recorded on the tokens they sample
 
     def step(self, scheduler: Scheduler) -> StepResult:
@@ -75,7 +77,8 @@ class Engine:
         else:  # a prefill or plain decode step: the whole step counts as the forward
             result.verify_s = step_s
         self.stats.add(result)
-        self.choices.add(result)
+        if self.choices is not None:
+            self.choices.add(result)
         self.tracer.record(**result.trace_row())
         if self.strategy is not None:
             self.strategy.update(result)

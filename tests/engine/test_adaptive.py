@@ -9,6 +9,7 @@ from specrl.config.build import ConfigError, from_dict
 from specrl.engine.adaptive.arms import ALL, FILL, FULL, OFF, Arm
 from specrl.engine.adaptive.strategy import AdaptiveStrategy
 from specrl.engine.constants import PLAN_EVERY
+from specrl.engine.stats import Choices
 from specrl.engine.cost_model import CostModel, CostProfileError
 from specrl.engine.deferred import Deferred
 from specrl.engine.drafting import pad_proposals
@@ -358,6 +359,7 @@ def test_hybrid_plans_and_a_deferred_model_drafter_keep_greedy_tokens_and_logpro
     llm = LLM(model, spec=spec, max_num_seqs=4)
     assert isinstance(llm.drafter.drafters["eagle3"], Deferred)  # idle, it catches up only when asked to draft
     llm.engine.strategy.arms = [Arm("eagle3", 4, "suffix"), Arm("eagle3", 2, "suffix")]  # only hybrids
+    llm.engine.choices = Choices()  # off by default: the engine records choices only when asked
     llm.engine.choices.history = []
     got = llm.generate(prompts, params)
     arms = {h["arm"] for h in llm.engine.choices.history}
