@@ -47,7 +47,7 @@ def test_a_specrl_row_has_the_keys_and_a_sampled_sd_row_its_audit(tiny):
     assert set(ROW_KEYS) <= set(off) and "audit_p" not in off
     assert off["tokens"] == 4 and off["tokens_per_s"] == pytest.approx(off["tokens"] / off["makespan_s"])
     sd = measure({"engine": "specrl", "method": "ngram", "workload": "b1", "repeat": 0}, tiny, _args())
-    assert 0.0 <= sd["audit_p"] <= 1.0
+    assert 1e-3 < sd["audit_p"] <= 1.0  # an exact sampler passes
     greedy = measure({"engine": "specrl", "method": "ngram", "workload": "b1", "repeat": 0}, tiny,
                      _args(temperature=0.0))
     assert "audit_p" not in greedy  # the audit tests sampled rows only
