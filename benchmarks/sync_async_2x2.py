@@ -3,9 +3,9 @@
 Every run is the default `specrl train` (10 steps, evals at 0, 5 and 10) alone on the machine, one after
 another: per seed the cells run in the order of --cells, and in the reverse order for the next seed, so a
 slow drift of the machine's speed hits every cell alike. Sync runs use torch's default threads (every
-core); async runs split them, one stage per core (`pipeline.rollout_threads`, `pipeline.train_threads`). Extra cells such as
-`sync:suffix` add static strategies (the `auto` against best-static comparison); a cell may add overrides of
-its own after a further colon (`sync:auto:optim.packing=false`, the padded update).
+core); async runs split them, one stage per core (`pipeline.rollout_threads`, `pipeline.train_threads`).
+Extra cells such as `sync:suffix` add static strategies (the `auto` against best-static comparison); a
+cell may add overrides of its own after a further colon (`sync:auto:optim.packing=false`, the padded update).
 
 Prints one JSON line per run and per cell (the mean over seeds), then the simulator's predictions: for each
 seed it is calibrated (wall clock) on the other seed's sync runs and predicts this seed's runs from their
@@ -62,7 +62,8 @@ def load(path: Path, cell: str, seed: int) -> dict:
     work = read_jsonl(path / "rollout_workload.jsonl")[-1]  # async: the threads each stage used
     return {"cell": cell, "seed": seed, "steps": len(rows),
             "step_s": mean(timed, "step_s"), "rollout_s": mean(timed, "rollout_s"), "train_s": mean(timed, "train_s"),
-            "steps_total_s": sum(r["step_s"] for r in rows), "wall_s": json.loads((path / "wall_s.json").read_text())["wall_s"],
+            "steps_total_s": sum(r["step_s"] for r in rows),
+            "wall_s": json.loads((path / "wall_s.json").read_text())["wall_s"],
             "accuracy": [e["accuracy"] for e in evals], "eval_steps": [e["step"] for e in evals],
             "logprob_diff_max": max(r["logprob_diff"] for r in rows),
             "sampler_p": [round(r["sampler_p"], 3) for r in rows if r.get("sampler_p") is not None],
