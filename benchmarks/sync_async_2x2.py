@@ -8,7 +8,7 @@ Extra cells such as `sync:suffix` add static strategies (the `auto` against best
 cell may add overrides of its own after a further colon (`sync:auto:optim.packing=false`, the padded update).
 
 Prints one JSON line per run and per cell (the mean over seeds), then the simulator's predictions: for each
-seed it is calibrated (wall clock) on the other seed's sync runs and predicts this seed's runs from their
+seed it is calibrated (wall and process-CPU clocks) on the other seed's sync runs and predicts this seed's runs from their
 workloads alone. Writes OUT/summary.jsonl and OUT/2x2.png (step seconds per cell, held-out accuracy).
 
     python benchmarks/sync_async_2x2.py --out runs/2x2 --seeds 0 1 [--cells sync:off,async:auto,...] [key=value ...]
@@ -90,19 +90,22 @@ def cell_summary(runs: list[dict], base: dict | None) -> dict:
 
 
 def simulate(out: Path, seeds: list[int], cells: list[str]) -> list[dict]:
-    """Per seed: fit on the other seeds' sync runs (wall clock), predict this seed's runs."""
-    rows = []
+    """Per seed and clock: fit on the other seeds' plain sync runs, predict this seed's runs. The simulator's
+    unit of hardware is what a fit run used; on the cpu clock a sync run's two threads count as two cores'
+    seconds, which is how the simulator places an async run (a core per stage)."""
+    rows, base = [], [sys.executable, "-m", "specrl", "simulate"]
+    plain_sync = [c for c in cells if c.startswith("sync:") and c.count(":") == 1]
     for seed in seeds:
-        plain_sync = [c for c in cells if c.startswith("sync:") and c.count(":") == 1]
         fit = [str(run_dir(out, c, s)) for s in seeds if s != seed for c in plain_sync]
         held = [str(run_dir(out, c, seed)) for c in cells]
-        cal = out / f"calibration_without_seed{seed}.json"
-        base = [sys.executable, "-m", "specrl", "simulate"]
-        subprocess.run([*base, "calibrate", "--train-runs", *fit, "--clock", "wall", "--out", str(cal)],
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-        got = subprocess.run([*base, "validate", "--calibration", str(cal), "--clock", "wall", "--fit-train-runs",
-                              *fit, "--train-runs", *held], check=True, cwd=ROOT, capture_output=True, text=True)
-        rows += [{**json.loads(line), "seed": seed} for line in got.stdout.splitlines() if line.startswith("{")]
+        for clock in ("wall", "cpu"):
+            cal = out / f"calibration_{clock}_without_seed{seed}.json"
+            subprocess.run([*base, "calibrate", "--train-runs", *fit, "--clock", clock, "--out", str(cal)],
+                           check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+            got = subprocess.run([*base, "validate", "--calibration", str(cal), "--clock", clock,
+                                  "--fit-train-runs", *fit, "--train-runs", *held],
+                                 check=True, cwd=ROOT, capture_output=True, text=True)
+            rows += [{**json.loads(line), "seed": seed} for line in got.stdout.splitlines() if line.startswith("{")]
     return rows
 
 
