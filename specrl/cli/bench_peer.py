@@ -10,9 +10,9 @@ the embedded task's prompts encoded as `specrl train` encodes them; every reques
 at the model's EOS ids. One process builds one engine (room for the largest workload's batch), warms it up
 and times each workload in turn. vLLM is measured with its defaults (`vllm_mode=compile`: torch.compile
 where it works) and `enforce_eager=True` (`vllm_mode=eager`). One JSON line per measurement: engine, method,
-workload, tokens, makespan_s, tokens_per_s (and vllm_mode, build_s; audit_p, the sampler audit's p-value, on
-sampled SD rows); then one `"summary": true` line per (engine, method, workload) with the best repeat,
-vLLM's faster mode.
+workload, tokens, makespan_s, tokens_per_s (and model, the checkpoint directory's name; vllm_mode, build_s;
+audit_p, the sampler audit's p-value, on sampled SD rows); then one `"summary": true` line per (engine,
+method, workload) with the best repeat, vLLM's faster mode.
 """
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def measure(run: dict, model_dir: Path, args) -> list[dict]:
     t0 = time.perf_counter()
     engine = build(run, model_dir, args, max(len(p) * n for p, n, _ in loads.values()))
     build_s = time.perf_counter() - t0
-    head = {k: v for k, v in run.items() if k not in ("workloads", "repeat")}
+    head = {"model": model_dir.name, **{k: v for k, v in run.items() if k not in ("workloads", "repeat")}}
     from ..engine import SamplingParams
     engine.generate(next(iter(loads.values()))[0][:1], [SamplingParams(max_tokens=8)])  # warm-up (compile)
     rows = []

@@ -91,6 +91,14 @@ def test_a_drafter_refit_that_does_not_fit_is_refused(backend, prompts):
     assert backend.drafter_version == 2
 
 
+def test_seeded_requests_whose_prompts_fill_more_than_a_step_complete(backend):
+    # 8 x 600 prompt tokens do not fit one engine step: with chunked prefill, vLLM splits a prompt and then
+    # rewinds its request's generator, which a CPU generator cannot do (the engine process died)
+    prompts = [[5 + (i + j) % 30 for j in range(600)] for i in range(8)]  # ids within the policy's vocabulary
+    outs = backend.generate(prompts, [SamplingParams(temperature=1.0, max_tokens=4, seed=i) for i in range(8)])
+    assert [len(r.prompt_token_ids) for r in outs] == [600] * 8
+    assert all(1 <= len(r.outputs[0].token_ids) <= 4 for r in outs)
+
 def _online_head(work) -> tuple:
     """The shipped head after two online updates by the run's learner (rollout.drafter.online, the policy's
     forward capturing its inputs) on the policy's own samples, saved where a run's checkpoint keeps it; and
