@@ -44,7 +44,8 @@ def tiny(tmp_path_factory):
 
 
 def test_one_engine_times_each_workload_and_a_sampled_sd_row_has_its_audit(tiny):
-    off, b64 = measure({"engine": "specrl", "method": "off", "workloads": ["b1", "b64"], "repeat": 0}, tiny, _args())
+    run = {"engine": "specrl", "method": "off", "workloads": ["b1", "b64"], "repeat": 0}
+    off, b64 = measure(run, tiny, _args())
     assert [off["workload"], b64["workload"]] == ["b1", "b64"] and off["build_s"] == b64["build_s"]
     assert set(ROW_KEYS) <= set(off) and "audit_p" not in off
     assert off["tokens"] == 4 and off["tokens_per_s"] == pytest.approx(off["tokens"] / off["makespan_s"])

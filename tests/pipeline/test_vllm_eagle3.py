@@ -124,7 +124,8 @@ def _online_head(work) -> tuple:
     return work / "drafter", work / "samples.jsonl"
 
 
-def test_an_online_trained_reduced_vocabulary_export_is_served_as_written(tmp_path, prompts, plain):
+def test_an_online_trained_reduced_vocabulary_export_is_served_as_written(tmp_path, prompts, plain,
+                                                                          record_property):
     head, samples = _online_head(tmp_path)
     out = tmp_path / "export"
     assert cli_main(["export-drafter", str(head), "--policy", str(default_policy_path()), "--out", str(out),
@@ -139,5 +140,6 @@ def test_an_online_trained_reduced_vocabulary_export_is_served_as_written(tmp_pa
         tokens, stats = _run(be, prompts)
     finally:
         be.close()
+    record_property("vllm_counters", {k: stats[k] for k in ("drafts", "draft_tokens", "accepted_tokens")})
     assert tokens == plain
     assert 0 < stats["draft_tokens"] <= 4 * stats["drafts"] and stats["accepted_tokens"] > 0
