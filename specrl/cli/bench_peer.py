@@ -1,16 +1,18 @@
 """`specrl bench peer`: specrl's engine against vLLM on the same checkpoint, the same token-id prompts and the
-same sampling settings, one engine per process (a subprocess per measurement), alternating and repeated.
+same sampling settings, one engine per process (a subprocess per engine), alternating and repeated.
 
     specrl bench peer                                   # embedded policy: SD off, b1 / b64 / rl, 3 repeats
     specrl bench peer --model DIR --methods off,ngram   # a real checkpoint (e.g. SmolLM2), with vLLM's ngram
 
 Workloads: `b1` (one prompt), `b64` (64 prompts, one sample each), `rl` (the default run's rollout:
-rollout.prompts_per_step prompts x rollout.n at rollout.max_tokens), on the embedded task's prompts encoded
-as `specrl train` encodes them; every request has its own seed and stops at the model's EOS ids. vLLM is
-measured with its defaults (`vllm_mode=compile`: torch.compile where it works) and `enforce_eager=True`
-(`vllm_mode=eager`). One JSON line per measurement: engine, method, workload, tokens, makespan_s,
-tokens_per_s (and vllm_mode; audit_p, the sampler audit's p-value, on sampled SD rows); then one
-`"summary": true` line per (engine, method, workload) with the best repeat, vLLM's faster mode.
+rollout.prompts_per_step prompts x rollout.n at the default run's response budget, or --rl-max-tokens), on
+the embedded task's prompts encoded as `specrl train` encodes them; every request has its own seed and stops
+at the model's EOS ids. One process builds one engine (room for the largest workload's batch), warms it up
+and times each workload in turn. vLLM is measured with its defaults (`vllm_mode=compile`: torch.compile
+where it works) and `enforce_eager=True` (`vllm_mode=eager`). One JSON line per measurement: engine, method,
+workload, tokens, makespan_s, tokens_per_s (and model, the checkpoint directory's name; vllm_mode, build_s;
+audit_p, the sampler audit's p-value, on sampled SD rows); then one `"summary": true` line per (engine,
+method, workload) with the best repeat, vLLM's faster mode.
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ def parser():
     ap.add_argument("--vllm-modes", default="compile,eager")
     ap.add_argument("--repeats", type=int, default=3, help="rounds; each round alternates the engines' order")
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--max-tokens", type=int, default=256, help="b1 and b64's budget (rl: the default run's)")
+    ap.add_argument("--max-tokens", type=int, default=256, help="b1 and b64's budget")
+    ap.add_argument("--rl-max-tokens", type=int, default=None, help="rl's budget (default: the default run's)")
     ap.add_argument("--k", type=int, default=4, help="draft length of the SD methods")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads of specrl's engine")
     ap.add_argument("--no-audit", action="store_true", help="skip the sampler audit of sampled SD rows")
@@ -57,7 +60,8 @@ def split(text: str, allowed: tuple[str, ...] | None, flag: str) -> list[str]:
 
 
 def plan(args) -> list[dict]:
-    """The measurements in order: per round, workload and method, the engines alternate which goes first."""
+    """The engine processes in order: per round and method, the engines alternate which goes first; each
+    process times every workload."""
     from ..engine.methods import get_method
     engines, workloads = split(args.engines, ENGINES, "--engines"), split(args.workloads, WORKLOADS, "--workloads")
     methods, modes = split(args.methods, None, "--methods"), split(args.vllm_modes, VLLM_MODES, "--vllm-modes")
@@ -66,27 +70,29 @@ def plan(args) -> list[dict]:
             get_method(m)  # an unknown name fails before any engine starts
     runs = []
     for r in range(args.repeats):
-        for workload in workloads:
-            for method in methods:
-                order = engines if r % 2 == 0 else engines[::-1]
-                for engine in order:
-                    for mode in (modes if engine == "vllm" else [None]):
-                        runs.append({"engine": engine, "method": method, "workload": workload, "repeat": r,
-                                     **({"vllm_mode": mode} if mode else {})})
+        for method in methods:
+            order = engines if r % 2 == 0 else engines[::-1]
+            for engine in order:
+                for mode in (modes if engine == "vllm" else [None]):
+                    runs.append({"engine": engine, "method": method, "workloads": workloads, "repeat": r,
+                                 **({"vllm_mode": mode} if mode else {})})
     return runs
 
 
-def workload(name: str, model_dir: Path, max_tokens: int) -> tuple[list[list[int]], int, int]:
+def workload(name: str, model_dir: Path, args) -> tuple[list[list[int]], int, int]:
     """(prompt ids, samples per prompt, max_tokens) of a workload."""
     from ..tasks import make_problems
     from ..train.config import TrainConfig
     from ..train.data import PromptEncoder
-    ro = TrainConfig().rollout
+    cfg = TrainConfig()
+    ro = cfg.rollout
     count, n = {"b1": (1, 1), "b64": (64, 1), "rl": (ro.prompts_per_step, ro.n)}[name]
     encoder = PromptEncoder(model_dir)
     split_ = "train" if name == "rl" else "test"
     prompts = [encoder.encode(p.prompt) for p in make_problems(count, seed=1234, split=split_)]
-    return prompts, n, ro.max_tokens if name == "rl" else max_tokens
+    if name != "rl":
+        return prompts, n, args.max_tokens
+    return prompts, n, args.rl_max_tokens or cfg.budget.max_tokens
 
 
 def build(run: dict, model_dir: Path, args, batch: int):
@@ -108,29 +114,34 @@ def build(run: dict, model_dir: Path, args, batch: int):
     return vllm_backend(model_dir, cfg)
 
 
-def measure(run: dict, model_dir: Path, args) -> dict:
-    """One measurement in this process: build, warm up, time one generate(); the row."""
-    from ..engine import SamplingParams
-    prompts, n, max_tokens = workload(run["workload"], model_dir, args.max_tokens)
-    engine = build(run, model_dir, args, len(prompts) * n)
-    params = [SamplingParams(n=n, temperature=args.temperature, max_tokens=max_tokens, seed=1000 + i)
-              for i in range(len(prompts))]
-    engine.generate(prompts[:1], [SamplingParams(max_tokens=8)])  # warm-up (vLLM's compile, caches)
+def measure(run: dict, model_dir: Path, args) -> list[dict]:
+    """One engine in this process: build, warm up, time one generate() per workload; a row each."""
+    loads = {name: workload(name, model_dir, args) for name in run["workloads"]}
     t0 = time.perf_counter()
-    outs = engine.generate(prompts, params)
-    seconds = time.perf_counter() - t0
+    engine = build(run, model_dir, args, max(len(p) * n for p, n, _ in loads.values()))
+    build_s = time.perf_counter() - t0
+    head = {"model": model_dir.name, **{k: v for k, v in run.items() if k not in ("workloads", "repeat")}}
+    from ..engine import SamplingParams
+    engine.generate(next(iter(loads.values()))[0][:1], [SamplingParams(max_tokens=8)])  # warm-up (compile)
+    rows = []
+    for name, (prompts, n, max_tokens) in loads.items():
+        params = [SamplingParams(n=n, temperature=args.temperature, max_tokens=max_tokens, seed=1000 + i)
+                  for i in range(len(prompts))]
+        engine.reset_stats()
+        t0 = time.perf_counter()
+        outs = engine.generate(prompts, params)
+        seconds = time.perf_counter() - t0
+        tokens = sum(len(c.token_ids) for r in outs for c in r.outputs)
+        row = {**head, "workload": name, "tokens": tokens, "makespan_s": seconds, "tokens_per_s": tokens / seconds,
+               "repeat": run["repeat"], "build_s": build_s, "max_tokens": max_tokens,
+               "acceptance_length": (engine.stats() if run["engine"] == "vllm" else engine.stats)  # LLM: a dict
+               .get("acceptance_length", 1.0)}
+        if run["method"] != "off" and args.temperature > 0 and not args.no_audit:
+            row["audit_p"] = audit_p(model_dir, outs, args.temperature)
+        rows.append(row)
     if run["engine"] == "vllm":
-        stats = engine.stats()
         engine.close()
-    else:
-        stats = engine.stats  # specrl's LLM keeps its counters as a dict
-    tokens = sum(len(c.token_ids) for r in outs for c in r.outputs)
-    row = {**{k: v for k, v in run.items() if k != "repeat"}, "tokens": tokens, "makespan_s": seconds,
-           "tokens_per_s": tokens / seconds, "repeat": run["repeat"],
-           "acceptance_length": stats.get("acceptance_length", 1.0)}
-    if run["method"] != "off" and args.temperature > 0 and not args.no_audit:
-        row["audit_p"] = audit_p(model_dir, outs, args.temperature)
-    return row
+    return rows
 
 
 def audit_p(model_dir: Path, outs, temperature: float) -> float:
@@ -145,16 +156,17 @@ def audit_p(model_dir: Path, outs, temperature: float) -> float:
     return step_test(scores).p_value
 
 
-def child(run: dict, model_dir: Path, argv: list[str]) -> dict:
-    """One measurement in a fresh process (its last stdout line); an engine that fails is an `error` row."""
+def child(run: dict, model_dir: Path, argv: list[str]) -> list[dict]:
+    """One engine's measurements in a fresh process (its JSON stdout lines); an engine that fails is an
+    `error` row."""
     cmd = [sys.executable, "-m", "specrl", "bench", "peer", *argv, "--one", json.dumps(run)]
     with tempfile.TemporaryFile("w+") as log:
         done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
         if done.returncode != 0:
             log.seek(0)
             tail = " | ".join(log.read().strip().splitlines()[-3:])
-            return {**run, "error": f"exit {done.returncode}: {tail[-300:]}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+            return [{**run, "error": f"exit {done.returncode}: {tail[-300:]}"}]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -174,13 +186,15 @@ def main(argv: list[str]) -> int:
     from .bench_common import policy_path
     model_dir = Path(policy_path(args.model))
     if args.one is not None:
-        emit(measure(json.loads(args.one), model_dir, args))
+        for row in measure(json.loads(args.one), model_dir, args):
+            emit(row)
         return 0
     runs = plan(args)  # bad flags fail here, before any engine starts
     rows = []
     for run in runs:
-        rows.append(child(run, model_dir, argv))
-        emit(rows[-1])
+        for row in child(run, model_dir, argv):
+            rows.append(row)
+            emit(row)
     for row in summary(rows):
         emit(row)
     return 0

@@ -15,15 +15,16 @@ from tests.helpers import save_tiny
 
 def _args(**kw) -> SimpleNamespace:
     base = dict(engines="specrl,vllm", methods="off", workloads="b1", vllm_modes="compile,eager", repeats=2,
-                temperature=1.0, max_tokens=4, k=2, threads=1, no_audit=False)
+                temperature=1.0, max_tokens=4, rl_max_tokens=None, k=2, threads=1, no_audit=False)
     return SimpleNamespace(**{**base, **kw})
 
 
 def test_the_engines_alternate_and_vllm_runs_in_both_modes():
-    runs = plan(_args())
+    runs = plan(_args(workloads="b1,rl"))
     order = [(r["engine"], r.get("vllm_mode"), r["repeat"]) for r in runs]
     assert order == [("specrl", None, 0), ("vllm", "compile", 0), ("vllm", "eager", 0),
                      ("vllm", "compile", 1), ("vllm", "eager", 1), ("specrl", None, 1)]
+    assert all(r["workloads"] == ["b1", "rl"] for r in runs)  # one engine process times every workload
 
 
 @pytest.mark.parametrize("flag, value, match", [
@@ -42,15 +43,25 @@ def tiny(tmp_path_factory):
     return save_tiny(tmp_path_factory.mktemp("peer") / "policy", vocab=32, max_pos=96)
 
 
-def test_a_specrl_row_has_the_keys_and_a_sampled_sd_row_its_audit(tiny):
-    off = measure({"engine": "specrl", "method": "off", "workload": "b1", "repeat": 0}, tiny, _args())
+def test_one_engine_times_each_workload_and_a_sampled_sd_row_has_its_audit(tiny):
+    run = {"engine": "specrl", "method": "off", "workloads": ["b1", "b64"], "repeat": 0}
+    off, b64 = measure(run, tiny, _args())
+    assert [off["workload"], b64["workload"]] == ["b1", "b64"] and off["build_s"] == b64["build_s"]
     assert set(ROW_KEYS) <= set(off) and "audit_p" not in off
     assert off["tokens"] == 4 and off["tokens_per_s"] == pytest.approx(off["tokens"] / off["makespan_s"])
-    sd = measure({"engine": "specrl", "method": "ngram", "workload": "b1", "repeat": 0}, tiny, _args())
+    assert b64["tokens"] <= 64 * 4
+    [sd] = measure({"engine": "specrl", "method": "ngram", "workloads": ["b1"], "repeat": 0}, tiny, _args())
     assert 1e-3 < sd["audit_p"] <= 1.0  # an exact sampler passes
-    greedy = measure({"engine": "specrl", "method": "ngram", "workload": "b1", "repeat": 0}, tiny,
-                     _args(temperature=0.0))
+    [greedy] = measure({"engine": "specrl", "method": "ngram", "workloads": ["b1"], "repeat": 0}, tiny,
+                       _args(temperature=0.0))
     assert "audit_p" not in greedy  # the audit tests sampled rows only
+
+
+def test_rl_takes_the_default_runs_budget_unless_told(tiny):
+    from specrl.cli.bench_peer import workload
+    prompts, n, budget = workload("rl", tiny, _args())
+    assert (len(prompts), n, budget) == (8, 8, 1100)
+    assert workload("rl", tiny, _args(rl_max_tokens=64))[2] == 64
 
 
 def test_each_measurement_runs_in_its_own_process_then_a_summary(tiny, capsys):

@@ -44,6 +44,9 @@ def vllm_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | Non
                   max_num_seqs=ro.max_num_seqs, max_model_len=ro.max_model_len,
                   kv_cache_memory_bytes=kv_bytes(hf, ro, spec is not None),
                   logprobs_mode="processed_logprobs", disable_log_stats=False, speculative_config=spec,
+                  # a prompt split over engine steps crashes seeded requests on CPU: vLLM then rewinds the
+                  # request's generator offset, which CPU generators lack ("CPU Generator does not use offset")
+                  enable_chunked_prefill=False,
                   skip_tokenizer_init=not (model_dir / "tokenizer.json").is_file(),
                   worker_extension_cls=WORKER_EXTENSION)
     except Exception as e:
