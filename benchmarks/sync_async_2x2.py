@@ -158,7 +158,7 @@ def main() -> None:
     base = cell_summary([r for r in runs if r["cell"] == "sync:off"], None) if "sync:off" in args.cells else None
     summary += [{"kind": "cell", **cell_summary([r for r in runs if r["cell"] == c], base)} for c in args.cells]
     if not args.no_sim:
-        summary += [{"kind": "simulated", **r} for r in simulate(out, args.seeds, args.cells)]
+        summary += [{**r, "kind": "simulated"} for r in simulate(out, args.seeds, args.cells)]
     with open(out / "summary.jsonl", "w") as f:
         for row in summary:
             print(json.dumps(row, default=float), flush=True)
