@@ -99,6 +99,7 @@ def test_seeded_requests_whose_prompts_fill_more_than_a_step_complete(backend):
     assert [len(r.prompt_token_ids) for r in outs] == [600] * 8
     assert all(1 <= len(r.outputs[0].token_ids) <= 4 for r in outs)
 
+
 def _online_head(work) -> tuple:
     """The shipped head after two online updates by the run's learner (rollout.drafter.online, the policy's
     forward capturing its inputs) on the policy's own samples, saved where a run's checkpoint keeps it; and
