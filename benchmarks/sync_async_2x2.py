@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without install
 
+from default_run import speed  # noqa: E402  (benchmarks/default_run.py: R, alpha and the step bound)
 from specrl.pipeline.run_dir import read_jsonl  # noqa: E402
 
 CELLS = ("sync:off", "async:auto", "sync:auto", "async:off")
@@ -84,8 +85,8 @@ def cell_summary(runs: list[dict], base: dict | None) -> dict:
         out["step_speedup"] = base["step_s"] / out["step_s"]  # against sync with SD off
         out["end_to_end_speedup"] = base["steps_total_s"] / out["steps_total_s"]
         if out["cell"].startswith("sync:"):  # NeMo-RL's bound for the step from the rollout's speedup alone
-            r_gen, alpha = base["rollout_s"] / base["step_s"], base["rollout_s"] / out["rollout_s"]
-            out.update(R=r_gen, alpha=alpha, step_bound=1 / (r_gen / alpha + 1 - r_gen))
+            got = speed(out, base)
+            out.update(R=got["R"], alpha=got["alpha"], step_bound=got["step_bound"])
     return out
 
 

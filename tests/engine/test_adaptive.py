@@ -9,10 +9,10 @@ from specrl.config.build import ConfigError, from_dict
 from specrl.engine.adaptive.arms import ALL, FILL, FULL, OFF, Arm
 from specrl.engine.adaptive.strategy import AdaptiveStrategy
 from specrl.engine.constants import PLAN_EVERY
-from specrl.engine.stats import Choices
 from specrl.engine.cost_model import CostModel, CostProfileError
 from specrl.engine.deferred import Deferred
 from specrl.engine.drafting import pad_proposals
+from specrl.engine.stats import Choices
 from specrl.engine.pool import DrafterPool
 from specrl.engine.result import StepResult
 from specrl.engine.sequence import Sequence
