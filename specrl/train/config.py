@@ -125,10 +125,6 @@ class HealthConfig:
         require(self.max_version_lag >= 0, "max_version_lag", self.max_version_lag, ">= 0")
 
 
-def _drafter_optim() -> OptimSettings:
-    return OptimSettings(lr=3e-4, betas=(0.9, 0.95))  # a constant learning rate: the drafter never stops
-
-
 @dataclass
 class DrafterConfig:
     """`rollout.drafter`: online training of the rollout engine's model drafter while the policy trains
@@ -141,7 +137,8 @@ class DrafterConfig:
     online: bool = False
     schedule: str = "after_step"
     tail_max_running: int = 8  # long_tail: train once this few sequences are still running
-    optim: OptimSettings = field(default_factory=_drafter_optim)  # AdamW of the drafter, at a constant lr
+    # AdamW of the drafter, at a constant learning rate: the drafter never stops
+    optim: OptimSettings = field(default_factory=lambda: OptimSettings(lr=3e-4, betas=(0.9, 0.95)))
     kl_coef: float = 1.0  # forward KL(p || q) to the policy's distribution
     accept_coef: float = 0.0  # 1 - expected accepted mass sum_x min(p, q)
     reward_weighting: bool = False  # ReSpec: trajectories weighted by w(r), normalised and clipped
