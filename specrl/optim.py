@@ -1,7 +1,6 @@
 """The optimizer settings every trainer shares (the policy, the online and offline drafters, pretraining):
 AdamW without decay on norms and biases, one learning-rate schedule (linear warmup, then cosine decay) and
 gradient clipping."""
-
 from __future__ import annotations
 
 import math

@@ -3,7 +3,6 @@
 Every estimator maps the rewards of N responses and the group (prompt) each belongs to onto one
 advantage per response. Groups are arbitrary integer ids, so groups may differ in size.
 """
-
 from __future__ import annotations
 
 from typing import NamedTuple, Protocol

@@ -4,7 +4,6 @@ Per-token losses are [B, T] with a 0/1 mask [B, T] over response tokens. How the
 scalar is a named choice (``aggregate``), since token-level and sequence-level averaging weight long
 and short responses differently.
 """
-
 from __future__ import annotations
 
 from typing import NamedTuple, Protocol

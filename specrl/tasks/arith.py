@@ -21,7 +21,6 @@ Two kinds share one generator, tokenizer and reward (ArithSpec.kind):
 The number of steps is drawn from a clipped lognormal, which gives response lengths the long right tail of
 real reasoning rollouts; the named tasks (`TASKS`) are two such distributions of chase problems.
 """
-
 from __future__ import annotations
 
 import hashlib

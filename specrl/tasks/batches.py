@@ -4,7 +4,6 @@ Problems are drawn in pools, sorted by length and cut into batches of at most `b
 padded tokens, so that short and long problems rarely share a batch and little compute goes to
 padding. The stream is a pure function of the seed.
 """
-
 from __future__ import annotations
 
 import itertools

@@ -6,7 +6,6 @@ then the trained model is grown, function-preserving, into the shipped 6-layer 1
 (grow.py). A stage stops at its `steps` (or earlier at `stop_after`) or at its share of `time_budget_s`.
 With a budget that does not bind, the result is a function of the config up to CPU round-off.
 """
-
 from __future__ import annotations
 
 import json

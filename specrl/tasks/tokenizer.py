@@ -4,7 +4,6 @@ One token per character, `<bos>` prepended on encode, decode concatenates charac
 spaces. `transformers.AutoTokenizer.from_pretrained(dir)` loads the saved directory as a
 `PreTrainedTokenizerFast`.
 """
-
 from __future__ import annotations
 
 import json
