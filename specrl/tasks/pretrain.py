@@ -69,8 +69,8 @@ class Stage:
 
 
 # The recipe of the shipped policy. Each skill appears as a late phase change of a small model, so the
-# stages teach one thing each: lookups and short plain chains (stopped early, as before: the 1-hop stop and
-# long plain chains are never learned), then long chains in both styles, then a short stage that makes the
+# stages teach one thing each: lookups and short plain chains (stopped early: the 1-hop stop and long
+# plain chains are never learned), then long chains in both styles, then a short stage that makes the
 # plain style the habit, as instruction tuning leaves a model with habits that RL later changes.
 STAGES: tuple[Stage, ...] = (
     Stage("lookups", steps=2400, stop_after=1200, optim=stage_optim(3e-3)),
