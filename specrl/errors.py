@@ -3,8 +3,7 @@
 Every `specrl` command ends a user error with one line on stderr and a non-zero exit code, in one place
 (`specrl.cli.main`). Each class here also derives from the builtin type that Python API users already catch
 (`ValueError`, `FileNotFoundError`, `ImportError`), so raising one changes nothing for library callers.
-`ConfigError` (raised by `require`, the one check every config class's `validate()` uses), `CheckpointError` (specrl.train.checkpoint) and `ModelFileError`
-(specrl.model) derive from `UserError` too.
+`CheckpointError` (specrl.train.checkpoint) and `ModelFileError` (specrl.model) derive from `UserError` too.
 
 By the library's convention a bad argument raises `ValueError` and a missing input `OSError`, each with a
 message that names the value, what was expected and the fix; the CLI prints those as one line as well

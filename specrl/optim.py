@@ -1,7 +1,6 @@
 """The optimizer settings every trainer shares (the policy, the online and offline drafters, pretraining):
 AdamW without decay on norms and biases, one learning-rate schedule (linear warmup, then cosine decay) and
 gradient clipping."""
-
 from __future__ import annotations
 
 import math
@@ -87,9 +86,8 @@ def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float = 0.0) ->
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def warmup_cosine_scheduler(
-    optimizer: torch.optim.Optimizer, settings: OptimSettings, total: int
-) -> torch.optim.lr_scheduler.LambdaLR:
+def warmup_cosine_scheduler(optimizer: torch.optim.Optimizer, settings: OptimSettings, total: int
+                            ) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR applying ``warmup_cosine``; call ``.step()`` once per optimizer step."""
     if total < 1:
         raise ValueError(f"total={total}: a schedule needs at least one optimizer step")

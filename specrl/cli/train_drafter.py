@@ -26,15 +26,7 @@ from ..drafters.training.data import DrafterTrainArgs, collect_sequences, defaul
 from ..drafters.training.prompts import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 from ..engine.methods import TRAINABLE_METHODS, get_method
-from ..errors import ConfigError, UserError
-
-
-def trainer_module(method: str):
-    """The method's train module (its recipe, drafters/scratch.py `recipe`)."""
-    if method not in TRAINABLE_METHODS:
-        raise ConfigError(f"unknown drafter method {method!r}; valid: {list(TRAINABLE_METHODS)} (the other "
-                         f"speculative methods have no weights to train)")
-    return importlib.import_module(get_method(method).trainer)
+from ..errors import UserError
 
 
 @dataclass
@@ -108,8 +100,9 @@ def resolve_policy(policy: str | None) -> str:
 
 
 def method_trainer(ns: TrainDrafterConfig):
-    """The method's `train(policy_path, out_dir, data, args)`, with its own options bound where it has any."""
-    return trainer_module(ns.method).cli_train(ns, on_log=_log)
+    """The method's `train(policy_path, out_dir, data, args)` (its recipe: drafters/scratch.py `recipe`), with
+    its own options bound where it has any."""
+    return importlib.import_module(get_method(ns.method).trainer).cli_train(ns, on_log=_log)
 
 
 def _log(step: int, row: dict) -> None:

@@ -3,7 +3,6 @@
 ``from_dict`` builds a config tree; ``to_dict`` turns one back into YAML-safe data. Errors are
 ConfigErrors that name the dotted key, the bad value, what was expected and the fix.
 """
-
 from __future__ import annotations
 
 import dataclasses

@@ -1,5 +1,4 @@
 """Config files and overrides: YAML in, ``key.sub=value`` overrides applied, the tree validated, YAML out."""
-
 from __future__ import annotations
 
 import dataclasses

@@ -1,26 +1,16 @@
 """How big the engine's KV cache is: slots x max_model_len, sized from a memory budget; and its zeroed
 storage, which on a CPU costs resident memory only where a position is written.
 
-The budget is `kv_cache_memory` bytes, or else `memory_utilization` x the memory free when the engine is
-built (after its weights are loaded): /proc/meminfo MemAvailable on a CPU, `torch.cuda.mem_get_info` on a
-GPU. With no `max_model_len` the longest context that gives every one of `max_num_seqs` slots a row is
-used, capped at the model's `max_position_embeddings`; with one, fewer slots are allocated if the budget
-cannot hold them all. Either way the engine never asks for more than the budget, so a big model with a
-long context gets a shorter context or fewer slots, and a clear error when not even one sequence fits.
-Unlike vLLM's gpu_memory_utilization (a share of the whole device), `memory_utilization` is a share of what
-is free once the weights are loaded. The budget covers the target's cache; a model-based drafter's own
-cache (same slots and length, its own few layers) comes on top.
+The budget is `kv_cache_memory` bytes, or else `memory_utilization` x the memory free once the weights are
+loaded (not vLLM's share of the whole device). Without `max_model_len` the longest context that gives each
+of `max_num_seqs` slots a row is used; with one, fewer slots when the budget cannot hold them all; never
+more than the budget, and a clear error when not even one sequence fits. A model-based drafter's own cache
+comes on top.
 
-On a CPU the cache is an anonymous private mapping (`kv_zeros`): the kernel hands out zero pages on first
-write, so resident memory follows the positions sequences actually reach (4 KiB pages: 16 positions of
-one head in fp32, 32 in bf16), not slots x max_model_len. The budget then bounds address space, and a big
-default budget costs nothing until it is used. This is paging at the operating system's granularity, with
-none of a block table's gathers. On a GPU, memory is committed at allocation as usual.
-
-Paged KV blocks (nano-vllm, vLLM) are not built: on a CPU the lazy pages already follow the written
-positions, and position-indexed rows let rejected drafts be overwritten with no rollback and decode read
-slice views without a gather. docs/memory.md compares the two on an RL rollout; on a GPU, where memory is
-committed at allocation, blocks are the next step.
+On a CPU the cache is an anonymous private mapping (`kv_zeros`): zero pages arrive on first write, so
+resident memory follows the positions sequences reach, and position-indexed rows let rejected drafts be
+overwritten with no rollback and no block-table gathers. On a GPU memory is committed at allocation, and
+paged blocks are the next step there. The comparison with paged blocks: docs/memory.md.
 """
 from __future__ import annotations
 

@@ -83,10 +83,8 @@ class SpecConfig:
     # "auto" (the adaptive engine, engine/adaptive/): the drafters it chooses among per sequence and step;
     # one that cannot be built here (no checkpoint) is left out with a warning, none at all is an error
     drafters: tuple[str, ...] = ("suffix", "ngram", "eagle3")
-    # "auto": "measured" (default) fits its cost model to this engine's own step timings, so its choices
-    # follow the machine and its load (every sample stays exact, but which drafts ran, and so the sampled
-    # tokens, can differ between two runs); "deterministic" freezes the cost model (from `cost_profile`, else
-    # from counted work), so a seeded run repeats token for token and a resume is exact
+    # "auto": "measured" fits its cost model to this engine's step timings; "deterministic" freezes it (from
+    # `cost_profile`, else counted work), so a seeded run repeats token for token (README, the two modes)
     adaptive_mode: str = "measured"
     cost_profile: str | None = None  # a cost model saved as JSON (`specrl bench adaptive --save-profile`)
 

@@ -80,37 +80,29 @@ class ModelConfig:
         if model_type == "llama" and (hf.get("attention_bias") or hf.get("mlp_bias")):
             raise UnsupportedModelError("llama with attention_bias/mlp_bias=True is not supported")
         eos = hf.get("eos_token_id")
-        return cls(
-            vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
-            intermediate_size=hf["intermediate_size"], num_layers=hf["num_hidden_layers"],
-            num_heads=hf["num_attention_heads"],
-            num_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-            head_dim=hf.get("head_dim") or 0, arch=model_type,
-            rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
-            rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
-            max_position_embeddings=hf.get("max_position_embeddings", 2048),
-            tie_word_embeddings=hf.get("tie_word_embeddings", False),
-            bos_token_id=hf.get("bos_token_id"),
-            eos_token_id=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
-            pad_token_id=hf.get("pad_token_id"),
-            num_mtp_modules=hf.get("num_nextn_predict_layers", 0) or 0,
-        )
+        return cls(vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
+                   intermediate_size=hf["intermediate_size"], num_layers=hf["num_hidden_layers"],
+                   num_heads=hf["num_attention_heads"],
+                   num_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+                   head_dim=hf.get("head_dim") or 0, arch=model_type,
+                   rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
+                   rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+                   max_position_embeddings=hf.get("max_position_embeddings", 2048),
+                   tie_word_embeddings=hf.get("tie_word_embeddings", False), bos_token_id=hf.get("bos_token_id"),
+                   eos_token_id=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
+                   pad_token_id=hf.get("pad_token_id"), num_mtp_modules=hf.get("num_nextn_predict_layers", 0) or 0)
 
     def to_hf(self) -> dict:
-        hf = {
-            "architectures": [ARCHS[self.arch][0]], "model_type": self.arch,
-            "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
-            "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_layers,
-            "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads,
-            "head_dim": self.head_dim, "hidden_act": "silu", "rms_norm_eps": self.rms_norm_eps,
-            "rope_theta": self.rope_theta,
-            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
-            "max_position_embeddings": self.max_position_embeddings,
-            "tie_word_embeddings": self.tie_word_embeddings,
-            "bos_token_id": self.bos_token_id,
-            "eos_token_id": self.eos_token_id[0] if len(self.eos_token_id) == 1 else self.eos_token_id,
-            "pad_token_id": self.pad_token_id, "attention_dropout": 0.0, "use_cache": True,
-        }
+        hf = {"architectures": [ARCHS[self.arch][0]], "model_type": self.arch, "vocab_size": self.vocab_size,
+              "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
+              "num_hidden_layers": self.num_layers, "num_attention_heads": self.num_heads,
+              "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim, "hidden_act": "silu",
+              "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta,
+              "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
+              "max_position_embeddings": self.max_position_embeddings, "tie_word_embeddings": self.tie_word_embeddings,
+              "bos_token_id": self.bos_token_id,
+              "eos_token_id": self.eos_token_id[0] if len(self.eos_token_id) == 1 else self.eos_token_id,
+              "pad_token_id": self.pad_token_id, "attention_dropout": 0.0, "use_cache": True}
         if self.arch == "llama":
             hf.update(attention_bias=False, mlp_bias=False)
         if self.arch == "qwen3":

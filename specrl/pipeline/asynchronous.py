@@ -1,38 +1,16 @@
 """The asynchronous GRPO pipeline: rollouts overlap training, with bounded staleness.
 
-A rollout worker (a thread) generates step s's samples with the policy weights of version
-max(start, s - max_policy_lag), where version v is the policy after v training steps, while the trainer
-(the calling thread) trains on the steps before. Tokens sampled by older weights are off-policy; their
-loss gets the truncated importance ratio min(pi_old / pi_gen, is_cap) (NeMo-RL's async GRPO). Which
-version samples which step is fixed by the step number, not by timing, so an async run is as
-reproducible as a sync one, and max_policy_lag=0 reproduces the sync run exactly (at the same torch
-thread count).
+A rollout worker thread generates step s with the policy of version max(start, s - max_policy_lag) while
+the trainer (the calling thread) trains on the steps before; off-policy tokens get the truncated importance
+ratio. The step number, not timing, fixes which version samples which step, so a run is reproducible and
+max_policy_lag=0 equals the sync run. On a CPU the two stages split the cores (torch kernels release the
+GIL). A failure on either side stops both, with the last good checkpoint intact; the suffix drafter's pools
+are not checkpointed here (the worker is mid-way through later steps), so a resumed run rebuilds them.
 
-On a CPU both stages live in one process and split the cores (`pipeline.rollout_threads` and
-`pipeline.train_threads`): torch kernels release the GIL, so generation and the policy update run at the
-same time. The trainer hands weights over as snapshots (`PolicyVersions`); the worker loads the version
-it needs before a step.
-
-Failures stop both sides: a worker exception reaches the trainer, which raises `RunStopped` with the
-last good checkpoint intact; a trainer exception (or Ctrl-C) closes the snapshots and the worker exits.
-A resumed async run restarts the pipeline from the checkpoint's weights: its first steps are sampled
-by that version (lag below the bound), so it is not bit-identical to an uninterrupted run. The suffix
-drafter's pools are not checkpointed in async mode (the worker is mid-way through later steps when a
-checkpoint is written); a resumed run rebuilds them, which changes speed, not the samples' distribution.
-
-Evaluation runs on the trainer's side with a second engine (one more copy of the policy and its cache),
-so generation never pauses for it; the step after an evaluation looks faster, because the worker ran
-ahead meanwhile. A step's `step_s` is the wall interval between two updates, excluding evaluation and
-checkpointing; there is no process-CPU step time, since the stages overlap.
-
-With `pipeline.inflight_updates` the trainer hands each new version straight to the rollout backend, which
-takes it between two engine steps even in the middle of a generate() call (a long sequence continues on
-the new weights; its earlier tokens keep the logprobs they were sampled with). The worker still waits
-for version s - max_policy_lag before it starts step s, but starts on the newest version there is. A
-group's version is the oldest version any of its tokens was sampled under: it sets the step's
-`policy_lag` and the importance-ratio switch, and a group more than max_policy_lag behind is dropped
-whole (`stale_groups`; the wait makes that a guard, not a regular event). Which version samples which
-token now depends on timing, so such a run is not reproducible token for token.
+Evaluation runs on the trainer's side with a second engine, so generation never pauses for it (the step
+after an evaluation looks faster). `step_s` is the wall interval between two updates; there is no
+process-CPU step time, since the stages overlap. In-flight updates (`pipeline.inflight_updates`) and how a
+group's version is judged: docs/ray.md; the knobs: docs/training.md.
 """
 from __future__ import annotations
 

@@ -2,15 +2,11 @@
 joins the policy trainer (specrl.train) and the online drafter trainer (specrl.drafters), so it sits above
 both: specrl.train imports no drafter code.
 
-Its checkpoint part is `model/` (the policy as a Hugging Face directory, usable as is) and `trainer.*`
-(optimizer, LR schedule, KL reference and the torch RNG, as safetensors + JSON: nothing is unpickled).
-
-With `rollout.drafter.online`, it also trains the rollout drafter online (NeMo-RL's way): the policy
-update's own forward captures the drafter's inputs (hidden states, policy logits) through the trainer's
-`forward_hook`, and an `OnlineDrafterTrainer` distils them into its copy of the drafter, whose weights the
-pipeline hot-swaps into the engine. `defer_drafter` (the long_tail schedule) keeps the captured data for
-`train_drafter()`, which the pipeline calls in the next rollout's tail; `drafter_trainer.*` in a checkpoint
-holds the drafter, its optimizer, version, RNG and any data still pending, so a resume is exact.
+With `rollout.drafter.online` it also trains the rollout drafter online: the policy update's own forward
+captures the drafter's inputs through the trainer's `forward_hook`, and an `OnlineDrafterTrainer` distils
+them into its copy of the drafter, which the pipeline hot-swaps into the engine. `defer_drafter` (the
+long_tail schedule) keeps the captured data for `train_drafter()`, called in the next rollout's tail. What
+its checkpoint part holds: specrl/train/checkpoint.py.
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""The in-process rollout backend: an `LLM` behind the seam, with its own copy of the policy, or the trainer's
-own model where `run._shares_policy` allows it (a sync run never generates while it trains, so nothing is
-copied at a sync).
-
-With its own copy, an optimizer step can never change weights under a running generation; each new policy
-version is copied in place into it (MTP modules trained with the policy travel with it, since they are part
-of its state dict).
+"""The in-process rollout backend: an `LLM` behind the seam, with its own copy of the policy (which an
+optimizer step can never change under a running generation; new versions are copied in place, MTP modules
+included), or the trainer's own model where `run._shares_policy` allows it (a sync run never generates while
+it trains, so nothing is copied at a sync).
 """
 from __future__ import annotations
 

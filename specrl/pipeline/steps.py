@@ -103,11 +103,9 @@ def drop_stale(rollout: Rollout, max_lag: int) -> tuple[Rollout, int]:
     if not keep:
         raise RuntimeError(f"every group of step {rollout.step + 1} was sampled more than max_policy_lag={max_lag} "
                            "versions ago")
-    outs = []
-    for new_id, i in enumerate(keep):
-        out = rollout.outputs[i]
+    outs = [rollout.outputs[i] for i in keep]
+    for new_id, out in enumerate(outs):
         out.request_id = new_id
-        outs.append(out)
     examples = [rollout.examples[i] for i in keep]
     version = min(group_version(o, rollout.version) for o in outs)
     return Rollout(rollout.step, version, examples, outs, rollout.stats, rollout.wall_s, rollout.cpu_s,
@@ -269,9 +267,7 @@ def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict) -> dict:
 def evaluate(parts: Parts, cfg: TrainConfig, backend: RolloutBackend) -> float:
     """Accuracy on the held-out examples, one completion each at `data.eval_temperature` (null: the rollout's;
     0: greedy), with a seed per example, so that a run's evaluations are repeatable and lossless SD gives the
-    same distribution (greedy: the same tokens) as without it."""
-    if not parts.held_out:
-        return float("nan")
+    same distribution (greedy: the same tokens) as without it. `run_eval` skips an empty held-out set."""
     enc, reward, data = parts.rollout.encoder, parts.learner.reward, cfg.data
     temperature = cfg.rollout.temperature if data.eval_temperature is None else data.eval_temperature
     prompts = [enc.encode(e.prompt) for e in parts.held_out]

@@ -3,7 +3,6 @@
 Every estimator maps the rewards of N responses and the group (prompt) each belongs to onto one
 advantage per response. Groups are arbitrary integer ids, so groups may differ in size.
 """
-
 from __future__ import annotations
 
 from typing import NamedTuple, Protocol
@@ -67,20 +66,13 @@ def rloo_advantages(rewards: Tensor, group_ids: Tensor, eps: float) -> Tensor:
 def group_ids_from_size(n: int, group_size: int, device: torch.device | None = None) -> Tensor:
     """Ids for N responses laid out as consecutive groups of ``group_size`` (n samples per prompt)."""
     if group_size < 1 or n % group_size != 0:
-        raise ValueError(
-            f"group_size={group_size} does not divide the {n} rewards; "
-            "pass the number of samples per prompt, or pass group_ids instead"
-        )
+        raise ValueError(f"group_size={group_size} does not divide the {n} rewards; pass the number of samples per "
+                         "prompt, or pass group_ids instead")
     return torch.arange(n, device=device) // group_size  # [N]
 
 
-def compute_advantages(
-    name: str,
-    rewards: Tensor,
-    group_ids: Tensor | None = None,
-    group_size: int | None = None,
-    eps: float = 1e-6,
-) -> Tensor:
+def compute_advantages(name: str, rewards: Tensor, group_ids: Tensor | None = None, group_size: int | None = None,
+                       eps: float = 1e-6) -> Tensor:
     """Advantages [N] for rewards [N] with estimator ``name``; give ``group_ids`` [N] or ``group_size``."""
     fn = ADVANTAGES.get(name)
     if rewards.dim() != 1:

@@ -1,5 +1,4 @@
 """Entropy of the policy's next-token distribution: a metric for exploration collapse."""
-
 from __future__ import annotations
 
 import torch

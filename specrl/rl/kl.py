@@ -3,7 +3,6 @@
 All inputs are per-token log-probs [B, T] of the sampled tokens; samples come from the policy, so
 each estimator's expectation is KL(pi || pi_ref) (Schulman, "Approximating KL divergence").
 """
-
 from __future__ import annotations
 
 from typing import Protocol

@@ -3,7 +3,6 @@
 The kernel (`scaled_token_logprobs`, one temperature per row) is shared with the rollout engine, which
 imports it from here: the engine's reported logprobs and the trainer's recomputed ones are one function.
 """
-
 from __future__ import annotations
 
 import torch

@@ -4,7 +4,6 @@ Per-token losses are [B, T] with a 0/1 mask [B, T] over response tokens. How the
 scalar is a named choice (``aggregate``), since token-level and sequence-level averaging weight long
 and short responses differently.
 """
-
 from __future__ import annotations
 
 from typing import NamedTuple, Protocol
@@ -43,14 +42,8 @@ register_policy_loss = POLICY_LOSSES.register
 
 
 @register_policy_loss("clipped")
-def clipped_policy_loss(
-    logp: Tensor,
-    logp_old: Tensor,
-    advantages: Tensor,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    weights: Tensor | None = None,
-) -> PolicyLoss:
+def clipped_policy_loss(logp: Tensor, logp_old: Tensor, advantages: Tensor, clip_low: float = 0.2,
+                        clip_high: float = 0.2, weights: Tensor | None = None) -> PolicyLoss:
     """-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) per token, r = exp(logp - logp_old).
 
     ``advantages`` is [B] (one per response) or [B, T]. ``clip_high > clip_low`` is DAPO's
@@ -122,13 +115,8 @@ def aggregate_denom(mask: Tensor, mode: str) -> Tensor:
     return AGGREGATIONS.get(mode)(torch.zeros_like(mask, dtype=torch.float32), mask, 1).count
 
 
-def aggregate(
-    loss: Tensor,
-    mask: Tensor,
-    mode: str = "token_mean",
-    norm_len: int | None = None,
-    denom: Tensor | float | None = None,
-) -> Tensor:
+def aggregate(loss: Tensor, mask: Tensor, mode: str = "token_mean", norm_len: int | None = None,
+              denom: Tensor | float | None = None) -> Tensor:
     """Reduce per-token ``loss`` [B, T] under ``mask`` [B, T] to a scalar with aggregation ``mode``.
 
     ``norm_len`` is the constant of "seq_mean_token_sum_norm" (default T; use the max response length).

@@ -1,5 +1,4 @@
 """Name -> function registries: algorithm variants are chosen by name, and a wrong name lists the valid ones."""
-
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -6,7 +6,6 @@
     arith_reward(completion_text, problems[0].answer, problems[0].prompt)  # 1.0 or 0.0
     model = load_model(default_policy_path())              # shipped Qwen3-style base policy
 """
-
 from __future__ import annotations
 
 from pathlib import Path

@@ -19,11 +19,8 @@ Two kinds share one generator, tokenizer and reward (ArithSpec.kind):
       response = "6a-7=9\n9b+5=4\n4c-8=6\nA:6"
 
 The number of steps is drawn from a clipped lognormal, which gives response lengths the long right tail of
-real reasoning rollouts: most problems are short, a few are many times longer than the median. The named
-tasks (`TASKS`) are two such distributions of chase problems: "chain", the default, long enough that most
-of a rollout's time goes to a few long responses, and "arith", the earlier short one.
+real reasoning rollouts; the named tasks (`TASKS`) are two such distributions of chase problems.
 """
-
 from __future__ import annotations
 
 import hashlib
@@ -36,8 +33,7 @@ from typing import NamedTuple
 from ..errors import require
 
 SPLITS = ("train", "test")
-# Each split has its own seed stream, and a prompt's hash decides its split: the two never share a prompt.
-_SPLIT_SALT = {"train": 0x5EED_0001, "test": 0x5EED_7E57}
+_SPLIT_SALT = {"train": 0x5EED_0001, "test": 0x5EED_7E57}  # each split's seed stream (make_problems)
 
 
 # Counted lines carry the hops left in a fixed width: every line then has the same length, so a small model
@@ -135,12 +131,8 @@ def chase_lines(f: list[int], start: int, hops: int, counted: bool) -> tuple[lis
 
 
 def make_chase(rng: random.Random, spec: ArithSpec) -> Problem:
-    """Function chasing: the prompt lists a random map f on the digits and a start s; the answer is
-    f applied n times. Each scratchpad line `x=f(x)` looks f(x) up in the prompt by matching `x=`.
-
-        prompt   = "Q:0=3 1=7 2=2 3=5 4=0 5=8 6=1 7=9 8=6 9=4 s6 n3=?\n"
-        response = "6=1\n1=7\n7=9\nA:9"  or, counted, "003:6=1\n002:1=7\n001:7=9\nA:9"
-    """
+    """Function chasing (the module docstring's example): each scratchpad line `x=f(x)` looks f(x) up in the
+    prompt by matching `x=`."""
     n = sample_num_ops(rng, spec)
     f = [rng.randint(0, 9) for _ in range(10)]
     start = rng.randint(0, 9)
@@ -168,9 +160,7 @@ def prompt_hash(prompt: str) -> int:
     return int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=8).digest(), "little")
 
 
-def make_problems(
-    n: int, seed: int = 0, split: str = "train", spec: ArithSpec | None = None
-) -> list[Problem]:
+def make_problems(n: int, seed: int = 0, split: str = "train", spec: ArithSpec | None = None) -> list[Problem]:
     """`n` deterministic problems of `split` (of the default task, "chain", without `spec`). The same
     (n, seed, split, spec) always gives the same list.
 

@@ -4,7 +4,6 @@ Problems are drawn in pools, sorted by length and cut into batches of at most `b
 padded tokens, so that short and long problems rarely share a batch and little compute goes to
 padding. The stream is a pure function of the seed.
 """
-
 from __future__ import annotations
 
 import itertools
@@ -45,9 +44,8 @@ def collate(seqs: list[tuple[list[int], int]], pad_id: int, loss_on_prompt: bool
     return Batch(input_ids, positions, targets, int((targets != -100).sum()))
 
 
-def pool_batches(
-    seqs: list[tuple[list[int], int]], batch_tokens: int, rng: random.Random
-) -> list[list[tuple[list[int], int]]]:
+def pool_batches(seqs: list[tuple[list[int], int]], batch_tokens: int, rng: random.Random
+                 ) -> list[list[tuple[list[int], int]]]:
     """Sort by length, greedily fill batches up to `batch_tokens` padded tokens, shuffle batches."""
     seqs = sorted(seqs, key=lambda s: len(s[0]))
     batches: list[list[tuple[list[int], int]]] = [[]]
@@ -60,15 +58,8 @@ def pool_batches(
     return batches
 
 
-def train_batches(
-    tok: Tokenizer,
-    ids: SpecialIds,
-    seed: int,
-    batch_tokens: int,
-    spec: ArithSpec | None = None,
-    pool_size: int = 4096,
-    loss_on_prompt: bool = False,
-) -> Iterator[Batch]:
+def train_batches(tok: Tokenizer, ids: SpecialIds, seed: int, batch_tokens: int, spec: ArithSpec | None = None,
+                  pool_size: int = 4096, loss_on_prompt: bool = False) -> Iterator[Batch]:
     """Endless deterministic stream of training batches."""
     rng = random.Random(seed)
     for pool in itertools.count():

@@ -1,5 +1,4 @@
 """Held-out accuracy of a policy on the embedded tasks, decoded by the rollout engine."""
-
 from __future__ import annotations
 
 from tokenizers import Tokenizer

@@ -20,7 +20,6 @@ grown into the large shape so that the large model computes the same function:
 in both the input and output side of a block get no gradient); the function then changes by about that
 much. Build the config with `grown_config`. Tests check that the grown model's logits equal the small model's.
 """
-
 from __future__ import annotations
 
 import math

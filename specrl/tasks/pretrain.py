@@ -6,7 +6,6 @@ then the trained model is grown, function-preserving, into the shipped 6-layer 1
 (grow.py). A stage stops at its `steps` (or earlier at `stop_after`) or at its share of `time_budget_s`.
 With a budget that does not bind, the result is a function of the config up to CPU round-off.
 """
-
 from __future__ import annotations
 
 import json
@@ -70,16 +69,15 @@ class Stage:
 
 
 # The recipe of the shipped policy. Each skill appears as a late phase change of a small model, so the
-# stages teach one thing each: lookups and short plain chains (stopped early, as before: the 1-hop stop and
-# long plain chains are never learned), then long chains in both styles, then a short stage that makes the
+# stages teach one thing each: lookups and short plain chains (stopped early: the 1-hop stop and long
+# plain chains are never learned), then long chains in both styles, then a short stage that makes the
 # plain style the habit, as instruction tuning leaves a model with habits that RL later changes.
 STAGES: tuple[Stage, ...] = (
     Stage("lookups", steps=2400, stop_after=1200, optim=stage_optim(3e-3)),
     Stage("chains", steps=2000, optim=stage_optim(1e-3, warmup_steps=20), hops_median=20.0, hops_sigma=1.0,
           max_hops=130, counted_share=0.5),
     Stage("habit", steps=200, optim=stage_optim(3e-4, warmup_steps=10, min_lr_ratio=1.0), hops_median=20.0,
-          hops_sigma=1.0,
-          max_hops=130, counted_share=0.2),
+          hops_sigma=1.0, max_hops=130, counted_share=0.2),
 )
 
 
@@ -104,8 +102,7 @@ class PretrainConfig:
     eval_task: str = "chain"          # the named task (arith.TASKS) the record's held-out accuracy is on
     eval_max_new_tokens: int = 1100   # the longest counted solution (130 hops) is 1045 tokens with EOS
     init_from: str | None = None      # continue from a checkpoint instead of a fresh init (then stages resume it)
-    # then grown (function-preserving, see grow.py) into the shipped shape: Qwen3-style, 6 layers, hidden
-    # 384, 11.5M parameters (46 MB fp32, 23 MB bf16). grow=False ships the trained model as it is.
+    # then grown (function-preserving, see grow.py) into the shipped shape; grow=False ships it as trained
     grow: bool = True
     grow_hidden_size: int = 384
     grow_intermediate_size: int = 1280
@@ -130,13 +127,10 @@ class PretrainConfig:
 
 def model_config(cfg: PretrainConfig, vocab_size: int, bos: int, eos: int, pad: int):
     from specrl.model import ModelConfig
-
-    return ModelConfig(
-        vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_layers=cfg.num_layers, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim, arch="qwen3", max_position_embeddings=cfg.max_position_embeddings,
-        tie_word_embeddings=True, bos_token_id=bos, eos_token_id=[eos], pad_token_id=pad,
-    )
+    return ModelConfig(vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+                       num_layers=cfg.num_layers, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+                       head_dim=cfg.head_dim, arch="qwen3", max_position_embeddings=cfg.max_position_embeddings,
+                       tie_word_embeddings=True, bos_token_id=bos, eos_token_id=[eos], pad_token_id=pad)
 
 
 def length_percentiles(n: int = 20000, seed: int = 0, spec: ArithSpec | None = None) -> dict[str, float]:

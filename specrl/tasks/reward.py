@@ -5,7 +5,6 @@ chasing the map often has short cycles, so a chain with the wrong number of hops
 lands back on the cycle) can end on the right digit by luck. Crediting that would reward the very habit
 (miscounting hops) that training should remove. Without the prompt, only the final answer is checked.
 """
-
 from __future__ import annotations
 
 import re

@@ -4,7 +4,6 @@ One token per character, `<bos>` prepended on encode, decode concatenates charac
 spaces. `transformers.AutoTokenizer.from_pretrained(dir)` loads the saved directory as a
 `PreTrainedTokenizerFast`.
 """
-
 from __future__ import annotations
 
 import json
@@ -33,9 +32,8 @@ def build_tokenizer() -> Tokenizer:
     # "[\s\S]" matches any single character, newline included: one pre-token per character.
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
-    )
+    tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A $B",
+                                                       special_tokens=[(BOS, vocab[BOS])])
     tok.add_special_tokens(list(SPECIAL_TOKENS))
     return tok
 
@@ -43,10 +41,8 @@ def build_tokenizer() -> Tokenizer:
 def special_ids(tok: Tokenizer) -> SpecialIds:
     ids = [tok.token_to_id(t) for t in SPECIAL_TOKENS]
     if any(i is None for i in ids):
-        raise ValueError(
-            f"tokenizer lacks special tokens {SPECIAL_TOKENS} (got ids {ids}); "
-            "rebuild it with specrl.tasks.tokenizer.save_tokenizer"
-        )
+        raise ValueError(f"tokenizer lacks special tokens {SPECIAL_TOKENS} (got ids {ids}); rebuild it with "
+                         "specrl.tasks.tokenizer.save_tokenizer")
     return SpecialIds(*ids)
 
 
@@ -58,13 +54,9 @@ def save_tokenizer(out_dir: str | Path, tok: Tokenizer | None = None, max_length
     ids = special_ids(tok)
     tok.save(str(out / "tokenizer.json"))
     specials = {"pad_token": PAD, "bos_token": BOS, "eos_token": EOS, "unk_token": UNK}
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": max_length,
-        "padding_side": "left",  # decoder-only generation pads on the left in `transformers`
-        "clean_up_tokenization_spaces": False,
-        **specials,
-    }
+    # decoder-only generation pads on the left in `transformers`
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length, "padding_side": "left",
+              "clean_up_tokenization_spaces": False, **specials}
     gen = {"bos_token_id": ids.bos, "eos_token_id": ids.eos, "pad_token_id": ids.pad}
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     (out / "special_tokens_map.json").write_text(json.dumps(specials, indent=2))
@@ -77,9 +69,7 @@ def load_tokenizer(path: str | Path) -> tuple[Tokenizer, SpecialIds]:
     path = Path(path)
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
-        raise FileNotFoundError(
-            f"no tokenizer.json at {str(path)!r}: pass a checkpoint directory that holds one, "
-            "or write one with specrl.tasks.tokenizer.save_tokenizer(dir)"
-        )
+        raise FileNotFoundError(f"no tokenizer.json at {str(path)!r}: pass a checkpoint directory that holds one, "
+                                "or write one with specrl.tasks.tokenizer.save_tokenizer(dir)")
     tok = Tokenizer.from_file(str(file))
     return tok, special_ids(tok)

@@ -125,30 +125,20 @@ class HealthConfig:
         require(self.max_version_lag >= 0, "max_version_lag", self.max_version_lag, ">= 0")
 
 
-def _drafter_optim() -> OptimSettings:
-    return OptimSettings(lr=3e-4, betas=(0.9, 0.95))  # a constant learning rate: the drafter never stops
-
-
 @dataclass
 class DrafterConfig:
     """`rollout.drafter`: online training of the rollout engine's model drafter while the policy trains
     (specrl.drafters.training.online). Defined here, in the run's config tree, because specrl.train imports
-    nothing from specrl.drafters.
+    nothing from specrl.drafters. The schedules (where the update runs): docs/training.md.
 
         specrl train rollout.spec.method=eagle3 rollout.drafter.online=true                 # from the shipped head
         specrl train rollout.spec.method=eagle3 rollout.spec.draft_model=scratch rollout.drafter.online=true
-
-    Schedules (where the drafter update runs; measured in docs/results.md):
-        after_step      after the policy update, on the data its forward captured (cost added to the step)
-        long_tail       during the next rollout's long tail, between engine steps, once at most
-                        `tail_max_running` sequences run (TLT's idle capacity); sync pipeline, in-process engine
-        beside_trainer  async pipeline: on the trainer's side after each policy update, while the rollout
-                        worker keeps generating
     """
     online: bool = False
     schedule: str = "after_step"
     tail_max_running: int = 8  # long_tail: train once this few sequences are still running
-    optim: OptimSettings = field(default_factory=_drafter_optim)  # AdamW of the drafter, at a constant lr
+    # AdamW of the drafter, at a constant learning rate: the drafter never stops
+    optim: OptimSettings = field(default_factory=lambda: OptimSettings(lr=3e-4, betas=(0.9, 0.95)))
     kl_coef: float = 1.0  # forward KL(p || q) to the policy's distribution
     accept_coef: float = 0.0  # 1 - expected accepted mass sum_x min(p, q)
     reward_weighting: bool = False  # ReSpec: trajectories weighted by w(r), normalised and clipped
@@ -158,9 +148,8 @@ class DrafterConfig:
     ttt_steps: int = 3  # EAGLE-3 training-time-test unroll
     unroll_decay: float = 0.8  # weight decay^j of unroll step j (EAGLE-3 TTT steps, MTP depths)
     mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
-    # share of each micro-batch's trajectories kept for the drafter, drawn when the policy's forward
-    # captures them (the rest is never stored): the n samples of a prompt are near duplicates at a
-    # low-entropy policy (speed against cost: docs/memory.md)
+    # share of each micro-batch's trajectories kept for the drafter, drawn when the policy's forward captures
+    # them (the rest is never stored): the n samples of a prompt are near duplicates at a low-entropy policy
     sample_fraction: float = 0.125
     # alarm: acceptance below half of its recent average, or an engine drafter older than allowed
     health: HealthConfig = field(default_factory=HealthConfig)
@@ -196,9 +185,8 @@ class RolloutConfig:
     top_k: int = -1
     max_tokens: int | None = None  # a response's budget; null: the data source's (DataConfig.budget)
     max_num_seqs: int = 64  # engine batch (concurrent sequences)
-    # "auto": the adaptive engine (specrl/engine/adaptive/) picks per step and sequence which drafter
-    # drafts how many tokens, from a cost model fit to this machine's step timings: plain decoding where a
-    # verify forward costs ~linear in the tokens it checks (a full batch on a CPU), drafting in the tail
+    # "auto": the adaptive engine (specrl/engine/adaptive/) picks per step and sequence which drafter drafts
+    # how many tokens, from a cost model of this machine's step timings
     spec: SpecConfig = field(default_factory=lambda: SpecConfig(method="auto", num_speculative_tokens=4))
     # write the engine's per-step trace (rollout_trace.jsonl) and each step's workload and process-CPU
     # times (rollout_workload.jsonl) to the run directory: the input of `specrl simulate calibrate --train-runs`
@@ -212,11 +200,10 @@ class RolloutConfig:
     max_model_len: int | None = None
     kv_cache_memory: int | str | None = None
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
-    # the sampler audit (specrl/rl/audit.py): every step tests that the rollouts were drawn from the policy.
-    # on: a sustained failure stops the run; fallback: it turns SD off for the rest of the run; off: no audit
+    # the sampler audit (specrl/rl/audit.py): every step tests that the rollouts were drawn from the policy
     audit: str = "on"
-    # groups audited per step, drawn before the rewards (null: all): their rows the update skips cost a forward
-    # without gradients, so the default keeps the audit a small share of a step (docs/results/sampler_audit.md)
+    # groups audited per step, drawn before the rewards (null: all); the rows the update skips cost a forward
+    # without gradients, so a few keep the audit a small share of a step
     audit_groups: int | None = 2
     audit_window: int = 5  # steps whose evidence the alarm combines
 
@@ -287,17 +274,11 @@ class OptimConfig(OptimSettings):
     # a micro-batch's rows back to back in one sequence, without padding (specrl.train.packing); false: right-
     # padded to its longest row (docs/results/packing.md: where each is faster)
     packing: bool = True
-    # also cap a micro-batch's tokens (packed: its real tokens; padded: rows x longest row); a row longer than
-    # the cap is an error; 0: rows only; null: what `activation_memory`
-    # holds by the estimate in trainer.micro_batch_token_cap (decoder activations a token, plus one lm-head
-    # chunk's vocabulary rows; the embedded policy's default micro-batches stay whole)
+    # also cap a micro-batch's tokens (packed: its real tokens; padded: rows x longest row); 0: rows only;
+    # null: what `activation_memory` holds by trainer.micro_batch_token_cap's estimate
     micro_batch_tokens: int | None = None
-    # null: what 2 GiB leaves beside the weights, gradients and AdamW state, at least 512 MiB
-    # (trainer.activation_budget)
-    activation_memory: int | str | None = None
-    # recompute each decoder layer in the backward instead of storing its activations (torch.utils.checkpoint).
-    # Off by default: on a CPU glibc keeps the freed per-layer temporaries resident, so it saves little
-    # (docs/real_models.md)
+    activation_memory: int | str | None = None  # null: trainer.activation_budget (docs/memory.md)
+    # recompute each decoder layer in the backward; off: on a CPU it saves little (docs/memory.md)
     activation_checkpointing: bool = False
     # forward/backward under bf16 autocast (CPU or GPU); weights and optimizer state stay in the top-level dtype
     autocast: bool = False
@@ -336,13 +317,11 @@ class PipelineConfig:
     # num_threads (or of torch's default), at least 1
     rollout_threads: int = 0
     train_threads: int = 0
-    # both sides of the pipeline (specrl.pipeline.seam.BACKENDS): "local", engine and trainer in this process;
-    # "ray", rollout actors and a trainer actor group on a Ray cluster (the `ray` section), needs
-    # `pip install 'specrl[ray]'`. Checked against the table before the run directory is touched
+    # both sides of the pipeline: a row of specrl.pipeline.seam.BACKENDS (local, ray, vllm), checked before
+    # the run directory is touched
     backend: str = "local"
-    # async: a policy version published while the rollout side is inside generate() is taken between two
-    # engine steps (running sequences continue on it; each token keeps the logprob it was sampled with)
-    # instead of at the next generate() call. Runs then depend on timing (docs/ray.md, "In-flight updates")
+    # async: take a new policy version between two engine steps of a running generate(), not at the next
+    # call; runs then depend on timing (docs/ray.md, "In-flight updates")
     inflight_updates: bool = False
 
     def validate(self) -> None:

@@ -184,9 +184,8 @@ class PolicyTrainer:
     @property
     def trims_heap(self) -> bool:
         """Freed heap pages go back to the OS before every micro-batch of a large model on a CPU, whose heap
-        otherwise grows from micro-batch to micro-batch and whose compute dwarfs the page faults
-        (docs/real_models.md, "Training memory"); never for a small one, where the trim costs more time than
-        its memory is worth (docs/results/house.md, "Winning the time back")."""
+        otherwise grows and whose compute dwarfs the page faults; never for a small one, where the trim costs
+        more time than its memory is worth (docs/real_models.md, "Training memory"; docs/results/house.md)."""
         return self.large and self.device.type == "cpu"
 
     def autocast(self):

@@ -5,18 +5,10 @@
     small = with_draft_vocab(head, policy.lm_head.weight, ids)   # own lm_head over them + d2t
     export_eagle3(small or head, out_dir, policy.config, policy.lm_head.weight)   # layout="speculators" too
 
-Two layouts (docs/drafter_export.md has each key beside the loader function that reads it):
-- "eagle3": the SpecForge layout (`yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`): `config.json` with architectures
-  ["LlamaForCausalLMEagle3"], the fused layers twice, each in its reader's numbering (top-level
-  `eagle_aux_hidden_state_layer_ids` for vLLM, `eagle_config.eagle_aux_hidden_state_layer_ids` for SGLang
-  and SpecForge); `model.safetensors` with fc.weight, midlayer.*, norm.weight, lm_head.weight [Vd, D], and
-  for a reduced draft vocabulary only d2t [Vd] int64 (target id = draft id + d2t[draft id]) and t2d [V]
-  bool (both loaders skip it).
-- "speculators": what newer vLLM prefers (`speculators_model_type: eagle3`, the decoder layer's keys under
-  `transformer_layer_config`, the verifier under `speculators_config`), tensors named `layers.0.*`.
-embed_tokens is omitted from both: the loaders then share the target's. A full-vocabulary head exports with
-lm_head = the target's and no d2t/t2d (vLLM refuses a d2t unless draft_vocab_size < vocab_size). Weights
-keep the head's dtype unless `dtype` says otherwise.
+Two layouts: "eagle3" (SpecForge's `LlamaForCausalLMEagle3`, the fused layers written in each loader's
+numbering) and "speculators" (what newer vLLM prefers). Both omit embed_tokens (the loaders share the
+target's); a full-vocabulary head exports with the target's lm_head and no d2t/t2d. Each key beside the
+loader function that reads it: docs/drafter_export.md.
 """
 from __future__ import annotations
 

@@ -5,33 +5,9 @@ decoder layer whose attention reads concat(RMSNorm(embed(token)), RMSNorm(hidden
 RMSNorm. It reuses the target's embeddings and lm_head, so it stores neither and its vocabulary is the
 target's. The pre-norm output is fed back as the next draft step's hidden (training-time test).
 
-Checkpoint directory (HF-like, one `model.safetensors`):
-
-    config.json   {"architectures": ["Eagle3Head"], "model_type": "eagle3", "target_hidden_layers": [1, 2, 3],
-                   "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                   "rms_norm_eps", "rope_theta", "vocab_size", "target_hidden_size", "torch_dtype",
-                   "eagle_aux_hidden_state_layer_ids": [2, 3, 4],
-                   "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}
-    fc.weight                                   [D, 3D]
-    midlayer.hidden_norm.weight                 [D]     norm of the fused/fed-back hidden
-    midlayer.input_layernorm.weight             [D]     norm of the token embedding
-    midlayer.self_attn.{q,k,v}_proj.weight      [H*hd | Hkv*hd, 2D]
-    midlayer.self_attn.o_proj.weight            [D, H*hd]
-    midlayer.post_attention_layernorm.weight    [D]
-    midlayer.mlp.{gate,up,down}_proj.weight     [I, D] / [D, I]
-    norm.weight                                 [D]
-
-These are the key names of the EAGLE-3 checkpoints that vLLM (`llama_eagle3.py`, which maps `midlayer.` to
-`layers.0.`) and SGLang/SpecForge load, with the same norm placement (residual taken before `hidden_norm`).
-Differences: (1) by default no `lm_head.weight`, `d2t` or `t2d`: the head drafts over the full target
-vocabulary with the target's lm_head. With `draft_vocab_size` set it carries its own `lm_head.weight`
-[Vd, D] and `d2t` [Vd] (target id = draft id + d2t[draft id], vLLM's convention) and `full_logits` puts
--inf outside the draft vocabulary; `specrl export-drafter` writes the public layouts (export.py,
-docs/drafter_export.md). (2) `embed_tokens` is also omitted; the loaders then share the target's, as we do.
-(3) `target_hidden_layers` index decoder-layer *outputs* (SGLang's and SpecForge's numbering, written to
-`eagle_config.eagle_aux_hidden_state_layer_ids` too); vLLM's top-level `eagle_aux_hidden_state_layer_ids`
-index the layer whose *input* is captured, i.e. +1. `load_head` also reads the public layouts back
-(`LlamaForCausalLMEagle3` and the `speculators` format's `Eagle3Speculator`).
+Checkpoint: one `model.safetensors` under the key names vLLM, SGLang and SpecForge load, without the
+target's embeddings and (by default) lm_head; `load_head` also reads the public layouts back. The keys,
+shapes and each loader's layer numbering: docs/drafter_export.md.
 """
 from __future__ import annotations
 

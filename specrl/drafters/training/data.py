@@ -15,22 +15,18 @@ from typing import Callable, Iterator, NamedTuple
 
 import torch
 
-from ...errors import MissingFileError
-from ...errors import require
+from ...errors import MissingFileError, require
 from ...optim import OptimSettings, build_optimizer, clip_grad, clock_step
 
 Pair = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
-
-
-def _offline_optim() -> OptimSettings:
-    return OptimSettings(lr=2e-3, betas=(0.9, 0.95), warmup_steps=20, min_lr_ratio=0.05)
 
 
 @dataclass
 class DrafterTrainArgs:
     steps: int = 400
     batch_tokens: int = 4096  # padded tokens per optimiser step
-    optim: OptimSettings = field(default_factory=_offline_optim)  # its schedule spans `steps`
+    optim: OptimSettings = field(  # its schedule spans `steps`
+        default_factory=lambda: OptimSettings(lr=2e-3, betas=(0.9, 0.95), warmup_steps=20, min_lr_ratio=0.05))
     seed: int = 0
     time_budget_s: float = 480.0  # training wall-clock cap; the LR schedule follows steps or time, whichever is further
     bf16_autocast: bool | None = None  # matmuls in bf16 on the CPU, master weights fp32; None: where it is fast

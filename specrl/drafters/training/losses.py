@@ -1,18 +1,6 @@
-"""Losses of online drafter training: pure, batched tensor functions.
-
-A drafter's q is trained towards the policy's p (both temperature-scaled, since rollouts sample at a
-temperature and verification compares the scaled distributions):
-
-- `forward_kl(draft_logits, policy_logits, T)`: KL(p || q) per position, i.e. the soft cross-entropy
-  -sum_x p log q minus the constant H(p) (ReSpec's distillation term, NeMo-RL's soft-CE; same gradient);
-- `accepted_mass(...)`: sum_x min(p(x), q(x)) per position, the probability that a draft sampled from q
-  is accepted by the verifier (Leviathan et al.); training maximises it (loss 1 - mass);
-- `reward_weights(rewards)`: ReSpec's per-trajectory weight w(r), normalised to mean 1 and clipped;
-- `weighted_token_mean(values, mask, row_weights, denom)`: the token mean with per-row weights, with an
-  explicit denominator so that micro-batches accumulate to the mean over the whole batch.
-
-A reduced draft vocabulary (EAGLE-3 `draft_vocab_size`) is handled by `restrict_to(policy_logits, ids)`:
-the policy's logits gathered at the draft vocabulary's target ids, so both sides have the same width.
+"""Losses of online drafter training: pure, batched tensor functions. The drafter's q is trained towards the
+policy's p, both temperature-scaled, since rollouts sample at a temperature and verification compares the
+scaled distributions.
 """
 from __future__ import annotations
 
@@ -26,7 +14,8 @@ def restrict_to(policy_logits: Tensor, target_ids: Tensor | None) -> Tensor:
 
 
 def forward_kl(draft_logits: Tensor, policy_logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """KL(p || q) per position. draft_logits, policy_logits: [B, T, V] -> [B, T]."""
+    """KL(p || q) per position: the soft cross-entropy minus the constant H(p), so the same gradient.
+    draft_logits, policy_logits: [B, T, V] -> [B, T]."""
     logp = torch.log_softmax(policy_logits.float() / temperature, dim=-1)  # [B, T, V]
     logq = torch.log_softmax(draft_logits.float() / temperature, dim=-1)  # [B, T, V]
     return (logp.exp() * (logp - logq)).sum(-1)
@@ -34,7 +23,8 @@ def forward_kl(draft_logits: Tensor, policy_logits: Tensor, temperature: float =
 
 def accepted_mass(draft_logits: Tensor, policy_logits: Tensor, temperature: float = 1.0,
                   policy_probs: Tensor | None = None) -> Tensor:
-    """sum_x min(p(x), q(x)) per position: [B, T, V] -> [B, T]. `policy_probs` [B, T, V] overrides p
+    """sum_x min(p(x), q(x)) per position, the probability that the verifier accepts a draft sampled from q:
+    [B, T, V] -> [B, T]. `policy_probs` [B, T, V] overrides p
     (a reduced draft vocabulary passes the full-vocabulary p gathered at its ids, unnormalised)."""
     p = torch.softmax(policy_logits.float() / temperature, dim=-1) if policy_probs is None else policy_probs
     q = torch.softmax(draft_logits.float() / temperature, dim=-1)  # [B, T, V]

@@ -8,20 +8,13 @@
     online.state_dict() / load_state_dict(...)    # exact resume (weights, AdamW, version, shuffle generator)
     online.save_drafter(ckpt / "drafter")         # the method's own layout: SpecConfig(draft_model=...), export
 
-The config is `rollout.drafter` (`DrafterConfig`, in specrl/train/config.py); `temperature` is the rollouts' and
-`seed` the run's. The policy's forward keeps a `sample_fraction` share of each micro-batch's rows
-(`pick_rows`, drawn by the trainer's own generator when they are captured: the rest is never stored). One
-`step` = `updates_per_step` AdamW steps on the trainer's own fp32 copy of the drafter, the kept rows split
-among them; `state_dict` + `load_state_dict` resume exactly. Each step increments `version`. The policy is read, never trained: its embeddings and lm_head
-(which EAGLE-3 and MTP share) enter through a detached view.
+The config is `rollout.drafter` (`DrafterConfig`); `temperature` is the rollouts' and `seed` the run's. One
+`step` = `updates_per_step` AdamW steps on the trainer's own fp32 copy of the drafter. The policy is read,
+never trained: its embeddings and lm_head (which EAGLE-3 and MTP share) enter through `FrozenView`.
 
-Loss per response position (losses.py), temperature-scaled as rollouts sample:
-    kl_coef * KL(p || q)  +  accept_coef * (1 - sum_x min(p, q))
-with p the policy's captured distribution and q the drafter's; per-trajectory ReSpec weights w(r) when
-`reward_weighting` and rewards are given. EAGLE-3 unrolls `ttt_steps` of training-time test (step j
-weighs unroll_decay^j, eagle3.train.ttt_unroll), only at the indices where some step takes a loss (the
-response; the prompt enters as step-0 keys); MTP trains depths 1..mtp_depths (unroll_decay^(d-1), normalised),
-each against the policy's distribution at its own offset; the draft model reads only the tokens.
+Loss per response position: kl_coef * KL(p || q) + accept_coef * (1 - sum_x min(p, q)) (losses.py), with
+per-trajectory ReSpec weights when `reward_weighting`; each method's terms (EAGLE-3's unroll, MTP's depths)
+come from its recipe's `online_logits`.
 """
 from __future__ import annotations
 
@@ -200,7 +193,8 @@ class OnlineDrafterTrainer:
     def loss(self, mb: DrafterBatch, row_w: Tensor | None, denom: float,
              q: Queries | None = None) -> tuple[Tensor, float, float]:
         """This micro-batch's share of the update's loss, and its first-draft KL and accepted mass sums."""
-        terms = self.unrolled_logits(mb, q)  # [(weight, draft logits [b, t, Vd], policy logits [b, t, V], mask [b, t])]
+        # per term of the method's loss: (weight, draft logits [b, t, Vd], policy logits [b, t, V], mask [b, t])
+        terms = self.recipe.online_logits(self, mb, q)
         ids = self.recipe.draft_ids(self.module)
         total, kl0, mass0 = 0.0, 0.0, 0.0
         trained = self.cfg.accept_coef > 0  # the accepted-mass term is in the loss (else only a metric)
@@ -218,7 +212,3 @@ class OnlineDrafterTrainer:
                 kl0 = float(weighted_token_mean(kl.detach(), mask, None, denom))
                 mass0 = float(weighted_token_mean(mass.detach(), mask, None, denom))
         return total, kl0, mass0
-
-    def unrolled_logits(self, mb: DrafterBatch, q: Queries | None = None) -> list[tuple[float, Tensor, Tensor, Tensor]]:
-        """(weight, draft logits [b, t, Vd], policy logits [b, t, V], mask [b, t]) per term of the method's loss."""
-        return self.recipe.online_logits(self, mb, q)

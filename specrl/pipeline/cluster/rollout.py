@@ -4,14 +4,10 @@ generate() splits a step's prompts into contiguous runs, one per actor, so a pro
 samples) never splits, and gathers the outputs back in prompt order. Per-prompt seeds fix each group's
 samples whichever actor draws them, so the run matches an in-process one.
 
-Weights: each version goes into Ray's object store once (a trainer actor's return value, or one
-`ray.put`) and every actor takes it from there. Rollout actors are threaded (`max_concurrency`), so an
-update sent while they generate (the async driver's in-flight updates, from the trainer's thread) reaches
-their engine at once and is taken between two engine steps (`pipeline.inflight_updates`) or at the end of
-the call; every output is tagged with the versions that sampled it. A rollout actor that dies
-mid-step is restarted with the current weights and its prompts are generated again (the same seeds give
-the same samples: no group is lost or counted twice); one that dies more than `ray.max_restarts` times
-stops the run with an error naming it and its last exception.
+Weights: each version goes into Ray's object store once and every actor takes it from there; rollout actors
+are threaded, so an update sent while they generate reaches their engine at once. A rollout actor that
+dies mid-step is restarted with the current weights and its prompts are generated again; after
+`ray.max_restarts` restarts the run stops with an error naming it. How and why: docs/ray.md.
 """
 from __future__ import annotations
 
