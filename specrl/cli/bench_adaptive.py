@@ -6,8 +6,10 @@ first, then every drafter at every k of --ks, then "auto" (choosing among the sa
 largest of --ks), all at temperature 1 on task prompts with a seed per prompt, the same for every strategy.
 Prints one JSON line per measurement (the adaptive rows also say which drafters it chose and its mean k),
 then writes --png: speedup over SD off by batch size, and what the engine chose over the RL rollout (drafter
-mix and mean k against running sequences). --save-profile writes the adaptive engine's learned cost model
-(after the RL workload) as the JSON that `rollout.spec.cost_profile` reads.
+mix and mean k against running sequences). --save-profile writes what the adaptive engine learnt (after the
+RL workload): its cost model, acceptance counts and rate checks, as the JSON that `rollout.spec.cost_profile`
+reads (engine/adaptive/profile.py). Auto starts from a profile like any engine: the shipped one for the
+embedded policy on this device and dtype, or --profile PATH.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import sys
 from ..engine.methods import DRAFTING_METHODS, METHODS, is_adaptive
 from ..engine.stats import Choices
 from ..errors import UserError
+from ..engine.adaptive import profile
 from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
 from .bench_spec import parse_batch_sizes
 
@@ -62,7 +65,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--warmup-tokens", type=int, default=64, help="a warm-up generate of the workload per engine")
     ap.add_argument("--adaptive-mode", default="measured", choices=["measured", "deterministic"])
     ap.add_argument("--png", default="bench_adaptive.png", help="the plot ('' for none; needs matplotlib)")
-    ap.add_argument("--save-profile", default=None, help="write the adaptive engine's cost model here (JSON)")
+    ap.add_argument("--save-profile", default=None, help="write what the adaptive engine learnt here (JSON)")
+    ap.add_argument("--profile", default=None, help="auto's starting profile (default: the shipped one, for the "
+                                                    "embedded policy on this device and dtype)")
     ap.add_argument("--history", default=None, help="write what auto chose at each step of the RL rollout here "
                                                     "(JSON lines: running sequences, drafter mix, mean k, arm)")
     args = parse_args(ap, argv)
@@ -113,7 +118,7 @@ def main(argv: list[str]) -> int:
                              "acceptance_length": stats["acceptance_length"]})
                 emit(rows[-1])
         llm = engine(SpecConfig(method="auto", num_speculative_tokens=max(ks), adaptive_mode=args.adaptive_mode,
-                                drafters=tuple(methods)))
+                                drafters=tuple(methods), cost_profile=args.profile))
         strategy, choices = llm.engine.strategy, Choices()
         llm.engine.choices = choices
         choices.history = [] if rl else None
@@ -138,7 +143,7 @@ def main(argv: list[str]) -> int:
                 with open(args.history, "w") as f:
                     f.writelines(json.dumps(h) + "\n" for h in history)
         if args.save_profile and (rl or bs == batch_sizes[-1]):
-            strategy.cost.to_profile(args.save_profile, device=args.device, dtype=args.dtype, model=str(path))
+            profile.save(strategy, args.save_profile, llm.model, path=str(path))
     if args.png:
         plot(rows, history, args.png, args.dtype)
     return 0
