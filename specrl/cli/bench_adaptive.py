@@ -2,8 +2,9 @@
 
 For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one `specrl train` rollout of the default
 config, rollout.prompts_per_step prompts x rollout.n samples through rollout.max_num_seqs slots) SD off runs
-first, then every drafter at every k of --ks, then "auto" (k up to the largest of --ks, choosing among
-the drafters of --methods, or by default among those `specrl train`'s auto runs), all at temperature 1 on task prompts with a seed per prompt, the same for every strategy.
+first, then every drafter at every k of --ks, then "auto" (k up to the largest of --ks, choosing among the
+drafters of --methods, or by default among those `specrl train`'s auto runs), all at temperature 1 on task
+prompts with a seed per prompt, the same for every strategy.
 Prints one JSON line per measurement (the adaptive rows also say which drafters it chose and its mean k),
 then writes --png: speedup over SD off by batch size, and what the engine chose over the RL rollout (drafter
 mix and mean k against running sequences). --save-profile writes what the adaptive engine learnt (after the

@@ -9,9 +9,10 @@ and a wrong prior is corrected. A deterministic engine keeps the profile's cost 
 
 Which profile: `rollout.spec.cost_profile=PATH` (written by `specrl bench adaptive --save-profile PATH`); else,
 for the embedded policy with its shipped drafters, the one shipped for this device and dtype
-(tasks/assets/profiles/auto-DEVICE-DTYPE.json), read where the model matches it. A profile measured on another model, device or dtype is
-ignored with a warning that names what differs and how to write one here. A prior only changes which drafter
-drafts how many tokens; every draft is verified exactly, so the sampled distribution is the same.
+(tasks/assets/profiles/auto-DEVICE-DTYPE.json), read where the model matches it. A profile measured on another
+model, device or dtype is ignored with a warning that names what differs and how to write one here. A prior
+only changes which drafter drafts how many tokens; every draft is verified exactly, so the sampled
+distribution is the same.
 """
 from __future__ import annotations
 
