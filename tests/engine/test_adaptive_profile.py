@@ -49,6 +49,14 @@ def test_a_profile_round_trips_its_counts_checks_and_fits_as_a_prior(tmp_path):
         assert after.stats[key].rows <= PROFILE_ROWS  # its weight is a prior's, not 2000 rows'
     assert after.checks.factor("eagle3@4", 16) == pytest.approx(before.checks.factor("eagle3@4", 16))
     assert after.cost.target_s(20, 4) == pytest.approx(before.cost.target_s(20, 4))
+    # a profile of counts alone (the shipped one) leaves the engine's own cost model as it is
+    del state["cost"], state["checks"]
+    path.write_text(json.dumps(state))
+    counts = strategy(deterministic=False)
+    target_s = counts.cost.target_s(20, 4)
+    assert profile.load(counts, path, target) and counts.cost.target_s(20, 4) == target_s
+    assert counts.stats["eagle3", ALL].rows == pytest.approx(PROFILE_ROWS)
+    profile.save(before, path, target)
     # the cost model alone reads it too (vLLM's k schedule does)
     frozen = CostModel(1000, {n: 0 for n in NAMES}, deterministic=True)
     frozen.load_profile(path)

@@ -87,16 +87,18 @@ def load(strategy, path: str | Path, target) -> bool:
         log.warning("cost_profile %r ignored: it was measured on %s. Write one for this engine with `specrl bench "
                     "adaptive --model ... --device ... --dtype ... --save-profile PATH`", str(path), why)
         return False
-    cost = s["cost"] if s["version"] == STRATEGY_VERSION else s
+    # a profile may carry no cost fits (the shipped one: its clock was another job's), only counts
+    cost = s.get("cost") if s["version"] == STRATEGY_VERSION else s
     try:
-        strategy.cost.load_state_dict(cost)
-        strategy.cost.target.theta  # noqa: B018 (a singular or ragged fit fails here, not mid-run)
+        if cost is not None:
+            strategy.cost.load_state_dict(cost)
+            strategy.cost.target.theta  # noqa: B018 (a singular or ragged fit fails here, not mid-run)
         if s["version"] == STRATEGY_VERSION:
             load_counts(strategy, s)
     except (KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError) as e:
         raise CostProfileError(f"cost_profile {str(path)!r} is not a cost-model profile ({type(e).__name__}: "
                                f"{e}): write a fresh one with `specrl bench adaptive --save-profile PATH`") from None
-    if not strategy.deterministic:
+    if cost is not None and not strategy.deterministic:
         strategy.cost.shrink(PROFILE_FIT_STEPS)
     return True
 
