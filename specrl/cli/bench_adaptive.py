@@ -2,12 +2,15 @@
 
 For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one `specrl train` rollout of the default
 config, rollout.prompts_per_step prompts x rollout.n samples through rollout.max_num_seqs slots) SD off runs
-first, then every drafter at every k of --ks, then "auto" (choosing among the same drafters, k up to the
-largest of --ks), all at temperature 1 on task prompts with a seed per prompt, the same for every strategy.
+first, then every drafter at every k of --ks, then "auto" (k up to the largest of --ks, choosing among the
+drafters of --methods, or by default among those `specrl train`'s auto runs), all at temperature 1 on task
+prompts with a seed per prompt, the same for every strategy.
 Prints one JSON line per measurement (the adaptive rows also say which drafters it chose and its mean k),
 then writes --png: speedup over SD off by batch size, and what the engine chose over the RL rollout (drafter
-mix and mean k against running sequences). --save-profile writes the adaptive engine's learned cost model
-(after the RL workload) as the JSON that `rollout.spec.cost_profile` reads.
+mix and mean k against running sequences). --save-profile writes what the adaptive engine learnt (after the
+RL workload): its cost model, acceptance counts and rate checks, as the JSON that `rollout.spec.cost_profile`
+reads (engine/adaptive/profile.py). Auto starts from a profile like any engine: the shipped one for the
+embedded policy on this device and dtype, or --profile PATH.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import sys
 from ..engine.methods import DRAFTING_METHODS, METHODS, is_adaptive
 from ..engine.stats import Choices
 from ..errors import UserError
+from ..engine.adaptive import profile
 from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
 from .bench_spec import parse_batch_sizes
 
@@ -53,7 +57,9 @@ def parse_ks(text: str) -> list[int]:
 
 def main(argv: list[str]) -> int:
     ap = base_parser("specrl bench adaptive", __doc__)
-    ap.add_argument("--methods", default=",".join(DRAFTING_METHODS), help="the static drafters to compare")
+    ap.add_argument("--methods", default=None, help="the static drafters to compare (default: all; auto then "
+                                                    "chooses among `specrl train`'s default drafters), else also "
+                                                    "those auto chooses among")
     ap.add_argument("--ks", default="1,2,4,8")
     ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
     ap.add_argument("--max-tokens", type=int, default=None, help="default 256 (--quick: 32)")
@@ -62,7 +68,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--warmup-tokens", type=int, default=64, help="a warm-up generate of the workload per engine")
     ap.add_argument("--adaptive-mode", default="measured", choices=["measured", "deterministic"])
     ap.add_argument("--png", default="bench_adaptive.png", help="the plot ('' for none; needs matplotlib)")
-    ap.add_argument("--save-profile", default=None, help="write the adaptive engine's cost model here (JSON)")
+    ap.add_argument("--save-profile", default=None, help="write what the adaptive engine learnt here (JSON)")
+    ap.add_argument("--profile", default=None, help="auto's starting profile (default: the shipped one, for the "
+                                                    "embedded policy on this device and dtype)")
     ap.add_argument("--history", default=None, help="write what auto chose at each step of the RL rollout here "
                                                     "(JSON lines: running sequences, drafter mix, mean k, arm)")
     args = parse_args(ap, argv)
@@ -75,7 +83,8 @@ def main(argv: list[str]) -> int:
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
     ks = parse_ks(args.ks)
-    methods = [m for m in args.methods.split(",") if m]
+    args.methods_given = args.methods is not None
+    methods = [m for m in (args.methods or ",".join(DRAFTING_METHODS)).split(",") if m]
     for m in methods:
         if m not in DRAFTING_METHODS:
             raise UserError(f"--methods: {m!r} is not a drafter; valid: {list(DRAFTING_METHODS)}")
@@ -113,7 +122,7 @@ def main(argv: list[str]) -> int:
                              "acceptance_length": stats["acceptance_length"]})
                 emit(rows[-1])
         llm = engine(SpecConfig(method="auto", num_speculative_tokens=max(ks), adaptive_mode=args.adaptive_mode,
-                                drafters=tuple(methods)))
+                                drafters=auto_drafters(methods, args.methods_given), cost_profile=args.profile))
         strategy, choices = llm.engine.strategy, Choices()
         llm.engine.choices = choices
         choices.history = [] if rl else None
@@ -138,10 +147,20 @@ def main(argv: list[str]) -> int:
                 with open(args.history, "w") as f:
                     f.writelines(json.dumps(h) + "\n" for h in history)
         if args.save_profile and (rl or bs == batch_sizes[-1]):
-            strategy.cost.to_profile(args.save_profile, device=args.device, dtype=args.dtype, model=str(path))
+            profile.save(strategy, args.save_profile, llm.model, path=str(path))
     if args.png:
         plot(rows, history, args.png, args.dtype)
     return 0
+
+
+def auto_drafters(methods: list[str], given: bool) -> tuple[str, ...]:
+    """What auto chooses among: the drafters `specrl train`'s auto runs by default (SpecConfig.drafters) unless
+    --methods names others. A drafter in auto's pool costs every step even when not chosen: MTP's modules
+    observe every forward (it cannot defer), which the schedule does not price."""
+    if given:
+        return tuple(methods)
+    from ..engine.methods import SpecConfig
+    return tuple(d for d in SpecConfig().drafters if d in methods) or tuple(methods)
 
 
 def is_static(row: dict) -> bool:

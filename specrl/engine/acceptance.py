@@ -73,6 +73,13 @@ class AcceptanceStats:
             total += run
         return total
 
+    def shrink(self, rows: float) -> None:
+        """Scales every count so that the rows observed weigh at most `rows` (the estimates stay the same,
+        their weight against new observations falls): a saved profile's counts as a prior."""
+        f = min(1.0, rows / max(self.reached[0], self.asked[0], 1e-9))
+        for counts in (self.reached, self.accepted, self.asked, self.proposed):
+            counts[:] = [f * v for v in counts]
+
     def state_dict(self) -> dict:
         return {"reached": list(self.reached), "accepted": list(self.accepted), "asked": list(self.asked),
                 "proposed": list(self.proposed)}

@@ -18,6 +18,11 @@ PRIOR_ROWS = 1.0  # ... counted as this many rows, so the first real rows overru
 BONUS = 0.35  # optimism (UCB): alpha + BONUS / sqrt(rows that reached the position + 1), so few rows get tried
 MAX_ALPHA = 0.98  # so that expected accepted drafts stay below k (a certain drafter would always ask k_max)
 
+# ---- a saved profile as a fresh engine's prior (engine/adaptive/profile.py) ----------------------------------
+PROFILE_ROWS = 32.0  # a (drafter, kind)'s counts weigh at most this many rows: a batch of 64 outweighs them at once
+PROFILE_FIT_STEPS = 4.0  # the cost fits weigh this many steps: this machine's own timings take over within ~10
+PROFILE_CHECK_STEPS = 2.0  # an arm's rate check weighs this many of its steps
+
 # ---- the cost model (engine/cost_model.py) ------------------------------------------------------------------
 COST_DECAY = 0.98  # weight of the past per observation: the fit follows roughly the last 50 steps
 SCALE = 64.0  # features are in units of 64 tokens / rows, so the ridge prior weighs them alike

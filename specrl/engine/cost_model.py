@@ -63,6 +63,12 @@ class LinearFit:
     def predict(self, x: list[float]) -> float:
         return max(sum(t * v for t, v in zip(self.theta, x)), 1e-7)
 
+    def shrink(self, n: float) -> None:
+        """Scales the observations to weigh at most `n` (the same least-squares fit, less weight)."""
+        f = min(1.0, n / max(self.n, 1e-9))
+        self.xx = [[f * v for v in row] for row in self.xx]
+        self.xy, self.n, self._theta = [f * v for v in self.xy], f * self.n, None
+
     def state_dict(self) -> dict:
         return {"xx": self.xx, "xy": self.xy, "n": self.n, "prior": self.prior}
 
@@ -161,6 +167,14 @@ class CostModel:
             return
         self.drafters[name].add(draft_x(tokens, steps), seconds)
 
+    def shrink(self, n: float) -> None:
+        """Every fit weighs at most `n` observations: a saved profile as the prior of this machine's timings."""
+        for name, seen in self.catch_ups.items():  # a catch-up weighs as much as its drafter's steps
+            f = min(1.0, n / max(self.drafters[name].n, 1e-9))
+            seen[0], seen[1] = f * seen[0], f * seen[1]
+        for fit in (self.target, *self.drafters.values()):
+            fit.shrink(n)
+
     # ---- state, profiles -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"version": PROFILE_VERSION, "scaled": self.scaled, "target": self.target.state_dict(),
@@ -188,6 +202,8 @@ class CostModel:
                                    "counted work)")
         try:
             s = json.loads(p.read_text())
+            if s.get("version") == PROFILE_VERSION + 1:  # the adaptive engine's profile (adaptive/profile.py)
+                s = s["cost"]
             if s.get("version") != PROFILE_VERSION:
                 raise KeyError(f"version {s.get('version')!r}, expected {PROFILE_VERSION}")
             self.load_state_dict(s)

@@ -26,7 +26,8 @@ costs nothing (every drafter still observes the forward, so switching back needs
     strategy.py   `AdaptiveStrategy`: the decision and what it learns (costs, acceptance, rate checks)
     ratecheck.py  realised / predicted rate per arm
     shadow.py     shadow drafts that score the model-free drafters without drafting
-    factory.py    `build`: the DrafterPool of `spec.drafters` and the strategy over it
+    profile.py    a saved profile (cost fits, acceptance counts, rate checks) as a fresh engine's prior
+    factory.py    `build`: the DrafterPool of `spec.drafters` and the strategy over it, from its profile
 
 Its hand-set constants are in engine/constants.py. Which drafters it chose for how many rows is telemetry,
 kept by the engine (`Engine.choices`, engine/stats.py), not by the decision. Any draft is verified exactly,

@@ -11,6 +11,7 @@ from ..cost_model import CostModel
 from ..deferred import Deferred
 from ..methods import SCRATCH, SpecConfig, build_drafter, get_method, model_method
 from ..pool import DrafterPool
+from . import profile
 from .strategy import AdaptiveStrategy
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,9 @@ def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> tuple[Draft
     pool = DrafterPool({**drafters, **deferred}, model_based)
     cost = CostModel(target.config.num_params, {n: own_params(d, target) for n, d in drafters.items()},
                      deterministic=spec.adaptive_mode == "deterministic")
-    if spec.cost_profile is not None:
-        cost.load_profile(spec.cost_profile)
     point = {n for n in drafters if not get_method(n).model_based}
-    return pool, AdaptiveStrategy(list(drafters), point, spec.num_speculative_tokens, cost, deferred)
+    strategy = AdaptiveStrategy(list(drafters), point, spec.num_speculative_tokens, cost, deferred)
+    path = spec.cost_profile if spec.cost_profile is not None else profile.shipped_path(spec, target)
+    if path is not None and profile.load(strategy, path, target):
+        log.info("%s: starts from the profile %s", spec.method, path)
+    return pool, strategy

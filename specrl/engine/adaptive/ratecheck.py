@@ -44,6 +44,12 @@ class RateChecks:
         here = self.checks.get((label, B.bit_length()))
         return math.exp(here.log_factor(prior) if here is not None else prior)
 
+    def shrink(self, steps: float) -> None:
+        """Each check weighs at most `steps` steps, with the same mean (a saved profile's, as a prior)."""
+        for c in self.checks.values():
+            f = min(1.0, steps / max(c.n, 1e-9))
+            c.sum, c.n = f * c.sum, f * c.n
+
     def state_dict(self) -> list:
         return [[list(key), c.sum, c.n] for key, c in self.checks.items()]
 
