@@ -2,7 +2,8 @@
 async run (its rollout cancelled), and an engine process killed mid-rollout (the run stops with one line and
 its last checkpoint resumes to the uninterrupted run's rows, and no process the engine started survives).
 An engine start costs about a minute here, so the runs share one engine (`Shared`: each run's starting
-weights are refitted into it, and a run's close() leaves it serving); the killed run builds its own through the real `pipeline.backend=vllm` path."""
+weights are refitted into it, and a run's close() leaves it serving);
+the killed run builds its own through the real `pipeline.backend=vllm` path."""
 from __future__ import annotations
 
 import contextlib
