@@ -11,7 +11,8 @@ at the model's EOS ids. One process builds one engine (room for the largest work
 and times each workload in turn. vLLM is measured with its defaults (`vllm_mode=compile`: torch.compile
 where it works) and `enforce_eager=True` (`vllm_mode=eager`). One JSON line per measurement: engine, method,
 workload, tokens, makespan_s, tokens_per_s (and model, the checkpoint directory's name; vllm_mode, build_s;
-audit_p, the sampler audit's p-value, on sampled SD rows); then one `"summary": true` line per (engine,
+audit_p, the sampler audit's p-value, on sampled SD rows; digests, a short hash of each completion's token
+ids, so rows of the same seeds compare sample by sample, e.g. greedy SD against SD off); then one `"summary": true` line per (engine,
 method, workload) with the best repeat, vLLM's faster mode.
 """
 from __future__ import annotations
@@ -132,16 +133,23 @@ def measure(run: dict, model_dir: Path, args) -> list[dict]:
         outs = engine.generate(prompts, params)
         seconds = time.perf_counter() - t0
         tokens = sum(len(c.token_ids) for r in outs for c in r.outputs)
+        digests = [digest(c.token_ids) for r in outs for c in r.outputs]
         row = {**head, "workload": name, "tokens": tokens, "makespan_s": seconds, "tokens_per_s": tokens / seconds,
                "repeat": run["repeat"], "build_s": build_s, "max_tokens": max_tokens,
                "acceptance_length": (engine.stats() if run["engine"] == "vllm" else engine.stats)  # LLM: a dict
-               .get("acceptance_length", 1.0)}
+               .get("acceptance_length", 1.0), "digests": digests}
         if run["method"] != "off" and args.temperature > 0 and not args.no_audit:
             row["audit_p"] = audit_p(model_dir, outs, args.temperature)
         rows.append(row)
     if run["engine"] == "vllm":
         engine.close()
     return rows
+
+
+def digest(token_ids) -> str:
+    """8 hex digits naming a completion's token ids (equal ids, equal digest)."""
+    import hashlib
+    return hashlib.sha1(json.dumps([int(t) for t in token_ids]).encode()).hexdigest()[:8]
 
 
 def audit_p(model_dir: Path, outs, temperature: float) -> float:

@@ -55,6 +55,10 @@ def test_one_engine_times_each_workload_and_a_sampled_sd_row_has_its_audit(tiny)
     [greedy] = measure({"engine": "specrl", "method": "ngram", "workloads": ["b1"], "repeat": 0}, tiny,
                        _args(temperature=0.0))
     assert "audit_p" not in greedy  # the audit tests sampled rows only
+    [greedy_off] = measure({"engine": "specrl", "method": "off", "workloads": ["b1"], "repeat": 0}, tiny,
+                           _args(temperature=0.0))
+    assert greedy["digests"] == greedy_off["digests"] and len(greedy["digests"]) == 1  # greedy SD is exact
+    assert len(b64["digests"]) == 64 and len(set(b64["digests"])) > 1
 
 
 def test_rl_takes_the_default_runs_budget_unless_told(tiny):

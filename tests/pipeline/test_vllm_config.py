@@ -99,3 +99,23 @@ def test_a_checkpoint_without_safetensors_is_a_clear_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no \\*.safetensors in"):
         checkpoint_layout(Path(tmp_path / "empty"))
+
+
+def test_reap_stops_a_process_that_ignores_sigterm_and_counts_a_zombie_dead():
+    import subprocess
+    import time
+
+    psutil = pytest.importorskip("psutil")
+    from specrl.pipeline.vllm.procs import alive, reap
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
+                                 "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint(1, flush=True)\n"
+                                 "while True: time.sleep(1)"], stdout=subprocess.PIPE)
+    stubborn.stdout.readline()  # its SIGTERM handler is set
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    while psutil.Process(done.pid).status() != psutil.STATUS_ZOMBIE:  # exited, not yet waited for
+        time.sleep(0.05)
+    procs = [psutil.Process(stubborn.pid), psutil.Process(done.pid)]
+    assert [alive(p) for p in procs] == [True, False]
+    assert reap(procs, grace_s=0.5) == [stubborn.pid]  # SIGTERM ignored, then SIGKILL
+    assert stubborn.wait(5) == -9 and not alive(procs[0])
+    done.wait()

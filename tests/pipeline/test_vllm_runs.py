@@ -1,8 +1,9 @@
 """`specrl train pipeline.backend=vllm` runs on a tiny policy: async, a refit that does not fit, a failing
 async run (its rollout cancelled), and an engine process killed mid-rollout (the run stops with one line and
-its last checkpoint resumes to the uninterrupted run's rows). An engine start costs about a minute here, so
-the runs share one engine (`Shared`: each run's starting weights are refitted into it, and a run's close()
-leaves it serving); the killed run builds its own through the real `pipeline.backend=vllm` path."""
+its last checkpoint resumes to the uninterrupted run's rows, and no process the engine started survives).
+An engine start costs about a minute here, so the runs share one engine (`Shared`: each run's starting
+weights are refitted into it, and a run's close() leaves it serving);
+the killed run builds its own through the real `pipeline.backend=vllm` path."""
 from __future__ import annotations
 
 import contextlib
@@ -10,6 +11,7 @@ import os
 import signal
 from pathlib import Path
 
+import psutil
 import pytest
 from safetensors.torch import load_file
 
@@ -21,6 +23,7 @@ from specrl.config import load_config  # noqa: E402
 from specrl.pipeline.learner import LocalLearner  # noqa: E402
 from specrl.pipeline.run_dir import read_jsonl  # noqa: E402
 from specrl.pipeline.seam import BACKENDS, register_backend  # noqa: E402
+from specrl.pipeline.vllm.procs import alive  # noqa: E402
 from specrl.train.checkpoint import checkpoint_paths  # noqa: E402
 from specrl.train.config import TrainConfig  # noqa: E402
 from specrl.train.rewards import REWARDS, register_reward  # noqa: E402
@@ -163,7 +166,7 @@ def test_a_refit_that_does_not_fit_stops_the_run_with_one_line(setup, shared, en
 
 def _killed_in_step_3(monkeypatch, out: Path) -> list:
     """`pipeline.backend=vllm` builds its engine as usual, and SIGKILLs the engine core process at the first
-    engine step after checkpoint 2 is on disk: in step 3's rollout."""
+    engine step after checkpoint 2 is on disk: in step 3's rollout -> [the engine core, its workers]."""
     real, made = build.vllm_backend, []
 
     def building(model_dir, cfg, trace_path=None):
@@ -179,7 +182,7 @@ def _killed_in_step_3(monkeypatch, out: Path) -> list:
                 core.join(60)
             return step()
         engine.step = killing_step
-        made.append(core)
+        made.extend([core, psutil.Process(core.pid).children(recursive=True)])
         return be
     monkeypatch.setattr(build, "vllm_backend", building)
     return made
@@ -193,6 +196,8 @@ def test_an_engine_killed_mid_rollout_stops_the_run_and_the_checkpoint_resumes(s
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("specrl train")]
     assert len(err) == 1 and "the vLLM engine process died mid-rollout" in err[0] and "resume=RUN_DIR" in err[0]
     assert not cores[0].is_alive() and [s for s, _ in checkpoint_paths(out)] == [2]
+    # the engine core's worker outlives it (re-parented, spinning on its queue) unless the backend stops it
+    assert cores[1] and not any(alive(p) for p in cores[1])
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
     monkeypatch.undo()
     assert main(["train", f"resume={out}", f"pipeline.backend={SHARED}", "progress=false"]) == 0

@@ -4,6 +4,7 @@
     sampling.py  specrl SamplingParams -> vLLM's, vLLM's outputs -> specrl RequestOutputs
     spec.py      rollout.spec -> vLLM's speculative_config (one row per method)
     refit.py     named tensors -> a safetensors directory vLLM reloads; the check that they fit
+    procs.py     the engine's processes, stopped when the engine dies or closes (its workers outlive it)
     worker.py    the worker extension that reloads the drafter (vLLM reloads only the target itself)
 
 vLLM is imported only when the backend is built (`require_vllm` is the seam's check hook), so the core

@@ -24,22 +24,28 @@ SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
-def watch_engine(client, closing: threading.Event) -> None:
+def watch_engine(client, closing: threading.Event) -> list:
     """Wakes a reader blocked on `client`'s outputs with EngineDeadError when an engine process exits before
-    `closing` is set. A client without engine processes of its own (vLLM's in-process one) needs no watcher."""
+    `closing` is set, and stops the processes that engine started (its workers outlive it) -> the engine's
+    processes, for close() to reap. A client without engine processes of its own (vLLM's in-process one)
+    needs no watcher."""
     from multiprocessing.connection import wait
 
-    from vllm.v1.engine.core_client import MPClient
     from vllm.v1.engine.exceptions import EngineDeadError
-    if not isinstance(client, MPClient) or client.resources.engine_manager is None:
-        return
+
+    from .procs import engine_processes, reap  # psutil: installed with vLLM, not with the core
+    procs = engine_processes(client)
+    if not procs:
+        return procs
     sentinels = [p.sentinel for p in client.resources.engine_manager.processes]
 
     def watch() -> None:
         wait(sentinels)  # returns when the first one exits
         if not closing.is_set():
             client.outputs_queue.put_nowait(EngineDeadError(suppress_context=True))
+            reap(procs)
     threading.Thread(target=watch, daemon=True, name="specrl-vllm-engine-watch").start()
+    return procs
 
 
 class VllmBackend:
@@ -64,7 +70,7 @@ class VllmBackend:
         self._base = self._counters()
         self._own = {"generated_tokens": 0, "target_forwards": 0}
         self._closing = threading.Event()
-        watch_engine(llm.llm_engine.engine_core, self._closing)
+        self._procs = watch_engine(llm.llm_engine.engine_core, self._closing)
 
     # ---- generation --------------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params) -> list:
@@ -195,6 +201,7 @@ class VllmBackend:
                          "cannot take: resume with pipeline.backend=local, or start a new run")
 
     def close(self) -> None:
+        from .procs import reap
         self._closing.set()
         try:
             self.llm.llm_engine.engine_core.shutdown()
@@ -202,6 +209,7 @@ class VllmBackend:
             if not self._dead:
                 raise
         finally:
+            reap(self._procs)  # what vLLM's shutdown leaves: the workers of an engine core that died
             self.refit.close()
             self.drafter_refit.close()
             self._work_dir.cleanup()

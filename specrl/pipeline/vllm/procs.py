@@ -1,0 +1,57 @@
+"""The processes a vLLM engine started, and their reaping.
+
+vLLM 0.32 runs its model in a worker process that its engine core process starts. When the engine core dies
+(killed, or crashed as with `CPU Generator does not use offset`), nothing stops that worker: it is re-parented
+away from us and spins at full CPU on its message queue, and vLLM's shutdown, which only knows the engine
+core, leaves it running. So the backend records the engine core and every process under it once the engine
+has started, and terminates what is left of them when the engine dies or the backend closes.
+"""
+from __future__ import annotations
+
+import time
+
+import psutil
+
+GRACE_S = 5.0  # seconds a process gets to exit on SIGTERM before SIGKILL
+
+
+def engine_processes(client) -> list[psutil.Process]:
+    """The engine core processes of vLLM's multiprocess client and all their descendants (the workers);
+    empty for a client that runs the engine in this process."""
+    from vllm.v1.engine.core_client import MPClient
+    if not isinstance(client, MPClient) or client.resources.engine_manager is None:
+        return []
+    procs: list[psutil.Process] = []
+    for core in client.resources.engine_manager.processes:
+        try:
+            top = psutil.Process(core.pid)
+            procs += [top, *top.children(recursive=True)]
+        except psutil.NoSuchProcess:  # died already: whatever it started is unknown to us
+            continue
+    return procs
+
+
+def alive(proc: psutil.Process) -> bool:
+    """Running and the same process (psutil checks the start time, so a reused pid is not ours); a zombie
+    is dead: it waits only for its parent to read its exit status."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def reap(procs: list[psutil.Process], grace_s: float = GRACE_S) -> list[int]:
+    """SIGTERMs the living ones of `procs`, SIGKILLs those still alive after `grace_s` -> the pids that had
+    to be stopped."""
+    living = [p for p in procs if alive(p)]
+    for signal_them in (psutil.Process.terminate, psutil.Process.kill):
+        for p in living:
+            if alive(p):
+                try:
+                    signal_them(p)
+                except psutil.NoSuchProcess:
+                    pass
+        deadline = time.monotonic() + grace_s
+        while any(alive(p) for p in living) and time.monotonic() < deadline:
+            time.sleep(0.05)  # not psutil.wait_procs: it waits for a zombie whose parent never reaps it
+    return [p.pid for p in living]
