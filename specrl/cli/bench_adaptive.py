@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import sys
 
+from ..engine.adaptive import profile
 from ..engine.methods import DRAFTING_METHODS, METHODS, is_adaptive
 from ..engine.stats import Choices
 from ..errors import UserError
-from ..engine.adaptive import profile
 from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
 from .bench_spec import parse_batch_sizes
 
