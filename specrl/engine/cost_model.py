@@ -26,6 +26,7 @@ from pathlib import Path
 from .constants import COST_DECAY, DRAFT_PRIOR_WEIGHT, PRIOR_WEIGHT, SCALE, STEP_SCALE, WEIGHT_READ_TOKENS
 
 PROFILE_VERSION = 1
+STRATEGY_PROFILE_VERSION = 2  # the adaptive engine's profile (adaptive/profile.py): this model under "cost"
 
 
 class CostProfileError(ValueError):
@@ -202,7 +203,7 @@ class CostModel:
                                    "counted work)")
         try:
             s = json.loads(p.read_text())
-            if s.get("version") == PROFILE_VERSION + 1:  # the adaptive engine's profile (adaptive/profile.py)
+            if s.get("version") == STRATEGY_PROFILE_VERSION:
                 s = s["cost"]
             if s.get("version") != PROFILE_VERSION:
                 raise KeyError(f"version {s.get('version')!r}, expected {PROFILE_VERSION}")

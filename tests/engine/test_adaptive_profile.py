@@ -11,7 +11,7 @@ from specrl.engine.adaptive import profile
 from specrl.engine.adaptive.arms import ALL
 from specrl.engine.adaptive.strategy import AdaptiveStrategy
 from specrl.engine.constants import PLAN_EVERY, PROFILE_ROWS
-from specrl.engine.cost_model import CostModel, CostProfileError
+from specrl.engine.cost_model import STRATEGY_PROFILE_VERSION, CostModel, CostProfileError
 from specrl.engine.pool import DrafterPool
 from specrl.engine.result import StepResult
 from tests.engine.test_adaptive import PointDrafter, flat_cost, seqs, teach
@@ -39,7 +39,7 @@ def test_a_profile_round_trips_its_counts_checks_and_fits_as_a_prior(tmp_path):
     target = tiny_model()
     path, before = saved(tmp_path, target, 1, 3)
     state = json.loads(path.read_text())
-    assert state["version"] == profile.STRATEGY_VERSION and {"cost", "stats", "checks", "meta"} <= set(state)
+    assert state["version"] == STRATEGY_PROFILE_VERSION and {"cost", "stats", "checks", "meta"} <= set(state)
     assert state["meta"]["drafters"] == NAMES and state["meta"]["model"] == profile.fingerprint(target)["model"]
     after = strategy()
     assert profile.load(after, path, target)

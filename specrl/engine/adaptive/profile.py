@@ -21,11 +21,10 @@ import logging
 from pathlib import Path
 
 from ..constants import PROFILE_CHECK_STEPS, PROFILE_FIT_STEPS, PROFILE_ROWS
-from ..cost_model import PROFILE_VERSION, CostProfileError
+from ..cost_model import PROFILE_VERSION, STRATEGY_PROFILE_VERSION, CostProfileError
 
 log = logging.getLogger(__name__)
 
-STRATEGY_VERSION = 2  # a profile with acceptance counts and rate checks (1: the cost model alone)
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "tasks" / "assets" / "profiles"
 MATCHED = ("model", "device", "dtype")  # what a profile must share with the engine to be its prior
 
@@ -50,7 +49,7 @@ def shipped_path(spec, target) -> Path | None:
 def save(strategy, out: str | Path, target, **meta) -> None:
     """Writes the strategy's learned state (cost fits, acceptance counts, rate checks) as a profile."""
     state = strategy.state_dict()
-    Path(out).write_text(json.dumps({"version": STRATEGY_VERSION, "meta": {**fingerprint(target), **meta,
+    Path(out).write_text(json.dumps({"version": STRATEGY_PROFILE_VERSION, "meta": {**fingerprint(target), **meta,
                                       "drafters": list(strategy.names)}, **state}, indent=1))
 
 
@@ -62,8 +61,8 @@ def read(path: str | Path) -> dict:
                                "--save-profile PATH`, or drop cost_profile")
     try:
         s = json.loads(p.read_text())
-        if s.get("version") not in (PROFILE_VERSION, STRATEGY_VERSION):
-            raise KeyError(f"version {s.get('version')!r}, expected {PROFILE_VERSION} or {STRATEGY_VERSION}")
+        if s.get("version") not in (PROFILE_VERSION, STRATEGY_PROFILE_VERSION):
+            raise KeyError(f"version {s.get('version')!r}, expected {PROFILE_VERSION} or {STRATEGY_PROFILE_VERSION}")
         return s
     except (json.JSONDecodeError, KeyError, AttributeError) as e:
         raise CostProfileError(f"cost_profile {str(p)!r} is not a cost-model profile ({type(e).__name__}: {e}): "
@@ -82,18 +81,18 @@ def load(strategy, path: str | Path, target) -> bool:
     measured on another model, device or dtype."""
     s = read(path)
     # a cost-model profile (version 1) records no fingerprint of its model
-    why = mismatch(s.get("meta", {}), target) if s["version"] == STRATEGY_VERSION else None
+    why = mismatch(s.get("meta", {}), target) if s["version"] == STRATEGY_PROFILE_VERSION else None
     if why is not None:
         log.warning("cost_profile %r ignored: it was measured on %s. Write one for this engine with `specrl bench "
                     "adaptive --model ... --device ... --dtype ... --save-profile PATH`", str(path), why)
         return False
     # a profile may carry no cost fits (the shipped one: its clock was another job's), only counts
-    cost = s.get("cost") if s["version"] == STRATEGY_VERSION else s
+    cost = s.get("cost") if s["version"] == STRATEGY_PROFILE_VERSION else s
     try:
         if cost is not None:
             strategy.cost.load_state_dict(cost)
             strategy.cost.target.theta  # noqa: B018 (a singular or ragged fit fails here, not mid-run)
-        if s["version"] == STRATEGY_VERSION:
+        if s["version"] == STRATEGY_PROFILE_VERSION:
             load_counts(strategy, s)
     except (KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError) as e:
         raise CostProfileError(f"cost_profile {str(path)!r} is not a cost-model profile ({type(e).__name__}: "
