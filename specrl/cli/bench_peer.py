@@ -12,11 +12,12 @@ and times each workload in turn. vLLM is measured with its defaults (`vllm_mode=
 where it works) and `enforce_eager=True` (`vllm_mode=eager`). One JSON line per measurement: engine, method,
 workload, tokens, makespan_s, tokens_per_s (and model, the checkpoint directory's name; vllm_mode, build_s;
 audit_p, the sampler audit's p-value, on sampled SD rows; digests, a short hash of each completion's token
-ids, so rows of the same seeds compare sample by sample, e.g. greedy SD against SD off); then one `"summary": true` line per (engine,
-method, workload) with the best repeat, vLLM's faster mode.
+ids, so rows of the same seeds compare sample by sample, e.g. greedy SD against SD off); then one
+`"summary": true` line per (engine, method, workload) with the best repeat, vLLM's faster mode.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -148,7 +149,6 @@ def measure(run: dict, model_dir: Path, args) -> list[dict]:
 
 def digest(token_ids) -> str:
     """8 hex digits naming a completion's token ids (equal ids, equal digest)."""
-    import hashlib
     return hashlib.sha1(json.dumps([int(t) for t in token_ids]).encode()).hexdigest()[:8]
 
 
