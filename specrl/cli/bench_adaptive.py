@@ -18,7 +18,7 @@ import json
 import sys
 
 from ..engine.adaptive import profile
-from ..engine.methods import DRAFTING_METHODS, METHODS, is_adaptive
+from ..engine.methods import DRAFTING_METHODS, METHODS, SpecConfig, is_adaptive
 from ..engine.stats import Choices
 from ..errors import UserError
 from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--history", default=None, help="write what auto chose at each step of the RL rollout here "
                                                     "(JSON lines: running sequences, drafter mix, mean k, arm)")
     args = parse_args(ap, argv)
-    from .. import LLM, SpecConfig
+    from .. import LLM
     from ..train.config import TrainConfig
     default = TrainConfig()
     rollout = default.rollout  # the RL workload is the default run's rollout, with its task's budget
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
     ks = parse_ks(args.ks)
-    args.methods_given = args.methods is not None
+    methods_given = args.methods is not None
     methods = [m for m in (args.methods or ",".join(DRAFTING_METHODS)).split(",") if m]
     for m in methods:
         if m not in DRAFTING_METHODS:
@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
                              "acceptance_length": stats["acceptance_length"]})
                 emit(rows[-1])
         llm = engine(SpecConfig(method="auto", num_speculative_tokens=max(ks), adaptive_mode=args.adaptive_mode,
-                                drafters=auto_drafters(methods, args.methods_given), cost_profile=args.profile))
+                                drafters=auto_drafters(methods, methods_given), cost_profile=args.profile))
         strategy, choices = llm.engine.strategy, Choices()
         llm.engine.choices = choices
         choices.history = [] if rl else None
@@ -159,7 +159,6 @@ def auto_drafters(methods: list[str], given: bool) -> tuple[str, ...]:
     observe every forward (it cannot defer), which the schedule does not price."""
     if given:
         return tuple(methods)
-    from ..engine.methods import SpecConfig
     return tuple(d for d in SpecConfig().drafters if d in methods) or tuple(methods)
 
 
