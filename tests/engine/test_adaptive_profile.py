@@ -138,7 +138,11 @@ def test_a_prior_changes_which_drafts_run_never_the_tokens(tmp_path):
         profile.save(s, path, model)
         spec = SpecConfig(method="auto", drafters=names, ngram_min=1, adaptive_mode="deterministic",
                           cost_profile=str(path))
-        got = LLM(model, spec=spec, max_num_seqs=4).generate(prompts, params)
+        llm = LLM(model, spec=spec, max_num_seqs=4)
+        other = next(n for n in names if n != favour)
+        stats = llm.engine.strategy.stats
+        assert stats[favour, ALL].rows > 0 == stats[other, ALL].rows  # the prior is loaded, and differs per run
+        got = llm.generate(prompts, params)
         assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in base]
         for g, b in zip(got, base):
             assert g.outputs[0].logprobs == pytest.approx(b.outputs[0].logprobs, abs=1e-5)
