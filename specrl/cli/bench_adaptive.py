@@ -4,7 +4,9 @@ For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one `specrl tr
 config, rollout.prompts_per_step prompts x rollout.n samples through rollout.max_num_seqs slots) SD off runs
 first, then every drafter at every k of --ks, then "auto" (k up to the largest of --ks, choosing among the
 drafters of --methods, or by default among those `specrl train`'s auto runs), all at temperature 1 on task
-prompts with a seed per prompt, the same for every strategy.
+prompts with a seed per prompt, the same for every strategy. Left out, the threads, the ks and the RL
+workload's budget are the main job's (`specrl train`'s defaults), so the RL row measures what it runs; the
+policy is the embedded one (`--model` a run's checkpoint measures a later one: train's rollouts move with it).
 Prints one JSON line per measurement (the adaptive rows also say which drafters it chose and its mean k),
 then writes --png: speedup over SD off by batch size, and what the engine chose over the RL rollout (drafter
 mix and mean k against running sequences). --save-profile writes what the adaptive engine learnt (after the
@@ -42,7 +44,7 @@ def measure(llm, prompts, n, batch, max_tokens, seed, repeats, warmup, warmup_to
         outs, dt = timed(lambda: llm.generate(chunk, params))
         tokens += sum(len(o.token_ids) for q in outs for o in q.outputs)
         seconds += dt
-    return tokens / seconds, llm.stats
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}, llm.stats
 
 
 def parse_ks(text: str) -> list[int]:
@@ -60,7 +62,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--methods", default=None, help="the static drafters to compare (default: all; auto then "
                                                     "chooses among `specrl train`'s default drafters), else also "
                                                     "those auto chooses among")
-    ap.add_argument("--ks", default="1,2,4,8")
+    ap.add_argument("--ks", default=None, help="the static draft lengths, comma-separated; auto's k is the "
+                    "largest (default: powers of two up to `specrl train`'s k, rollout.spec.num_speculative_tokens)")
     ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
     ap.add_argument("--max-tokens", type=int, default=None, help="default 256 (--quick: 32)")
     ap.add_argument("--rl-max-tokens", type=int, default=None, help="default: the default run's response budget (--quick: 32)")
@@ -82,7 +85,7 @@ def main(argv: list[str]) -> int:
                              ("rl_max_tokens", default.budget.max_tokens, 32)):
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
-    ks = parse_ks(args.ks)
+    ks = parse_ks(args.ks or ",".join(str(2 ** i) for i in range(rollout.spec.num_speculative_tokens.bit_length())))
     methods_given = args.methods is not None
     methods = [m for m in (args.methods or ",".join(DRAFTING_METHODS)).split(",") if m]
     for m in methods:
@@ -106,9 +109,11 @@ def main(argv: list[str]) -> int:
 
         def engine(spec=None):
             return LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec, **memory_kwargs(args))
-        base_tps, _ = measure(engine(), prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
-        common = {"batch_size": bs if rl else batch, "dtype": args.dtype, "baseline_tokens_per_s": base_tps}
-        rows.append({**common, "strategy": "off", "k": 0, "tokens_per_s": base_tps, "speedup": 1.0})
+        base, _ = measure(engine(), prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
+        base_tps = base["tokens_per_s"]
+        common = {"batch_size": bs if rl else batch, "dtype": args.dtype, "threads": args.threads,
+                  "baseline_tokens_per_s": base_tps}
+        rows.append({**common, "strategy": "off", "k": 0, **base, "speedup": 1.0})
         emit(rows[-1])
         for method in methods:
             for k in ks:
@@ -117,8 +122,8 @@ def main(argv: list[str]) -> int:
                 except (FileNotFoundError, ValueError) as e:  # a drafter that is not built here
                     emit({**common, "strategy": method, "k": k, "error": str(e)[:200]})
                     break
-                tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
-                rows.append({**common, "strategy": method, "k": k, "tokens_per_s": tps, "speedup": tps / base_tps,
+                got, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
+                rows.append({**common, "strategy": method, "k": k, **got, "speedup": got["tokens_per_s"] / base_tps,
                              "acceptance_length": stats["acceptance_length"]})
                 emit(rows[-1])
         llm = engine(SpecConfig(method="auto", num_speculative_tokens=max(ks), adaptive_mode=args.adaptive_mode,
@@ -127,13 +132,14 @@ def main(argv: list[str]) -> int:
         llm.engine.choices = choices
         choices.history = [] if rl else None
         # auto keeps what it learnt in the warm-up, but counts its choices afresh
-        tps, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens,
+        got, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens,
                              after_warmup=choices.reset)
+        tps = got["tokens_per_s"]
         steps_rows = sum(v for d, v in choices.rows.items() if d != "k_sum")
         drafted = steps_rows - choices.rows.get("none", 0)
         static = [r for r in rows if r["batch_size"] == common["batch_size"] and is_static(r)]
         best = max(static, key=lambda r: r["speedup"], default=None)
-        rows.append({**common, "strategy": "auto", "k": max(ks), "tokens_per_s": tps, "speedup": tps / base_tps,
+        rows.append({**common, "strategy": "auto", "k": max(ks), **got, "speedup": tps / base_tps,
                      "acceptance_length": stats["acceptance_length"],
                      "mix": {d: round(v / max(steps_rows, 1), 3) for d, v in choices.rows.items() if d != "k_sum"},
                      "mean_k": choices.rows.get("k_sum", 0) / max(drafted, 1),

@@ -8,28 +8,39 @@ import time
 import torch
 
 
+AS_TRAIN = object()  # --threads left out of a bench: torch's default, as `specrl train` (num_threads=0)
+
+
 def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """A bench's parser. Its --threads default is `specrl train`'s (torch's default, num_threads=0), not the
+    free cores: a bench measures the main job, and a thread count that follows the machine's load would
+    make the same command measure different things a minute apart."""
     ap = argparse.ArgumentParser(prog=prog, description=description)
-    add_runtime_args(ap)
+    add_runtime_args(ap, threads_default="torch's default, as `specrl train`")
+    ap.set_defaults(threads=AS_TRAIN)
     ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
     add_memory_args(ap)
     return ap
 
 
-def add_runtime_args(ap: argparse.ArgumentParser) -> None:
+def add_runtime_args(ap: argparse.ArgumentParser, threads_default: str = "the free cores") -> None:
     """The policy, where and how it runs: shared by `specrl generate` and `specrl bench ...`."""
     ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the free cores)")
+    ap.add_argument("--threads", type=int, default=None, help=f"torch CPU threads (default: {threads_default})")
 
 
 def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """`ap.parse_args(argv)`, then torch's thread count from --threads (or the free cores)."""
+    """`ap.parse_args(argv)`, then torch's thread count from --threads: the free cores when it is left out,
+    torch's default when it is left out of a bench (recorded in args.threads)."""
     args = ap.parse_args(argv)
-    from ..threads import set_threads
-    set_threads(args.threads)
+    if args.threads is AS_TRAIN:
+        args.threads = torch.get_num_threads()
+    else:
+        from ..threads import set_threads
+        set_threads(args.threads)
     return args
 
 

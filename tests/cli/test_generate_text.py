@@ -13,13 +13,6 @@ from tests.helpers import tiny_model
 from tests.model.chat_tokenizers import save_chat_tokenizer
 
 
-@pytest.fixture
-def keep_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
-
-
 def test_generate_chat_applies_the_template(tmp_path, keep_threads):
     d = save_model(tiny_model(seed=2, vocab=300, hidden=32, max_pos=256), tmp_path / "m")
     save_chat_tokenizer(d, "smollm2")
