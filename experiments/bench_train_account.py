@@ -8,6 +8,12 @@ training). The last line reads the train runs: generated tokens per rollout seco
 after the first, per seed, and the per-step spread of that ratio (the sampling noise in the lengths).
 
     python experiments/bench_train_account.py --out runs/account [--train-runs runs/2x2] [--rungs 0,1,2]
+    python experiments/bench_train_account.py --after typed.jsonl typed_rl_step10.jsonl   # after the fix
+
+After the fix the benches run with the main job's settings by default; `--after` reads `bench adaptive`
+outputs as typed (the RL row at the initial policy, and with `--model` at a trained one), pools each
+strategy's tokens and seconds over the policies (train's rollouts move from one to the other), and sets the
+result beside train's.
 """
 from __future__ import annotations
 
@@ -64,13 +70,47 @@ def train_ratio(runs: Path) -> dict:
     return {"kind": "train", **{f"seed{s}": v for s, v in out.items()}}
 
 
+def pooled(files: list[Path]) -> dict:
+    """Each strategy's RL-row tokens over seconds, summed over the bench outputs (one per policy)."""
+    sums: dict[str, list[float]] = {}
+    per_file = []
+    for path in files:
+        rows = [r for r in read_jsonl(path) if r.get("batch_size") == "rl" and "tokens" in r]
+        if not rows:
+            raise SystemExit(f"{path}: no RL row with tokens and seconds (a `bench adaptive` output from before "
+                             "the fix?)")
+        per_file.append({"file": path.name, **{name(r): round(r["speedup"], 3) for r in rows}})
+        for r in rows:
+            t = sums.setdefault(name(r), [0.0, 0.0])
+            t[0] += r["tokens"]
+            t[1] += r["seconds"]
+    tps = {k: t[0] / t[1] for k, t in sums.items()}
+    off = tps.pop("off")
+    speedups = {k: round(v / off, 3) for k, v in tps.items()}
+    auto = next(v for k, v in speedups.items() if k.startswith("auto"))
+    best = max((v for k, v in speedups.items() if not k.startswith("auto")), default=None)
+    return {"kind": "after", "per_policy": per_file, "pooled_speedups": speedups, "auto_speedup": auto,
+            "auto_vs_best_static": round(auto / best, 3) if best else None}
+
+
+def name(row: dict) -> str:
+    return "off" if row["strategy"] == "off" else f"{row['strategy']}@{row['k']}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/account"))
     ap.add_argument("--train-runs", type=Path, default=Path("runs/2x2"), help="the 2x2's run dirs (sync_off/auto_seed0/1)")
     ap.add_argument("--policy", default=None, help="an HF dir of the trained policy (default: the 2x2's sync SD-off seed 0, step 10)")
     ap.add_argument("--rungs", default=",".join(str(i) for i in range(len(RUNGS))))
+    ap.add_argument("--after", type=Path, nargs="+", default=None,
+                    help="bench adaptive outputs after the fix (one per policy): pool them, set them beside train")
     args = ap.parse_args()
+    if args.after:
+        rows = [pooled(args.after), train_ratio(args.train_runs)]
+        for r in rows:
+            print(json.dumps(r), flush=True)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     policy = args.policy or str(args.train_runs / "sync_off_seed0" / "checkpoints" / "step_000010" / "model")
     rows = [rung(args.out, int(i), policy) for i in args.rungs.split(",")]

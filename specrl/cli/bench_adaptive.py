@@ -23,17 +23,14 @@ from ..engine.adaptive import profile
 from ..engine.methods import DRAFTING_METHODS, METHODS, SpecConfig, is_adaptive
 from ..engine.stats import Choices
 from ..errors import UserError
-from .bench_common import base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts, timed
+from .bench_common import (add_warmup_arg, base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts,
+                           timed, warm_up)
 from .bench_spec import parse_batch_sizes
 
 
 def measure(llm, prompts, n, batch, max_tokens, seed, repeats, warmup, warmup_tokens, after_warmup=None):
     from .. import SamplingParams
-    # a warm-up of the workload's shape on other prompts, the same for every strategy: what an engine that
-    # has run before has learnt (the adaptive one: its cost model and acceptance counts)
-    llm.generate(warmup, [SamplingParams(n=n, temperature=1.0, max_tokens=warmup_tokens, seed=seed + 99 + i)
-                          for i in range(len(warmup))])
-    llm.reset_stats()
+    warm_up(llm, warmup, n, warmup_tokens, seed)
     if after_warmup is not None:
         after_warmup()
     tokens, seconds = 0, 0.0
@@ -68,13 +65,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-tokens", type=int, default=None, help="default 256 (--quick: 32)")
     ap.add_argument("--rl-max-tokens", type=int, default=None, help="default: the default run's response budget (--quick: 32)")
     ap.add_argument("--repeats", type=int, default=None, help="batches per n=1 measurement; default 2 (--quick: 1)")
-    ap.add_argument("--warmup-tokens", type=int, default=64, help="a warm-up generate of the workload per engine")
+    add_warmup_arg(ap)
     ap.add_argument("--adaptive-mode", default="measured", choices=["measured", "deterministic"])
     ap.add_argument("--png", default="bench_adaptive.png", help="the plot ('' for none; needs matplotlib)")
     ap.add_argument("--save-profile", default=None, help="write what the adaptive engine learnt here (JSON)")
     ap.add_argument("--profile", default=None, help="auto's starting profile (default: the shipped one, for the "
                                                     "embedded policy on this device and dtype)")
-    ap.add_argument("--history", default=None, help="write what auto chose at each step of the RL rollout here "
+    ap.add_argument("--history", default=None, help="write what auto chose at each step of each workload here "
                                                     "(JSON lines: running sequences, drafter mix, mean k, arm)")
     args = parse_args(ap, argv)
     from .. import LLM
@@ -130,7 +127,7 @@ def main(argv: list[str]) -> int:
                                 drafters=auto_drafters(methods, methods_given), cost_profile=args.profile))
         strategy, choices = llm.engine.strategy, Choices()
         llm.engine.choices = choices
-        choices.history = [] if rl else None
+        choices.history = [] if rl or args.history else None
         # auto keeps what it learnt in the warm-up, but counts its choices afresh
         got, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens,
                              after_warmup=choices.reset)
@@ -149,9 +146,9 @@ def main(argv: list[str]) -> int:
         emit(rows[-1])
         if rl:
             history = choices.history
-            if args.history:
-                with open(args.history, "w") as f:
-                    f.writelines(json.dumps(h) + "\n" for h in history)
+        if args.history:
+            with open(args.history, "w" if bs == batch_sizes[0] else "a") as f:
+                f.writelines(json.dumps({"batch_size": common["batch_size"], **h}) + "\n" for h in choices.history)
         if args.save_profile and (rl or bs == batch_sizes[-1]):
             profile.save(strategy, args.save_profile, llm.model, path=str(path))
     if args.png:

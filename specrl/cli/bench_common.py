@@ -74,6 +74,22 @@ def task_prompts(llm, count: int, seed: int = 1234, split: str = "test") -> list
     return [llm.tokenizer.encode(p.prompt).ids for p in make_problems(count, seed=seed, split=split)]
 
 
+def add_warmup_arg(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--warmup-tokens", type=int, default=64, help="a warm-up generate of the workload's shape per "
+                    "engine, on other prompts (0: none)")
+
+
+def warm_up(llm, prompts: list[list[int]], n: int, max_tokens: int, seed: int, temperature: float = 1.0) -> None:
+    """A generate of the workload's shape on other prompts, then fresh stats: what the main job's engine has
+    learnt after its first step (the adaptive engine's cost model and acceptance counts, a suffix tree's
+    responses), the same for every strategy."""
+    from .. import SamplingParams
+    if max_tokens > 0:
+        llm.generate(prompts, [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed + 99 + i)
+                               for i in range(len(prompts))])
+    llm.reset_stats()
+
+
 def file_prompts(path: str, model_dir: str, count: int) -> list[list[int]]:
     """The first `count` rows of a prompt file, encoded as `specrl train` encodes them (chat template)."""
     from ..errors import UserError

@@ -3,7 +3,9 @@
 For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one `specrl train` rollout of the default
 config, rollout.prompts_per_step training prompts x rollout.n samples through rollout.max_num_seqs slots, up to
 rollout.max_tokens) the baseline runs first, then every method, all at temperature 1 on task prompts, stopping
-at EOS. Every prompt has its own seed, the same for SD off and on.
+at EOS. Every prompt has its own seed, the same for SD off and on. Every engine first warms up on other
+prompts (--warmup-tokens), as the main job's engine has after its first step; left out, the threads, k and
+the RL workload's budget are `specrl train`'s, so the RL row measures what the main job runs.
 `--quick`: batch sizes 1 and 4, 64 new tokens, one batch each (a smoke test, e.g. on a real checkpoint).
 A real checkpoint: `--model DIR --prompts FILE` (a `specrl make-data` file) and `--draft-model DIR` for a
 model-based drafter. `--check-identity`: greedy decoding, and whether each method gives SD off's tokens
@@ -15,17 +17,16 @@ import time
 
 from ..engine.methods import METHODS, get_method
 from ..errors import UserError
-from .bench_common import (base_parser, emit, file_prompts, memory_kwargs, parse_args, peak_rss_mb, policy_path,
-                           task_prompts, timed)
+from .bench_common import (add_warmup_arg, base_parser, emit, file_prompts, memory_kwargs, parse_args, peak_rss_mb,
+                           policy_path, task_prompts, timed, warm_up)
 
 
-def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats, temperature=1.0):
+def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats, temperature, warmup, warmup_tokens):
     """(tokens per wall second, per process-CPU second, the engine's stats, every completion's token ids)."""
     from .. import SamplingParams
     from ..engine.sampling import per_prompt
     llm = llm_factory()
-    llm.generate(prompts[:1], SamplingParams(max_tokens=4))  # warm-up
-    llm.reset_stats()
+    warm_up(llm, warmup, n, warmup_tokens, seed, temperature)
     tokens, seconds, cpu, ids = 0, 0.0, 0.0, []
     for r in range(repeats):
         chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
@@ -62,7 +63,9 @@ def main(argv: list[str]) -> int:
     ap = base_parser("specrl bench spec", __doc__)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
-    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--k", type=int, default=None, help="draft length (default: `specrl train`'s, "
+                    "rollout.spec.num_speculative_tokens)")
+    add_warmup_arg(ap)
     ap.add_argument("--max-tokens", type=int, default=None, help="default 512 (--quick: 64); the rl workload "
                     "takes rollout.max_tokens")
     ap.add_argument("--repeats", type=int, default=None,
@@ -81,6 +84,9 @@ def main(argv: list[str]) -> int:
             setattr(args, key, quick if args.quick else full)
     from .. import LLM, SpecConfig
     from ..train.config import TrainConfig
+    default = TrainConfig()
+    rollout = default.rollout  # the RL workload is the default run's rollout
+    args.k = args.k or rollout.spec.num_speculative_tokens
     methods = [m for m in args.methods.split(",") if m]
     def spec_for(method):
         model_based = get_method(method).model_based
@@ -91,8 +97,6 @@ def main(argv: list[str]) -> int:
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     path = policy_path(args.model)
     probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1, **memory_kwargs(args))
-    default = TrainConfig()
-    rollout = default.rollout  # the RL workload is the default run's rollout
     for bs in batch_sizes:
         rl = bs == "rl"
         batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
@@ -103,16 +107,20 @@ def main(argv: list[str]) -> int:
             prompts = task_prompts(probe, count, seed=args.seed + 7, split="train" if rl else "test")
         repeats = 1 if rl else args.repeats
         max_tokens = default.budget.max_tokens if rl and not args.quick else args.max_tokens
+        # the warm-up runs on the embedded task's other prompts (a --prompts file may hold no spare rows)
+        warmup = task_prompts(probe, rollout.prompts_per_step if rl else batch, seed=args.seed + 8,
+                              split="train" if rl else "test")
+        warm = (warmup, args.warmup_tokens)
 
         def factory(spec=None):
             return lambda: LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec,
                                 **memory_kwargs(args))
         base_tps, _, _, base_ids = run(factory(), prompts, n, batch, max_tokens, args.seed, repeats,
-                                       args.temperature)
+                                       args.temperature, *warm)
         for method in methods:
             try:
                 tps, cpu_tps, stats, ids = run(factory(spec_for(method)), prompts, n, batch, max_tokens,
-                                               args.seed, repeats, args.temperature)
+                                               args.seed, repeats, args.temperature, *warm)
             except (FileNotFoundError, ValueError) as e:  # a drafter that is not built here
                 emit({"method": method, "batch_size": bs, "k": args.k, "error": str(e)[:200]})
                 continue

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# `specrl bench adaptive` as typed on a lent GPU (device tool), for the bench-vs-train account: the RL row at
+# the embedded policy and at a trained one (STEP10: an HF dir carried to the machine), then the other batch
+# sizes. Every stage has its own time limit; its JSON lines land in $OUT as they are measured.
+set -u
+OUT=${OUT:-runs/gpu_bench}
+mkdir -p "$OUT"
+export PYTHONPATH=.
+{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc
+  python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+bench() { local name=$1 limit=$2; shift 2
+  timeout "$limit" python3 -m specrl bench adaptive --png '' "$@" > "$OUT/$name.jsonl" 2> "$OUT/$name.err"
+  echo "$name rc $? $(wc -l < "$OUT/$name.jsonl") rows $(date -u +%T)"; }
+bench typed_rl "${RL_S:-200}" --batch-sizes rl --history "$OUT/rl_choices.jsonl"
+bench typed_rl_step10 "${STEP10_S:-200}" --batch-sizes rl --model "${STEP10:-.venv/ckpt_step10}"
+bench typed_rest "${REST_S:-150}" --batch-sizes 64,16,4,1
