@@ -81,6 +81,9 @@ def main() -> None:
                          after_warmup=chosen.clear)
     print(json.dumps({"arm": "auto", **got, "speedup": round(got["tokens_per_s"] / off["tokens_per_s"], 3),
                       **per_step(stats), "plans": dict(chosen.most_common())}), flush=True)
+    every = {a.label: round(strategy.predicted_rate(a, B, optimistic=False) * strategy.checks.factor(a.label, B), 1)
+             for a in strategy.arms}
+    print(json.dumps({"predicted_at_end_every_arm": dict(sorted(every.items(), key=lambda x: -x[1]))}), flush=True)
     for arm in arms + [Arm(None)]:
         row = terms(strategy, arm, B) if arm.drafter else {
             "predicted_tokens_per_s": round(strategy.predicted_rate(arm, B), 1),
