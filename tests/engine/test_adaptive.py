@@ -229,6 +229,20 @@ def test_an_arm_that_runs_slower_than_predicted_is_priced_by_what_it_realised():
     assert again.checks.factor("suffix@4", 4) == pytest.approx(strategy.checks.factor("suffix@4", 4))
 
 
+def test_the_rate_check_of_an_exactly_predicted_arm_stays_at_one_however_its_steps_vary():
+    # At one row a point drafter's step emits 1 token (its match rejected) or 5 (taken whole): predicted 3 per
+    # step, realised 1, 5, 1, 5, ... The check is a ratio of sums, so it stays at 1; the mean of per-step log
+    # ratios would sit at exp((log 1/3 + log 5/3) / 2) = 0.75 and price the drafter a quarter too low.
+    from specrl.engine.adaptive.ratecheck import RateChecks
+    checks = RateChecks()
+    for i in range(40):
+        checks.add("suffix@4", 1, 1.0 if i % 2 else 5.0, 3.0)
+        checks.add("eagle3@4", 1, 1.5, 3.0)  # one that realises half its prediction, every step
+    assert checks.factor("suffix@4", 1) == pytest.approx(1.0, abs=0.03)  # the decay weighs the last steps more
+    assert checks.factor("eagle3@4", 1) == pytest.approx(0.5, abs=0.02)
+    assert checks.factor("eagle3@4", 64) == pytest.approx(0.5, abs=0.02)  # another B: its figure at any B
+
+
 def test_a_deferred_model_drafter_is_charged_its_catch_up_for_every_token_the_step_appends():
     # EAGLE-3 left idle defers its observations; drafting again, it first observes every token appended since,
     # on all rows. An arm that uses it pays that per step: measured seconds per input x rows x (1 + accepted).

@@ -7,21 +7,28 @@ from ..constants import CHECK_DECAY
 
 
 class RateCheck:
-    """For one arm: a decayed mean of log(realised / predicted tokens per second) over the steps the arm ran,
-    shrunk towards `prior` (log 1 = trust the model) while it has few steps. The predictions price the forward
-    and the drafting from their fits and acceptance from the counts; what neither sees (a drafter's catch-up,
-    merging drafts, per-token bookkeeping that grows with the draft, acceptance that differs between the rows
-    an arm drafts for and those it was counted on) shows up here, from the step's own clock."""
+    """For one arm: realised over predicted tokens, each a decayed sum over the steps the arm ran (the predicted
+    tokens of a step are the predicted rate times the step's seconds), shrunk towards `prior` (log 1 = trust the
+    model) while it has few steps. The predictions price the forward and the drafting from their fits and
+    acceptance from the counts; what neither sees (a drafter's catch-up, merging drafts, per-token bookkeeping
+    that grows with the draft, acceptance that differs between the rows an arm drafts for and those it was
+    counted on) shows up here, from the step's own clock. A ratio of sums, not a mean of per-step log ratios:
+    a step's emitted tokens vary widely at a few rows (a point drafter's match is taken whole or not at all),
+    and the mean log of a varying count sits below the log of its mean, which would price exactly predicted
+    model-free drafters below their rate at small batches."""
 
-    def __init__(self, total: float = 0.0, n: float = 0.0):
-        self.sum, self.n = total, n
+    def __init__(self, real: float = 0.0, predicted: float = 0.0, n: float = 0.0):
+        self.real, self.predicted, self.n = real, predicted, n
 
-    def add(self, log_ratio: float) -> None:
-        self.sum = CHECK_DECAY * self.sum + log_ratio
+    def add(self, real_tokens: float, predicted_tokens: float) -> None:
+        self.real = CHECK_DECAY * self.real + real_tokens
+        self.predicted = CHECK_DECAY * self.predicted + predicted_tokens
         self.n = CHECK_DECAY * self.n + 1.0
 
     def log_factor(self, prior: float = 0.0) -> float:
-        return (self.sum + prior) / (self.n + 1.0)
+        if self.real <= 0.0 or self.predicted <= 0.0:
+            return prior
+        return (self.n * math.log(self.real / self.predicted) + prior) / (self.n + 1.0)
 
 
 class RateChecks:
@@ -30,9 +37,9 @@ class RateChecks:
     def __init__(self):
         self.checks: dict[tuple, RateCheck] = {}  # (arm label,) and (arm label, octave of B) -> RateCheck
 
-    def add(self, label: str, B: int, log_ratio: float) -> None:
+    def add(self, label: str, B: int, real_tokens: float, predicted_tokens: float) -> None:
         for key in ((label,), (label, B.bit_length())):
-            self.checks.setdefault(key, RateCheck()).add(log_ratio)
+            self.checks.setdefault(key, RateCheck()).add(real_tokens, predicted_tokens)
 
     def factor(self, label: str, B: int) -> float:
         """Realised / predicted rate of arm `label` at B rows: its own at this octave of B, shrunk towards its
@@ -48,10 +55,12 @@ class RateChecks:
         """Each check weighs at most `steps` steps, with the same mean (a saved profile's, as a prior)."""
         for c in self.checks.values():
             f = min(1.0, steps / max(c.n, 1e-9))
-            c.sum, c.n = f * c.sum, f * c.n
+            c.real, c.predicted, c.n = f * c.real, f * c.predicted, f * c.n
 
     def state_dict(self) -> list:
-        return [[list(key), c.sum, c.n] for key, c in self.checks.items()]
+        return [[list(key), c.real, c.predicted, c.n] for key, c in self.checks.items()]
 
     def load_state_dict(self, state: list) -> None:
-        self.checks = {tuple(key): RateCheck(float(total), float(n)) for key, total, n in state}
+        """Checks saved as [key, real, predicted, n]; those saved as means of log ratios ([key, sum, n], before
+        the ratio of sums) are dropped: they carry the bias this form removes."""
+        self.checks = {tuple(row[0]): RateCheck(*map(float, row[1:])) for row in state if len(row) == 4}

@@ -4,7 +4,6 @@ plan is reused until the number of running sequences changes or PLAN_EVERY steps
 from __future__ import annotations
 
 import copy
-import math
 import time
 from typing import Callable
 
@@ -117,7 +116,7 @@ class AdaptiveStrategy(Strategy):
         """The rate check of the plan's arm, and the cost model's fits, from the step's own clock."""
         B = result.active
         if self._expect > 0.0 and result.total_s > 0.0:
-            self.checks.add(self.arm.label, B, math.log(result.emitted_tokens / result.total_s / self._expect))
+            self.checks.add(self.arm.label, B, result.emitted_tokens, result.total_s * self._expect)
         # the forward, sampling, verification and the bookkeeping that grows with the tokens appended: all of
         # the step but drafting, which the drafters' own fits price
         self.cost.observe_target(result.tokens_in, B, result.verify_s + result.other_s)
