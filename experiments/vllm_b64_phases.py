@@ -76,6 +76,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-prefix-caching", action="store_true")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--repeats", type=int, default=1, help="timed (unprofiled) rounds of prefill + full")
     args = ap.parse_args()
     from specrl.cli.bench_peer import workload
     from specrl.engine import SamplingParams
@@ -89,16 +90,20 @@ def main() -> None:
     row = {"engine": args.engine, "prefix_caching": not args.no_prefix_caching, "build_s": time.perf_counter() - t0,
            "prompt_tokens": sum(map(len, prompts))}
     llm.generate(prompts[:1], [SamplingParams(max_tokens=8)])  # the bench's warm-up
-    for phase, max_tokens in (("prefill", 1), ("full", args.max_tokens)):
-        before = cpu_seconds()
-        hits = prefix_hits(llm) if args.engine == "vllm" else 0
-        row[f"{phase}_s"], row[f"{phase}_tokens"] = run(args.engine, llm, prompts, max_tokens)
-        after = cpu_seconds()
-        row[f"{phase}_cpu_s"] = {k: round(v - before.get(k, 0.0), 2) for k, v in after.items()}
-        if args.engine == "vllm":
-            row[f"{phase}_prefix_cache_hits"] = prefix_hits(llm) - hits
-    print(json.dumps(row), flush=True)
+    for r in range(args.repeats):
+        row["repeat"] = r
+        for phase, max_tokens in (("prefill", 1), ("full", args.max_tokens)):
+            before = cpu_seconds()
+            hits = prefix_hits(llm) if args.engine == "vllm" else 0
+            row[f"{phase}_s"], row[f"{phase}_tokens"] = run(args.engine, llm, prompts, max_tokens)
+            after = cpu_seconds()
+            row[f"{phase}_cpu_s"] = {k: round(v - before.get(k, 0.0), 2) for k, v in after.items()}
+            if args.engine == "vllm":
+                row[f"{phase}_prefix_cache_hits"] = prefix_hits(llm) - hits
+        print(json.dumps(row), flush=True)
     if args.no_profile:
+        if args.engine == "vllm":
+            llm.close()
         return
     for phase, max_tokens in (("prefill", 1), ("full", args.max_tokens)):
         if args.engine == "specrl":
