@@ -5,12 +5,7 @@
 # $OUT as they are measured.
 set -u
 OUT=${OUT:-runs/gpu_bench}
-mkdir -p "$OUT"
-export PYTHONPATH=.
-{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc
-  python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
-} > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+source "$(dirname "$0")/gpu_env.sh"
 bench() { local name=$1 limit=$2; shift 2
   timeout "$limit" python3 -m specrl bench adaptive --png '' "$@" > "$OUT/$name.jsonl" 2> "$OUT/$name.err"
   echo "$name rc $? $(wc -l < "$OUT/$name.jsonl") rows $(date -u +%T)"; }

@@ -6,12 +6,7 @@
 # machine's own packages win. Every stage has its own time limit; results land in $OUT as they finish.
 set -u
 OUT=${OUT:-runs/gpu}
-mkdir -p "$OUT"
-export PYTHONPATH=.
-{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc
-  python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
-} > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+source "$(dirname "$0")/gpu_env.sh"
 timeout "${TEST_S:-150}" python3 -c "
 import sys; sys.path.append('.venv/gpu_pkgs'); import pytest
 sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/engine/test_cuda.py']))" > "$OUT/gpu_tests.log" 2>&1

@@ -24,24 +24,17 @@ from ..engine.methods import DRAFTING_METHODS, METHODS, SpecConfig, is_adaptive
 from ..engine.stats import Choices
 from ..errors import UserError
 from .bench_common import (add_warmup_arg, base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts,
-                           timed, warm_up)
+                           timed_generate, warm_up)
 from .bench_spec import parse_batch_sizes
 
 
 def measure(llm, prompts, n, batch, max_tokens, seed, repeats, warmup, warmup_tokens, after_warmup=None):
-    from .. import SamplingParams
+    """Warm-up, then the timed generates -> ({tokens, seconds, tokens_per_s}, the engine's stats)."""
     warm_up(llm, warmup, n, warmup_tokens, seed)
     if after_warmup is not None:
         after_warmup()
-    tokens, seconds = 0, 0.0
-    for r in range(repeats):
-        chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
-        params = [SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, seed=seed * 1_000_003 + r * batch + i)
-                  for i in range(len(chunk))]
-        outs, dt = timed(lambda: llm.generate(chunk, params))
-        tokens += sum(len(o.token_ids) for q in outs for o in q.outputs)
-        seconds += dt
-    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}, llm.stats
+    got = timed_generate(llm, prompts, n, batch, max_tokens, seed, repeats)
+    return {k: got[k] for k in ("tokens", "seconds", "tokens_per_s")}, llm.stats
 
 
 def parse_ks(text: str) -> list[int]:

@@ -90,6 +90,26 @@ def warm_up(llm, prompts: list[list[int]], n: int, max_tokens: int, seed: int, t
     llm.reset_stats()
 
 
+def timed_generate(llm, prompts: list[list[int]], n: int, batch: int, max_tokens: int, seed: int, repeats: int,
+                   temperature: float = 1.0) -> dict:
+    """`repeats` generates of `batch` prompts each (all of them when n > 1), every prompt with its own seed ->
+    tokens, wall seconds, tokens_per_s, process-CPU seconds and every completion's token ids."""
+    from .. import SamplingParams
+    from ..engine.sampling import per_prompt
+    tokens, seconds, cpu, ids = 0, 0.0, 0.0, []
+    for r in range(repeats):
+        chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
+        params = per_prompt(SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed),
+                            len(chunk), start=r * batch)
+        c0 = time.process_time()
+        outs, dt = timed(lambda: llm.generate(chunk, params))
+        cpu += time.process_time() - c0
+        ids += [list(o.token_ids) for q in outs for o in q.outputs]
+        seconds += dt
+    tokens = sum(map(len, ids))
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds, "cpu_s": cpu, "ids": ids}
+
+
 def file_prompts(path: str, model_dir: str, count: int) -> list[list[int]]:
     """The first `count` rows of a prompt file, encoded as `specrl train` encodes them (chat template)."""
     from ..errors import UserError

@@ -13,32 +13,18 @@ model-based drafter. `--check-identity`: greedy decoding, and whether each metho
 """
 from __future__ import annotations
 
-import time
-
 from ..engine.methods import METHODS, get_method
 from ..errors import UserError
 from .bench_common import (add_warmup_arg, base_parser, emit, file_prompts, memory_kwargs, parse_args, peak_rss_mb,
-                           policy_path, task_prompts, timed, warm_up)
+                           policy_path, task_prompts, timed_generate, warm_up)
 
 
 def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats, temperature, warmup, warmup_tokens):
     """(tokens per wall second, per process-CPU second, the engine's stats, every completion's token ids)."""
-    from .. import SamplingParams
-    from ..engine.sampling import per_prompt
     llm = llm_factory()
     warm_up(llm, warmup, n, warmup_tokens, seed, temperature)
-    tokens, seconds, cpu, ids = 0, 0.0, 0.0, []
-    for r in range(repeats):
-        chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
-        c0 = time.process_time()
-        params = per_prompt(SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed),
-                            len(chunk), start=r * batch)
-        outs, dt = timed(lambda: llm.generate(chunk, params))
-        cpu += time.process_time() - c0
-        ids += [list(o.token_ids) for q in outs for o in q.outputs]
-        tokens += sum(len(o.token_ids) for q in outs for o in q.outputs)
-        seconds += dt
-    return tokens / seconds, tokens / max(cpu, 1e-9), llm.stats, ids
+    got = timed_generate(llm, prompts, n, batch, max_tokens, seed, repeats, temperature)
+    return got["tokens_per_s"], got["tokens"] / max(got["cpu_s"], 1e-9), llm.stats, got["ids"]
 
 
 def identity(base: list[list[int]], other: list[list[int]]) -> dict:
