@@ -28,6 +28,9 @@ from .bench_common import (add_warmup_arg, base_parser, emit, memory_kwargs, par
 from .bench_spec import parse_batch_sizes
 
 
+MIN_PROMPTS = 8  # prompts a batch-size row measures at least: at 2 prompts which samples run long moves it by tens of %
+
+
 def measure(llm, prompts, n, batch, max_tokens, seed, repeats, warmup, warmup_tokens, after_warmup=None):
     """Warm-up, then the timed generates -> ({tokens, seconds, tokens_per_s}, the engine's stats)."""
     warm_up(llm, warmup, n, warmup_tokens, seed)
@@ -57,7 +60,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
     ap.add_argument("--max-tokens", type=int, default=None, help="default 256 (--quick: 32)")
     ap.add_argument("--rl-max-tokens", type=int, default=None, help="default: the default run's response budget (--quick: 32)")
-    ap.add_argument("--repeats", type=int, default=None, help="batches per n=1 measurement; default 2 (--quick: 1)")
+    ap.add_argument("--repeats", type=int, default=None, help="batches per n=1 measurement; default 2, and at "
+                    f"least {MIN_PROMPTS} prompts (--quick: 1)")
     add_warmup_arg(ap)
     ap.add_argument("--adaptive-mode", default="measured", choices=["measured", "deterministic"])
     ap.add_argument("--png", default="bench_adaptive.png", help="the plot ('' for none; needs matplotlib)")
@@ -71,7 +75,7 @@ def main(argv: list[str]) -> int:
     from ..train.config import TrainConfig
     default = TrainConfig()
     rollout = default.rollout  # the RL workload is the default run's rollout, with its task's budget
-    for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 256, 32), ("repeats", 2, 1),
+    for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 256, 32), ("repeats", None, 1),
                              ("rl_max_tokens", default.budget.max_tokens, 32)):
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
@@ -88,11 +92,9 @@ def main(argv: list[str]) -> int:
     for bs in batch_sizes:
         rl = bs == "rl"
         batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
-        if rl:
-            prompts = task_prompts(probe, rollout.prompts_per_step, seed=args.seed + 7, split="train")
-        else:
-            prompts = task_prompts(probe, batch * args.repeats, seed=args.seed + 7)
-        repeats = 1 if rl else args.repeats
+        repeats = 1 if rl else args.repeats or max(2, -(-MIN_PROMPTS // batch))
+        prompts = (task_prompts(probe, rollout.prompts_per_step, seed=args.seed + 7, split="train") if rl
+                   else task_prompts(probe, batch * repeats, seed=args.seed + 7))
         max_tokens = args.rl_max_tokens if rl else args.max_tokens
         warmup = task_prompts(probe, rollout.prompts_per_step if rl else batch, seed=args.seed + 8,
                               split="train" if rl else "test")

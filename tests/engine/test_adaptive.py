@@ -393,21 +393,23 @@ def test_bench_adaptive_refuses_bad_draft_lengths_and_methods(capsys):
 def test_bench_adaptive_defaults_to_what_specrl_train_runs(capsys, keep_threads):
     """Left out, the threads and the draft lengths are `specrl train`'s: torch's default thread count (not
     the free cores, which follow the load) and powers of two up to train's k, auto drafting up to that k;
-    each row carries its tokens and seconds, so runs at several policies can be pooled."""
+    each row carries its tokens and seconds, so runs at several policies can be pooled; a row measures at least
+    MIN_PROMPTS prompts (batch 2: 4 batches)."""
     import torch
 
     from specrl.cli.main import main
     from specrl.train.config import TrainConfig
     torch.set_num_threads(1)  # as torch's default here would be; the bench must keep it, whatever the load
+    from specrl.cli.bench_adaptive import MIN_PROMPTS
     assert main(["bench", "adaptive", "--batch-sizes", "2", "--methods", "ngram", "--max-tokens", "6",
-                 "--repeats", "1", "--warmup-tokens", "2", "--png", ""]) == 0
+                 "--warmup-tokens", "2", "--png", ""]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     k = TrainConfig().rollout.spec.num_speculative_tokens
     assert [(r["strategy"], r["k"]) for r in rows] == [("off", 0), *[("ngram", 2 ** i) for i in range(k.bit_length())],
                                                          ("auto", k)]
     assert {r["threads"] for r in rows} == {1} and torch.get_num_threads() == 1
     for r in rows:
-        assert r["tokens"] == 12 and abs(r["tokens"] / r["seconds"] - r["tokens_per_s"]) < 1e-3 * r["tokens_per_s"]
+        assert r["tokens"] == MIN_PROMPTS * 6 and abs(r["tokens"] / r["seconds"] - r["tokens_per_s"]) < 1e-3 * r["tokens_per_s"]
 
 
 def test_hybrid_plans_and_a_deferred_model_drafter_keep_greedy_tokens_and_logprobs(tmp_path):
