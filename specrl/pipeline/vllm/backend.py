@@ -201,6 +201,11 @@ class VllmBackend:
                          "cannot take: resume with pipeline.backend=local, or start a new run")
 
     def close(self) -> None:
+        from .procs import signals_deferred
+        with signals_deferred():  # e.g. the SIGTERM that made us close must not cut the close short
+            self._close()
+
+    def _close(self) -> None:
         from .procs import reap
         self._closing.set()
         try:

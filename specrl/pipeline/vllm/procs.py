@@ -8,6 +8,9 @@ has started, and terminates what is left of them when the engine dies or the bac
 """
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 
 import psutil
@@ -55,3 +58,24 @@ def reap(procs: list[psutil.Process], grace_s: float = GRACE_S) -> list[int]:
         while any(alive(p) for p in living) and time.monotonic() < deadline:
             time.sleep(0.05)  # not psutil.wait_procs: it waits for a zombie whose parent never reaps it
     return [p.pid for p in living]
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """SIGINT and SIGTERM that arrive inside the block take effect when it ends: a stop of the engine cut
+    short by a second signal (Ctrl-C, then the SIGTERM a parent passes on) would leave its processes running.
+    Only the main thread can set handlers; elsewhere, and where a handler was set outside Python, the block
+    runs as it is."""
+    stops = (signal.SIGINT, signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or None in map(signal.getsignal, stops):
+        yield
+        return
+    arrived: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: arrived.append(signum)) for s in stops}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in arrived:
+            signal.raise_signal(s)  # now under the handler the caller had
