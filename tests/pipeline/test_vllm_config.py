@@ -138,3 +138,33 @@ def test_a_sigterm_during_the_engine_stop_waits_for_the_stop_to_end():
         assert signal.getsignal(signal.SIGINT) is on_int
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+HOLDER = """
+import importlib.util, subprocess, sys, time
+spec = importlib.util.spec_from_file_location("procs", sys.argv[1])
+procs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(procs)
+import psutil
+engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+guard = procs.Guard([psutil.Process(engine.pid)])
+print(engine.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_guard_stops_the_engine_processes_of_a_holder_killed_by_sigkill():
+    import subprocess
+    import time
+
+    psutil = pytest.importorskip("psutil")
+    from specrl.pipeline.vllm import procs
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, procs.__file__], stdout=subprocess.PIPE, text=True)
+    engine = psutil.Process(int(holder.stdout.readline()))  # stands for vLLM's engine core
+    assert procs.alive(engine)
+    holder.kill()  # no cleanup of its own runs
+    holder.wait()
+    deadline = time.monotonic() + 10
+    while procs.alive(engine) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not procs.alive(engine)
