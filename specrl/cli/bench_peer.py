@@ -30,6 +30,7 @@ from .bench_common import emit
 ENGINES = ("specrl", "vllm")
 WORKLOADS = ("b1", "b64", "rl")
 VLLM_MODES = ("compile", "eager")
+CHILD_GRACE_S = 30.0  # a child's engine close: vLLM's shutdown (~5 s) and the reap of what it leaves (<= 10 s)
 ROW_KEYS = ("engine", "method", "workload", "tokens", "makespan_s", "tokens_per_s")
 
 
@@ -122,6 +123,15 @@ def measure(run: dict, model_dir: Path, args) -> list[dict]:
     t0 = time.perf_counter()
     engine = build(run, model_dir, args, max(len(p) * n for p, n, _ in loads.values()))
     build_s = time.perf_counter() - t0
+    try:
+        return timed(engine, run, model_dir, args, loads, build_s)
+    finally:  # also on SIGTERM (cli/main.py's Terminated): vLLM's engine processes must not outlive us
+        if run["engine"] == "vllm":
+            engine.close()
+
+
+def timed(engine, run: dict, model_dir: Path, args, loads: dict, build_s: float) -> list[dict]:
+    """Warm-up, then one generate() per workload -> its rows."""
     head = {"model": model_dir.name, **{k: v for k, v in run.items() if k not in ("workloads", "repeat")}}
     from ..engine import SamplingParams
     engine.generate(next(iter(loads.values()))[0][:1], [SamplingParams(max_tokens=8)])  # warm-up (compile)
@@ -142,8 +152,6 @@ def measure(run: dict, model_dir: Path, args) -> list[dict]:
         if run["method"] != "off" and args.temperature > 0 and not args.no_audit:
             row["audit_p"] = audit_p(model_dir, outs, args.temperature)
         rows.append(row)
-    if run["engine"] == "vllm":
-        engine.close()
     return rows
 
 
@@ -168,13 +176,29 @@ def child(run: dict, model_dir: Path, argv: list[str]) -> list[dict]:
     """One engine's measurements in a fresh process (its JSON stdout lines); an engine that fails is an
     `error` row."""
     cmd = [sys.executable, "-m", "specrl", "bench", "peer", *argv, "--one", json.dumps(run)]
-    with tempfile.TemporaryFile("w+") as log:
-        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-        if done.returncode != 0:
+    with tempfile.TemporaryFile("w+") as log, \
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True) as proc:
+        try:
+            stdout, _ = proc.communicate()
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM here: the child closes its engine, then we stop
+            stop_child(proc)
+            raise
+        if proc.returncode != 0:
             log.seek(0)
             tail = " | ".join(log.read().strip().splitlines()[-3:])
-            return [{**run, "error": f"exit {done.returncode}: {tail[-300:]}"}]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+            return [{**run, "error": f"exit {proc.returncode}: {tail[-300:]}"}]
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def stop_child(proc: subprocess.Popen) -> None:
+    """SIGTERM, which the child turns into its normal exit (its engine closed), then SIGKILL after
+    CHILD_GRACE_S. Not Popen's own handling of an interrupt: it SIGKILLs the child, whose engine processes
+    then outlive it."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=CHILD_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def summary(rows: list[dict]) -> list[dict]:

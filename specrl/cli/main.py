@@ -3,14 +3,17 @@
 This is the one error boundary of the CLI: a user error (`specrl.errors.USER_ERRORS`: a bad value, path or
 file) ends any command with one line, `specrl <command>: error: ...`, and exit code 2 (1 for a checkpoint
 that cannot be written or read); set `SPECRL_DEBUG=1` to see its traceback. Any other exception is a bug
-and keeps its traceback.
+and keeps its traceback. SIGTERM (e.g. from `timeout`) ends a command as Ctrl-C does, by an exception
+(`Terminated`), so its cleanup runs: an engine process it started (vLLM's) is stopped, not orphaned.
 """
 from __future__ import annotations
 
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 
 from ..errors import USER_ERRORS
@@ -28,6 +31,15 @@ COMMANDS = {
     "audit": ("specrl.cli.audit", "main", "were these completions sampled from this model? (any engine's JSONL)"),
     "export-drafter": ("specrl.cli.export_drafter", "main", "write a drafter for vLLM/SGLang (EAGLE-3 layout)"),
 }
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: unwinds like Ctrl-C (the same handlers run), ends with exit code 143."""
+
+
+def _terminate(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut short the cleanup it starts
+    raise Terminated(f"terminated by signal {signum}")
 
 
 def usage() -> str:
@@ -51,8 +63,21 @@ def main(argv: list[str] | None = None) -> int:
     module, func, _ = COMMANDS[name]
     logging.basicConfig(format="specrl: %(message)s")  # stderr; e.g. the engine's KV cache size
     logging.getLogger("specrl").setLevel(logging.INFO)
+    in_main = threading.current_thread() is threading.main_thread()  # only there can a handler be set
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
+    try:
+        return _run(name, module, func, rest)
+    finally:
+        if in_main and previous is not None:  # None: a handler set outside Python, which we cannot restore
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(name: str, module: str, func: str, rest: list[str]) -> int:
     try:
         result = getattr(importlib.import_module(module), func)(rest)
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

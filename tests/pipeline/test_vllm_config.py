@@ -119,3 +119,52 @@ def test_reap_stops_a_process_that_ignores_sigterm_and_counts_a_zombie_dead():
     assert reap(procs, grace_s=0.5) == [stubborn.pid]  # SIGTERM ignored, then SIGKILL
     assert stubborn.wait(5) == -9 and not alive(procs[0])
     done.wait()
+
+
+def test_a_sigterm_during_the_engine_stop_waits_for_the_stop_to_end():
+    import os
+    import signal
+
+    pytest.importorskip("psutil")
+    from specrl.pipeline.vllm.procs import signals_deferred
+    seen, on_int = [], signal.getsignal(signal.SIGINT)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        with signals_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)  # e.g. the one a parent passes on while we close
+            sum(range(1000))  # the handler would run here, between bytecodes
+            assert seen == []
+        assert seen == [signal.SIGTERM]  # delivered, to the caller's handler, once the stop is done
+        assert signal.getsignal(signal.SIGINT) is on_int
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+HOLDER = """
+import importlib.util, subprocess, sys, time
+spec = importlib.util.spec_from_file_location("procs", sys.argv[1])
+procs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(procs)
+import psutil
+engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+guard = procs.Guard([psutil.Process(engine.pid)])
+print(engine.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_guard_stops_the_engine_processes_of_a_holder_killed_by_sigkill():
+    import subprocess
+    import time
+
+    psutil = pytest.importorskip("psutil")
+    from specrl.pipeline.vllm import procs
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, procs.__file__], stdout=subprocess.PIPE, text=True)
+    engine = psutil.Process(int(holder.stdout.readline()))  # stands for vLLM's engine core
+    assert procs.alive(engine)
+    holder.kill()  # no cleanup of its own runs
+    holder.wait()
+    deadline = time.monotonic() + 10
+    while procs.alive(engine) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not procs.alive(engine)

@@ -71,6 +71,8 @@ class VllmBackend:
         self._own = {"generated_tokens": 0, "target_forwards": 0}
         self._closing = threading.Event()
         self._procs = watch_engine(llm.llm_engine.engine_core, self._closing)
+        from .procs import Guard
+        self._guard = Guard(self._procs) if self._procs else None  # if this process dies without close()
 
     # ---- generation --------------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params) -> list:
@@ -201,6 +203,11 @@ class VllmBackend:
                          "cannot take: resume with pipeline.backend=local, or start a new run")
 
     def close(self) -> None:
+        from .procs import signals_deferred
+        with signals_deferred():  # e.g. the SIGTERM that made us close must not cut the close short
+            self._close()
+
+    def _close(self) -> None:
         from .procs import reap
         self._closing.set()
         try:
@@ -210,6 +217,9 @@ class VllmBackend:
                 raise
         finally:
             reap(self._procs)  # what vLLM's shutdown leaves: the workers of an engine core that died
+            guard, self._guard = self._guard, None
+            if guard is not None:
+                guard.release()
             self.refit.close()
             self.drafter_refit.close()
             self._work_dir.cleanup()
