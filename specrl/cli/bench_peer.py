@@ -7,10 +7,11 @@ same sampling settings, one engine per process (a subprocess per engine), altern
 Workloads: `b1` (one prompt), `b64` (64 prompts, one sample each), `rl` (the default run's rollout:
 rollout.prompts_per_step prompts x rollout.n at the default run's response budget, or --rl-max-tokens), on
 the embedded task's prompts encoded as `specrl train` encodes them; every request has its own seed and stops
-at the model's EOS ids. One process builds one engine (room for the largest workload's batch), warms it up
-and times each workload in turn. vLLM is measured with its defaults (`vllm_mode=compile`: torch.compile
-where it works) and `enforce_eager=True` (`vllm_mode=eager`). One JSON line per measurement: engine, method,
-workload, tokens, makespan_s, tokens_per_s (and model, the checkpoint directory's name; vllm_mode, build_s;
+at the model's EOS ids (or runs to its budget: --ignore-eos). One process builds one engine (room for the
+largest workload's batch), warms it up and times each workload in turn. vLLM is measured with its defaults
+(`vllm_mode=compile`: torch.compile where it works) and `enforce_eager=True` (`vllm_mode=eager`). One JSON
+line per measurement: engine, method, workload, tokens, makespan_s, tokens_per_s (and model, the checkpoint
+directory's name; vllm_mode, build_s;
 audit_p, the sampler audit's p-value, on sampled SD rows; digests, a short hash of each completion's token
 ids, so rows of the same seeds compare sample by sample, e.g. greedy SD against SD off); then one
 `"summary": true` line per (engine, method, workload) with the best repeat, vLLM's faster mode.
@@ -46,6 +47,8 @@ def parser():
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-tokens", type=int, default=256, help="b1 and b64's budget")
     ap.add_argument("--rl-max-tokens", type=int, default=None, help="rl's budget (default: the default run's)")
+    ap.add_argument("--ignore-eos", action="store_true",
+                    help="generate every budget to its end (vLLM's benchmark flag): fixed work per row")
     ap.add_argument("--k", type=int, default=4, help="draft length of the SD methods")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads of specrl's engine")
     ap.add_argument("--no-audit", action="store_true", help="skip the sampler audit of sampled SD rows")
@@ -137,7 +140,8 @@ def timed(engine, run: dict, model_dir: Path, args, loads: dict, build_s: float)
     engine.generate(next(iter(loads.values()))[0][:1], [SamplingParams(max_tokens=8)])  # warm-up (compile)
     rows = []
     for name, (prompts, n, max_tokens) in loads.items():
-        params = [SamplingParams(n=n, temperature=args.temperature, max_tokens=max_tokens, seed=1000 + i)
+        params = [SamplingParams(n=n, temperature=args.temperature, max_tokens=max_tokens, seed=1000 + i,
+                                 ignore_eos=args.ignore_eos)
                   for i in range(len(prompts))]
         engine.reset_stats()
         t0 = time.perf_counter()
@@ -146,7 +150,7 @@ def timed(engine, run: dict, model_dir: Path, args, loads: dict, build_s: float)
         tokens = sum(len(c.token_ids) for r in outs for c in r.outputs)
         digests = [digest(c.token_ids) for r in outs for c in r.outputs]
         row = {**head, "workload": name, "tokens": tokens, "makespan_s": seconds, "tokens_per_s": tokens / seconds,
-               "repeat": run["repeat"], "build_s": build_s, "max_tokens": max_tokens,
+               "repeat": run["repeat"], "build_s": build_s, "max_tokens": max_tokens, "ignore_eos": args.ignore_eos,
                "acceptance_length": (engine.stats() if run["engine"] == "vllm" else engine.stats)  # LLM: a dict
                .get("acceptance_length", 1.0), "digests": digests}
         if run["method"] != "off" and args.temperature > 0 and not args.no_audit:

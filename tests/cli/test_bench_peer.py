@@ -15,7 +15,7 @@ from tests.helpers import save_tiny
 
 def _args(**kw) -> SimpleNamespace:
     base = dict(engines="specrl,vllm", methods="off", workloads="b1", vllm_modes="compile,eager", repeats=2,
-                temperature=1.0, max_tokens=4, rl_max_tokens=None, k=2, threads=1, no_audit=False)
+                temperature=1.0, max_tokens=4, rl_max_tokens=None, k=2, threads=1, no_audit=False, ignore_eos=False)
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -50,6 +50,8 @@ def test_one_engine_times_each_workload_and_a_sampled_sd_row_has_its_audit(tiny)
     assert set(ROW_KEYS) <= set(off) and "audit_p" not in off
     assert off["tokens"] == 4 and off["tokens_per_s"] == pytest.approx(off["tokens"] / off["makespan_s"])
     assert b64["tokens"] <= 64 * 4
+    [fixed] = measure({**run, "workloads": ["b64"]}, tiny, _args(ignore_eos=True))
+    assert fixed["tokens"] == 64 * 4 and fixed["ignore_eos"]  # --ignore-eos: every budget to its end
     [sd] = measure({"engine": "specrl", "method": "ngram", "workloads": ["b1"], "repeat": 0}, tiny, _args())
     assert 1e-3 < sd["audit_p"] <= 1.0  # an exact sampler passes
     [greedy] = measure({"engine": "specrl", "method": "ngram", "workloads": ["b1"], "repeat": 0}, tiny,

@@ -60,8 +60,8 @@ def _wait_for_generation(proc: subprocess.Popen, out: Path) -> list[psutil.Proce
 def test_sigterm_to_the_process_holding_a_vllm_engine_leaves_no_vllm_process(tmp_path):
     out = tmp_path / "rows.jsonl"
     cmd = [sys.executable, "-m", "specrl", "bench", "peer", "--engines", "vllm", "--vllm-modes", "eager",
-           "--methods", "off", "--workloads", "b64", "--repeats", "1", "--max-tokens", "1000",
-           "--temperature", "0",  # greedy, the policy loops to the budget: minutes of work left when stopped
+           "--methods", "off", "--workloads", "b64", "--repeats", "1", "--max-tokens", "1500",
+           "--ignore-eos",  # 96,000 tokens whatever the policy samples: minutes of work left when it is stopped
            "--one", json.dumps({"engine": "vllm", "method": "off", "workloads": ["b64"], "repeat": 0,
                                 "vllm_mode": "eager"})]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -71,6 +71,7 @@ def test_sigterm_to_the_process_holding_a_vllm_engine_leaves_no_vllm_process(tmp
     engine: list[psutil.Process] = []
     try:
         engine = _wait_for_generation(proc, out)
+        assert proc.poll() is None, f"the bench finished ({proc.returncode}) before it could be stopped mid-generation"
         proc.terminate()  # the holder alone: vLLM's processes hear nothing from us
         proc.wait(timeout=STOP_S)
         deadline = time.monotonic() + STOP_S
