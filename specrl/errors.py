@@ -12,6 +12,8 @@ user error too.
 """
 from __future__ import annotations
 
+import threading
+
 
 class UserError(Exception):
     """Bad input; the message names the bad value, what was expected and the fix."""
@@ -44,3 +46,18 @@ def require(ok: bool, key: str, value, expected: str, fix: str = "") -> None:
 
 # what `specrl` prints as one line instead of a traceback
 USER_ERRORS = (UserError, ValueError, OSError)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (`specrl.cli.main` raises it from its handler): unwinds like Ctrl-C, exit code 143."""
+
+
+TERMINATING = threading.Event()  # set by that handler: the command is stopping
+
+
+def raise_if_terminating() -> None:
+    """Raise Terminated again where a loop of ours asks: a handler's exception raised inside a library's
+    wait is lost where that library retries the interrupted call (pyzmq's poll inside vLLM's engine start
+    does), and the second SIGTERM that would raise it again is ignored during cleanup."""
+    if TERMINATING.is_set():
+        raise Terminated("terminated by SIGTERM (raised again: the first raise was lost inside a library)")

@@ -16,7 +16,7 @@ import sys
 import threading
 import traceback
 
-from ..errors import USER_ERRORS
+from ..errors import TERMINATING, USER_ERRORS, Terminated
 
 COMMANDS = {
     "train": ("specrl.cli.train", "main", "GRPO training with speculative rollouts (the main job)"),
@@ -33,11 +33,8 @@ COMMANDS = {
 }
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived: unwinds like Ctrl-C (the same handlers run), ends with exit code 143."""
-
-
 def _terminate(signum, frame):
+    TERMINATING.set()  # for the loops that raise it again where a library lost this raise (errors.py)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut short the cleanup it starts
     raise Terminated(f"terminated by signal {signum}")
 
@@ -68,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(name, module, func, rest)
     finally:
+        TERMINATING.clear()  # a library caller may run another command in this process
         if in_main and previous is not None:  # None: a handler set outside Python, which we cannot restore
             signal.signal(signal.SIGTERM, previous)
 

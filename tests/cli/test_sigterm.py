@@ -9,8 +9,12 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 from specrl.cli import bench_peer
 from specrl.cli.main import COMMANDS, main
+from specrl.errors import TERMINATING, Terminated, raise_if_terminating
+from specrl.pipeline.vllm.backend import VllmBackend
 
 
 def test_sigterm_unwinds_the_command_and_exits_143(monkeypatch, capsys):
@@ -33,6 +37,48 @@ def test_sigterm_unwinds_the_command_and_exits_143(monkeypatch, capsys):
     assert main(["sigterm-test"]) == 128 + signal.SIGTERM
     assert cleaned == [True] and "terminated" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
+
+
+def test_a_terminated_lost_inside_a_library_is_raised_again_by_the_next_loop_of_ours(monkeypatch, capsys):
+    steps, cleaned = [], []
+
+    def library_wait():  # pyzmq retries a poll that SIGTERM interrupted, dropping the handler's exception
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                sum(range(100))
+        except KeyboardInterrupt:
+            pass
+
+    def command(argv):
+        try:
+            for step in range(3):
+                raise_if_terminating()
+                steps.append(step)
+                library_wait()
+            raise AssertionError("the lost SIGTERM was not raised again")
+        finally:
+            cleaned.append(True)
+
+    module = types.ModuleType("specrl_test_lost_sigterm_command")
+    module.main = command
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(COMMANDS, "lost-sigterm-test", (module.__name__, "main", "test"))
+    assert main(["lost-sigterm-test"]) == 128 + signal.SIGTERM
+    assert steps == [0] and cleaned == [True]
+    assert not TERMINATING.is_set()  # cleared when the command returns: the next one starts afresh
+
+
+def test_the_vllm_backend_steps_no_engine_once_terminating():
+    engine = types.SimpleNamespace(has_unfinished_requests=lambda: True, add_request=lambda *a: None,
+                                   step=lambda: pytest.fail("stepped after SIGTERM"))
+    backend = types.SimpleNamespace(_cancelled=False, _own={"target_forwards": 0})
+    TERMINATING.set()
+    try:
+        with pytest.raises(Terminated):
+            VllmBackend._run(backend, engine, ["0"], [[1, 2]], [None])
+    finally:
+        TERMINATING.clear()
 
 
 CHILD = """

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from ...engine.llm import GenerationCancelled
+from ...errors import raise_if_terminating
 from ..seam import NamedTensors, RunStopped
 from .refit import RefitDir, checkpoint_layout, fitted
 from .sampling import to_specrl, to_vllm
@@ -115,6 +116,7 @@ class VllmBackend:
                 raise
         done: dict[str, object] = {}
         while engine.has_unfinished_requests():
+            raise_if_terminating()  # the queued requests die with the engine at close()
             if self._cancelled:
                 engine.abort_request([r for r in ids if r not in done])
                 raise GenerationCancelled("generate() was cancelled (VllmBackend.cancel)")
