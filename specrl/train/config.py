@@ -79,9 +79,8 @@ class DataConfig:
                 self.eval_temperature, ">= 0 or null", "null samples at the rollout temperature, 0 is greedy")
         knobs = {"hops_median": self.hops_median, "hops_sigma": self.hops_sigma, "max_hops": self.max_hops}
         if not self.is_task:
-            set_knobs = [k for k, v in knobs.items() if v is not None]
-            require(not set_knobs, set_knobs[0] if set_knobs else "", knobs.get(set_knobs[0]) if set_knobs else None,
-                    "null with a file source", "hop counts shape the embedded tasks only")
+            for key, value in knobs.items():
+                require(value is None, key, value, "null with a file source", "hop counts shape the embedded tasks only")
             return
         from ..tasks.arith import COUNTER_DIGITS, TASKS
         require(self.source in TASKS, "source", self.source, f"an embedded task, one of {list(TASKS)}, or a .jsonl / "
