@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def fit_and_validate(runs: dict[tuple, list[dict]], clock: str, policy: Path, out: Path) -> int:
-    from specrl.cli.simulate import main as sim_main
+    from specrl.sim.cli import main as sim_main
     fit, held = [], []
     for (batch, method, _), reps in runs.items():
         best = min(reps, key=lambda r: r[f"{clock}_s"])  # contention only ever adds time

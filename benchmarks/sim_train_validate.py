@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, (method, k, prompts, n, *shape) in group.items():
             dest.append(str(run_train(out, name, method, k, prompts, n, a.steps, a.extra, *shape)))
             print(json.dumps({"kind": "recorded", "run": dest[-1]}), flush=True)
-    from specrl.cli.simulate import main as sim_main
+    from specrl.sim.cli import main as sim_main
     model = [arg.split("=", 1)[1] for arg in a.extra if arg.startswith("model=")]
     code = 0
     for clock in ("cpu", "wall"):

@@ -3,15 +3,7 @@
 The public names are imported on first use, so that `specrl simulate` and other light commands do not pay
 for importing torch.
 """
-import importlib
+from .engine import _EXPORTS, __getattr__  # noqa: F401 (the engine's public names, lazily, as specrl's own)
 
 __version__ = "0.1.0"
-_EXPORTS = {"LLM": "specrl.engine", "CompletionOutput": "specrl.engine", "RequestOutput": "specrl.engine",
-            "SamplingParams": "specrl.engine", "SpecConfig": "specrl.engine.methods"}
 __all__ = list(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'specrl' has no attribute {name!r}")

@@ -44,6 +44,23 @@ def require(ok: bool, key: str, value, expected: str, fix: str = "") -> None:
         raise ConfigError(f"{msg}; {fix}" if fix else msg)
 
 
+def require_min(config, low: int, *keys: str) -> None:
+    """`require(value >= low)` for each named field of `config`, in order."""
+    for key in keys:
+        require(getattr(config, key) >= low, key, getattr(config, key), f">= {low}")
+
+
+def pyplot(needed_by: str):
+    """matplotlib.pyplot on the headless Agg backend; without matplotlib (optional) a MissingDependency."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise MissingDependency(f"{needed_by} needs matplotlib: pip install matplotlib (or 'specrl[plots]')") from e
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
 # what `specrl` prints as one line instead of a traceback
 USER_ERRORS = (UserError, ValueError, OSError)
 

@@ -10,7 +10,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from .config import require
+from .config import require, require_min
 
 
 @dataclass
@@ -27,8 +27,7 @@ class OptimSettings:
         require(self.lr > 0, "lr", self.lr, "> 0", "e.g. 1e-5 for an RL policy, 1e-3 for a small drafter")
         require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", self.betas,
                 "two numbers in [0, 1)", "the usual choice is [0.9, 0.999]")
-        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")
-        require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, ">= 0")
+        require_min(self, 0, "weight_decay", "warmup_steps")
         require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "in [0, 1]")
         require(self.grad_clip >= 0, "grad_clip", self.grad_clip, ">= 0", "0 measures the norm without clipping")
 

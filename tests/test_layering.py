@@ -150,7 +150,7 @@ def test_module_imports_first_in_a_fresh_interpreter(module):
 
 def test_the_method_table_reads_without_torch():
     """`specrl simulate` reads the drafter names from the table; that must not import torch."""
-    code = ("import sys, specrl.engine.methods, specrl.sim.build, specrl.cli.simulate; "
+    code = ("import sys, specrl.engine.methods, specrl.sim.build, specrl.sim.cli; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent)
     assert out.returncode == 0, out.stderr[-2000:]

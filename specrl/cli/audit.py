@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputFormatError, MissingDependency, MissingFileError, UserError
+from ..errors import InputFormatError, MissingFileError, UserError, pyplot
 
 
 def read_rollouts(path: Path, vocab_size: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -65,12 +65,7 @@ def greedy_mismatches(model, prompts: list[list[int]], completions: list[list[in
 
 
 def plot_pit(scores: torch.Tensor, path: Path, title: str) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise MissingDependency("--plot needs matplotlib: pip install matplotlib") from e
+    plt = pyplot("--plot")
     u, w = scores[:, 0].numpy(), scores[:, 1].numpy()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, weights, name in ((axes[0], None, "tokens"), (axes[1], w, "weight (1 - max p)")):

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import MissingDependency, UserError
+from ..errors import UserError, pyplot
 from ..pipeline.run_dir import is_run_dir, read_jsonl
 
 # (metrics.jsonl key, panel title); held-out accuracy comes from eval.jsonl
@@ -82,13 +82,8 @@ def table(rows: list[dict]) -> str:
 
 
 def plot(runs: list[Run], out: Path) -> Path:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-    except ImportError as e:
-        raise MissingDependency("--out needs matplotlib: pip install matplotlib (or 'specrl[plots]')") from e
+    plt = pyplot("--out")
+    from matplotlib.ticker import MaxNLocator
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     for ax, (key, title) in zip(axes.flat, PANELS):
         for run in runs:

@@ -23,7 +23,7 @@ COMMANDS = {
     "compare": ("specrl.cli.compare", "main", "runs of `specrl train` side by side: a table and one figure"),
     "generate": ("specrl.cli.generate", "main", "generate completions to JSONL (vLLM-style sampling)"),
     "bench": ("specrl.cli.bench", "main", "benchmarks: `bench engine`, `bench spec`, `bench peer` (JSON lines)"),
-    "simulate": ("specrl.cli.simulate", "main", "performance simulator: project speedups on GPU clusters"),
+    "simulate": ("specrl.sim.cli", "main", "performance simulator: project speedups on GPU clusters"),
     "pretrain": ("specrl.cli.pretrain", "main", "build the embedded base policy"),
     "train-drafter": ("specrl.cli.train_drafter", "main", "offline drafter training (eagle3/draft_model/mtp)"),
     "make-data": ("specrl.cli.make_data", "main", "write a JSONL prompt set (`make-data math`, boxed answers)"),

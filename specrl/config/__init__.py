@@ -4,8 +4,8 @@ Every part of specrl describes its settings as a dataclass. ``build`` turns plai
 (type-checked and coerced, so ``lr: 1e-4`` in YAML becomes a float) and back; ``files`` reads YAML,
 applies command-line overrides, runs each dataclass's own ``validate()``, and writes configs atomically.
 """
-from .build import ConfigError, from_dict, require, to_dict
+from .build import ConfigError, from_dict, require, require_min, to_dict
 from .files import dump_yaml, load_config, load_yaml, parse_override, validate_config
 
 __all__ = ["ConfigError", "dump_yaml", "from_dict", "load_config", "load_yaml", "parse_override", "require",
-           "to_dict", "validate_config"]
+           "require_min", "to_dict", "validate_config"]

@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar, Union
 
 import yaml
 
-from ..errors import ConfigError, require  # noqa: F401 (specrl.config's names)
+from ..errors import ConfigError, require, require_min  # noqa: F401 (specrl.config's names)
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 
 from ..config import dump_yaml
-from ..errors import UserError
+from ..errors import MissingDependency, UserError, pyplot
 from ..io import atomic_write_text
 
 TIME_KEYS = ("rollout_s", "reward_s", "train_s", "sync_s")
@@ -108,11 +108,9 @@ class RunDir:
     def plot(self) -> list[Path]:
         """PNG plots of the run so far; none (with a warning) without matplotlib."""
         try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            warnings.warn("matplotlib is not installed: no plots (pip install matplotlib)")
+            plt = pyplot("plotting")
+        except MissingDependency as e:
+            warnings.warn(f"{e}: no plots")
             return []
         rows, evals = read_jsonl(self.path / "metrics.jsonl"), read_jsonl(self.path / "eval.jsonl")
         if not rows:

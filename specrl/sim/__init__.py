@@ -1,5 +1,5 @@
 """Performance simulator: roofline cost model, acceptance model, discrete-event rollout simulation,
-sync/async RL pipeline, calibration on engine traces. CLI: `specrl simulate` (specrl.cli.simulate.main)."""
+sync/async RL pipeline, calibration on engine traces. CLI: `specrl simulate` (specrl.sim.cli.main)."""
 from specrl.sim.acceptance import AcceptanceModel, from_acceptance_length, geometric
 from specrl.sim.des import Engine, SDSetting, simulate_replica
 from specrl.sim.hardware import HARDWARE, HardwareSpec, Overheads, get_hardware

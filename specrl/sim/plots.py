@@ -3,23 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrl.errors import MissingDependency
-
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError as e:
-        raise MissingDependency("plots need matplotlib; install it with `pip install specrl[plots]` "
-                          "or drop --plot-dir") from e
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+from specrl.errors import pyplot
 
 
 def line_plot(rows: list[dict], x: str, ys: tuple[str, ...], path: Path, title: str,
               logx: bool = False) -> Path:
-    plt = _pyplot()
+    plt = pyplot("--plot-dir")
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for y in ys:
         ax.plot([r[x] for r in rows], [r[y] for r in rows], marker="o", label=y)

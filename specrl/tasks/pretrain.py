@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import require
+from ..errors import require, require_min
 from ..optim import OptimSettings, build_optimizer, clip_grad, clock_step
 from .arith import ArithSpec, is_counted, make_problems, task_spec
 from .batches import train_batches
@@ -119,8 +119,7 @@ class PretrainConfig:
 
     def validate(self) -> None:
         require(bool(self.stages), "stages", self.stages, "at least one Stage", "e.g. pretrain.STAGES")
-        for key in ("batch_tokens", "num_layers", "hidden_size", "num_threads"):
-            require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
+        require_min(self, 1, "batch_tokens", "num_layers", "hidden_size", "num_threads")
         require(self.time_budget_s > 0, "time_budget_s", self.time_budget_s, "> 0 seconds")
         task_spec(self.eval_task)
 

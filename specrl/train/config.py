@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from ..config import ConfigError, require
+from ..config import ConfigError, require, require_min
 from ..config.choices import PIPELINE_MODES, PLACEMENTS
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION, parse_bytes
 from ..engine.methods import SpecConfig, model_method
@@ -79,9 +79,8 @@ class DataConfig:
                 self.eval_temperature, ">= 0 or null", "null samples at the rollout temperature, 0 is greedy")
         knobs = {"hops_median": self.hops_median, "hops_sigma": self.hops_sigma, "max_hops": self.max_hops}
         if not self.is_task:
-            set_knobs = [k for k, v in knobs.items() if v is not None]
-            require(not set_knobs, set_knobs[0] if set_knobs else "", knobs.get(set_knobs[0]) if set_knobs else None,
-                    "null with a file source", "hop counts shape the embedded tasks only")
+            for key, value in knobs.items():
+                require(value is None, key, value, "null with a file source", "hop counts shape the embedded tasks only")
             return
         from ..tasks.arith import COUNTER_DIGITS, TASKS
         require(self.source in TASKS, "source", self.source, f"an embedded task, one of {list(TASKS)}, or a .jsonl / "
@@ -168,8 +167,7 @@ class DrafterConfig:
         require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
         require(self.kl_coef >= 0 and self.accept_coef >= 0 and self.kl_coef + self.accept_coef > 0, "kl_coef",
                 self.kl_coef, ">= 0, with accept_coef >= 0 and not both 0")
-        for key in ("updates_per_step", "ttt_steps", "mtp_depths"):
-            require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
+        require_min(self, 1, "updates_per_step", "ttt_steps", "mtp_depths")
         require(0 < self.sample_fraction <= 1, "sample_fraction", self.sample_fraction, "in (0, 1]")
 
 
@@ -256,8 +254,7 @@ class AlgorithmConfig:
                                 ("policy_loss", self.policy_loss, POLICY_LOSSES)):
             require(value in reg, key, value, f"one of {reg.names}")
         require(0 <= self.clip_low < 1, "clip_low", self.clip_low, "in [0, 1)")
-        require(self.clip_high >= 0, "clip_high", self.clip_high, ">= 0")
-        require(self.kl_coef >= 0, "kl_coef", self.kl_coef, ">= 0")
+        require_min(self, 0, "clip_high", "kl_coef")
         require(self.updates_per_step >= 1, "updates_per_step", self.updates_per_step, ">= 1")
         require(self.is_cap > 0, "is_cap", self.is_cap, "> 0", "a typical value is 2.0")
 
@@ -328,8 +325,7 @@ class PipelineConfig:
         require(self.mode in PIPELINE_MODES, "mode", self.mode, f"one of {list(PIPELINE_MODES)}")
         require(self.max_policy_lag >= 0, "max_policy_lag", self.max_policy_lag, ">= 0",
                 "0 makes async wait for every update (the sync schedule); 1 overlaps one step")
-        for key in ("rollout_threads", "train_threads"):
-            require(getattr(self, key) >= 0, key, getattr(self, key), ">= 0")
+        require_min(self, 0, "rollout_threads", "train_threads")
         require(not self.inflight_updates or self.mode == "async", "inflight_updates", self.inflight_updates,
                 "false with mode=sync", "only the async pipeline updates weights while a rollout runs: set "
                 "pipeline.mode=async or drop pipeline.inflight_updates")
@@ -352,13 +348,10 @@ class RayConfig:
     num_cpus: int = 0  # a Ray started here (address=None): CPUs it offers; 0: as many as the actors ask
 
     def validate(self) -> None:
-        for key in ("rollout_actors", "trainers"):
-            require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
-        for key in ("rollout_cpus", "rollout_gpus", "trainer_cpus", "trainer_gpus"):
-            require(getattr(self, key) >= 0, key, getattr(self, key), ">= 0")
+        require_min(self, 1, "rollout_actors", "trainers")
+        require_min(self, 0, "rollout_cpus", "rollout_gpus", "trainer_cpus", "trainer_gpus")
         require(self.placement in PLACEMENTS, "placement", self.placement, f"one of {list(PLACEMENTS)}")
-        require(self.max_restarts >= 0, "max_restarts", self.max_restarts, ">= 0")
-        require(self.num_cpus >= 0, "num_cpus", self.num_cpus, ">= 0")
+        require_min(self, 0, "max_restarts", "num_cpus")
 
 
 @dataclass

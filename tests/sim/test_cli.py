@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from specrl.cli.main import main as specrl_main
-from specrl.cli.simulate import main
+from specrl.sim.cli import main
 from specrl.sim.des import Engine
 from specrl.sim.traces import meta_path, synthesize, write_jsonl
 from tests.sim.helpers import SMALL, toy_hw

@@ -10,7 +10,7 @@ import pytest
 from specrl.pipeline.run_dir import RunDir, read_jsonl
 from specrl.sim import cost
 from specrl.sim.calibrate import calibrate
-from specrl.cli.simulate import main as sim_main
+from specrl.sim.cli import main as sim_main
 from specrl.sim.des import Engine, simulate_replica
 from specrl.sim.hardware import hardware_to_dict
 from specrl.sim.models import from_hf_config

@@ -15,7 +15,7 @@ from typing import Callable, Iterator, NamedTuple
 
 import torch
 
-from ...errors import MissingFileError, require
+from ...errors import MissingFileError, require, require_min
 from ...optim import OptimSettings, build_optimizer, clip_grad, clock_step
 
 Pair = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
@@ -50,8 +50,7 @@ class DrafterTrainArgs:
         self.validate()  # the trainers take one built in Python too
 
     def validate(self) -> None:
-        for key in ("steps", "batch_tokens"):
-            require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
+        require_min(self, 1, "steps", "batch_tokens")
         require(self.teacher_topk >= 0, "teacher_topk", self.teacher_topk, ">= 1, or 0 for the whole vocabulary")
         require(not self.resume or bool(self.cache_dir), "resume", self.resume, "false without a cache directory",
                 "resume continues the training state saved in a cache: pass cache=DIR (the interrupted run's)")
