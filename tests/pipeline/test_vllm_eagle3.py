@@ -111,7 +111,7 @@ def _online_head(work) -> tuple:
     before = {k: v.clone() for k, v in learner.drafter.named_weights()}
     encoder = PromptEncoder(policy)
     train = [encoder.encode(p.prompt) for p in make_problems(8, seed=5, split="train")]
-    outs = LLM(str(policy), dtype="float32").generate(train, SamplingParams(n=2, temperature=1.0, max_tokens=160,
+    outs = LLM(str(policy), dtype="float32").generate(train, SamplingParams(n=2, temperature=1.0, max_tokens=96,
                                                                             seed=1))
     rows = [(r.prompt_token_ids, c) for r in outs for c in r.outputs]
     batch = collate([p for p, _ in rows], [c.token_ids for _, c in rows], [c.logprobs for _, c in rows],
