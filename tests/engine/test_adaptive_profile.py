@@ -29,7 +29,7 @@ def saved(tmp_path, target, suffix_accepts, eagle3_accepts, rows=2000):
     s = strategy()
     teach(s, "suffix", suffix_accepts, rows)
     teach(s, "eagle3", eagle3_accepts, rows)
-    s.checks.add("eagle3@4", 16, 60.0, 100.0)  # a step priced at 60 s that took 100 s: 0.6 of its predicted rate
+    s.checks.add("eagle3@4", 16, 60.0, 100.0)  # a step that realised 0.6 of its predicted tokens
     path = tmp_path / "profile.json"
     profile.save(s, path, target, path="test")
     return path, s

@@ -17,15 +17,14 @@ predicted rate is
 from the cost model (engine/cost_model.py: fit to this engine's own step timings after a warm-up profile of
 the forward) and per-position acceptance counts (engine/acceptance.py), optimistic while a drafter has few
 observations: that optimism is the exploration (UCB), so a drafter is tried where trying could pay and a
-drafter that got better online is found again. What the fits cannot see is read off the clock: each arm's
-steps' seconds as priced by the fits for the work they did, against the seconds they took (ratecheck.py),
-scale its predicted rate, so an arm that runs slower than priced loses its place; acceptance stays with the
-counts. No arm beats plain decoding -> no draft: SD that proposes nothing
+drafter that got better online is found again. What the model cannot see is read off the clock: each arm's
+realised tokens per second against its prediction (ratecheck.py) scales its predicted rate, so an arm that
+runs slower than priced loses its place. No arm beats plain decoding -> no draft: SD that proposes nothing
 costs nothing (every drafter still observes the forward, so switching back needs no re-prefill).
 
     arms.py       the arms and the (drafter, kind) keys of the acceptance counts
     strategy.py   `AdaptiveStrategy`: the decision and what it learns (costs, acceptance, rate checks)
-    ratecheck.py  priced / realised step seconds per arm
+    ratecheck.py  realised / predicted rate per arm
     shadow.py     shadow drafts that score the model-free drafters without drafting
     profile.py    a saved profile (cost fits, acceptance counts, rate checks) as a fresh engine's prior
     factory.py    `build`: the DrafterPool of `spec.drafters` and the strategy over it, from its profile

@@ -1,35 +1,34 @@
-"""How far the cost model's predicted step seconds are off for each arm, read off the clock."""
+"""How far the cost model's predicted rate is off for each arm, read off the clock."""
 from __future__ import annotations
 
 import math
 
 from ..constants import CHECK_DECAY
 
-FORM = "seconds"  # what a saved check compares; checks saved in another form are dropped on load
-
 
 class RateCheck:
-    """For one arm: the seconds its steps were predicted to take over those they took, each a decayed sum over
-    the steps the arm ran, shrunk towards `prior` (log 1 = trust the model) while it has few steps. The
-    prediction prices the work a step actually did (its target inputs, the drafts asked of each drafter, the
-    catch-ups) from the fits, so what the fits do not see (merging drafts, bookkeeping that grows with the draft,
-    a misfit at this arm's shape) shows up here. Acceptance is left to the counts: they correct themselves as
-    the arm drafts, whereas a check that compared tokens would keep the error of the acceptance estimate an arm
-    was first tried under until it ran again, and a penalised arm does not run again. A ratio of sums, not a
-    mean of per-step log ratios: the mean log of a varying quantity sits below the log of its mean."""
+    """For one arm: realised over predicted tokens, each a decayed sum over the steps the arm ran (the predicted
+    tokens of a step are the predicted rate times the step's seconds), shrunk towards `prior` (log 1 = trust the
+    model) while it has few steps. The predictions price the forward and the drafting from their fits and
+    acceptance from the counts; what neither sees (a drafter's catch-up, merging drafts, per-token bookkeeping
+    that grows with the draft, acceptance that differs between the rows an arm drafts for and those it was
+    counted on) shows up here, from the step's own clock. A ratio of sums, not a mean of per-step log ratios:
+    a step's emitted tokens vary widely at a few rows (a point drafter's match is taken whole or not at all),
+    and the mean log of a varying count sits below the log of its mean, which would price exactly predicted
+    model-free drafters below their rate at small batches."""
 
-    def __init__(self, predicted: float = 0.0, real: float = 0.0, n: float = 0.0):
-        self.predicted, self.real, self.n = predicted, real, n
+    def __init__(self, real: float = 0.0, predicted: float = 0.0, n: float = 0.0):
+        self.real, self.predicted, self.n = real, predicted, n
 
-    def add(self, predicted_s: float, real_s: float) -> None:
-        self.predicted = CHECK_DECAY * self.predicted + predicted_s
-        self.real = CHECK_DECAY * self.real + real_s
+    def add(self, real_tokens: float, predicted_tokens: float) -> None:
+        self.real = CHECK_DECAY * self.real + real_tokens
+        self.predicted = CHECK_DECAY * self.predicted + predicted_tokens
         self.n = CHECK_DECAY * self.n + 1.0
 
     def log_factor(self, prior: float = 0.0) -> float:
         if self.real <= 0.0 or self.predicted <= 0.0:
             return prior
-        return (self.n * math.log(self.predicted / self.real) + prior) / (self.n + 1.0)
+        return (self.n * math.log(self.real / self.predicted) + prior) / (self.n + 1.0)
 
 
 class RateChecks:
@@ -38,13 +37,13 @@ class RateChecks:
     def __init__(self):
         self.checks: dict[tuple, RateCheck] = {}  # (arm label,) and (arm label, octave of B) -> RateCheck
 
-    def add(self, label: str, B: int, predicted_s: float, real_s: float) -> None:
+    def add(self, label: str, B: int, real_tokens: float, predicted_tokens: float) -> None:
         for key in ((label,), (label, B.bit_length())):
-            self.checks.setdefault(key, RateCheck()).add(predicted_s, real_s)
+            self.checks.setdefault(key, RateCheck()).add(real_tokens, predicted_tokens)
 
     def factor(self, label: str, B: int) -> float:
-        """Realised / predicted rate of arm `label` at B rows (predicted / realised seconds for the same work):
-        its own at this octave of B, shrunk towards its figure at any B, shrunk towards 1."""
+        """Realised / predicted rate of arm `label` at B rows: its own at this octave of B, shrunk towards its
+        figure at any B, shrunk towards 1."""
         overall = self.checks.get((label,))
         if overall is None:
             return 1.0
@@ -56,13 +55,12 @@ class RateChecks:
         """Each check weighs at most `steps` steps, with the same mean (a saved profile's, as a prior)."""
         for c in self.checks.values():
             f = min(1.0, steps / max(c.n, 1e-9))
-            c.predicted, c.real, c.n = f * c.predicted, f * c.real, f * c.n
+            c.real, c.predicted, c.n = f * c.real, f * c.predicted, f * c.n
 
-    def state_dict(self) -> dict:
-        return {"form": FORM, "rows": [[list(key), c.predicted, c.real, c.n] for key, c in self.checks.items()]}
+    def state_dict(self) -> list:
+        return [[list(key), c.real, c.predicted, c.n] for key, c in self.checks.items()]
 
-    def load_state_dict(self, state: dict | list) -> None:
-        """Checks saved in this form; those saved as lists (tokens realised against predicted, which carry the
-        acceptance estimate of the plan that ran them) are dropped."""
-        rows = state.get("rows", []) if isinstance(state, dict) and state.get("form") == FORM else []
-        self.checks = {tuple(row[0]): RateCheck(*map(float, row[1:])) for row in rows}
+    def load_state_dict(self, state: list) -> None:
+        """Checks saved as [key, real, predicted, n]; those saved as means of log ratios ([key, sum, n], before
+        the ratio of sums) are dropped: they carry the bias this form removes."""
+        self.checks = {tuple(row[0]): RateCheck(*map(float, row[1:])) for row in state if len(row) == 4}

@@ -30,6 +30,7 @@ class AdaptiveStrategy(Strategy):
         self.arms = arm_grid(self.names, self.point, k_max)
         self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
         self.checks = RateChecks()
+        self._expect = 0.0  # the plan's predicted rate (without optimism), for the check
         self.shadows = ShadowDrafts([n for n in self.names if n in self.point], k_max)
 
     # ---- predictions ---------------------------------------------------------------------------------
@@ -63,6 +64,8 @@ class AdaptiveStrategy(Strategy):
             self.arm, self._planned_for, self._age = self.best_arm(B), B, 0
             # a plan that tries a drafter seen on few rows lasts one step: the next one looks again
             self._trying = any(self.stats[n].rows < TRY_ROWS for n in self.arm.reads)
+            # what the RateCheck holds the plan's steps to (B is fixed while a plan lasts)
+            self._expect = 0.0 if self.deterministic else self.predicted_rate(self.arm, B, optimistic=False)
         self._age += 1
         arm = self.arm
         self.shadows.propose(seqs, pool)
@@ -112,30 +115,19 @@ class AdaptiveStrategy(Strategy):
     def _learn_costs(self, result: StepResult, asked_by: list[str | None]) -> None:
         """The rate check of the plan's arm, and the cost model's fits, from the step's own clock."""
         B = result.active
-        caught_up = {name: d.take() for name, d in self.deferred.items()}
-        drafted = {name: [k for d, k in zip(asked_by, result.asked) if d == name]
-                   for name in result.draft_s_by if name != self.arm.lead}  # the lead was timed in the schedule
-        if result.total_s > 0.0:  # before the fits learn this step: what they would have priced its work at
-            self.checks.add(self.arm.label, B, self._priced_s(result, drafted, caught_up), result.total_s)
+        if self._expect > 0.0 and result.total_s > 0.0:
+            self.checks.add(self.arm.label, B, result.emitted_tokens, result.total_s * self._expect)
         # the forward, sampling, verification and the bookkeeping that grows with the tokens appended: all of
         # the step but drafting, which the drafters' own fits price
         self.cost.observe_target(result.tokens_in, B, result.verify_s + result.other_s)
-        for name, asked in drafted.items():
-            inputs, catch_up_s = caught_up.get(name, (0, 0.0))
-            if inputs:  # priced apart: every token appended since it last drafted, all rows
-                self.cost.observe_catch_up(name, inputs, catch_up_s)
-            self.cost.observe_draft(name, sum(asked), max(asked, default=0), result.draft_s_by[name] - catch_up_s)
-
-    def _priced_s(self, result: StepResult, drafted: dict[str, list[int]], caught_up: dict) -> float:
-        """Seconds the fits give the work a step did: its target forward, the lead's proposal for every row as
-        the plan prices it, each other drafter's drafts and catch-up."""
-        seconds = self.cost.target_s(result.tokens_in, result.active)
-        if self.arm.lead is not None:
-            seconds += self.cost.draft_s(self.arm.lead, result.active * self.arm.k, self.arm.k)
-        for name, asked in drafted.items():
-            seconds += self.cost.draft_s(name, sum(asked), max(asked, default=0))
-            seconds += self.cost.catch_up_s(name, caught_up.get(name, (0, 0.0))[0])
-        return seconds
+        caught_up = {name: d.take() for name, d in self.deferred.items()}
+        for name, dt in result.draft_s_by.items():
+            if name != self.arm.lead:  # the lead's proposal was timed in the schedule
+                asked = [k for d, k in zip(asked_by, result.asked) if d == name]
+                inputs, catch_up_s = caught_up.get(name, (0, 0.0))
+                if inputs:  # priced apart: every token appended since it last drafted, all rows
+                    self.cost.observe_catch_up(name, inputs, catch_up_s)
+                self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt - catch_up_s)
 
     def _count(self, result: StepResult, asked_by: list[str | None], rows: dict) -> None:
         """Acceptance per drafter, per model-free drafter for its full-length proposals, and per model
