@@ -8,7 +8,8 @@ Every `specrl` command ends a user error with one line on stderr and a non-zero 
 By the library's convention a bad argument raises `ValueError` and a missing input `OSError`, each with a
 message that names the value, what was expected and the fix; the CLI prints those as one line as well
 (`USER_ERRORS`). Anything else is a bug and keeps its traceback; `SPECRL_DEBUG=1` shows the traceback of a
-user error too.
+user error too. `Terminated` (SIGTERM, raised by the CLI's handler) lives here too, so that the loops of any
+layer can raise it again (`raise_if_terminating`).
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from specrl.pipeline.vllm.procs import alive  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 START_S = 600.0  # the engine's start, generous for a loaded 2-core machine
 BUSY_CPU_S = 20.0  # seconds of the worker's CPU time: past its start, into the timed generate()
-STOP_S = 180.0  # vLLM's shutdown (~5 s) and the reap (<= 10 s); 60 s was exceeded once on a loaded 2-core machine
+STOP_S = 60.0  # vLLM's shutdown (~5 s) and the reap (<= 10 s), with room to spare
 
 
 def _vllm_processes(root: psutil.Process) -> list[psutil.Process]:
