@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from specrl.train.rewards import REWARDS, register_reward
@@ -43,3 +45,34 @@ def overrides(model: Path, data: Path, out: Path, **kw) -> list[str]:
 
 def strip_timings(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
+
+
+@contextmanager
+def in_process_vllm():
+    """vLLM engines built inside the block run their engine core and worker in this process: a start takes
+    seconds, not the ~40 s of two spawned processes each importing vLLM. For tests of what an engine computes
+    from one thread. Tests of its processes (a killed engine, SIGTERM, reaping) keep vLLM's default, and so do
+    runs that call the engine from two threads (an async run's refits): the engine process serializes those
+    calls, the in-process client does not (an async run in-process failed its sampler audit). Without pinned
+    OMP threads (they would pin this test process's), and with what an engine core's start leaves undone:
+    vLLM's cached environment (the next engine reads the environment again), its frozen GC heap, and its
+    CPU worker's replacement of `torch.set_num_threads` by a no-op (with the thread count it set)."""
+    import gc
+
+    import torch
+    import vllm.envs
+    saved = {k: os.environ.get(k) for k in IN_PROCESS}
+    set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    os.environ.update(IN_PROCESS)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        vllm.envs.disable_envs_cache()
+        gc.unfreeze()
+        torch.set_num_threads = set_threads
+        torch.set_num_threads(threads)
+
+
+IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}

@@ -19,6 +19,7 @@ from specrl.rl.logprobs import token_logprobs  # noqa: E402
 from specrl.tasks import default_policy_path, make_problems  # noqa: E402
 from specrl.train.config import TrainConfig  # noqa: E402
 from specrl.train.data import PromptEncoder  # noqa: E402
+from tests.pipeline.fixtures import in_process_vllm  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=48)
 
@@ -37,7 +38,8 @@ def prompts():
 @pytest.fixture(scope="module")
 def backend():
     cfg = load_config(TrainConfig, None, ["rollout.spec.method=null", "rollout.max_num_seqs=16"])
-    be = vllm_backend(default_policy_path(), cfg)
+    with in_process_vllm():
+        be = vllm_backend(default_policy_path(), cfg)
     yield be
     be.close()
 
@@ -136,3 +138,13 @@ def test_a_missing_refit_dir_is_refused():
     cfg = load_config(TrainConfig, None, ["vllm.refit_dir=/nonexistent/specrl"])
     with pytest.raises(ConfigError, match=r"vllm.refit_dir='/nonexistent/specrl' is not a directory"):
         vllm_backend(default_policy_path(), cfg)
+
+
+def test_an_in_process_engine_leaves_this_process_as_it_was(backend, keep_threads):
+    """The other tests of the suite run in this process after it: threads settable, environment read anew."""
+    import os
+
+    import vllm.envs
+    torch.set_num_threads(1)
+    assert torch.get_num_threads() == 1  # vLLM's CPU worker had replaced set_num_threads by a no-op
+    assert not vllm.envs._is_envs_cache_enabled() and "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ

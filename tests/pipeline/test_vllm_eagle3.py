@@ -24,6 +24,7 @@ from specrl.tasks import default_policy_path, make_problems  # noqa: E402
 from specrl.train.batch import collate  # noqa: E402
 from specrl.train.config import TrainConfig  # noqa: E402
 from specrl.train.data import PromptEncoder  # noqa: E402
+from tests.pipeline.fixtures import in_process_vllm  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=96)
 DRAFT_VOCAB = 32  # of the policy's 44 ids
@@ -42,7 +43,8 @@ def backend(tmp_path_factory):
                      str(default_policy_path()), "--out", str(out)]) == 0
     cfg = load_config(TrainConfig, None, ["rollout.spec.method=eagle3", f"rollout.spec.draft_model={out}",
                                           "rollout.spec.num_speculative_tokens=4", "rollout.max_num_seqs=8"])
-    be = vllm_backend(default_policy_path(), cfg)
+    with in_process_vllm():
+        be = vllm_backend(default_policy_path(), cfg)
     assert be.llm.llm_engine.vllm_config.speculative_config.model == str(out)  # served as written
     yield be
     be.close()
@@ -135,7 +137,8 @@ def test_an_online_trained_reduced_vocabulary_export_is_served_as_written(tmp_pa
     assert tensors["d2t"].shape == (DRAFT_VOCAB,) and tensors["lm_head.weight"].shape[0] == DRAFT_VOCAB
     cfg = load_config(TrainConfig, None, ["rollout.spec.method=eagle3", f"rollout.spec.draft_model={out}",
                                           "rollout.spec.num_speculative_tokens=4", "rollout.max_num_seqs=8"])
-    be = vllm_backend(default_policy_path(), cfg)
+    with in_process_vllm():
+        be = vllm_backend(default_policy_path(), cfg)
     try:
         assert be.llm.llm_engine.vllm_config.speculative_config.model == str(out)  # served as written
         tokens, stats = _run(be, prompts)
