@@ -75,10 +75,13 @@ def main(argv: list[str]) -> int:
     from ..train.config import TrainConfig
     default = TrainConfig()
     rollout = default.rollout  # the RL workload is the default run's rollout, with its task's budget
-    for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 256, 32), ("repeats", None, 1),
+    for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 256, 32),
                              ("rl_max_tokens", default.budget.max_tokens, 32)):
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
+    if args.repeats is not None and args.repeats < 1:
+        raise UserError(f"--repeats {args.repeats}: give at least 1 batch per measurement, or leave it out for "
+                        "the default")
     ks = parse_ks(args.ks or ",".join(str(2 ** i) for i in range(rollout.spec.num_speculative_tokens.bit_length())))
     methods_given = args.methods is not None
     methods = [m for m in (args.methods or ",".join(DRAFTING_METHODS)).split(",") if m]
@@ -92,7 +95,7 @@ def main(argv: list[str]) -> int:
     for bs in batch_sizes:
         rl = bs == "rl"
         batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
-        repeats = 1 if rl else args.repeats or max(2, -(-MIN_PROMPTS // batch))
+        repeats = 1 if rl else args.repeats or (1 if args.quick else max(2, -(-MIN_PROMPTS // batch)))
         prompts = (task_prompts(probe, rollout.prompts_per_step, seed=args.seed + 7, split="train") if rl
                    else task_prompts(probe, batch * repeats, seed=args.seed + 7))
         max_tokens = args.rl_max_tokens if rl else args.max_tokens
