@@ -10,6 +10,9 @@ SHADOW_ROWS = 4  # rows per step the model-free drafters shadow-draft for: micro
 CHECK_DECAY = 0.95  # weight of the past per step in an arm's realised / predicted rate: follows ~20 steps
 PROFILE_TOKENS = (1, 2, 3, 5, 9)  # draft lengths + 1 the warm-up profile times the forward at: spans k = 0..8
 PROFILE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # batch sizes it times (up to the engine's slots): octaves
+# times each point is timed, the fastest kept: one point slowed by another process would tilt the fitted cost per
+# token, and with it every plan's draft length
+PROFILE_REPEATS = 3
 
 # ---- acceptance counts (engine/acceptance.py) ---------------------------------------------------------------
 ACCEPT_DECAY = 0.99  # weight of the past per step the drafter drafted: the estimate follows the last ~100 steps

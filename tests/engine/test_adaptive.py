@@ -34,6 +34,24 @@ def test_the_cost_model_fits_the_engines_timings_and_follows_a_change():
     assert cost.target_s(100, 32) == pytest.approx(0.010 + 0.001 * 100, rel=0.05)
 
 
+def test_the_warm_up_profile_keeps_the_fastest_timing_of_each_point():
+    """A timing slowed by another process (here the first of each point, 10x) must not tilt the fitted cost per
+    token: the plan's draft length rests on it. The fit equals that of a quiet machine."""
+    def profile(spiked: bool) -> CostModel:
+        calls: dict = {}
+
+        def time_forward(batch: int, length: int) -> float:
+            calls[batch, length] = calls.get((batch, length), 0) + 1
+            quiet = 0.010 + 0.0005 * batch * length  # seconds: a fixed cost and one per token
+            return 10 * quiet if spiked and calls[batch, length] == 1 else quiet
+        strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, CostModel(1000, {"suffix": 0}))
+        strategy.calibrate(time_forward, 4)
+        return strategy.cost
+    quiet, spiked = profile(False), profile(True)
+    for batch, length in [(1, 1), (1, 5), (4, 3)]:
+        assert spiked.target_s(batch * length, batch) == pytest.approx(quiet.target_s(batch * length, batch))
+
+
 def test_a_deterministic_cost_model_never_learns_and_counts_work():
     cost = CostModel(1000, {"suffix": 0, "eagle3": 100}, deterministic=True)
     before = cost.target_s(64, 64)

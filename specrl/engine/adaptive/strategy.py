@@ -8,7 +8,7 @@ import time
 from typing import Callable
 
 from ..acceptance import AcceptanceStats
-from ..constants import PLAN_EVERY, PROFILE_BATCHES, PROFILE_TOKENS, TRY_ROWS
+from ..constants import PLAN_EVERY, PROFILE_BATCHES, PROFILE_REPEATS, PROFILE_TOKENS, TRY_ROWS
 from ..cost_model import CostModel
 from ..deferred import Deferred
 from ..pool import DrafterPool
@@ -88,15 +88,15 @@ class AdaptiveStrategy(Strategy):
 
     def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int) -> None:
         """The warm-up profile (measured mode only): time the target forward over a grid of batch sizes and
-        draft lengths, so the cost model starts from this machine's figures rather than counted work, and
-        keeps them as the prior that the run's own timings refine."""
+        draft lengths (the fastest of PROFILE_REPEATS timings each), so the cost model starts from this machine's
+        figures rather than counted work, and keeps them as the prior that the run's own timings refine."""
         if self.deterministic:
             return
         sizes = sorted({b for b in PROFILE_BATCHES if b <= max_batch} | {max_batch})
         time_forward(1, 1)  # a first forward pays one-off costs
         for B in sizes:
             for T in (t for t in PROFILE_TOKENS if t <= self.k_max + 1):
-                self.cost.observe_target(B * T, B, time_forward(B, T))
+                self.cost.observe_target(B * T, B, min(time_forward(B, T) for _ in range(PROFILE_REPEATS)))
         self.cost.target.prior = list(self.cost.target.theta)
 
     # ---- feedback --------------------------------------------------------------------------------------
