@@ -2,15 +2,13 @@
 storage, which on a CPU costs resident memory only where a position is written.
 
 The budget is `kv_cache_memory` bytes, or else `memory_utilization` x the memory free once the weights are
-loaded (not vLLM's share of the whole device). Without `max_model_len` the longest context that gives each
-of `max_num_seqs` slots a row is used; with one, fewer slots when the budget cannot hold them all; never
-more than the budget, and a clear error when not even one sequence fits. A model-based drafter's own cache
-comes on top.
+loaded. Without `max_model_len` the longest context that gives each of `max_num_seqs` slots a row is used;
+with one, fewer slots when the budget cannot hold them all; an error when not even one sequence fits. A
+model drafter's own cache comes on top.
 
-On a CPU the cache is an anonymous private mapping (`kv_zeros`): zero pages arrive on first write, so
-resident memory follows the positions sequences reach, and position-indexed rows let rejected drafts be
-overwritten with no rollback and no block-table gathers. On a GPU memory is committed at allocation, and
-paged blocks are the next step there. The comparison with paged blocks: docs/memory.md.
+On a CPU the cache is an anonymous private mapping (`kv_zeros`): resident memory follows the positions
+sequences reach, and position-indexed rows let rejected drafts be overwritten with no rollback. Against
+paged blocks: docs/memory.md.
 """
 from __future__ import annotations
 
