@@ -225,10 +225,9 @@ class LLM:
             self.free_kv_pages()
 
     def free_kv_pages(self) -> None:
-        """No sequence holds a slot between generate() calls, so the target's and a model drafter's KV
-        pages go back to the OS (CPU; engine/memory.py release_kv): a trainer step in the same process
-        does not sit on top of the last rollout's cache. Each slot is prefilled again when next used.
-        Nothing to do on a GPU, where the cache stays allocated."""
+        """Between generate() calls no sequence holds a slot, so the target's and a model drafter's KV pages go
+        back to the OS (`release_kv`): a trainer step in the same process does not sit on the last rollout's
+        cache. Each slot is prefilled again when next used."""
         if self.runner.device.type != "cpu":
             return
         pool = self.engine.pool

@@ -164,9 +164,8 @@ def check_dtype(device, dtype) -> torch.dtype:
 
 def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
     """A zero tensor for a KV cache. On a CPU it lives in a fresh anonymous mapping, so a page becomes
-    resident only when written (on a stock Linux kernel reads of untouched pages see the shared zero page;
-    a sandbox kernel, as on CI, may commit pages on a read, and attention reads up to the longest running
-    sequence), and `release_kv` can give its pages back."""
+    resident only when written (reads of untouched pages see the kernel's shared zero page), and
+    `release_kv` can give its pages back."""
     device, dtype = torch.device(device), resolve_dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if device.type != "cpu" or nbytes == 0:
@@ -201,9 +200,7 @@ def kv_shape(num_slots: int, kv_heads: int, max_len: int, head_dim: int, spare: 
 
 def release_kv(tensor: torch.Tensor) -> bool:
     """Gives a CPU `kv_zeros` tensor's written pages back to the OS: it reads as zeros again and costs no
-    resident memory until written. The engine calls it when a generate() ends (no sequence holds a slot),
-    so the trainer's step does not sit on top of the last rollout's cache. False (nothing done) for any
-    other tensor, e.g. on a GPU."""
+    resident memory until written. False (nothing done) for any other tensor, e.g. on a GPU."""
     region = getattr(tensor, "_kv_region", None)
     if region is None or not hasattr(mmap, "MADV_DONTNEED"):
         return False
