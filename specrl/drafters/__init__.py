@@ -6,14 +6,11 @@
     mtp/          drafter.py (the policy's MTP modules as a drafter, MTP-only checkpoints), train.py
     suffix/       drafter.py (SuffixDecoding), tree.py (the per-problem suffix tries and their state)
     ngram/        drafter.py (prompt lookup)
-    scratch.py    cold start: a model drafter built from the policy (spec.draft_model="scratch")
-                  (each model method's train.py holds its recipe: scratch, capture layers, online loss, save)
+    scratch.py    cold start: a model drafter built from the policy by its method's recipe
     weights.py    hot swap: new drafter weights into a running engine's drafter, all or nothing
-    training/     data.py (offline fit: teacher data, top-k targets), prompts.py, losses.py, capture.py (the
-                  policy trainer's forward hook), online.py (OnlineDrafterTrainer), health.py (the alarm)
+    training/     data.py (offline fit), prompts.py, losses.py, capture.py (the policy trainer's forward hook),
+                  online.py (OnlineDrafterTrainer), health.py (the alarm)
 
-The settings (`SpecConfig`) and the table of methods (`TABLE`, `get_method`) live in the engine core,
-`specrl.engine.methods`: the engine builds a drafter from its row's module path, so it never imports this
-package. This package imports the engine core, model and train (the policy trainer's hook, its optimizer
-helpers); `specrl.train` imports nothing from it.
+The settings and the table of methods live in the engine core (`specrl.engine.methods`), which builds a
+drafter from its row's module path and so never imports this package; `specrl.train` imports nothing from it.
 """

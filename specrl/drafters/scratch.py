@@ -1,13 +1,10 @@
 """Cold start of a model drafter: `SpecConfig(draft_model="scratch")` builds one from the policy itself, by
-its method's recipe (`scratch` in the method's train module: a fresh EAGLE-3 head; a 2-layer draft model
-from the policy's first and last active layers; 2 MTP modules from its last active layer).
+its method's recipe (`scratch` in the method's train module).
 
-A layer is active when it writes into the residual stream: a grown policy (specrl/tasks/grow.py) has
-layers that start as residual identities, and copying one of those would start a drafter from nothing.
-
-All three are deterministic in `seed`, so an online drafter trainer and the engine that starts from the same
-policy and seed hold the same weights before the first swap. Model-free methods (ngram, suffix, and auto over
-one of them) have nothing to start: asking them for "scratch" is an error that says which methods can.
+Recipes copy only active layers, those that write into the residual stream: a grown policy
+(specrl/tasks/grow.py) has layers that start as residual identities. All are deterministic in `seed`, so an
+online drafter trainer and the engine built from the same policy and seed agree before the first swap.
+Model-free methods have nothing to start: asking them for "scratch" is an error naming the methods that can.
 """
 from __future__ import annotations
 

@@ -4,21 +4,13 @@
     load_drafter_weights(llm.drafter, trainer.named_weights(), trainer.version)
     drafter_version(llm.drafter)                     # -> the version last loaded (0 before any)
 
-Which module each drafter holds (`ModelDrafter.module`; its `state_dict()` names are the swap's names):
-    Eagle3Drafter     Eagle3Head   fc.*, midlayer.*, norm.* (+ lm_head.weight, d2t with a draft vocabulary)
-    DraftModelDrafter CausalLM     model.*, lm_head.weight
-    MTPDrafter        MTPStack     layers.{d}.*
-    DrafterPool       .inner: "auto"'s model drafter (the first model-based one of its drafters)
+The names are the `state_dict()` names of the drafter's module (`ModelDrafter.module`; for `DrafterPool`,
+its model drafter's). The swap is all or nothing: every name and shape is checked before the first copy.
+Tensors are copied in place, so whatever holds the module keeps seeing it.
 
-The swap is all or nothing: every name and shape is checked before the first copy, so a mismatch raises
-and the engine keeps its old weights. Tensors are copied in place (the engine's dtype and device), so
-nothing that holds a reference to the module sees a new object.
-
-Caches: the draft model keeps its own KV cache of the sequence's tokens, computed with the old weights;
-its `refit` marks it stale (`cached = 0` for every slot) and it is re-prefilled from the sequence's tokens at its next
-`propose`. EAGLE-3 and MTP caches hold entries derived from the target's hidden states, which cannot be
-recomputed without the target; their stale entries only make the next drafts of running sequences less
-accurate until they are overwritten. Neither can change what is generated: verification is exact.
+Caches: the draft model re-prefills its own KV cache after `refit`. EAGLE-3 and MTP caches derive from the
+target's hidden states and cannot be recomputed; stale entries only cost acceptance until overwritten,
+never exactness.
 """
 from __future__ import annotations
 

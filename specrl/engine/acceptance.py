@@ -1,15 +1,13 @@
 """How many drafts a drafter gets accepted, per draft position: the adaptive engine's acceptance estimates.
 
-Drafts are prefix-consistent (asking a drafter for k tokens gives the first k of what it proposes for
-k_max; a suffix or n-gram drafter may propose fewer), so one step at a long draft tells the accepted count
-of every shorter one. Per position j we count the rows that reached it (asked for >= j + 1 tokens with the
-first j accepted) and those whose draft j was accepted; the expected accepted drafts of a row asked for k
-tokens is then sum_{j<k} prod_{i<=j} alpha_i, alpha_i the conditional acceptance at position i. This is
-bookkeeping on counts: no clock, no tensors, so it is the same in measured and deterministic mode.
+Drafts are prefix-consistent (asking for k tokens gives the first k of what the drafter proposes for k_max),
+so one step at a long draft tells the accepted count of every shorter one. Per position j we count the rows
+that reached it and those whose draft j was accepted; a row asked for k tokens then expects
+sum_{j<k} prod_{i<=j} alpha_i accepted drafts, alpha_i the conditional acceptance at i. Counts only: no clock,
+no tensors, so measured and deterministic mode agree.
 
-An optimistic bonus (UCB) on every alpha makes a drafter with few observations look better than its mean:
-the schedule tries it where trying could pay (small batches), not where even perfect acceptance would not
-(a full batch on a CPU), and, because the counts decay, it tries again later a drafter that got better.
+An optimistic bonus (UCB) on every alpha makes a little-seen drafter look better than its mean, so the
+schedule tries it where trying could pay (small batches), and, as counts decay, tries again later.
 """
 from __future__ import annotations
 

@@ -1,22 +1,15 @@
 """The adaptive engine's cost model: how long the parts of one engine step take, on this machine.
 
     target forward  seconds = a + b * tokens_in + c * batch   (tokens_in = batch x (longest draft + 1))
-    drafter d       seconds = a_d + c_d * its longest draft + b_d * tokens asked of it (a model drafter runs
-                    one forward per draft position, so its cost grows with the longest draft)
-    catch-up of d   seconds = e_d * inputs observed (a model drafter that defers its observations while idle,
-                    engine/deferred.py, runs them when next asked: a drafter that drafts every step pays it
-                    for every token the step appends)
+    drafter d       seconds = a_d + c_d * its longest draft + b_d * tokens asked of it
+    catch-up of d   seconds = e_d * inputs observed (a deferring drafter pays it when next asked)
 
-Each line is a decayed least-squares fit of the engine's own step timings (`observe_*`), so it follows the
-device, the dtype, the model size and the machine's load, and no threshold is set by hand. Until a fit has
-data it leans on a prior: the target's is the warm-up profile (`AdaptiveStrategy.calibrate` times the forward
-over batch sizes and draft lengths when the engine is built), else counted work (multiply-adds of the
-tokens plus one pass over the weights) scaled to the first forward actually timed; a drafter's is counted
-work with almost no weight, so its first timed propose overrules it.
+Each line is a decayed least-squares fit of the engine's own step timings (`observe_*`), so no threshold is
+set by hand. Until a fit has data it leans on a prior: the target's warm-up profile, else counted work
+(multiply-adds plus one pass over the weights) scaled to the first timed forward.
 
-Two modes. "measured" keeps fitting. "deterministic" never reads a clock: the model is frozen, from a saved
-profile (`to_profile` / `from_profile`, JSON) or else from counted work alone, so that the engine's choices,
-and with them the sampled tokens, are a pure function of the seeds and the starting state.
+"measured" keeps fitting. "deterministic" never reads a clock: the model is frozen (a saved profile, or
+counted work), so the engine's choices, and the sampled tokens, are a pure function of the seeds.
 """
 from __future__ import annotations
 

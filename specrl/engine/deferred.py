@@ -2,14 +2,10 @@
 it is next asked to draft, in a few batched forwards instead of one per engine step. `Deferred` wraps such a
 drafter and is itself a `Drafter`: its `observe` buffers, its `propose` catches up first.
 
-Why: a model drafter observes every target forward to keep its own cache current (EAGLE-3 runs its decoder
-layer over the new tokens), which costs a fraction of a target forward per step whether it drafts or not.
-The adaptive engine holds one beside the model-free drafters and often leaves it idle (a full batch, or
-sequences that suffix drafting serves), so it would pay that fraction for nothing. Deferring keeps the
-state it reads exactly what it would have been: each sequence's accepted inputs are contiguous positions,
-so the pending ones of a sequence, concatenated, are one longer forward that writes the same cache rows
-(a causal mask by position; a row shorter than the chunk repeats its last input, which rewrites the same
-cache entry with the same values).
+Why: keeping its cache current costs a model drafter a fraction of a target forward every step, and the
+adaptive engine often leaves it idle. The state stays exact: a sequence's accepted inputs are contiguous
+positions, so its pending ones form one longer causal forward that writes the same cache rows (a row shorter
+than the chunk repeats its last input, rewriting the same entry with the same values).
 """
 from __future__ import annotations
 

@@ -115,11 +115,10 @@ class LLM:
     def update_weights(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> None:
         """Weight sync from the trainer (same parameter names as the HF checkpoint), tagged `version`.
 
-        Called between two engine steps of a running generate() (from `between_steps`), it is an update in
-        flight: the running sequences' KV cache is recomputed with the new weights, so every later token is
-        sampled from the new policy exactly, while the tokens already sampled keep the logprobs of the
-        weights that sampled them; each output records which version sampled which tokens
-        (`CompletionOutput.weight_versions`). Never call it from another thread during generate()."""
+        Between two engine steps of a running generate() (from `between_steps`) it is an update in flight: the
+        running sequences' KV cache is recomputed, so every later token comes from the new policy exactly, and
+        `CompletionOutput.weight_versions` records which version sampled which tokens. Never call it from
+        another thread during generate()."""
         self.runner.load_weights(state_dict)
         if version is not None:
             self.weights_version = version
@@ -226,10 +225,9 @@ class LLM:
             self.free_kv_pages()
 
     def free_kv_pages(self) -> None:
-        """No sequence holds a slot between generate() calls, so the target's and a model drafter's KV
-        pages go back to the OS (CPU; engine/memory.py release_kv): a trainer step in the same process
-        does not sit on top of the last rollout's cache. Each slot is prefilled again when next used.
-        Nothing to do on a GPU, where the cache stays allocated."""
+        """Between generate() calls no sequence holds a slot, so the target's and a model drafter's KV pages go
+        back to the OS (`release_kv`): a trainer step in the same process does not sit on the last rollout's
+        cache. Each slot is prefilled again when next used."""
         if self.runner.device.type != "cpu":
             return
         pool = self.engine.pool

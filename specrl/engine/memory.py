@@ -2,15 +2,13 @@
 storage, which on a CPU costs resident memory only where a position is written.
 
 The budget is `kv_cache_memory` bytes, or else `memory_utilization` x the memory free once the weights are
-loaded (not vLLM's share of the whole device). Without `max_model_len` the longest context that gives each
-of `max_num_seqs` slots a row is used; with one, fewer slots when the budget cannot hold them all; never
-more than the budget, and a clear error when not even one sequence fits. A model-based drafter's own cache
-comes on top.
+loaded. Without `max_model_len` the longest context that gives each of `max_num_seqs` slots a row is used;
+with one, fewer slots when the budget cannot hold them all; an error when not even one sequence fits. A
+model drafter's own cache comes on top.
 
-On a CPU the cache is an anonymous private mapping (`kv_zeros`): zero pages arrive on first write, so
-resident memory follows the positions sequences reach, and position-indexed rows let rejected drafts be
-overwritten with no rollback and no block-table gathers. On a GPU memory is committed at allocation, and
-paged blocks are the next step there. The comparison with paged blocks: docs/memory.md.
+On a CPU the cache is an anonymous private mapping (`kv_zeros`): resident memory follows the positions
+sequences reach, and position-indexed rows let rejected drafts be overwritten with no rollback. Against
+paged blocks: docs/memory.md.
 """
 from __future__ import annotations
 
@@ -166,9 +164,8 @@ def check_dtype(device, dtype) -> torch.dtype:
 
 def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
     """A zero tensor for a KV cache. On a CPU it lives in a fresh anonymous mapping, so a page becomes
-    resident only when written (on a stock Linux kernel reads of untouched pages see the shared zero page;
-    a sandbox kernel, as on CI, may commit pages on a read, and attention reads up to the longest running
-    sequence), and `release_kv` can give its pages back."""
+    resident only when written (reads of untouched pages see the kernel's shared zero page), and
+    `release_kv` can give its pages back."""
     device, dtype = torch.device(device), resolve_dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if device.type != "cpu" or nbytes == 0:
@@ -203,9 +200,7 @@ def kv_shape(num_slots: int, kv_heads: int, max_len: int, head_dim: int, spare: 
 
 def release_kv(tensor: torch.Tensor) -> bool:
     """Gives a CPU `kv_zeros` tensor's written pages back to the OS: it reads as zeros again and costs no
-    resident memory until written. The engine calls it when a generate() ends (no sequence holds a slot),
-    so the trainer's step does not sit on top of the last rollout's cache. False (nothing done) for any
-    other tensor, e.g. on a GPU."""
+    resident memory until written. False (nothing done) for any other tensor, e.g. on a GPU."""
     region = getattr(tensor, "_kv_region", None)
     if region is None or not hasattr(mmap, "MADV_DONTNEED"):
         return False

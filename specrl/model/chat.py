@@ -1,10 +1,9 @@
 """Chat templates: found beside a tokenizer and rendered with jinja2 the way `transformers` renders them.
 
-A checkpoint carries its template as `chat_template.jinja` (newer checkpoints, e.g. SmolLM2) or as the
-`chat_template` key of `tokenizer_config.json`; the .jinja file wins when both exist, as in `transformers`.
-Rendering uses the same environment as `PreTrainedTokenizerBase.apply_chat_template`: a sandbox,
-trim_blocks/lstrip_blocks, loop controls, `raise_exception`, `strftime_now`, and a `tojson` that keeps
-non-ASCII text and does not escape HTML. Templates come from the Hub and are untrusted code, hence the sandbox.
+A template comes from `chat_template.jinja` or else the `chat_template` key of `tokenizer_config.json`, as
+in `transformers`, and renders in the same environment as `apply_chat_template` (trim_blocks/lstrip_blocks,
+loop controls, `raise_exception`, `strftime_now`, a `tojson` that keeps non-ASCII text), inside a sandbox:
+templates come from the Hub and are untrusted code.
 """
 from __future__ import annotations
 

@@ -19,9 +19,8 @@ KV = tuple[torch.Tensor, torch.Tensor]  # k_cache, v_cache: [S, Hkv, L, D] each
 
 def skip_cudnn_attention(device) -> None:
     """On a GPU, turns PyTorch's cuDNN attention backend off for the process (flash, memory-efficient and
-    math stay). cuDNN builds a graph for every new (batch, length) shape, and an engine step or a trainer's
-    micro-batch has a new one almost every time, which made the bf16 RL rollout slower than fp32 on a GPU
-    (docs/memory.md). Called once by the engine and the trainer; nothing is done on a CPU."""
+    math stay): cuDNN builds a graph for every new (batch, length) shape, and an engine step or a trainer's
+    micro-batch has a new one almost every time (docs/memory.md). Nothing is done on a CPU."""
     if torch.device(device).type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)
 

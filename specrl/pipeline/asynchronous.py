@@ -3,14 +3,11 @@
 A rollout worker thread generates step s with the policy of version max(start, s - max_policy_lag) while
 the trainer (the calling thread) trains on the steps before; off-policy tokens get the truncated importance
 ratio. The step number, not timing, fixes which version samples which step, so a run is reproducible and
-max_policy_lag=0 equals the sync run. On a CPU the two stages split the cores (torch kernels release the
-GIL). A failure on either side stops both, with the last good checkpoint intact; the suffix drafter's pools
-are not checkpointed here (the worker is mid-way through later steps), so a resumed run rebuilds them.
+max_policy_lag=0 equals the sync run. A failure on either side stops both, with the last good checkpoint
+intact; the suffix drafter's pools are not checkpointed (the worker is past that step), so a resume rebuilds them.
 
-Evaluation runs on the trainer's side with a second engine, so generation never pauses for it (the step
-after an evaluation looks faster). `step_s` is the wall interval between two updates; there is no
-process-CPU step time, since the stages overlap. In-flight updates (`pipeline.inflight_updates`) and how a
-group's version is judged: docs/ray.md; the knobs: docs/training.md.
+Evaluation runs on the trainer's side with a second engine, so generation never pauses for it. `step_s` is
+the wall interval between two updates. In-flight updates: docs/ray.md; the knobs: docs/training.md.
 """
 from __future__ import annotations
 

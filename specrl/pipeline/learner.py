@@ -2,11 +2,10 @@
 joins the policy trainer (specrl.train) and the online drafter trainer (specrl.drafters), so it sits above
 both: specrl.train imports no drafter code.
 
-With `rollout.drafter.online` it also trains the rollout drafter online: the policy update's own forward
-captures the drafter's inputs through the trainer's `forward_hook`, and an `OnlineDrafterTrainer` distils
-them into its copy of the drafter, which the pipeline hot-swaps into the engine. `defer_drafter` (the
-long_tail schedule) keeps the captured data for `train_drafter()`, called in the next rollout's tail. What
-its checkpoint part holds: specrl/train/checkpoint.py.
+With `rollout.drafter.online` the policy update's forward captures the drafter's inputs (`forward_hook`)
+and an `OnlineDrafterTrainer` distils them into its copy of the drafter, which the pipeline hot-swaps into
+the engine. `defer_drafter` (the long_tail schedule) keeps the data for `train_drafter()` in the next
+rollout's tail.
 """
 from __future__ import annotations
 

@@ -1,16 +1,13 @@
 """The seam between the pipeline drivers and what they drive: rollout backends and learners.
 
-The drivers (sync.py, asynchronous.py, steps.py) talk to a rollout engine and to a trainer only through the
-protocols here, so an in-process engine, a Ray actor or a vLLM/SGLang adapter, and a single-process or
-sharded trainer, plug in without touching the drivers. Weights cross the seam as (name, tensor) pairs with
-a version number (the policy after `version` training steps), the way verl's `update_weights` and
-OpenRLHF's weight broadcasts carry them. What only some settings use is an optional capability
-(`CAPABILITIES`), checked once when a run is wired (`require`), not deep inside a step.
+The drivers (sync.py, asynchronous.py, steps.py) reach a rollout engine and a trainer only through the
+protocols here, so in-process, Ray or vLLM backends and single-process or sharded trainers plug in without
+touching them. Weights cross as (name, tensor) pairs with a version (the policy after `version` steps).
+Optional capabilities (`CAPABILITIES`) are checked once when a run is wired (`require`), not inside a step.
 
-`pipeline.backend` names a row of `BACKENDS`: where each side's factory lives, as "module:attribute" paths
-imported only when that backend is built (as the drafter table does), so this module imports no backend
-and no backend imports a driver. The types both sides share live here too: `TrainBatch` (defined beside
-the trainer, re-exported), `RunStopped`, `group_version`.
+`pipeline.backend` names a row of `BACKENDS`, whose "module:attribute" factories are imported only when
+that backend is built, so this module imports no backend. Shared types live here too: `TrainBatch`
+(re-exported), `RunStopped`, `group_version`.
 """
 from __future__ import annotations
 

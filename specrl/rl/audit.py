@@ -1,14 +1,11 @@
 """The sampler audit's statistic: were the sampled tokens drawn from the distribution the sampler was given?
 
-Each sampled token x_t gets its randomized probability integral transform with the vocabulary ordered by
-probability (descending, ties by token id): u_t = P_t(tokens ranked before x_t) + v_t * p_t(x_t), v_t ~ U(0, 1)
-drawn by the audit. Under an exact sampler u_t is U(0, 1) given the prefix, whatever the shape of p_t, so
-z_t = Phi^-1(u_t) is exactly N(0, 1). A step's statistic is Z = sum w_t z_t / sqrt(sum w_t^2) with a weight
-w_t = 1 - max p_t that depends on p_t only (predictable): near-deterministic positions, where a wrong
-sampler can barely differ from a right one, carry almost no weight, and no single token can dominate the
-sum the way a rare token's log p does in a likelihood sum. Too-flat samplers (a higher temperature, a
-residual drawn from p) push u up; too-sharp ones (top-p, every draft accepted) push it down: the test is
-two-sided. docs/results/sampler_audit.md measures its false-alarm rate and power.
+Each sampled token x_t gets its randomized probability integral transform, the vocabulary ordered by
+probability (descending, ties by id): u_t = P_t(tokens ranked before x_t) + v_t * p_t(x_t), v_t ~ U(0, 1).
+Under an exact sampler u_t is U(0, 1) given the prefix, whatever p_t, so z_t = Phi^-1(u_t) is N(0, 1). A
+step's statistic is Z = sum w_t z_t / sqrt(sum w_t^2), with the predictable weight w_t = 1 - max p_t:
+near-deterministic positions, where a wrong sampler barely differs, carry almost no weight. Too-flat samplers push
+u up, too-sharp ones down, so the test is two-sided (false alarms and power: docs/results/sampler_audit.md).
 """
 from __future__ import annotations
 

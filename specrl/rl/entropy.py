@@ -6,11 +6,8 @@ from torch import Tensor
 
 
 def entropy_from_logits(logits: Tensor, chunk_size: int | None = 1024) -> Tensor:
-    """H = logsumexp(l) - sum_v softmax(l)_v * l_v for logits [..., V] -> [...] (in float32 or wider).
-
-    Rows are processed ``chunk_size`` at a time, so the float32 softmax temporaries stay at
-    [chunk_size, V] instead of the size of the whole logits tensor. ``None`` means one chunk.
-    """
+    """H = logsumexp(l) - sum_v softmax(l)_v * l_v for logits [..., V] -> [...] (in float32 or wider), rows
+    ``chunk_size`` at a time (None: one chunk), so the float32 temporaries stay at [chunk_size, V]."""
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size={chunk_size} must be >= 1 or None")
     lead_shape = logits.shape[:-1]

@@ -52,11 +52,8 @@ def kl_penalty(name: str, logp: Tensor, ref_logp: Tensor) -> Tensor:
 
 
 def truncated_importance_ratio(logp_old: Tensor, logp_gen: Tensor, cap: float = 2.0) -> Tensor:
-    """min(pi_old / pi_gen, cap) per token [B, T], without gradient.
-
-    In async RL a token was sampled by the generator's (older) weights pi_gen; multiplying its loss by
-    this ratio corrects the off-policy sample (NeMo-RL), and the cap bounds the variance.
-    """
+    """min(pi_old / pi_gen, cap) per token [B, T], without gradient: a token sampled by older weights pi_gen
+    (async RL) has its loss scaled by it to correct the off-policy sample (NeMo-RL); the cap bounds variance."""
     if cap <= 0:
         raise ValueError(f"cap={cap} must be positive; a typical value is 2.0")
     log_ratio = (logp_old - logp_gen).detach().clamp(max=_MAX_LOG_RATIO)  # [B, T]

@@ -107,21 +107,16 @@ def _seq_mean_token_sum_norm(loss: Tensor, mask: Tensor, norm_len: int) -> Reduc
 
 
 def aggregate_denom(mask: Tensor, mode: str) -> Tensor:
-    """The count ``aggregate`` divides by: tokens for "token_mean", non-empty sequences otherwise.
-
-    With gradient accumulation, sum this over all micro-batches of a step and pass it as ``denom`` so
-    the accumulated loss equals the loss of the whole batch.
-    """
+    """The count ``aggregate`` divides by: tokens for "token_mean", non-empty sequences otherwise. Computed over
+    a whole mini-batch and passed as ``denom``, it makes accumulated micro-batch losses the whole batch's loss."""
     return AGGREGATIONS.get(mode)(torch.zeros_like(mask, dtype=torch.float32), mask, 1).count
 
 
 def aggregate(loss: Tensor, mask: Tensor, mode: str = "token_mean", norm_len: int | None = None,
               denom: Tensor | float | None = None) -> Tensor:
     """Reduce per-token ``loss`` [B, T] under ``mask`` [B, T] to a scalar with aggregation ``mode``.
-
     ``norm_len`` is the constant of "seq_mean_token_sum_norm" (default T; use the max response length).
-    ``denom`` replaces the local count (see ``aggregate_denom``). An empty batch gives 0, not NaN.
-    """
+    ``denom`` replaces the local count (see ``aggregate_denom``). An empty batch gives 0, not NaN."""
     fn = AGGREGATIONS.get(mode)
     if loss.shape != mask.shape:
         raise ValueError(f"loss shape {tuple(loss.shape)} must match mask shape {tuple(mask.shape)}")

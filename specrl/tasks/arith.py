@@ -37,8 +37,7 @@ _SPLIT_SALT = {"train": 0x5EED_0001, "test": 0x5EED_7E57}  # each split's seed s
 
 
 # Counted lines carry the hops left in a fixed width: every line then has the same length, so a small model
-# finds the previous line's counter at a fixed distance back (with variable-width counters it never learned
-# to decrement within 900 steps; zero-padded, in 500).
+# finds the previous line's counter at a fixed distance back (it learns to decrement far sooner that way).
 COUNTER_DIGITS = 3
 
 
@@ -73,8 +72,8 @@ class ArithSpec:
 
 
 # The named embedded tasks (`data.source`): chase problems whose hop counts follow a clipped lognormal.
-# "chain" (the default) is shaped like reasoning RL: median responses of 100+ tokens and a right tail to ~1,000
-# tokens, so a rollout's time goes to a few long responses. "arith" is the earlier short task.
+# "chain" (the default) is shaped like reasoning RL: long median responses and a long right tail, so a rollout's
+# time goes to a few long responses. "arith" is a short task.
 TASKS: dict[str, ArithSpec] = {
     "chain": ArithSpec(hops_median=22.0, hops_sigma=0.7, max_hops=125),
     "arith": ArithSpec(),

@@ -1,24 +1,17 @@
 """Function-preserving growth of a trained decoder into a wider and deeper one (Net2Net-style).
 
-The embedded base policy is trained in two stages because of what a 2-core CPU can afford: the task's
-two skills (looking a digit up in the prompt, and counting hops) each appear as a late phase change, after
-one to two thousand optimiser steps of a small model (pretrain.py), and the 6-layer 11M-parameter shape that the engine
-benchmarks need cannot take that many steps in minutes. So the small model learns the task and is then
-grown into the large shape so that the large model computes the same function:
+A small model learns the task's phase changes in few steps; growing it gives the engine benchmarks' shape
+with the same function (the recipe and its figures: docs/results.md). Build the config with `grown_config`.
 
-- hidden size: the small model's residual stream occupies the first `h` of `H` dimensions; the others
-  start at zero. RMSNorm weights are scaled by sqrt(h / H), because the norm now averages over `H`
-  dimensions of which only `h` are non-zero.
-- heads and MLP width: the small model's heads are the first heads (with the same query/KV group
-  ratio and head_dim) and its MLP units the first units; new heads and units have zero output weights.
-- depth: the small model's layers go to evenly spaced depths in the lower half (`grown_depths`); the other
-  layers are residual identities (zero output projections). The upper layers then carry the final hidden
-  state, so a drafter can read it from a layer below the last: SGLang and vLLM capture EAGLE-3 inputs only
-  before layers 0..L-1, never the last layer's output.
+- hidden size: the small residual stream fills the first `h` of `H` dimensions, the rest start at zero;
+  RMSNorm weights are scaled by sqrt(h / H), since the norm averages over all `H` dimensions.
+- heads and MLP width: the small model's are the first ones; new ones have zero output weights.
+- depth: the small layers go to evenly spaced depths in the lower half (`grown_depths`), the others are
+  residual identities, so the final hidden state is readable below the last layer (SGLang and vLLM capture
+  EAGLE-3 inputs only before layers 0..L-1).
 
-`noise_std` adds Gaussian noise to the new (zero) weights, so that training can move them (exact zeros
-in both the input and output side of a block get no gradient); the function then changes by about that
-much. Build the config with `grown_config`. Tests check that the grown model's logits equal the small model's.
+`noise_std` adds Gaussian noise to the new zero weights, which would otherwise get no gradient; the
+function then moves by about that much.
 """
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
 """Procedural math word problems for real (chat) models, answered in \\boxed{}.
 
-    tiny: a bare sum or difference of two one-digit numbers ("What is 3 + 4?"), for models of ~100M
-          parameters (SmolLM2-135M-Instruct gets about a third right sampled at temperature 1, scored with
-          reward.name=flexible: enough variance within a GRPO group to learn from)
+    tiny: a bare sum or difference of two one-digit numbers ("What is 3 + 4?"), for ~100M-parameter models:
+          enough reward variance within a GRPO group to learn from (docs/real_models.md)
     easy: one operation (+, -, x, /) on small numbers, no distractors
     hard: 2-4 operations chained on one running count, plus 1-2 sentences with irrelevant numbers
     mix:  each problem easy or hard with probability 1/2
 
-Problem i is a pure function of (seed, i, difficulty), so the first 100 of `--n 2000` are `--n 100`'s, and
+Problem i is a pure function of (seed, i, difficulty), so `--n 100` gives the first 100 of `--n 2000`, and
 every answer is a non-negative integer (subtractions never go below zero, divisions are exact).
 """
 from __future__ import annotations

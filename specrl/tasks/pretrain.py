@@ -1,10 +1,9 @@
 """The reproducible recipe of the embedded base policy (`specrl pretrain`, specrl/cli/pretrain.py).
 
 Supervised next-token training (loss on response tokens) of a small Qwen3-style decoder on worked
-function-chasing solutions, in stages (`STAGES`), each with a fresh AdamW, linear warmup and cosine decay;
-then the trained model is grown, function-preserving, into the shipped 6-layer 11.5M-parameter shape
-(grow.py). A stage stops at its `steps` (or earlier at `stop_after`) or at its share of `time_budget_s`.
-With a budget that does not bind, the result is a function of the config up to CPU round-off.
+function-chasing solutions, in stages (`STAGES`), each with a fresh AdamW, warmup and cosine decay; then the
+model is grown, function-preserving, into the shipped shape (grow.py). A stage stops at its `steps` (or
+earlier at `stop_after`) or at its share of `time_budget_s`. The figures of the recipe: docs/results.md.
 """
 from __future__ import annotations
 

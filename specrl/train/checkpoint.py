@@ -2,17 +2,15 @@
 
     model/        the policy as a Hugging Face directory (safetensors, config, tokenizer): usable as is
     trainer.*     optimizer + LR schedule (+ KL reference) and the torch RNG (the learner's part)
-    engine_drafter.*  the rollout drafter's cross-step state, when it has any (suffix pools of earlier
-                  rollouts): rejection sampling makes the realised tokens depend on the drafts, so an exact
-                  resume needs it
-    drafter/, drafter_trainer.*  with rollout.drafter.online: the drafter trained online in its own
-                  loadable layout (what `specrl export-drafter RUN_DIR` reads) and its trainer's state
+    engine_drafter.*  the rollout drafter's cross-step state (suffix pools): the drafts decide the realised
+                  tokens under rejection sampling, so an exact resume needs it
+    drafter/, drafter_trainer.*  with rollout.drafter.online: the drafter in its own loadable layout and
+                  its trainer's state
     state.json    step, Python RNG state, run bookkeeping; written last
 
-Every file is safetensors or JSON (specrl.state_files): a run directory from elsewhere is read without
-unpickling anything. A checkpoint directory is written to a temporary name and renamed into place, so a
-crash or a full disk leaves the previous checkpoints untouched; only then are checkpoints older than the
-last K removed.
+Every file is safetensors or JSON (specrl.state_files), so nothing is unpickled. A checkpoint is written
+under a temporary name and renamed into place, so a crash leaves the previous ones intact; only then are
+checkpoints older than the last K removed.
 """
 from __future__ import annotations
 

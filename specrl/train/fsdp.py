@@ -1,13 +1,10 @@
 """`FSDPLearner`: one rank of a policy sharded with FSDP2 (`torch.distributed.fsdp.fully_shard`).
 
-Each decoder layer and the root are sharded, so parameters, gradients and AdamW state are split across
-the ranks (gloo on CPU, NCCL on GPUs). Every rank trains on the whole batch: the gradients FSDP averages
-are then the single-process gradients, so a step equals the single-process step up to float round-off
-(tests/train/test_fsdp.py). That shards memory, not compute; splitting the rows needs the loss
-normaliser of the whole batch on every rank, which PolicyTrainer does not take yet.
-
-Checkpoints are the same files LocalLearner writes: a full HF `model/` directory and the trainer state,
-gathered on rank 0 (the optimizer state keyed by parameter name).
+Each decoder layer and the root are sharded, so parameters, gradients and AdamW state are split across the
+ranks (gloo on CPU, NCCL on GPUs). Every rank trains on the whole batch, so FSDP's averaged gradients are
+the single-process ones and a step equals the single-process step up to round-off: memory is sharded, not
+compute (splitting rows would need the whole batch's loss normaliser on every rank). Checkpoints are
+LocalLearner's files, gathered on rank 0.
 """
 from __future__ import annotations
 

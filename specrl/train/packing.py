@@ -2,11 +2,9 @@
 lengths, each row attending only to itself with its RoPE positions restarting at 0 (`CausalLM.forward`'s
 `segments`).
 
-Right-padding a micro-batch to its longest row spends the decoder's work on padding; with a long tail of
-response lengths the micro-batch of the longest rows is mostly padding (docs/results/packing.md). Only the
-model's forward and the lm-head see the packed layout: what they return is put back into the padded
-[b, T] layout (`Packed.unpack`, zeros at padding) for the loss, the audit and the forward hook, so
-everything after the forward reads the same tensors as the padded update.
+With a long tail of response lengths, a micro-batch right-padded to its longest row is mostly padding
+(docs/results/packing.md). Only the forward and the lm-head see the packed layout: what they return is put
+back into the padded [b, T] layout (`Packed.unpack`) for the loss, the audit and the forward hook.
 """
 from __future__ import annotations
 

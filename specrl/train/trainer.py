@@ -104,17 +104,14 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
                   with_entropy: bool = True, audit: Callable[[Tensor, Tensor, int], None] | None = None
                   ) -> tuple[Tensor, Tensor | None]:
     """(logprobs [b, T] of `targets` under softmax(lm_head(hidden) / temperature), their entropies [b, T],
-    detached, or None without `with_entropy`) from the final normed hidden states [b, T, D],
-    `head_chunk_tokens` tokens at a time.
+    detached, or None without `with_entropy`) from the final normed hidden states [b, T, D].
 
-    The [b, T, V] logits never exist at once: for a large vocabulary they, their log-softmax and gradient
-    cost more a token than a checkpointed decoder keeps. Each chunk runs under activation checkpointing (only
-    its hidden rows are kept; the backward recomputes its logits). A micro-batch that fits in one chunk (the
-    embedded policy's) runs as one plain forward.
+    The [b, T, V] logits never exist at once: for a large vocabulary they cost more a token than a
+    checkpointed decoder keeps. Each chunk of `head_chunk_tokens` runs under activation checkpointing (the
+    backward recomputes its logits); a micro-batch that fits in one chunk runs as one plain forward.
 
-    `audit` (the sampler audit) gets each chunk's detached logits [n, V], its targets [n] and its offset in
-    the flattened tokens (padded [b * T] or packed [N]); under checkpointing the backward's recompute calls it
-    again with the same offset, which the trainer's sink skips."""
+    `audit` gets each chunk's detached logits [n, V], targets [n] and offset in the flattened tokens; the
+    backward's recompute calls it again with the same offset, which the trainer's sink skips."""
     b, T, D = hidden.shape
     flat_h, flat_t = hidden.reshape(b * T, D), targets.reshape(b * T)  # [N, D], [N]
 
@@ -307,12 +304,11 @@ class PolicyTrainer:
         return sink
 
     def learning_rows(self, batch: TrainBatch, rows: Tensor) -> Tensor:
-        """The rows of `rows` whose loss can move the weights. A zero advantage makes a row's clipped loss, and
-        so its gradient, exactly zero; unless a KL or MTP term reads every row, such rows (GRPO groups whose
-        samples all scored the same: on long tasks, most failing long responses) are left out of the update's
-        forwards. The loss keeps the whole mini-batch's denominator, so the gradient is unchanged. One row is
-        kept when none learns, so the optimizer still steps on a zero gradient. A forward hook still sees the
-        skipped rows, through a forward without gradients (`_show_skipped`)."""
+        """The rows of `rows` whose loss can move the weights. A zero advantage (a GRPO group whose samples all
+        scored the same) makes a row's clipped loss and gradient exactly zero, so unless a KL or MTP term reads
+        every row, such rows skip the update's forwards; the loss keeps the whole mini-batch's denominator, so
+        the gradient is unchanged. One row is kept when none learns, so the optimizer still steps. A forward
+        hook still sees the skipped rows (`_show_skipped`)."""
         reads_all = self.ref_model is not None or (self.model.mtp is not None and self.algo.mtp_coef > 0)
         if not self.algo.skip_zero_advantage or reads_all:
             return rows
@@ -331,9 +327,8 @@ class PolicyTrainer:
 
     @torch.no_grad()
     def _show_skipped(self, batch: TrainBatch, skipped: Tensor) -> None:
-        """The forward hook's view of the rows the update skips: the same forward, without gradients (a third
-        of what running them through the update would cost), so online drafter training still learns from
-        every trajectory, the long failing ones included."""
+        """The forward hook's view of the rows the update skips: the same forward, without gradients, so online
+        drafter training still learns from every trajectory, the long failing ones included."""
         for idx in self.micro_batches(skipped, batch.lengths):
             self._forward(*self._micro_batch(batch, idx), idx)
 

@@ -1,16 +1,13 @@
 """EAGLE-3 drafter: a one-layer head over fused target hidden states (see head.py).
 
-Position bookkeeping: the head's cache entry at position t holds (fused target features of t, embedding of
-token t+1), and its output there predicts token t+2. `observe` writes the entries of every accepted position
-and keeps the output of the last one, which predicts the first draft. `propose` then feeds its own output
-back in place of target features (training-time-test style), writing entries past the accepted prefix;
-the next `observe` overwrites them, so a rejected draft needs no rollback.
+The head's cache entry at position t holds (fused target features of t, embedding of token t+1), and its
+output there predicts token t+2. `observe` writes the entries of every accepted position; `propose` feeds the
+head's own output back in place of target features (training-time test), writing past the accepted prefix,
+where the next `observe` overwrites them: a rejected draft needs no rollback.
 
-Drafts: with `sample_drafts` (default) each draft is sampled from q = the head's distribution under the
-row's own temperature/top-k/top-p, and q is returned, so verification accepts with prob sum_v min(p, q):
-at temperature 1 that beats a point draft's p(argmax) whenever the policy is unsure. Greedy rows give a
-one-hot q, i.e. the argmax. With `sample_drafts=False` drafts are greedy point drafts (probs=None).
-Either way verification is exact whatever the head predicts; the draft uniforms come from their own
+With `sample_drafts` each draft is sampled from the head's distribution q under the row's own sampling
+settings and q is returned, so a draft is accepted with prob sum_v min(p, q), which beats a point draft when
+the policy is unsure; otherwise drafts are greedy (probs=None). The draft uniforms have their own
 counter-based stream, so outputs stay a pure function of the seeds.
 """
 from __future__ import annotations

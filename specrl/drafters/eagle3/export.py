@@ -5,10 +5,9 @@
     small = with_draft_vocab(head, policy.lm_head.weight, ids)   # own lm_head over them + d2t
     export_eagle3(small or head, out_dir, policy.config, policy.lm_head.weight)   # layout="speculators" too
 
-Two layouts: "eagle3" (SpecForge's `LlamaForCausalLMEagle3`, the fused layers written in each loader's
-numbering) and "speculators" (what newer vLLM prefers). Both omit embed_tokens (the loaders share the
-target's); a full-vocabulary head exports with the target's lm_head and no d2t/t2d. Each key beside the
-loader function that reads it: docs/drafter_export.md.
+"eagle3" is SpecForge's `LlamaForCausalLMEagle3` layout, "speculators" the one newer vLLM prefers. Both omit
+embed_tokens (the loaders share the target's); a full-vocabulary head exports with the target's lm_head and
+no d2t/t2d. Each key beside the loader function that reads it: docs/drafter_export.md.
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """The EAGLE-3 head (Li et al. 2025) as an nn.Module, and its checkpoint format.
 
-The head fuses three target hidden-state layers (low, middle, high) through `fc` (3D -> D), then runs one
-decoder layer whose attention reads concat(RMSNorm(embed(token)), RMSNorm(hidden)) (width 2D), then a final
-RMSNorm. It reuses the target's embeddings and lm_head, so it stores neither and its vocabulary is the
-target's. The pre-norm output is fed back as the next draft step's hidden (training-time test).
-
-Checkpoint: one `model.safetensors` under the key names vLLM, SGLang and SpecForge load, without the
-target's embeddings and (by default) lm_head; `load_head` also reads the public layouts back. The keys,
-shapes and each loader's layer numbering: docs/drafter_export.md.
+The head fuses three target hidden-state layers (low, middle, high) through `fc` (3D -> D), runs one decoder
+layer whose attention reads concat(RMSNorm(embed(token)), RMSNorm(hidden)) (width 2D), then a final RMSNorm.
+It reuses the target's embeddings and lm_head, so it stores neither. The pre-norm output is the next draft
+step's hidden (training-time test). Checkpoint: one `model.safetensors` under the key names vLLM, SGLang and
+SpecForge load; `load_head` reads the public layouts back too (docs/drafter_export.md).
 """
 from __future__ import annotations
 

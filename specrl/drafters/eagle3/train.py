@@ -1,11 +1,10 @@
 """Offline EAGLE-3 head training: self-distillation with training-time test (TTT).
 
-Unroll step j (j = 0..S-1) at sequence index t sits at position t+j: it reads the token x_{t+1+j} and, as
-its hidden input, the fused target features (j = 0) or its own pre-norm output of step j-1 at index t
-(j > 0), exactly as `propose` does at inference. Its attention sees the step-0 entries of indices <= t
-(the real prefix) and its own chain's entries of steps 1..j at index t (its earlier drafts). Its logits
-are matched to the policy's distribution at position t+1+j (temperature 1, stored as its top k tokens plus
-the tail mass: training.data.topk_cross_entropy) by soft cross-entropy on response positions; the step losses are weighted 0.8^j (SpecForge: S = 7).
+Unroll step j at sequence index t sits at position t+j: it reads token x_{t+1+j} and, as hidden input, the
+fused target features (j = 0) or its own pre-norm output of step j-1 (j > 0), exactly as `propose` does.
+Its attention sees the real prefix (step-0 entries of indices <= t) and its own chain's earlier drafts. Its
+logits are matched to the policy's distribution at t+1+j (stored as top k plus tail mass:
+training.data.topk_cross_entropy) on response positions, step j weighted `unroll_decay`^j.
 """
 from __future__ import annotations
 
@@ -156,8 +155,7 @@ def cached_teacher(policy, data: list[Pair], layers: tuple[int, ...], args: Draf
 
 def chunked_topk(lm_head: torch.nn.Linear, hidden: torch.Tensor, k: int) -> TopK:
     """`topk_probs(lm_head(hidden), k)` for hidden [B, T, D], `head_chunk_tokens` tokens at a time: with
-    k > 0 the [B, T, V] logits (0.8 GB for 4096 tokens of a 49k vocabulary in fp32) never exist at once
-    (k = 0 asks for whole rows, which are then the result)."""
+    k > 0 the [B, T, V] logits never exist at once (k = 0 asks for whole rows, which are then the result)."""
     B, T, D = hidden.shape
     flat, step = hidden.reshape(B * T, D), head_chunk_tokens(lm_head.out_features)
     parts = []

@@ -1,15 +1,12 @@
 """MTP drafter: chains the policy's multi-token-prediction modules (DeepSeek-V3), greedy, q = one-hot.
 
-Draft j comes from depth j: module j (the last module for j > D) combines h^{j-1} with the embedding of
-the previous token (draft j-1, or the sequence's last token for j = 1). Every depth runs at the position
-p of the last token the target has seen, and each module keeps its own KV cache over positions:
-`observe` fills positions the target verified teacher-forced (module d at i reads t_{i+d}, exact up to
-the accepted prefix, rejected drafts in its last d-1 entries), `propose` overwrites position p with
-drafts. The KV of deeper modules is therefore an approximation; exactness never depends on it.
+Draft j comes from module j (the last one for j > D), which combines h^{j-1} with the embedding of the
+previous token. Every depth runs at the position of the last token the target has seen, and each module
+keeps a KV cache over positions: `observe` fills verified positions teacher-forced, `propose` overwrites
+the last one with drafts. Deeper modules' KV is therefore approximate; exactness never depends on it.
 
-Where the modules come from, in order: `SpecConfig.draft_model` (an MTP-only directory written by
-`specrl train-drafter --method mtp`, or a full checkpoint with `mtp.*` weights), the policy's
-own `mtp` modules, and the embedded default in `specrl/tasks/assets/drafters/mtp/` when its shapes fit.
+The modules come from, in order: `SpecConfig.draft_model` (an MTP-only directory or a full checkpoint with
+`mtp.*` weights), the policy's own `mtp`, and the embedded default when its shapes fit.
 """
 from __future__ import annotations
 

@@ -2,10 +2,8 @@
 
 Depth d at position i reads h^{d-1}_i and t_{i+d} and is trained with soft cross-entropy to the policy's
 distribution of t_{i+d+1} (the policy's logits at i+d), teacher-forced on the policy's own generations.
-Depths past D reuse the last module, exactly as the drafter chains them; depth d weighs decay^(d-1).
-The modules start from the policy's last decoder layer with its residual outputs zeroed and a small random
-eh_proj (passing h^{d-1} through would start from the policy's own, wrong-by-one-token, prediction).
-By default only the modules are written (small; the policy's own checkpoint stays as it is).
+Depths past D reuse the last module, exactly as the drafter chains them; depth d weighs decay^(d-1). The
+modules start from `scratch`; by default only they are written (the policy's checkpoint stays as it is).
 """
 from __future__ import annotations
 
@@ -89,7 +87,8 @@ MODULE = MTPStack
 
 def scratch(policy: CausalLM, seed: int = 0) -> MTPStack:
     """2 MTP modules, each the policy's last active decoder layer with its residual outputs zeroed and a small
-    random eh_proj (deterministic in `seed`)."""
+    random eh_proj, deterministic in `seed` (passing h^{d-1} through would start from the policy's own
+    prediction, one token off)."""
     return init_stack(policy, MTP_MODULES, seed)
 
 

@@ -1,11 +1,9 @@
 """Suffix drafter (SuffixDecoding, Oliaro et al. 2024; DAS): model-free drafts from the prompt and from the
 rollouts of the same prompt, GRPO siblings still in flight included. q is one-hot (probs=None).
 
-Each running sequence writes its accepted tokens into the `PromptPool` of its prompt (see tree.py), so
-siblings read each other's text as soon as it is accepted, finished rollouts stay in the pool for later
-samples, and pools outlive a generate() call: the next RL step on the same problem starts warm. The draft
-follows the most frequent continuation of the longest matching suffix, and its length grows with the match:
-up to min(k, ceil(suffix_scale * match length)), nothing when fewer than ngram_min tokens match.
+Each running sequence writes its accepted tokens into its prompt's pool (tree.py), where siblings read them
+at once. The draft follows the most frequent continuation of the longest matching suffix, up to
+min(k, ceil(suffix_scale * match length)) tokens, nothing when fewer than ngram_min tokens match.
 """
 from __future__ import annotations
 

@@ -1,19 +1,14 @@
 """Token-frequency suffix structures for the suffix drafter (SuffixDecoding; DAS). Pure bookkeeping: no tensors.
 
-`ContextTrie` answers "what usually follows the longest suffix of this context?". It stores, for every
-context of 1..depth tokens that occurred in the indexed text, how often each token followed it. The trie is
-keyed by the context read backwards (root -> last token -> the token before it -> ...), so one walk from the
-root along the reversed current context reaches the deepest (longest) matching suffix, and every node on the
-way holds next-token counts. This is the suffix tree of SuffixDecoding cut at `depth`, with the counts kept
-per context instead of per subtree; the drafter's greedy walk re-matches after each drafted token, which
-conditions on the same (matched suffix + drafted tokens) context as a walk down a suffix tree does, as long
-as it fits in `depth`. Adding a token is one walk of `depth` dict steps, so updates are incremental and cheap.
+`ContextTrie` answers "what usually follows the longest suffix of this context?": for every context of
+1..depth tokens seen, how often each token followed it. It is keyed by the context read backwards, so one
+walk from the root along the reversed context reaches the longest matching suffix, and adding a token is
+one walk of `depth` dict steps. This is SuffixDecoding's suffix tree cut at `depth`, with counts per context
+instead of per subtree; re-matching after each drafted token conditions on the same context.
 
-`SuffixStore` keeps one trie per distinct prompt: the prompt itself, the outputs of the sequences of that
-prompt still running (GRPO siblings write into it as their tokens are accepted) and the last `max_rollouts`
-finished outputs. Pools are keyed by the prompt's tokens, so later generate calls (later RL steps on the same
-problem) reuse them; the least recently used idle pools are dropped when the store holds more than
-`max_tokens` indexed tokens.
+`SuffixStore` keeps one trie per distinct prompt: the prompt, the outputs of its running sequences (GRPO
+siblings share it) and its last `max_rollouts` finished outputs. Pools outlive a generate call, so later RL
+steps on the same problem reuse them; the least recently used idle pools go past `max_tokens`.
 """
 from __future__ import annotations
 

@@ -1,16 +1,13 @@
-"""The teacher-data cache of `specrl train-drafter --cache DIR`: the sampled responses (and, for eagle3, the
-policy's features and top-k distributions over them) are written once and read back by later runs, and the
-training state saved there lets `--resume` continue an interrupted fit.
+"""The teacher-data cache of `specrl train-drafter --cache DIR`: sampled responses (and eagle3's teacher
+outputs) written once and read back by later runs, plus the fit's state for `--resume`.
 
-    DIR/meta.json        what the data was collected from: fingerprints of the policy's weights and tokenizer,
-                         and the sampling settings
+    DIR/meta.json        fingerprints of the policy's weights and tokenizer, and the sampling settings
     DIR/sequences.pt     [(prompt_ids, response_ids), ...]
     DIR/teacher-*.pt     eagle3 teacher outputs, one file per (layers, top k, autocast)
-    DIR/train_state.pt   the module, optimizer, step and clock of the fit (data.fit), with the method and
-                         vocabulary it belongs to
+    DIR/train_state.pt   the fit's module, optimizer, step and clock (data.fit), with its method and vocabulary
 
-Data collected from another model or tokenizer is refused (token ids and targets would not match); so is data
-sampled with other settings, which a reader would otherwise take for what it asked for.
+Data from another model or tokenizer is refused (ids and targets would not match), and so is data sampled
+with other settings, which a reader would otherwise take for what it asked for.
 """
 from __future__ import annotations
 

@@ -1,18 +1,15 @@
 """What online drafter training learns from: the policy trainer's own forward over the sampled trajectories.
 
-NeMo-RL's way: the policy trainer already runs the policy over every rollout to recompute logprobs, so it
-can hand over the hidden states a drafter reads and the policy's next-token logits at no extra forward.
+The trainer already runs the policy over every rollout to recompute logprobs, so it hands over the hidden
+states a drafter reads and the policy's next-token logits at no extra forward (NeMo-RL's way; capturing
+during rollout, TLT's, would see only the verify forwards).
 
     capture = Capture(layers, pick_rows)     # or OnlineDrafterTrainer.forward_hook()
     policy_trainer.forward_hook = capture    # specrl.train.trainer.ForwardHook
     policy_trainer.step(batch)               # capture.batches: one DrafterBatch per micro-batch, detached
 
-Layer -1 stands for the final normed hidden state (MTP's h^0). `pick_rows(b)` may pick the rows kept
-(OnlineDrafterTrainer.pick_rows): only those are copied out, so a [b, T, V] logits tensor is held for a
-micro-batch only while its backward runs.
-
-TLT's alternative, capturing hidden states during rollout (the engine's verify forwards), is not built:
-the trainer's forward is exact (teacher-forced over the whole trajectory) and costs no extra work.
+Layer -1 stands for the final normed hidden state (MTP's h^0). Only the rows `pick_rows(b)` keeps are copied
+out, so a micro-batch's [b, T, V] logits are held only while its backward runs.
 """
 from __future__ import annotations
 

@@ -2,12 +2,10 @@
 
     alarm, message = drafter_alarm(acceptance_history, engine_version, trainer_version, HealthConfig())
 
-Two failures it catches:
-1. collapse: the latest acceptance_length is below `drop_ratio` (default half) of the mean of the `window`
-   steps before it, e.g. a drafter whose weights were zeroed or a swap that went wrong (acceptance falls to
-   ~1.0, i.e. only the bonus token). It needs `min_history` earlier steps before it can judge.
-2. staleness: the engine's drafter version lags the online trainer's by more than `max_version_lag`,
-   i.e. the trained weights are not reaching the engine (a broken weight sync).
+1. collapse: the latest acceptance_length is below `drop_ratio` of the mean of the `window` steps before it
+   (after `min_history` steps), e.g. zeroed weights or a bad swap.
+2. staleness: the engine's drafter version lags the online trainer's by more than `max_version_lag`, i.e.
+   trained weights do not reach the engine.
 """
 from __future__ import annotations
 

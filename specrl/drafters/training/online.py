@@ -8,13 +8,10 @@
     online.state_dict() / load_state_dict(...)    # exact resume (weights, AdamW, version, shuffle generator)
     online.save_drafter(ckpt / "drafter")         # the method's own layout: SpecConfig(draft_model=...), export
 
-The config is `rollout.drafter` (`DrafterConfig`); `temperature` is the rollouts' and `seed` the run's. One
-`step` = `updates_per_step` AdamW steps on the trainer's own fp32 copy of the drafter. The policy is read,
-never trained: its embeddings and lm_head (which EAGLE-3 and MTP share) enter through `FrozenView`.
-
-Loss per response position: kl_coef * KL(p || q) + accept_coef * (1 - sum_x min(p, q)) (losses.py), with
-per-trajectory ReSpec weights when `reward_weighting`; each method's terms (EAGLE-3's unroll, MTP's depths)
-come from its recipe's `online_logits`.
+One `step` = `updates_per_step` AdamW steps on the trainer's own fp32 copy of the drafter. The policy is read,
+never trained: its embeddings and lm_head enter through `FrozenView`. Loss per response position:
+kl_coef * KL(p || q) + accept_coef * (1 - sum_x min(p, q)) (losses.py), optionally reward-weighted (ReSpec);
+each method's terms come from its recipe's `online_logits`.
 """
 from __future__ import annotations
 

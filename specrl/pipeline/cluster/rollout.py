@@ -1,13 +1,10 @@
 """`RayRolloutBackend`: one rollout backend over N rollout actors, for the drivers it is one engine.
 
-generate() splits a step's prompts into contiguous runs, one per actor, so a prompt's GRPO group (its n
-samples) never splits, and gathers the outputs back in prompt order. Per-prompt seeds fix each group's
-samples whichever actor draws them, so the run matches an in-process one.
-
-Weights: each version goes into Ray's object store once and every actor takes it from there; rollout actors
-are threaded, so an update sent while they generate reaches their engine at once. A rollout actor that
-dies mid-step is restarted with the current weights and its prompts are generated again; after
-`ray.max_restarts` restarts the run stops with an error naming it. How and why: docs/ray.md.
+generate() splits a step's prompts into contiguous runs, one per actor, so a GRPO group never splits, and
+gathers the outputs back in prompt order. Per-prompt seeds fix each group's samples whichever actor draws
+them, so the run matches an in-process one. Each weight version goes into Ray's object store once; a rollout
+actor that dies mid-step is restarted with the current weights and its prompts generated again, up to
+`ray.max_restarts`. How and why: docs/ray.md.
 """
 from __future__ import annotations
 
