@@ -5,10 +5,11 @@ check factors and the counted acceptance of each drafter at k = 1, 2, 4: which a
     python experiments/adaptive_b1_rates.py 2> b1_rates.out"""
 import sys
 
-from specrl import LLM, SpecConfig
+from specrl import LLM
 from specrl.cli.bench_common import task_prompts, timed_generate, warm_up
 from specrl.tasks import default_policy_path
 from specrl.threads import set_threads
+from specrl.train.config import TrainConfig
 
 
 def dump(strategy, tag: str) -> None:
@@ -29,8 +30,7 @@ def main() -> None:
     path = str(default_policy_path())
     probe = LLM(path, max_num_seqs=1)
     prompts, warmup = task_prompts(probe, 8, seed=1234 + 7), task_prompts(probe, 1, seed=1234 + 8)
-    llm = LLM(path, max_num_seqs=1, spec=SpecConfig(method="auto", num_speculative_tokens=4,
-                                                    drafters=["suffix", "ngram", "eagle3"]))
+    llm = LLM(path, max_num_seqs=1, spec=TrainConfig().rollout.spec)
     strategy, steps = llm.engine.strategy, [0]
     schedule = strategy.schedule
 

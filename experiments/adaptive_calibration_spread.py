@@ -8,13 +8,14 @@ Prints, per start, the fitted seconds of a 1-, 3- and 5-token forward and the sl
 fastest-of-5 forward times at 1, 2, 3, 5 and 9 tokens."""
 import sys
 
-from specrl import LLM, SpecConfig
+from specrl import LLM
 from specrl.tasks import default_policy_path
+from specrl.train.config import TrainConfig
 
 
 def main(starts: int = 6) -> None:
     path = str(default_policy_path())
-    spec = SpecConfig(method="auto", num_speculative_tokens=4, drafters=["suffix", "ngram", "eagle3"])
+    spec = TrainConfig().rollout.spec  # auto over the default drafters, k 4
     for _ in range(starts):
         llm = LLM(path, max_num_seqs=1, spec=spec)
         cost, runner = llm.engine.strategy.cost, llm.engine.runner

@@ -23,8 +23,8 @@ from ..engine.adaptive import profile
 from ..engine.methods import DRAFTING_METHODS, METHODS, SpecConfig, is_adaptive
 from ..engine.stats import Choices
 from ..errors import UserError
-from .bench_common import (add_warmup_arg, base_parser, emit, memory_kwargs, parse_args, policy_path, task_prompts,
-                           timed_generate, warm_up)
+from .bench_common import (add_warmup_arg, at_least_one, base_parser, emit, memory_kwargs, parse_args, policy_path,
+                           task_prompts, timed_generate, warm_up)
 from .bench_spec import parse_batch_sizes
 
 
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
     ap.add_argument("--max-tokens", type=int, default=None, help="default 256 (--quick: 32)")
     ap.add_argument("--rl-max-tokens", type=int, default=None, help="default: the default run's response budget (--quick: 32)")
-    ap.add_argument("--repeats", type=int, default=None, help="batches per n=1 measurement; default 2, and at "
+    ap.add_argument("--repeats", type=at_least_one, default=None, help="batches per n=1 measurement; default 2, and at "
                     f"least {MIN_PROMPTS} prompts (--quick: 1)")
     add_warmup_arg(ap)
     ap.add_argument("--adaptive-mode", default="measured", choices=["measured", "deterministic"])
@@ -79,9 +79,6 @@ def main(argv: list[str]) -> int:
                              ("rl_max_tokens", default.budget.max_tokens, 32)):
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
-    if args.repeats is not None and args.repeats < 1:
-        raise UserError(f"--repeats {args.repeats}: give at least 1 batch per measurement, or leave it out for "
-                        "the default")
     ks = parse_ks(args.ks or ",".join(str(2 ** i) for i in range(rollout.spec.num_speculative_tokens.bit_length())))
     methods_given = args.methods is not None
     methods = [m for m in (args.methods or ",".join(DRAFTING_METHODS)).split(",") if m]

@@ -11,6 +11,14 @@ import torch
 AS_TRAIN = object()  # --threads left out of a bench: torch's default, as `specrl train` (num_threads=0)
 
 
+def at_least_one(text: str) -> int:
+    """argparse type of a count that must be 1 or more (--repeats)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1: give at least 1, or leave it out for the default")
+    return value
+
+
 def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """A bench's parser. Its --threads default is `specrl train`'s (torch's default, num_threads=0), not the
     free cores: a bench measures the main job, and a thread count that follows the machine's load would

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from ..engine.methods import METHODS, get_method
 from ..errors import UserError
-from .bench_common import (add_warmup_arg, base_parser, emit, file_prompts, memory_kwargs, parse_args, peak_rss_mb,
-                           policy_path, task_prompts, timed_generate, warm_up)
+from .bench_common import (add_warmup_arg, at_least_one, base_parser, emit, file_prompts, memory_kwargs, parse_args,
+                           peak_rss_mb, policy_path, task_prompts, timed_generate, warm_up)
 
 
 def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats, temperature, warmup, warmup_tokens):
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     add_warmup_arg(ap)
     ap.add_argument("--max-tokens", type=int, default=None, help="default 512 (--quick: 64); the rl workload "
                     "takes rollout.max_tokens")
-    ap.add_argument("--repeats", type=int, default=None,
+    ap.add_argument("--repeats", type=at_least_one, default=None,
                     help="batches per measurement (n=1 workloads); default 3 (--quick: 1)")
     ap.add_argument("--prompts", default=None, help="a JSONL of prompt or messages rows (`specrl make-data`), "
                     "encoded as `specrl train` does (chat template); default: the embedded task's")

@@ -47,16 +47,18 @@ def strip_timings(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
 
 
+IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
 @contextmanager
 def in_process_vllm():
-    """vLLM engines built inside the block run their engine core and worker in this process: a start takes
-    seconds, not the ~40 s of two spawned processes each importing vLLM. For tests of what an engine computes
-    from one thread. Tests of its processes (a killed engine, SIGTERM, reaping) keep vLLM's default, and so do
-    runs that call the engine from two threads (an async run's refits): the engine process serializes those
-    calls, the in-process client does not (an async run in-process failed its sampler audit). Without pinned
-    OMP threads (they would pin this test process's), and with what an engine core's start leaves undone:
-    vLLM's cached environment (the next engine reads the environment again), its frozen GC heap, and its
-    CPU worker's replacement of `torch.set_num_threads` by a no-op (with the thread count it set)."""
+    """vLLM engines built inside the block run their engine core and worker in this process: no spawned process
+    imports vLLM again, so a start takes seconds (docs/vllm.md). For tests of what an engine computes from one
+    thread. Tests of its processes (a kill, SIGTERM, reaping) keep the engine process, and so do runs that call
+    the engine from two threads (an async run's refits): the engine process serializes those calls, the
+    in-process client does not. OMP threads stay unpinned (they would pin this process's), and what an engine
+    core's start leaves in the process is undone: vLLM's cached environment, its frozen GC heap, and its CPU
+    worker's no-op in place of `torch.set_num_threads`."""
     import gc
 
     import torch
@@ -68,11 +70,11 @@ def in_process_vllm():
         yield
     finally:
         for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
         vllm.envs.disable_envs_cache()
         gc.unfreeze()
         torch.set_num_threads = set_threads
         torch.set_num_threads(threads)
-
-
-IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
