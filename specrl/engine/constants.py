@@ -20,6 +20,8 @@ PRIOR_ALPHA = 0.5  # acceptance assumed before any observation: no drafter is pr
 PRIOR_ROWS = 1.0  # ... counted as this many rows, so the first real rows overrule it
 BONUS = 0.35  # optimism (UCB): alpha + BONUS / sqrt(rows that reached the position + 1), so few rows get tried
 MAX_ALPHA = 0.98  # so that expected accepted drafts stay below k (a certain drafter would always ask k_max)
+ROW_DECAY = 0.9  # weight of a row's past per draft it was scored on: a row's own rate follows its last ~10 drafts
+ROW_PRIOR_DRAFTS = 4.0  # the running rows' own rate is shrunk to the counts' with this many expected drafts
 
 # ---- a saved profile as a fresh engine's prior (engine/adaptive/profile.py) ----------------------------------
 PROFILE_ROWS = 32.0  # a (drafter, kind)'s counts weigh at most this many rows: a batch of 64 outweighs them at once

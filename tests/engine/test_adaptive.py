@@ -314,6 +314,43 @@ def test_shadow_drafts_teach_a_model_free_drafter_without_drafting():
     assert strategy.stats["suffix", ALL].accepted[:3] == [1.0, 1.0, 0.0]
 
 
+def test_row_rates_are_decayed_sums_of_the_rows_shrunk_towards_the_counts():
+    from specrl.engine.adaptive.rows import RowRates
+    from specrl.engine.constants import ROW_DECAY, ROW_PRIOR_DRAFTS
+    rates = RowRates()
+    rates.add(0, "suffix", 1, 2.0)  # row 0 accepted 1 draft where the counts expected 2 ...
+    rates.add(0, "suffix", 1, 2.0)  # ... twice: sums 0.9 * 1 + 1 = 1.9 accepted, 0.9 * 2 + 2 = 3.8 expected
+    rates.add(1, "suffix", 3, 2.0)  # row 1 did better than expected
+    assert ROW_DECAY == 0.9 and ROW_PRIOR_DRAFTS == 4.0
+    assert rates.factor([0], "suffix") == pytest.approx((4 + 1.9) / (4 + 3.8))
+    assert rates.factor([0, 1], "suffix") == pytest.approx((4 + 1.9 + 3) / (4 + 3.8 + 2))
+    assert rates.factor([0], "ngram") == rates.factor([7], "suffix") == 1.0  # nothing seen: the counts stand
+    rates.keep([1])  # row 0 finished
+    assert rates.factor([0], "suffix") == 1.0 and rates.factor([1], "suffix") == pytest.approx(7 / 6)
+
+
+def test_rows_that_accept_a_drafter_less_than_its_counts_get_another_drafter_and_new_rows_do_not():
+    # The long tail: the rows still running accept the model-free drafter's drafts far below what its counts
+    # (pooled over every row) expect. The plan for those rows turns to the drafter they do accept; rows that
+    # have not shown it are priced by the counts again.
+    pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(6)}), "eagle3": PointDrafter({})})
+    strategy = AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, flat_cost(["suffix", "eagle3"]))
+    teach(strategy, "suffix", 3, rows=100_000)  # counts that one step's rows cannot move
+    teach(strategy, "eagle3", 2, rows=100_000)
+    tail = seqs(6)[:2]
+    strategy.schedule(tail, pool)
+    assert strategy.arm.label == "suffix@4"
+    for _ in range(PLAN_EVERY):  # the tail's rows reject every suffix draft
+        strategy.schedule(tail, pool)
+        strategy.update(StepResult("spec", tail, tokens_in=10, emitted_tokens=2, drafters_asked=["suffix"] * 2,
+                                   asked=[4, 4], lengths=[4, 4], accepted=[0, 0]))
+    strategy.schedule(tail, pool)  # a new plan
+    assert strategy.arm.drafter == "eagle3"
+    assert strategy.stats["suffix", ALL].expected(4, False) > strategy.stats["eagle3", ALL].expected(4, False)
+    strategy.schedule(seqs(6)[2:], pool)  # other rows, a new plan: the counts price them again
+    assert strategy.arm.label == "suffix@4"
+
+
 def run_auto(spec, prompts, params, state=None):
     llm = LLM(tiny_model(seed=3, vocab=32, hidden=48, layers=2, max_pos=64), spec=spec, max_num_seqs=8)
     if state is not None:

@@ -33,9 +33,9 @@ class ShadowDrafts:
             for seq, toks, length in zip(free, prop.tokens.tolist(), prop.lengths.tolist()):
                 self.pending.append((name, seq, seq.num_tokens, toks[:length]))
 
-    def score(self, rows: dict) -> None:
+    def score(self, rows: dict, per_row=None) -> None:
         """Counts into `rows` the drafts whose outcome is known: the row emitted past the draft (or past a
-        rejection), or finished."""
+        rejection), or finished; and hands each to `per_row(seq_id, drafter, asked, accepted)`."""
         pending = []
         for name, seq, before, draft in self.pending:
             emitted = seq.tokens[before:]
@@ -51,4 +51,6 @@ class ShadowDrafts:
                 continue
             keys = ((name, ALL), (name, FULL)) if len(draft) >= asked else ((name, ALL),)
             tally(rows, keys, asked, min(len(draft), asked), min(a, asked))
+            if per_row is not None:
+                per_row(seq.seq_id, name, asked, min(a, asked))
         self.pending = pending

@@ -17,6 +17,7 @@ from ..sequence import Sequence
 from ..strategy import Plan, Strategy, budget_cap
 from .arms import ALL, FILL, FULL, OFF, OLD_KEYS, Arm, arm_grid, count_keys, tally
 from .ratecheck import RateChecks
+from .rows import RowRates
 from .shadow import ShadowDrafts
 
 
@@ -32,26 +33,33 @@ class AdaptiveStrategy(Strategy):
         self.checks = RateChecks()
         self._expect = 0.0  # the plan's predicted rate (without optimism), for the check
         self.shadows = ShadowDrafts([n for n in self.names if n in self.point], k_max)
+        self.rows = RowRates()  # the running rows' own acceptance against the counts'
+        self._row_factor: dict[str, float] = {}  # per drafter, over the rows the plan serves
 
     # ---- predictions ---------------------------------------------------------------------------------
     def predicted_rate(self, arm: Arm, B: int, optimistic: bool = True) -> float:
         """Tokens per second of a step of B rows under `arm`, from the cost model and the acceptance counts."""
         if arm.drafter is None:
             return B / self.cost.target_s(B, B)
-        k, draft = arm.k, self.stats[arm.drafter, ALL].expected(arm.k, optimistic)
+        k, draft = arm.k, self._expected((arm.drafter, ALL), arm.k, optimistic)
         if arm.lead is None:
             seconds = self.cost.draft_s(arm.drafter, B * k, k)
         else:
             f = self.stats[arm.lead, ALL].full_share(k)  # rows the lead drafts
             rest = self.stats[arm.drafter, FILL]
             if rest.rows >= 1.0:  # until the drafter has filled in, its rows at large stand in
-                draft = rest.expected(k, optimistic)
-            draft = f * self.stats[arm.lead, FULL].expected(k, optimistic) + (1.0 - f) * draft
+                draft = self._expected((arm.drafter, FILL), k, optimistic)
+            draft = f * self._expected((arm.lead, FULL), k, optimistic) + (1.0 - f) * draft
             fill = (1.0 - f ** B) * self.cost.draft_s(arm.drafter, max(1, round((1 - f) * B)) * k, k)  # runs
             seconds = self.cost.draft_s(arm.lead, B * k, k) + fill  # unless the lead drafts every row
         if arm.drafter in self.deferred:  # it observes every token the step appends, all rows, when next asked
             seconds += self.cost.catch_up_s(arm.drafter, B * (1.0 + draft))
         return B * (1.0 + draft) / (self.cost.target_s(B * (k + 1), B) + seconds)
+
+    def _expected(self, key: tuple[str, str], k: int, optimistic: bool) -> float:
+        """Accepted drafts a row asked for k expects: the counts under `key`, scaled by how the rows this plan
+        serves have accepted that drafter's drafts against the counts (RowRates)."""
+        return min(self.stats[key].expected(k, optimistic) * self._row_factor.get(key[0], 1.0), float(k))
 
     def best_arm(self, B: int) -> Arm:
         rates = {arm: self.predicted_rate(arm, B) * self.checks.factor(arm.label, B) for arm in self.arms}
@@ -61,6 +69,9 @@ class AdaptiveStrategy(Strategy):
     def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan | None:
         B = len(seqs)
         if B != self._planned_for or self._age >= PLAN_EVERY or self._trying:
+            ids = [s.seq_id for s in seqs]
+            self.rows.keep(ids)
+            self._row_factor = {n: self.rows.factor(ids, n) for n in self.names}
             self.arm, self._planned_for, self._age = self.best_arm(B), B, 0
             # a plan that tries a drafter seen on few rows lasts one step: the next one looks again
             self._trying = any(self.stats[n].rows < TRY_ROWS for n in self.arm.reads)
@@ -108,7 +119,7 @@ class AdaptiveStrategy(Strategy):
             self._learn_costs(result, asked_by)
         rows: dict[tuple, list[list[int]]] = {}  # stats key -> (asked, proposed, accepted) per row
         self._count(result, asked_by, rows)
-        self.shadows.score(rows)
+        self.shadows.score(rows, self._score_row)
         for key, (asked, lengths, accepted) in rows.items():
             self.stats[key].add(asked, lengths, accepted)
 
@@ -132,21 +143,29 @@ class AdaptiveStrategy(Strategy):
     def _count(self, result: StepResult, asked_by: list[str | None], rows: dict) -> None:
         """Acceptance per drafter, per model-free drafter for its full-length proposals, and per model
         drafter filling in a hybrid's rows (FILL)."""
-        for d, k, n, a in zip(asked_by, result.asked, result.lengths, result.accepted):
+        hybrid = self.arm.lead is not None
+        for seq, d, k, n, a in zip(result.seqs, asked_by, result.asked, result.lengths, result.accepted):
             if d is None or k == 0:
                 continue
             if d in self.point:
                 keys = ((d, ALL), (d, FULL)) if n >= k else ((d, ALL),)
             else:
-                keys = ((d, FILL),) if self.arm.lead is not None else ((d, ALL),)
+                keys = ((d, FILL),) if hybrid else ((d, ALL),)
             tally(rows, keys, k, n, min(a, n))
+            # the counts this row was priced with: a hybrid's lead drafts the rows with a full-length proposal
+            self._score_row(seq.seq_id, d, k, min(a, n), keys[-1] if hybrid else keys[0])
+
+    def _score_row(self, seq_id: int, drafter: str, k: int, accepted: int, key: tuple | None = None) -> None:
+        """One row's accepted drafts against what the counts (under `key`, default ALL) expected of it."""
+        self.rows.add(seq_id, drafter, accepted, self.stats[key or (drafter, ALL)].expected(k, optimistic=False))
 
     # ---- state -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """The learned state a checkpoint keeps: the cost model, the acceptance counts and the rate checks."""
+        """The learned state a checkpoint keeps: the cost model, the acceptance counts, the rate checks and which
+        rows shadow-draft next."""
         return copy.deepcopy({"cost": self.cost.state_dict(),
                               "stats": [[list(key), s.state_dict()] for key, s in self.stats.items()],
-                              "checks": self.checks.state_dict()})
+                              "checks": self.checks.state_dict(), "shadow_turn": self.shadows.turn})
 
     def load_state_dict(self, s: dict) -> None:
         self.cost.load_state_dict(s["cost"])
@@ -158,3 +177,5 @@ class AdaptiveStrategy(Strategy):
                 self.stats[tuple(key)].load_state_dict(sub)
         self.checks.load_state_dict(s.get("checks", []))
         self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
+        self.rows, self._row_factor = RowRates(), {}
+        self.shadows.turn = s.get("shadow_turn", 0)  # which rows shadow-draft next: a resumed run picks the same
