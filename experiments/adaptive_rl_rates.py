@@ -5,6 +5,7 @@ emitted; at each new plan, the five best arms' predicted rates. Tells whether a 
 cost side or the acceptance side.
 
     python experiments/adaptive_rl_rates.py --seed 0 > rl_rates.jsonl 2> rl_rates.out
+    python experiments/adaptive_rl_rates.py --seed 0 --batch 64 > b64_rates.jsonl   # a batch-size row instead
 """
 import argparse
 import json
@@ -18,6 +19,8 @@ from specrl.cli.bench_common import task_prompts, timed_generate, warm_up  # noq
 from specrl.tasks import default_policy_path  # noqa: E402
 from specrl.train.config import TrainConfig  # noqa: E402
 
+from adaptive_rounds import workload  # noqa: E402  (experiments/: the bench's rows)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
@@ -28,16 +31,11 @@ def main() -> None:
     config = TrainConfig()
     rollout = config.rollout
     path = args.model or str(default_policy_path())
-    if args.batch is None:  # the RL row
-        slots, n, repeats, max_tokens = rollout.max_num_seqs, rollout.n, 1, config.budget.max_tokens
-    else:  # bench adaptive's batch row: at least 8 prompts, 2 batches or more, 256 tokens
-        slots, n, repeats, max_tokens = args.batch, 1, max(2, -(-8 // args.batch)), 256
-    llm = LLM(path, max_num_seqs=slots, spec=rollout.spec)
     rl = args.batch is None
-    prompts = task_prompts(llm, rollout.prompts_per_step if rl else slots * repeats, seed=args.seed + 7,
-                           split="train" if rl else "test")
-    warm = task_prompts(llm, rollout.prompts_per_step if rl else slots, seed=args.seed + 8,
-                        split="train" if rl else "test")
+    slots, n, repeats, max_tokens, split = workload("rl" if rl else str(args.batch), config)
+    llm = LLM(path, max_num_seqs=slots, spec=rollout.spec)
+    prompts = task_prompts(llm, rollout.prompts_per_step if rl else slots * repeats, seed=args.seed + 7, split=split)
+    warm = task_prompts(llm, rollout.prompts_per_step if rl else slots, seed=args.seed + 8, split=split)
     strategy = llm.engine.strategy
     schedule, update = strategy.schedule, strategy.update
     live = {"on": False, "plan": None}
