@@ -35,6 +35,7 @@ class AdaptiveStrategy(Strategy):
         self.shadows = ShadowDrafts([n for n in self.names if n in self.point], k_max)
         self.rows = RowRates()  # the running rows' own acceptance against the counts'
         self._row_factor: dict[str, float] = {}  # per drafter, over the rows the plan serves
+        self._expected_now: dict[tuple, float] = {}
 
     # ---- predictions ---------------------------------------------------------------------------------
     def predicted_rate(self, arm: Arm, B: int, optimistic: bool = True) -> float:
@@ -118,6 +119,7 @@ class AdaptiveStrategy(Strategy):
         if not self.deterministic:
             self._learn_costs(result, asked_by)
         rows: dict[tuple, list[list[int]]] = {}  # stats key -> (asked, proposed, accepted) per row
+        self._expected_now: dict[tuple, float] = {}  # (key, k) -> the counts' expectation, before this step's
         self._count(result, asked_by, rows)
         self.shadows.score(rows, self._score_row)
         for key, (asked, lengths, accepted) in rows.items():
@@ -157,7 +159,11 @@ class AdaptiveStrategy(Strategy):
 
     def _score_row(self, seq_id: int, drafter: str, k: int, accepted: int, key: tuple | None = None) -> None:
         """One row's accepted drafts against what the counts (under `key`, default ALL) expected of it."""
-        self.rows.add(seq_id, drafter, accepted, self.stats[key or (drafter, ALL)].expected(k, optimistic=False))
+        key = key or (drafter, ALL)
+        expected = self._expected_now.get((key, k))
+        if expected is None:  # once per (key, k) a step: the counts move only after the step's rows are in
+            expected = self._expected_now[key, k] = self.stats[key].expected(k, optimistic=False)
+        self.rows.add(seq_id, drafter, accepted, expected)
 
     # ---- state -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
