@@ -32,8 +32,9 @@ def workload(row: str, config):
     """(slots, samples per prompt, batches, max tokens, split) of a bench adaptive row."""
     if row == "rl":
         return config.rollout.max_num_seqs, config.rollout.n, 1, config.budget.max_tokens, "train"
+    from specrl.cli.bench_adaptive import MIN_PROMPTS
     slots = int(row)
-    return slots, 1, max(2, -(-8 // slots)), 256, "test"
+    return slots, 1, max(2, -(-MIN_PROMPTS // slots)), 256, "test"
 
 
 def measure(path: str, row: str, arm: str, seed: int, warmup_tokens: int) -> dict:

@@ -164,8 +164,8 @@ def check_dtype(device, dtype) -> torch.dtype:
 
 def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
     """A zero tensor for a KV cache. On a CPU it lives in a fresh anonymous mapping, so a page becomes
-    resident only when written (reads of untouched pages see the kernel's shared zero page), and
-    `release_kv` can give its pages back."""
+    resident only when written (reads of untouched pages see the kernel's shared zero page; a sandbox kernel,
+    as on CI, may commit a page on a read), and `release_kv` can give its pages back."""
     device, dtype = torch.device(device), resolve_dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if device.type != "cpu" or nbytes == 0:

@@ -2,7 +2,7 @@
 rollouts of the same prompt, GRPO siblings still in flight included. q is one-hot (probs=None).
 
 Each running sequence writes its accepted tokens into its prompt's pool (tree.py), where siblings read them
-at once. The draft follows the most frequent continuation of the longest matching suffix, up to
+at once; pools outlive a generate() call, so the next RL step on the same problem starts warm. The draft follows the most frequent continuation of the longest matching suffix, up to
 min(k, ceil(suffix_scale * match length)) tokens, nothing when fewer than ngram_min tokens match.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The counts pool every row a drafter drafted for, over the last ~100 steps. The rows still running late in a
 workload (the long tail) are the long responses, and these can accept a drafter's drafts well below the
-batch's average (docs/results/bench_adaptive.md, "Run 12"). Pooled counts then overprice that drafter exactly
+batch's average (docs/results/bench_adaptive.md, "Runs 12 and 13"). Pooled counts then overprice that drafter exactly
 where a step serves only a few rows. So each row keeps, per drafter, decayed sums of the drafts it accepted
 and of what the counts expected of it. A plan scales a drafter's expected acceptance by the ratio of those
 sums over the rows it will serve, shrunk towards 1 while they are small. Counts only, no clock, so
