@@ -5,12 +5,12 @@ from specrl.rl.advantages import ADVANTAGES, compute_advantages, group_ids_from_
 from specrl.rl.entropy import entropy_from_logits
 from specrl.rl.kl import KL_ESTIMATORS, kl_penalty, register_kl, truncated_importance_ratio
 from specrl.rl.logprobs import token_logprobs
-from specrl.rl.losses import (AGGREGATIONS, POLICY_LOSSES, PolicyLoss, aggregate, aggregate_denom, clip_fraction,
-                              clipped_policy_loss, masked_mean, masked_sum, register_aggregation, register_policy_loss)
+from specrl.rl.losses import (AGGREGATIONS, POLICY_LOSSES, PolicyLoss, aggregate, aggregate_denom, clipped_policy_loss,
+                              masked_mean, masked_sum, register_aggregation, register_policy_loss)
 from specrl.rl.registry import Registry
 
 __all__ = ["ADVANTAGES", "AGGREGATIONS", "KL_ESTIMATORS", "POLICY_LOSSES", "PolicyLoss", "Registry", "aggregate",
-           "aggregate_denom", "clip_fraction", "clipped_policy_loss", "compute_advantages", "entropy_from_logits",
+           "aggregate_denom", "clipped_policy_loss", "compute_advantages", "entropy_from_logits",
            "group_ids_from_size", "group_stats", "kl_penalty", "masked_mean", "masked_sum", "register_advantage",
            "register_aggregation", "register_kl", "register_policy_loss", "token_logprobs",
            "truncated_importance_ratio"]

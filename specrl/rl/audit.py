@@ -31,15 +31,11 @@ def randomized_pit(probs: torch.Tensor, targets: torch.Tensor, v: torch.Tensor) 
     return u.clamp(U_EPS, 1 - U_EPS)
 
 
-def pit_weight(probs: torch.Tensor) -> torch.Tensor:
-    """w [n] = 1 - max p: the chance the position's token is not its mode (0 at a deterministic position)."""
-    return 1 - probs.double().amax(-1)
-
-
 def token_scores(probs: torch.Tensor, targets: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """[n, 3]: each token's (u, w, impossible) -- impossible is 1 where the token had no mass under `probs`."""
+    """[n, 3]: each token's (u, w, impossible): w = 1 - max p, the chance the position's token is not its mode;
+    impossible is 1 where the token had no mass under `probs`."""
     p_x = probs.gather(-1, targets[:, None])[:, 0]  # [n]
-    return torch.stack([randomized_pit(probs, targets, v), pit_weight(probs), (p_x <= 0).double()], dim=-1)
+    return torch.stack([randomized_pit(probs, targets, v), 1 - probs.double().amax(-1), (p_x <= 0).double()], dim=-1)
 
 
 def normal_sf(z: float) -> float:

@@ -18,12 +18,9 @@ def scaled_token_logprobs(logits: Tensor, tokens: Tensor, temperature: Tensor) -
 
 
 def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> Tensor:
-    """log softmax(logits / temperature)[tokens] for logits [B, T, V], tokens [B, T] -> [B, T] float32.
-
-    ``logits[:, t]`` must already be the prediction for ``tokens[:, t]`` (the caller shifts by one).
-    Temperature 0 means greedy sampling, whose distribution is degenerate, so its logprobs are taken
-    at temperature 1, matching what the rollout engine reports.
-    """
+    """log softmax(logits / temperature)[tokens] for logits [B, T, V], tokens [B, T] -> [B, T] float32, where
+    ``logits[:, t]`` already predicts ``tokens[:, t]``. Temperature 0 (greedy, a degenerate distribution) takes
+    its logprobs at temperature 1, as the rollout engine reports them."""
     if temperature < 0:
         raise ValueError(f"temperature={temperature} must be >= 0 (0 means greedy)")
     if logits.shape[:-1] != tokens.shape:

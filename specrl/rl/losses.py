@@ -1,8 +1,7 @@
 """Policy losses by name (the clipped PPO/GRPO loss with DAPO clip-higher) and loss aggregation modes.
 
-Per-token losses are [B, T] with a 0/1 mask [B, T] over response tokens. How they are reduced to a
-scalar is a named choice (``aggregate``), since token-level and sequence-level averaging weight long
-and short responses differently.
+Per-token losses are [B, T] with a 0/1 mask [B, T] over response tokens. Their reduction to a scalar is a named
+choice (``aggregate``): token-level and sequence-level averaging weight long and short responses differently.
 """
 from __future__ import annotations
 
@@ -46,10 +45,9 @@ def clipped_policy_loss(logp: Tensor, logp_old: Tensor, advantages: Tensor, clip
                         clip_high: float = 0.2, weights: Tensor | None = None) -> PolicyLoss:
     """-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) per token, r = exp(logp - logp_old).
 
-    ``advantages`` is [B] (one per response) or [B, T]. ``clip_high > clip_low`` is DAPO's
-    clip-higher, which lets low-probability tokens grow and keeps entropy from collapsing.
-    ``weights`` [B, T] (e.g. a truncated importance ratio for off-policy tokens) scale the loss
-    and receive no gradient.
+    ``advantages`` is [B] (one per response) or [B, T]. ``clip_high > clip_low`` is DAPO's clip-higher, which
+    lets low-probability tokens grow and keeps entropy from collapsing. ``weights`` [B, T] (e.g. a truncated
+    importance ratio for off-policy tokens) scale the loss and receive no gradient.
     """
     if advantages.dim() == logp.dim() - 1:
         advantages = advantages.unsqueeze(-1)  # [B, 1]
@@ -61,16 +59,6 @@ def clipped_policy_loss(logp: Tensor, logp_old: Tensor, advantages: Tensor, clip
     if weights is not None:
         loss = loss * weights.detach()  # [B, T]
     return PolicyLoss(loss, ratio, clipped_obj > unclipped)
-
-
-def clip_fraction(clipped: Tensor, mask: Tensor) -> Tensor:
-    """Share of response tokens whose update was clipped (a health metric; ~0.0-0.2 is typical)."""
-    return masked_mean(clipped.float(), mask)
-
-
-# ---------------------------------------------------------------------------------------------
-# aggregation: [B, T] per-token loss -> scalar
-# ---------------------------------------------------------------------------------------------
 
 
 class Reduction(NamedTuple):

@@ -1,9 +1,7 @@
 """The sampler audit's glue: the distribution the sampler was asked to use, rebuilt from the trainer's logits
-with the engine's own sampling functions, scored token by token (`specrl.rl.audit` holds the statistic).
-
-`TokenScorer` turns a chunk of policy logits and its sampled tokens into `token_scores` rows; the audit's
-uniforms are a hash of (seed, row, position), so a token's score does not depend on how the trainer cut the
-batch into micro-batches or lm-head chunks. `AuditRequest` is what one step audits and under which weights.
+with the engine's own sampling functions, scored token by token (`specrl.rl.audit` holds the statistic). The
+audit's uniforms are a hash of (seed, row, position), so a token's score does not depend on how the trainer
+cut the batch into micro-batches or lm-head chunks.
 """
 from __future__ import annotations
 
@@ -60,10 +58,7 @@ class AuditRequest(NamedTuple):
 
 def group_rows(groups: list[int], group_size: int, num_rows: int) -> Tensor:
     """[N] bool: the rows of `groups` (rows are group-major, `group_size` each)."""
-    rows = torch.zeros(num_rows, dtype=torch.bool)
-    for g in groups:
-        rows[g * group_size:(g + 1) * group_size] = True
-    return rows
+    return torch.isin(torch.arange(num_rows) // group_size, torch.tensor(groups, dtype=torch.long))
 
 
 class AuditRows(NamedTuple):
@@ -82,13 +77,9 @@ def score_completions(model: CausalLM, scorer: TokenScorer, prompts: list[list[i
     for start in range(0, len(prompts), rows_per_batch):
         ps, cs = prompts[start:start + rows_per_batch], completions[start:start + rows_per_batch]
         batch = collate(ps, cs, [[0.0] * len(c) for c in cs], torch.zeros(len(ps)), 0)
-        logits = model(batch.input_ids.to(scorer_device(model))).logits.float().cpu()  # [b, T, V]
+        logits = model(batch.input_ids.to(next(model.parameters()).device)).logits.float().cpu()  # [b, T, V]
         for i, (p, c) in enumerate(zip(ps, cs)):
             pos = torch.arange(len(p) - 1, len(p) - 1 + len(c))  # [r] positions predicting the completion
             rows = torch.full_like(pos, start + i)
             out.append(scorer(logits[i, pos], batch.targets[i, pos], rows, pos))
     return torch.cat(out) if out else torch.zeros(0, SCORES, dtype=torch.float64)
-
-
-def scorer_device(model: CausalLM) -> torch.device:
-    return next(model.parameters()).device

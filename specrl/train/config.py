@@ -1,9 +1,6 @@
-"""`TrainConfig`: the typed config tree of `specrl train` (YAML file plus `key.sub=value` overrides).
-
-Defaults are the embedded-task recipe that `specrl train` runs with no arguments: GRPO on the shipped
-arithmetic policy, rollouts with adaptive ("auto": suffix in the tail) speculative decoding, sized for a
-2-core CPU.
-"""
+"""`TrainConfig`: the typed config tree of `specrl train` (YAML file plus `key.sub=value` overrides). The defaults
+are the recipe it runs with no arguments: GRPO on the shipped arithmetic policy with adaptive ("auto")
+speculative decoding, sized for a 2-core CPU."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,8 +46,7 @@ class DataConfig:
     eval_source: str | None = None  # held-out file; None: the task's test split, or the last eval_size rows
     eval_size: int | None = None  # held-out problems, one completion each; null: the source's (Budget)
     eval_max_tokens: int | None = None  # null: the source's (Budget)
-    # sampling temperature of the held-out completions; null: the rollout's (accuracy of the policy RL trains);
-    # 0: greedy (a small policy may loop on long chains until eval_max_tokens)
+    # null: the rollout's (accuracy of the policy RL trains); 0: greedy (a small policy may loop on long chains)
     eval_temperature: float | None = None
     prompt_key: str = "prompt"
     answer_key: str = "answer"
@@ -73,8 +69,8 @@ class DataConfig:
     def validate(self) -> None:
         require(self.eval_size is None or self.eval_size >= 0, "eval_size", self.eval_size, ">= 0 or null",
                 "use 0 to turn evaluation off")
-        require(self.eval_max_tokens is None or self.eval_max_tokens >= 1, "eval_max_tokens",
-                self.eval_max_tokens, ">= 1 or null")
+        require(self.eval_max_tokens is None or self.eval_max_tokens >= 1, "eval_max_tokens", self.eval_max_tokens,
+                ">= 1 or null")
         require(self.eval_temperature is None or self.eval_temperature >= 0, "eval_temperature",
                 self.eval_temperature, ">= 0 or null", "null samples at the rollout temperature, 0 is greedy")
         knobs = {"hops_median": self.hops_median, "hops_sigma": self.hops_sigma, "max_hops": self.max_hops}
@@ -127,12 +123,8 @@ class HealthConfig:
 @dataclass
 class DrafterConfig:
     """`rollout.drafter`: online training of the rollout engine's model drafter while the policy trains
-    (specrl.drafters.training.online). Defined here, in the run's config tree, because specrl.train imports
-    nothing from specrl.drafters. The schedules (where the update runs): docs/training.md.
-
-        specrl train rollout.spec.method=eagle3 rollout.drafter.online=true                 # from the shipped head
-        specrl train rollout.spec.method=eagle3 rollout.spec.draft_model=scratch rollout.drafter.online=true
-    """
+    (specrl.drafters.training.online; defined here because specrl.train imports nothing from specrl.drafters).
+    Usage and schedules: docs/training.md."""
     online: bool = False
     schedule: str = "after_step"
     tail_max_running: int = 8  # long_tail: train once this few sequences are still running
@@ -142,15 +134,13 @@ class DrafterConfig:
     accept_coef: float = 0.0  # 1 - expected accepted mass sum_x min(p, q)
     reward_weighting: bool = False  # ReSpec: trajectories weighted by w(r), normalised and clipped
     reward_w_max: float = 2.0
-    # AdamW steps per RL step; the kept trajectories are split among them (each update its own share)
-    updates_per_step: int = 1
+    updates_per_step: int = 1  # AdamW steps per RL step, each on its own share of the kept trajectories
     ttt_steps: int = 3  # EAGLE-3 training-time-test unroll
     unroll_decay: float = 0.8  # weight decay^j of unroll step j (EAGLE-3 TTT steps, MTP depths)
     mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
     # share of each micro-batch's trajectories kept for the drafter, drawn when the policy's forward captures
     # them (the rest is never stored): the n samples of a prompt are near duplicates at a low-entropy policy
     sample_fraction: float = 0.125
-    # alarm: acceptance below half of its recent average, or an engine drafter older than allowed
     health: HealthConfig = field(default_factory=HealthConfig)
 
     MOVED = {**{key: f".optim.{key}" for key in ("lr", "weight_decay", "grad_clip")},
@@ -183,13 +173,11 @@ class RolloutConfig:
     top_k: int = -1
     max_tokens: int | None = None  # a response's budget; null: the data source's (DataConfig.budget)
     max_num_seqs: int = 64  # engine batch (concurrent sequences)
-    # "auto": the adaptive engine (specrl/engine/adaptive/) picks per step and sequence which drafter drafts
-    # how many tokens, from a cost model of this machine's step timings
+    # "auto": the adaptive engine (specrl/engine/adaptive/) picks each step's drafter and draft lengths
     spec: SpecConfig = field(default_factory=lambda: SpecConfig(method="auto", num_speculative_tokens=4))
-    # write the engine's per-step trace (rollout_trace.jsonl) and each step's workload and process-CPU
-    # times (rollout_workload.jsonl) to the run directory: the input of `specrl simulate calibrate --train-runs`
+    # write rollout_trace.jsonl and rollout_workload.jsonl: the input of `specrl simulate calibrate --train-runs`
     trace: bool = False
-    drafter: DrafterConfig = field(default_factory=DrafterConfig)  # online drafter training (DrafterConfig)
+    drafter: DrafterConfig = field(default_factory=DrafterConfig)
     # the engine's copy of the policy (weights and KV cache); null: the policy's (top-level `dtype`).
     # "bfloat16" halves the copy's memory; sampling and logprobs are fp32 either way (README, Memory and precision)
     dtype: str | None = None
@@ -213,10 +201,8 @@ class RolloutConfig:
         require(self.max_model_len is None or self.max_model_len >= 2, "max_model_len", self.max_model_len,
                 ">= 2 or null", "null sizes it from the memory budget")
         require(0 < self.memory_utilization <= 1, "memory_utilization", self.memory_utilization, "in (0, 1]")
-        if self.kv_cache_memory is not None:
-            require(is_positive_size(self.kv_cache_memory), "kv_cache_memory", self.kv_cache_memory,
-                    "a positive size such as 2GiB or 2147483648",
-                    "or null to use memory_utilization")
+        require(self.kv_cache_memory is None or is_positive_size(self.kv_cache_memory), "kv_cache_memory",
+                self.kv_cache_memory, "a positive size such as 2GiB or 2147483648", "or null to use memory_utilization")
         require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, ">= 1")
         require(self.n >= 2, "n", self.n, ">= 2 samples per prompt", "GRPO needs a group to compare against")
         require(self.temperature > 0, "temperature", self.temperature, "> 0",
@@ -243,9 +229,7 @@ class AlgorithmConfig:
     mtp_coef: float = 0.1  # weight of the MTP modules' next-next-token loss, when the policy has them
     # async pipeline: the loss of a token sampled by older weights is scaled by min(pi_old / pi_gen, is_cap)
     is_cap: float = 2.0
-    # leave rows with a zero advantage out of the update's forwards: the same gradient for less work
-    # (PolicyTrainer.learning_rows)
-    skip_zero_advantage: bool = True
+    skip_zero_advantage: bool = True  # the same gradient for less work (PolicyTrainer.learning_rows)
 
     def validate(self) -> None:
         from ..rl import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
@@ -261,24 +245,20 @@ class AlgorithmConfig:
 
 @dataclass
 class OptimConfig(OptimSettings):
-    """The policy's optimizer (the settings every trainer shares, specrl.optim) and how an update is cut into
-    micro-batches."""
+    """The policy's optimizer (specrl.optim's shared settings) and how an update is cut into micro-batches."""
     lr: float = 3e-4
     betas: tuple[float, float] = (0.9, 0.99)
     warmup_steps: int = 3
     min_lr_ratio: float = 0.1
     micro_batch_size: int = 32  # rows per forward/backward; gradients accumulate over a step's micro-batches
-    # a micro-batch's rows back to back in one sequence, without padding (specrl.train.packing); false: right-
-    # padded to its longest row (docs/results/packing.md: where each is faster)
+    # rows back to back without padding (specrl.train.packing); false: right-padded (docs/results/packing.md)
     packing: bool = True
     # also cap a micro-batch's tokens (packed: its real tokens; padded: rows x longest row); 0: rows only;
     # null: what `activation_memory` holds by trainer.micro_batch_token_cap's estimate
     micro_batch_tokens: int | None = None
     activation_memory: int | str | None = None  # null: trainer.activation_budget (docs/memory.md)
-    # recompute each decoder layer in the backward; off: on a CPU it saves little (docs/memory.md)
-    activation_checkpointing: bool = False
-    # forward/backward under bf16 autocast (CPU or GPU); weights and optimizer state stay in the top-level dtype
-    autocast: bool = False
+    activation_checkpointing: bool = False  # recompute each decoder layer in the backward (docs/memory.md)
+    autocast: bool = False  # bf16 autocast; weights and optimizer state stay in the top-level dtype
 
     def validate(self) -> None:
         super().validate()
@@ -310,13 +290,10 @@ class PipelineConfig:
     # with weights at most max_policy_lag versions old while the trainer trains (specrl.pipeline.asynchronous)
     mode: str = "sync"
     max_policy_lag: int = 1
-    # async on a CPU: torch threads of the rollout worker and of the trainer; 0 gives each half of
-    # num_threads (or of torch's default), at least 1
+    # async on a CPU: torch threads of each side; 0: half of num_threads (or torch's default) each, at least 1
     rollout_threads: int = 0
     train_threads: int = 0
-    # both sides of the pipeline: a row of specrl.pipeline.seam.BACKENDS (local, ray, vllm), checked before
-    # the run directory is touched
-    backend: str = "local"
+    backend: str = "local"  # both sides of the pipeline: a row of specrl.pipeline.seam.BACKENDS
     # async: take a new policy version between two engine steps of a running generate(), not at the next
     # call; runs then depend on timing (docs/ray.md, "In-flight updates")
     inflight_updates: bool = False
@@ -341,8 +318,7 @@ class RayConfig:
     trainers: int = 1  # trainer processes; 2 or more shard the policy with FSDP2 (gloo on CPU, NCCL on GPU)
     trainer_cpus: float = 1.0  # per trainer process
     trainer_gpus: float = 0.0
-    # "colocated": every actor on one node (one STRICT_PACK placement group); "split": rollout actors and
-    # trainers in separate placement groups that Ray may put on different nodes
+    # "colocated": one STRICT_PACK placement group; "split": rollout actors and trainers in two, maybe on two nodes
     placement: str = "split"
     max_restarts: int = 3  # restarts of one rollout actor before the run stops with its last error
     num_cpus: int = 0  # a Ray started here (address=None): CPUs it offers; 0: as many as the actors ask
@@ -358,8 +334,7 @@ class RayConfig:
 class VllmConfig:
     """The engine of `pipeline.backend=vllm` (specrl/pipeline/vllm/, docs/vllm.md); rollout.* sets the rest."""
     enforce_eager: bool = True  # false: vLLM's torch.compile (slower start-up; faster steps where it works)
-    refit_dir: str = "/dev/shm"  # where a refit's safetensors are written for vLLM's reload_weights (checked
-    # when the engine is built: other backends never read it)
+    refit_dir: str = "/dev/shm"  # where a refit's safetensors are written for vLLM's reload_weights
 
 
 @dataclass
@@ -383,9 +358,7 @@ class TrainConfig:
     tensorboard: bool = True
     plots: bool = True
     progress: bool = True
-    # completions written to samples.jsonl each step (the first sample of the first prompts, with prompt,
-    # answer and reward), so a user can read what the policy writes; 0: none
-    log_samples: int = 4
+    log_samples: int = 4  # completions written to samples.jsonl each step (prompt, answer, reward); 0: none
 
     def validate(self) -> None:
         require(self.log_samples >= 0, "log_samples", self.log_samples, ">= 0", "0 writes no samples.jsonl")
@@ -401,8 +374,7 @@ class TrainConfig:
         return Budget(*(v if v is not None else default for v, default in zip(own, self.data.budget)))
 
     def fill_budget(self) -> None:
-        """Null budget keys take their resolved values, so the run directory's config.yaml records the numbers
-        the run used."""
+        """Null budget keys take their resolved values, so that the run's config.yaml records them."""
         self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens = self.budget
 
     def _validate_online_drafter(self) -> None:

@@ -63,7 +63,7 @@ class ListSource:
 
 def read_rows(path: str | Path, prompt_key: str = "prompt", answer_key: str = "answer") -> list[Example]:
     """Examples of a .jsonl or .parquet file; a row without the prompt field is an error naming its line."""
-    return [Example(prompt, answer) for prompt, answer in _prompt_rows(path, prompt_key, answer_key, "data file")]
+    return [Example(*row) for row in _prompt_rows(path, prompt_key, answer_key, "data file")]
 
 
 def read_prompts(path: str | Path, prompt_key: str = "prompt", flag: str = "data file") -> list[str | list[dict]]:
@@ -128,8 +128,7 @@ def _parquet_records(path: Path):
     except ImportError:
         raise MissingDependency(f"reading {str(path)!r} needs pyarrow: `pip install pyarrow` "
                           "(or convert it to .jsonl)") from None
-    for i, rec in enumerate(pq.read_table(path).to_pylist(), start=1):
-        yield i, rec
+    yield from enumerate(pq.read_table(path).to_pylist(), start=1)
 
 
 def build_sources(cfg: DataConfig, seed: int) -> tuple[PromptSource, list[Example]]:
@@ -160,7 +159,7 @@ class PromptEncoder:
         if text is None:
             raise FileNotFoundError(f"no tokenizer.json in {str(model_dir)!r}: the policy needs its tokenizer "
                                     "to encode prompts and decode completions")
-        self.text, self.tokenizer = text, text.backend
+        self.text = text
         self.use_chat_template = use_chat_template and text.chat_template is not None
 
     def encode(self, prompt: str | list[dict]) -> list[int]:

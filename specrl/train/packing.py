@@ -1,10 +1,7 @@
-"""Padding-free micro-batches: a micro-batch's rows back to back in one sequence [1, N], N = sum of their
-lengths, each row attending only to itself with its RoPE positions restarting at 0 (`CausalLM.forward`'s
-`segments`).
-
-With a long tail of response lengths, a micro-batch right-padded to its longest row is mostly padding
-(docs/results/packing.md). Only the forward and the lm-head see the packed layout: what they return is put
-back into the padded [b, T] layout (`Packed.unpack`) for the loss, the audit and the forward hook.
+"""Padding-free micro-batches: a micro-batch's rows back to back in one sequence [1, N], each row attending only
+to itself with its RoPE positions restarting at 0 (`CausalLM.forward`'s `segments`): with a long tail of
+response lengths, a right-padded micro-batch is mostly padding (docs/results/packing.md). Only the forward and
+the lm-head see the packed layout; the loss, the audit and the forward hook read `Packed.unpack`'s [b, T].
 """
 from __future__ import annotations
 
@@ -54,28 +51,22 @@ def check_longest_row(lengths: Tensor, max_tokens: int, sized_from_memory: bool)
                           f"of the batch has {longest} (prompt + response); {fix}")
 
 
-def token_budget_groups(idx: Tensor, lengths: Tensor, max_rows: int, max_tokens: int) -> list[Tensor]:
+def _groups(idx: Tensor, lengths: Tensor, max_rows: int, max_tokens: int, cost) -> list[Tensor]:
     """Consecutive runs of `idx` with at most `max_rows` rows and, unless `max_tokens` is 0, at most that many
-    real tokens (the sum of their `lengths`) each: what a packed micro-batch costs."""
-    out, start, tokens = [], 0, 0
-    for end, n in enumerate(lengths[idx].tolist()):
-        if end > start and (end - start >= max_rows or (max_tokens and tokens + n > max_tokens)):
+    tokens each, `cost(their lengths)`."""
+    lens, out, start = lengths[idx].tolist(), [], 0
+    for end in range(1, len(lens)):
+        if end - start >= max_rows or (max_tokens and cost(lens[start:end + 1]) > max_tokens):
             out.append(idx[start:end])
-            start, tokens = end, 0
-        tokens += n
+            start = end
     return out + [idx[start:]] if len(idx) else []
+
+
+def token_budget_groups(idx: Tensor, lengths: Tensor, max_rows: int, max_tokens: int) -> list[Tensor]:
+    """`_groups` by real tokens (the sum of the rows' lengths): what a packed micro-batch costs."""
+    return _groups(idx, lengths, max_rows, max_tokens, sum)
 
 
 def padded_groups(idx: Tensor, lengths: Tensor, max_rows: int, max_tokens: int) -> list[Tensor]:
-    """Consecutive runs of `idx` (sorted by length, ascending) with at most `max_rows` rows and, unless
-    `max_tokens` is 0, at most that many padded tokens (rows x the longest row) each."""
-    if not max_tokens:
-        return list(idx.split(max_rows))
-    out, start = [], 0
-    for end in range(1, len(idx) + 1):  # sorted ascending: the last row of a chunk is its longest
-        too_many_rows = end - start > max_rows
-        too_many_tokens = (end - start) * int(lengths[idx[end - 1]]) > max_tokens and end - 1 > start
-        if too_many_rows or too_many_tokens:
-            out.append(idx[start:end - 1])
-            start = end - 1
-    return out + [idx[start:]] if len(idx) else []
+    """`_groups` by padded tokens, rows x the longest row (`idx` sorted by length, ascending: the last one)."""
+    return _groups(idx, lengths, max_rows, max_tokens, lambda lens: len(lens) * lens[-1])

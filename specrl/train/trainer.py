@@ -10,6 +10,7 @@ import copy
 import math
 import time
 from collections import defaultdict
+from functools import partial
 from typing import Callable, NamedTuple, Protocol
 
 import torch
@@ -52,11 +53,10 @@ class ForwardHook(Protocol):
 
 
 def activation_bytes_per_token(cfg, checkpointing: bool = False) -> int:
-    """A rough fp32 estimate of what one token of a micro-batch keeps for the backward pass: per decoder layer
-    ~8 hidden-sized tensors (norms, q/k/v/o, residual) and 4 MLP-sized ones (gate, up, act, product), and
-    the final hidden state. With activation checkpointing a layer keeps only its input, and one layer's
-    worth is live again during its recomputation. Vocabulary-sized rows (logits, log-softmax, gradient) are
-    only live for one lm-head chunk at a time (`head_logprobs`): `micro_batch_token_cap` adds them."""
+    """A rough fp32 estimate of what one token keeps for the backward: per decoder layer ~8 hidden-sized tensors
+    (norms, q/k/v/o, residual) and 4 MLP-sized ones (gate, up, act, product), plus the final hidden state. With
+    activation checkpointing a layer keeps only its input, and one layer is live again while it is recomputed.
+    The vocabulary-sized rows are `micro_batch_token_cap`'s."""
     layer = 8 * cfg.hidden_size + 4 * cfg.intermediate_size
     layers = cfg.num_layers * cfg.hidden_size + layer if checkpointing else cfg.num_layers * layer
     return 4 * (layers + cfg.hidden_size)
@@ -77,9 +77,7 @@ def activation_budget(setting: int | str | None, state: int) -> int:
     """`optim.activation_memory`, or for null what ACTIVATION_TOTAL leaves beside a `state`-byte training state,
     at least ACTIVATION_FLOOR: a small policy keeps its whole micro-batches, and a large one's update stays
     small beside its fixed state (docs/memory.md)."""
-    if setting is not None:
-        return parse_bytes(setting)
-    return max(ACTIVATION_FLOOR, ACTIVATION_TOTAL - state)
+    return parse_bytes(setting) if setting is not None else max(ACTIVATION_FLOOR, ACTIVATION_TOTAL - state)
 
 
 def head_chunk_tokens(vocab_size: int) -> int:
@@ -87,10 +85,9 @@ def head_chunk_tokens(vocab_size: int) -> int:
 
 
 def micro_batch_token_cap(cfg, budget: int, checkpointing: bool, mtp_depths: int = 0) -> int:
-    """Tokens a micro-batch may hold within `budget` bytes of activations: the decoder's per token, plus ~3
-    fp32 vocabulary-sized rows (logits, log-softmax, gradient) for every token of one lm-head chunk
-    (`head_logprobs`), or of the whole micro-batch when it fits in one chunk. The MTP loss (`mtp_depths`
-    depths trained) holds its logits for every token: 3 rows per depth, per token."""
+    """Tokens a micro-batch may hold within `budget` bytes of activations: the decoder's per token, plus ~3 fp32
+    vocabulary-sized rows (logits, log-softmax, gradient) for every token of one lm-head chunk (`head_logprobs`),
+    or of the whole micro-batch when it fits in one chunk; the MTP loss holds 3 rows per depth for every token."""
     vocab_rows = 4 * 3 * cfg.vocab_size
     per_token = activation_bytes_per_token(cfg, checkpointing) + mtp_depths * vocab_rows
     cap = budget // (per_token + vocab_rows)  # a micro-batch within one chunk: all its logits live at once
@@ -103,15 +100,13 @@ def micro_batch_token_cap(cfg, budget: int, checkpointing: bool, mtp_depths: int
 def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, temperature: float, autocast,
                   with_entropy: bool = True, audit: Callable[[Tensor, Tensor, int], None] | None = None
                   ) -> tuple[Tensor, Tensor | None]:
-    """(logprobs [b, T] of `targets` under softmax(lm_head(hidden) / temperature), their entropies [b, T],
-    detached, or None without `with_entropy`) from the final normed hidden states [b, T, D].
+    """(logprobs [b, T] of `targets` under softmax(lm_head(hidden) / temperature), their detached entropies
+    [b, T] or None) from the final normed hidden states [b, T, D].
 
-    The [b, T, V] logits never exist at once: for a large vocabulary they cost more a token than a
-    checkpointed decoder keeps. Each chunk of `head_chunk_tokens` runs under activation checkpointing (the
-    backward recomputes its logits); a micro-batch that fits in one chunk runs as one plain forward.
-
-    `audit` gets each chunk's detached logits [n, V], targets [n] and offset in the flattened tokens; the
-    backward's recompute calls it again with the same offset, which the trainer's sink skips."""
+    The [b, T, V] logits never exist at once (for a large vocabulary they cost more a token than a checkpointed
+    decoder keeps): each chunk of `head_chunk_tokens` runs under activation checkpointing, unless one chunk holds
+    the whole micro-batch. `audit` gets each chunk's detached logits [n, V], targets [n] and offset in the
+    flattened tokens; the backward's recompute calls it again with the same offset."""
     b, T, D = hidden.shape
     flat_h, flat_t = hidden.reshape(b * T, D), targets.reshape(b * T)  # [N, D], [N]
 
@@ -126,11 +121,9 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
         return logp, entropy  # [n], [n]
 
     step = head_chunk_tokens(lm_head.out_features)
-    if b * T <= step or not torch.is_grad_enabled():
-        parts = [chunk(flat_h[i:i + step], flat_t[i:i + step], i) for i in range(0, b * T, step)]
-    else:
-        parts = [checkpoint(chunk, flat_h[i:i + step], flat_t[i:i + step], i, use_reentrant=False,
-                            preserve_rng_state=False) for i in range(0, b * T, step)]
+    plain = b * T <= step or not torch.is_grad_enabled()
+    run = chunk if plain else partial(checkpoint, chunk, use_reentrant=False, preserve_rng_state=False)
+    parts = [run(flat_h[i:i + step], flat_t[i:i + step], i) for i in range(0, b * T, step)]
     logp = torch.cat([p[0] for p in parts]).view(b, T)
     return logp, torch.cat([p[1] for p in parts]).view(b, T) if with_entropy else None
 
@@ -169,25 +162,21 @@ class PolicyTrainer:
             self.ref_model.load_state_dict(state["ref_model"])
 
     def micro_batches(self, idx: Tensor, lengths: Tensor) -> list[Tensor]:
-        """Rows sorted by length, at most micro_batch_size rows a micro-batch, and with a token cap at most that
-        many tokens: packed (optim.packing), their real tokens; padded, rows x the longest row, so that each
-        micro-batch pads little. A row longer than the cap is a ConfigError that names the knob to raise."""
+        """Rows sorted by length, in micro-batches of at most micro_batch_size rows and `token_cap` tokens (packed:
+        real tokens; padded: rows x the longest row); a row longer than the cap is a ConfigError."""
         idx = idx[torch.argsort(lengths[idx], stable=True)]
-        cap_rows, cap_tokens = self.optim_cfg.micro_batch_size, self.token_cap
-        check_longest_row(lengths[idx], cap_tokens, sized_from_memory=self.optim_cfg.micro_batch_tokens is None)
+        check_longest_row(lengths[idx], self.token_cap, sized_from_memory=self.optim_cfg.micro_batch_tokens is None)
         group = token_budget_groups if self.optim_cfg.packing else padded_groups
-        return group(idx, lengths, cap_rows, cap_tokens)
+        return group(idx, lengths, self.optim_cfg.micro_batch_size, self.token_cap)
 
     @property
     def trims_heap(self) -> bool:
-        """Freed heap pages go back to the OS before every micro-batch of a large model on a CPU, whose heap
-        otherwise grows and whose compute dwarfs the page faults; never for a small one, where the trim costs
-        more time than its memory is worth (docs/real_models.md, "Training memory"; docs/results/house.md)."""
+        """Trim the heap before every micro-batch of a large model on a CPU (its heap grows, its compute dwarfs the
+        page faults), never for a small one (the trim costs more than it saves: docs/results/house.md)."""
         return self.large and self.device.type == "cpu"
 
     def autocast(self):
-        """bf16 autocast around forwards and backwards when optim.autocast: the matmuls run in bf16 while
-        the weights, their gradients and the optimizer state stay in the model's dtype (fp32 master)."""
+        """bf16 autocast when optim.autocast: weights, gradients and optimizer state stay in the model's dtype."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.optim_cfg.autocast)
 
     @torch.no_grad()
@@ -218,10 +207,7 @@ class PolicyTrainer:
         """`head_logprobs` of `_run`'s final hidden states, in the padded layout [b, T] either way; `audit`
         (scores, scorer, rows) has the sampler audit score the micro-batch's tokens into `scores`."""
         targets = mb.targets if packed is None else packed.targets  # [b, T] or [1, N]
-        sink = None
-        if audit is not None:
-            valid = torch.ones_like(mb.targets, dtype=torch.bool) if packed is None else packed.valid  # [b, T]
-            sink = self._audit_sink(*audit, valid)
+        sink = None if audit is None else self._audit_sink(*audit, mb, packed)
         logp, entropy = head_logprobs(model.lm_head, last, targets, self.temperature, self.autocast, with_entropy,
                                       audit=sink)
         if packed is None:
@@ -284,10 +270,11 @@ class PolicyTrainer:
         self._audit_s = before + time.perf_counter() - t0  # its sinks' time included once
         return scores
 
-    def _audit_sink(self, scores: Tensor, scorer: TokenScorer, idx: Tensor, valid: Tensor
+    def _audit_sink(self, scores: Tensor, scorer: TokenScorer, idx: Tensor, mb: TrainBatch, packed: Packed | None
                     ) -> Callable[[Tensor, Tensor, int], None]:
-        """head_logprobs' audit callback for micro-batch rows `idx`: scores land in `scores`. `valid` [b, T]
-        marks the positions head_logprobs sees, flattened in row-major order (all of them when padded)."""
+        """head_logprobs' audit callback for micro-batch `mb` (rows `idx`): scores land in `scores`."""
+        # [b, T] the positions head_logprobs sees, flattened in row-major order (all of them when padded)
+        valid = torch.ones_like(mb.targets, dtype=torch.bool) if packed is None else packed.valid
         where = valid.nonzero().cpu()  # [n_tokens, 2] (row in the micro-batch, position) per flat offset
 
         scored: set[int] = set()  # chunks already scored: a checkpointed chunk's backward recomputes its logits
@@ -316,8 +303,7 @@ class PolicyTrainer:
         return learning if len(learning) else rows[torch.argmin(batch.lengths[rows])].view(1)
 
     def _forward(self, mb: TrainBatch, packed: Packed | None, idx: Tensor) -> ModelOutput:
-        """The policy's forward over micro-batch `mb` (rows `idx`), shown to the forward hook if one is set, in
-        the padded layout whether or not the forward was packed."""
+        """The policy's forward over micro-batch `mb` (rows `idx`), shown to the forward hook in the padded layout."""
         hook = self.forward_hook
         out = self._run(self.model, mb, packed, hook.hidden_layers if hook is not None else ())
         if hook is not None:

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from specrl.rl import aggregate, aggregate_denom, clip_fraction, clipped_policy_loss, masked_mean, masked_sum
+from specrl.rl import aggregate, aggregate_denom, clipped_policy_loss, masked_mean, masked_sum
 
 E = math.e
 
@@ -58,10 +58,10 @@ def test_weights_scale_loss_without_gradient():
 
 
 def test_clip_fraction():
-    # 1 clipped out of 3 unmasked tokens
+    # 1 clipped out of 3 unmasked tokens: the share of response tokens whose update was clipped
     clipped = torch.tensor([[True, False], [False, True]])
     mask = torch.tensor([[1, 1], [1, 0]])
-    torch.testing.assert_close(clip_fraction(clipped, mask), torch.tensor(1 / 3))
+    torch.testing.assert_close(masked_mean(clipped.float(), mask), torch.tensor(1 / 3))
 
 
 def test_masked_helpers():
