@@ -1,12 +1,9 @@
 """User errors: bad input (a value, a path, a file) rather than a bug in specrl.
 
-Every `specrl` command ends a user error with one line on stderr and a non-zero exit code
-(`specrl.cli.main`). Each class also derives from the builtin type library callers already catch
-(`ValueError`, `FileNotFoundError`, `ImportError`); `CheckpointError` and `ModelFileError` derive from
-`UserError` too. By convention a bad argument raises `ValueError` and a missing input `OSError`, naming the
-value, what was expected and the fix; the CLI prints those as one line as well (`USER_ERRORS`). Anything
-else is a bug and keeps its traceback (`SPECRL_DEBUG=1` shows it for user errors too). `Terminated`
-(SIGTERM) lives here so that loops of any layer can raise it again (`raise_if_terminating`).
+`specrl` ends a user error with one line on stderr and a non-zero exit code (`specrl.cli.main`). Each class
+also derives from the builtin type library callers already catch; a plain `ValueError` or `OSError` prints as
+one line too (`USER_ERRORS`). Anything else is a bug and keeps its traceback (`SPECRL_DEBUG=1` shows it for
+user errors too). `Terminated` (SIGTERM) lives here so that loops of any layer can raise it again.
 """
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
-"""Freed memory goes back to the OS: glibc's malloc_trim where a process has just freed a lot and the pages
-would otherwise sit under its next peak.
+"""Freed memory goes back to the OS: glibc's malloc_trim where a process has just freed a lot.
 
-glibc raises its mmap threshold each time a large block is freed, so later tensors of a few MiB come from
-the heap, whose freed space stays resident and fragments from step to step. `malloc_trim(0)` returns every
-free heap page, at the cost of a walk over the heap and of faulting the pages in again. So the trainer trims
-where it pays (`PolicyTrainer.trims_heap`), the engine when a generate() ends, and `trim(min_free)` skips a
-heap with little free (mallinfo2). A fixed small mmap threshold is not used: it faults every activation in
-page by page (docs/memory.md).
+glibc raises its mmap threshold each time a large block is freed, so later tensors of a few MiB come from the
+heap, whose freed space stays resident and fragments from step to step. `malloc_trim(0)` returns every free
+heap page, at the cost of a walk over the heap and of faulting the pages in again, so it is called only where
+it pays (`PolicyTrainer.trims_heap`, the end of a generate()), and not on a heap with little free. A small
+fixed mmap threshold would fault every activation in page by page (docs/memory.md).
 """
 from __future__ import annotations
 
@@ -53,11 +51,8 @@ def free_heap_bytes() -> int | None:
 def trim(min_free: int = 0) -> bool:
     """Gives the heap's free pages back to the OS (glibc) when it holds at least `min_free` bytes free;
     False where nothing was done (no malloc_trim, SPECRL_MALLOC_TRIM=0, or too little free)."""
-    fn = _malloc_trim()
-    if fn is None:
-        return False
-    free = free_heap_bytes() if min_free else None
-    if free is not None and free < min_free:
+    fn, free = _malloc_trim(), free_heap_bytes() if min_free else None
+    if fn is None or (free is not None and free < min_free):
         return False
     fn(0)
     return True

@@ -55,18 +55,16 @@ def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(model: nn.Module, settings: OptimSettings, eps: float = 1e-8) -> torch.optim.AdamW:
+def build_optimizer(model: nn.Module, settings: OptimSettings) -> torch.optim.AdamW:
     """AdamW over the trainable parameters of ``model``, without decay on norms and biases."""
     settings.validate()
-    lr, betas = settings.lr, settings.betas
     groups = decay_groups(model, settings.weight_decay)
     if not groups:
         raise ValueError("model has no trainable parameters; unfreeze some before building the optimizer")
     # the fused kernel updates each tensor in place; the default (foreach) one allocates parameter-sized
     # temporaries at the step's peak
-    params = [p for g in groups for p in g["params"]]
-    fused = all(p.device.type in ("cpu", "cuda") for p in params)
-    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused)
+    fused = all(p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
+    return torch.optim.AdamW(groups, lr=settings.lr, betas=tuple(settings.betas), eps=1e-8, fused=fused)
 
 
 def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float = 0.0) -> float:
@@ -95,5 +93,4 @@ def clip_grad(model: nn.Module, max_norm: float | None) -> float:
     if not params:
         return 0.0
     limit = max_norm if max_norm is not None and max_norm > 0 else math.inf
-    norm = torch.nn.utils.clip_grad_norm_(params, limit, error_if_nonfinite=False)
-    return float(norm)
+    return float(torch.nn.utils.clip_grad_norm_(params, limit, error_if_nonfinite=False))

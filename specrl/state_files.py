@@ -22,8 +22,8 @@ class StateFileError(ValueError):
     """A state file pair is missing, truncated or not in this format."""
 
 
-def _encode(x, path: str, tensors: dict[str, torch.Tensor], seen: dict | None = None):
-    seen = {} if seen is None else seen  # one copy of tensors that share memory (tied embeddings)
+def _encode(x, path: str, tensors: dict[str, torch.Tensor], seen: dict):
+    """`x` with its tensors moved into `tensors`; `seen` keeps one copy of tensors sharing memory (tied weights)."""
     if isinstance(x, torch.Tensor):
         key = (x.device, x.data_ptr(), x.dtype, tuple(x.shape), x.stride()) if x.numel() else None
         if key in seen:
@@ -49,9 +49,7 @@ def _decode(x, tensors: dict[str, torch.Tensor]):
     if isinstance(x, dict):
         if TENSOR in x:
             return tensors[x[TENSOR]]
-        if DICT in x:
-            return {k: _decode(v, tensors) for k, v in x[DICT]}
-        return {k: _decode(v, tensors) for k, v in x.items()}
+        return {k: _decode(v, tensors) for k, v in (x[DICT] if DICT in x else x.items())}
     if isinstance(x, list):
         return [_decode(v, tensors) for v in x]
     return x
@@ -62,7 +60,7 @@ def save_state(directory: str | Path, name: str, tree) -> None:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, torch.Tensor] = {}
-    meta = _encode(tree, "root", tensors)
+    meta = _encode(tree, "root", tensors, {})
     save_file(tensors, str(directory / f"{name}.safetensors"))
     (directory / f"{name}.json").write_text(json.dumps(meta))
 

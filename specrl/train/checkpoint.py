@@ -55,11 +55,8 @@ class Checkpoint(NamedTuple):
 def checkpoint_paths(run_dir: str | Path) -> list[tuple[int, Path]]:
     """Complete checkpoints of a run, oldest first (a directory without state.json is incomplete)."""
     root = Path(run_dir) / CKPT_DIR
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir()
-             if (m := _NAME.match(p.name)) and (p / "state.json").is_file()]
-    return sorted(found)
+    return sorted((int(m.group(1)), p) for p in (root.iterdir() if root.is_dir() else ())
+                  if (m := _NAME.match(p.name)) and (p / "state.json").is_file())
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

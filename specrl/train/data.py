@@ -15,7 +15,6 @@ from ..errors import InputFormatError, MissingDependency, MissingFileError
 from ..engine.rng import MASK64, SPLITMIX_GAMMA, SPLITMIX_MUL1, SPLITMIX_MUL2
 from .config import DataConfig
 
-
 MESSAGES_KEY = "messages"
 
 
@@ -78,13 +77,10 @@ def _prompt_rows(path: str | Path, prompt_key: str, answer_key: str | None, flag
         raise MissingFileError(f"{flag} {str(path)!r} does not exist: pass a .jsonl or .parquet file of "
                                f"{{\"{prompt_key}\": \"...\"}} (or chat {MESSAGES_KEY!r}) rows, e.g. from "
                                "`specrl make-data math --out FILE` (data.source=chain is the embedded task)")
-    if path.suffix == ".parquet":
-        records = _parquet_records(path)
-    elif path.suffix in (".jsonl", ".json"):
-        records = _jsonl_records(path)
-    else:
+    readers = {".parquet": _parquet_records, ".jsonl": _jsonl_records, ".json": _jsonl_records}
+    if path.suffix not in readers:
         raise InputFormatError(f"{flag} {str(path)!r} has suffix {path.suffix!r}; expected .jsonl or .parquet")
-    for line, rec in records:
+    for line, rec in readers[path.suffix](path):
         where = f"{path}:{line}"
         if not isinstance(rec, dict) or (prompt_key not in rec and MESSAGES_KEY not in rec):
             keys = sorted(rec) if isinstance(rec, dict) else type(rec).__name__

@@ -47,11 +47,11 @@ def shard(model: CausalLM) -> CausalLM:
 
 
 class FSDPLearner:
-    def __init__(self, policy: CausalLM, trainer: PolicyTrainer, version: int = 0,
-                 tokenizer_dir: str | Path | None = None):
+    def __init__(self, policy: CausalLM, trainer: PolicyTrainer, version: int, tokenizer_dir: str | Path,
+                 scorer: TokenScorer | None):
         self.policy, self.trainer, self.version, self.tokenizer_dir = policy, trainer, version, tokenizer_dir
         self.rank = dist.get_rank()
-        self.scorer: TokenScorer | None = None  # the sampler audit's, None with rollout.audit=off
+        self.scorer = scorer  # the sampler audit's, None with rollout.audit=off
 
     @classmethod
     def build(cls, model_dir: str | Path, cfg: TrainConfig, version: int = 0,
@@ -65,9 +65,7 @@ class FSDPLearner:
         policy = shard(load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype)))
         trainer = PolicyTrainer(policy, cfg.algorithm, cfg.optim, cfg.schedule.max_steps, cfg.rollout.temperature,
                                 cfg.budget.max_tokens)
-        learner = cls(policy, trainer, version, tokenizer_dir or model_dir)
-        learner.scorer = audit_scorer(cfg)
-        return learner
+        return cls(policy, trainer, version, tokenizer_dir or model_dir, audit_scorer(cfg))
 
     def step(self, batch: TrainBatch, is_cap: float | None = None, audit: AuditRows | None = None) -> dict[str, float]:
         """The update; the sampler audit tests `audit`'s rows when this version sampled them (every rank holds

@@ -1,7 +1,6 @@
 """Verifiable rewards by name: (completion text, reference answer, prompt) -> float.
 
-    "chain"        the embedded tasks' checker (the whole worked solution in either style, rebuilt from the
-                   prompt); "arith" is the same checker under the short task's name
+    "chain"        the embedded tasks' checker (the whole worked solution, rebuilt from the prompt); also "arith"
     "boxed"        the last \\boxed{...} in the completion against the answer: numerically when both read as
                    numbers (19 = 19.0, 1,900 = 1900, \\frac{1}{2} = 1/2 = 0.5), else the exact text up to
                    whitespace, $...$ and \\text{...} wrappers
@@ -29,8 +28,7 @@ register_reward = REWARDS.register
 
 
 def get_reward(name: str) -> RewardFn:
-    """The reward function called `name`; an unknown name raises a ValueError listing the valid ones."""
-    return REWARDS.get(name)
+    return REWARDS.get(name)  # an unknown name raises a ValueError listing the valid ones
 
 
 @register_reward("chain")
@@ -85,9 +83,7 @@ def as_number(s: str) -> float | None:
 @register_reward("boxed")
 def boxed(completion: str, answer: str, prompt: str = "") -> float:
     got = last_boxed(completion)
-    if got is None:
-        return 0.0
-    return _same_answer(got, answer)
+    return 0.0 if got is None else _same_answer(got, answer)
 
 
 _LAST_NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")

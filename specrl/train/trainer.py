@@ -276,7 +276,6 @@ class PolicyTrainer:
         # [b, T] the positions head_logprobs sees, flattened in row-major order (all of them when padded)
         valid = torch.ones_like(mb.targets, dtype=torch.bool) if packed is None else packed.valid
         where = valid.nonzero().cpu()  # [n_tokens, 2] (row in the micro-batch, position) per flat offset
-
         scored: set[int] = set()  # chunks already scored: a checkpointed chunk's backward recomputes its logits
 
         def sink(logits: Tensor, targets: Tensor, start: int) -> None:
