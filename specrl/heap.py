@@ -35,24 +35,17 @@ def _libc():
     return libc
 
 
-def _malloc_trim():
-    libc = _libc()
-    return None if libc is None else libc.malloc_trim
-
-
 def free_heap_bytes() -> int | None:
     """Bytes the heap holds free (glibc's mallinfo2 fordblks, every arena); None where it cannot say."""
     libc = _libc()
-    if libc is None or not hasattr(libc, "mallinfo2"):
-        return None
-    return int(libc.mallinfo2().fordblks)
+    return int(libc.mallinfo2().fordblks) if libc is not None and hasattr(libc, "mallinfo2") else None
 
 
 def trim(min_free: int = 0) -> bool:
     """Gives the heap's free pages back to the OS (glibc) when it holds at least `min_free` bytes free;
     False where nothing was done (no malloc_trim, SPECRL_MALLOC_TRIM=0, or too little free)."""
-    fn, free = _malloc_trim(), free_heap_bytes() if min_free else None
-    if fn is None or (free is not None and free < min_free):
+    libc, free = _libc(), free_heap_bytes() if min_free else None
+    if libc is None or (free is not None and free < min_free):
         return False
-    fn(0)
+    libc.malloc_trim(0)
     return True

@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from specrl.heap import _malloc_trim
+from specrl.heap import _libc
 
-glibc = pytest.mark.skipif(_malloc_trim() is None, reason="no glibc malloc_trim here")
+glibc = pytest.mark.skipif(_libc() is None, reason="no glibc malloc_trim here")
 
 # frees a 2 MiB block (glibc then raises its mmap threshold past 900 KiB), allocates 60 x 900 KiB from the
 # heap and one more on top of them, frees the 60 and trims: prints the MiB still resident

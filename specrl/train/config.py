@@ -14,9 +14,6 @@ from ..engine.methods import SpecConfig, model_method
 from ..model.checkpoint import DTYPES
 from ..optim import OptimSettings
 
-__all__ = ["AlgorithmConfig", "ConfigError", "DataConfig", "DrafterConfig", "HealthConfig", "OptimConfig",
-           "PipelineConfig", "RayConfig", "RewardConfig", "RolloutConfig", "ScheduleConfig", "TrainConfig", "VllmConfig"]
-
 
 def is_positive_size(value) -> bool:
     """A byte size (`parse_bytes`: 2147483648, "2GiB", ...) greater than zero."""
@@ -138,8 +135,7 @@ class DrafterConfig:
     ttt_steps: int = 3  # EAGLE-3 training-time-test unroll
     unroll_decay: float = 0.8  # weight decay^j of unroll step j (EAGLE-3 TTT steps, MTP depths)
     mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
-    # share of each micro-batch's trajectories kept for the drafter, drawn when the policy's forward captures
-    # them (the rest is never stored): the n samples of a prompt are near duplicates at a low-entropy policy
+    # share of each micro-batch's trajectories kept for the drafter (the n samples of a prompt are near duplicates)
     sample_fraction: float = 0.125
     health: HealthConfig = field(default_factory=HealthConfig)
 
@@ -178,18 +174,15 @@ class RolloutConfig:
     # write rollout_trace.jsonl and rollout_workload.jsonl: the input of `specrl simulate calibrate --train-runs`
     trace: bool = False
     drafter: DrafterConfig = field(default_factory=DrafterConfig)
-    # the engine's copy of the policy (weights and KV cache); null: the policy's (top-level `dtype`).
-    # "bfloat16" halves the copy's memory; sampling and logprobs are fp32 either way (README, Memory and precision)
+    # the engine's copy of the policy; null: the top-level `dtype`. "bfloat16" halves its memory (sampling stays fp32)
     dtype: str | None = None
     # KV cache budget: kv_cache_memory bytes (e.g. 2GiB), else memory_utilization x the free memory; the
     # context per sequence is max_model_len, or what the budget gives (capped by the model) when unset
     max_model_len: int | None = None
     kv_cache_memory: int | str | None = None
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
-    # the sampler audit (specrl/rl/audit.py): every step tests that the rollouts were drawn from the policy
-    audit: str = "on"
-    # groups audited per step, drawn before the rewards (null: all); the rows the update skips cost a forward
-    # without gradients, so a few keep the audit a small share of a step
+    audit: str = "on"  # the sampler audit (specrl/rl/audit.py): were the rollouts drawn from the policy?
+    # groups audited per step, drawn before the rewards (null: all); a few keep the audit a small share of a step
     audit_groups: int | None = 2
     audit_window: int = 5  # steps whose evidence the alarm combines
 
@@ -227,8 +220,7 @@ class AlgorithmConfig:
     kl_estimator: str = "k3"
     updates_per_step: int = 1  # optimizer steps per RL step (mini-batches); > 1 makes the clip active
     mtp_coef: float = 0.1  # weight of the MTP modules' next-next-token loss, when the policy has them
-    # async pipeline: the loss of a token sampled by older weights is scaled by min(pi_old / pi_gen, is_cap)
-    is_cap: float = 2.0
+    is_cap: float = 2.0  # async: a token sampled by older weights has its loss scaled by min(pi_old / pi_gen, is_cap)
     skip_zero_advantage: bool = True  # the same gradient for less work (PolicyTrainer.learning_rows)
 
     def validate(self) -> None:

@@ -196,11 +196,9 @@ class PolicyTrainer:
 
     def _run(self, model: CausalLM, mb: TrainBatch, packed: Packed | None, hidden_layers=()) -> ModelOutput:
         """`model`'s forward over micro-batch `mb` (packed: over its rows back to back), under autocast."""
+        ids, segments = (mb.input_ids, None) if packed is None else (packed.input_ids, packed.segments)
         with self.autocast():
-            if packed is None:
-                return model(mb.input_ids, hidden_layers=hidden_layers, compute_logits=False)
-            return model(packed.input_ids, hidden_layers=hidden_layers, compute_logits=False,
-                         segments=packed.segments)
+            return model(ids, hidden_layers=hidden_layers, compute_logits=False, segments=segments)
 
     def _logprobs(self, model: CausalLM, last: Tensor, mb: TrainBatch, packed: Packed | None,
                   with_entropy: bool = True, audit: tuple | None = None) -> tuple[Tensor, Tensor | None]:
