@@ -1,6 +1,5 @@
-"""RL math as pure, batched tensor functions: advantages, policy losses, KL, entropy, logprobs.
-
-Imports nothing from the rest of specrl: the engine and the trainers import from here."""
+"""RL math as pure, batched tensor functions: advantages, policy losses, KL, entropy, logprobs. Imports nothing
+from the rest of specrl: the engine and the trainers import from here."""
 from specrl.rl.advantages import ADVANTAGES, compute_advantages, group_ids_from_size, group_stats, register_advantage
 from specrl.rl.entropy import entropy_from_logits
 from specrl.rl.kl import KL_ESTIMATORS, kl_penalty, register_kl, truncated_importance_ratio

@@ -1,8 +1,5 @@
-"""Group-relative advantage estimators (GRPO family), chosen by name.
-
-Every estimator maps the rewards of N responses and the group (prompt) each belongs to onto one
-advantage per response. Groups are arbitrary integer ids, so groups may differ in size.
-"""
+"""Group-relative advantage estimators (GRPO family), chosen by name: the rewards of N responses and the group
+(prompt) each belongs to -> one advantage per response. Groups are integer ids, so they may differ in size."""
 from __future__ import annotations
 
 from typing import NamedTuple, Protocol

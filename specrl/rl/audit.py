@@ -68,7 +68,6 @@ class SamplerAlarm:
     (weight 0) are not counted."""
 
     def __init__(self, window: int = 5):
-        self.window = window
         self.recent: deque[float] = deque(maxlen=window)
 
     def evidence(self) -> float:

@@ -1,8 +1,7 @@
 """KL estimators to a frozen reference policy, and the truncated importance ratio of async RL.
 
-All inputs are per-token log-probs [B, T] of the sampled tokens; samples come from the policy, so
-each estimator's expectation is KL(pi || pi_ref) (Schulman, "Approximating KL divergence").
-"""
+All inputs are per-token log-probs [B, T] of the sampled tokens; samples come from the policy, so each
+estimator's expectation is KL(pi || pi_ref) (Schulman, "Approximating KL divergence")."""
 from __future__ import annotations
 
 from typing import Protocol

@@ -1,8 +1,5 @@
-"""Log-probabilities of sampled tokens under the temperature-scaled policy.
-
-The kernel (`scaled_token_logprobs`, one temperature per row) is shared with the rollout engine, which
-imports it from here: the engine's reported logprobs and the trainer's recomputed ones are one function.
-"""
+"""Log-probabilities of sampled tokens under the temperature-scaled policy. The rollout engine imports its kernel
+(`scaled_token_logprobs`) from here: the engine's reported logprobs and the trainer's are one function."""
 from __future__ import annotations
 
 import torch

@@ -20,7 +20,6 @@ class Registry(Generic[F]):
                 raise ValueError(f"{self.kind} {name!r} is already registered; pick another name")
             self._fns[name] = fn
             return fn
-
         return decorator
 
     def get(self, name: str) -> F:

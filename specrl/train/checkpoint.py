@@ -70,7 +70,7 @@ def save_checkpoint(run_dir: str | Path, step: int, save_learner: Callable[[Path
     prunes to the newest `keep_last`. Raises CheckpointError on a write error (a full disk), with the previous
     checkpoints intact."""
     path = Path(run_dir) / CKPT_DIR / f"step_{step:06d}"
-    full_state = {**state, "step": step, "python_rng": _jsonable(random.getstate())}
+    full_state = {**state, "step": step, "python_rng": random.getstate()}  # JSON makes its tuples lists
     written = 0
     try:
         with atomic_dir(path) as tmp:
@@ -142,10 +142,6 @@ READ_ERRORS = (OSError, ValueError, RuntimeError, KeyError, SafetensorError, Sta
 # what reading a checkpoint's files can raise while the run's parts are built from them; narrower than
 # READ_ERRORS so that a bad setting (a KV budget, a device) is not blamed on the checkpoint
 FILE_ERRORS = (OSError, SafetensorError, StateFileError, ModelFileError)
-
-
-def _jsonable(x):
-    return [_jsonable(v) for v in x] if isinstance(x, tuple) else x
 
 
 def _tuplify(x):

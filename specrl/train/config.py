@@ -145,7 +145,6 @@ class DrafterConfig:
     def validate(self) -> None:
         require(self.schedule in DRAFTER_SCHEDULES, "schedule", self.schedule, f"one of {list(DRAFTER_SCHEDULES)}")
         require(self.tail_max_running >= 1, "tail_max_running", self.tail_max_running, ">= 1")
-        # the online drafter trains for as long as the policy does, with no end to decay towards
         require(self.optim.warmup_steps == 0 and self.optim.min_lr_ratio == 1, "optim.warmup_steps",
                 self.optim.warmup_steps, "0, with optim.min_lr_ratio 1 (the online drafter's learning rate is "
                 "constant)", "leave rollout.drafter.optim.warmup_steps and min_lr_ratio at their defaults")

@@ -1,9 +1,6 @@
 """Prompt sets for RL: an embedded task (specrl.tasks.TASKS), or a JSONL / Parquet file of `prompt` (or chat
-`messages`) + `answer` rows.
-
-A `PromptSource` hands out each step's prompts as a pure function of (seed, step), so a resumed run sees the
-same prompts as an uninterrupted one without any sampler state in the checkpoint.
-"""
+`messages`) + `answer` rows. A `PromptSource` hands out each step's prompts as a pure function of (seed, step),
+so a resumed run sees the same prompts as an uninterrupted one without any sampler state in the checkpoint."""
 from __future__ import annotations
 
 import json

@@ -1,10 +1,8 @@
-"""`FSDPLearner`: one rank of a policy sharded with FSDP2 (`torch.distributed.fsdp.fully_shard`).
-
-Each decoder layer and the root are sharded, so parameters, gradients and AdamW state are split across the
-ranks (gloo on CPU, NCCL on GPUs). Every rank trains on the whole batch, so FSDP's averaged gradients are
-the single-process ones and a step equals the single-process step up to round-off: memory is sharded, not
-compute (splitting rows would need the whole batch's loss normaliser on every rank). Checkpoints are
-LocalLearner's files, gathered on rank 0.
+"""`FSDPLearner`: one rank of a policy sharded with FSDP2 (`torch.distributed.fsdp.fully_shard`), each decoder
+layer and the root, so parameters, gradients and AdamW state are split across the ranks (gloo on CPU, NCCL on
+GPUs). Every rank trains on the whole batch, so FSDP's averaged gradients are the single-process ones: memory
+is sharded, not compute (splitting rows would need the whole batch's loss normaliser on every rank).
+Checkpoints are LocalLearner's files, gathered on rank 0.
 """
 from __future__ import annotations
 
