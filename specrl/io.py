@@ -39,14 +39,12 @@ def atomic_dir(path: str | os.PathLike):
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; the result is an ordinary directory
     try:
         yield tmp
-        old = None
+        old = path.with_name(f".{path.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
         if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
             os.replace(path, old)
         os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

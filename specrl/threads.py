@@ -26,9 +26,8 @@ def set_threads(n: int | None) -> int:
 
 
 def cpu_has_fast_bf16() -> bool:
-    """Whether this CPU multiplies bf16 matrices in hardware (AMX or AVX512-BF16). Without it (AVX2 only)
-    torch emulates bf16 matmuls and runs them several times slower than fp32, so bf16 autocast would cost
-    time instead of saving it."""
+    """Whether this CPU multiplies bf16 matrices in hardware (AMX or AVX512-BF16). Without it (AVX2 only) torch
+    emulates bf16 matmuls, slower than fp32, so bf16 autocast would cost time instead of saving it."""
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((line for line in f if line.startswith("flags")), "").split()

@@ -61,11 +61,10 @@ def step_test(scores: torch.Tensor) -> StepTest:
 
 
 class SamplerAlarm:
-    """Stouffer's combination of the last `window` steps' Z (each N(0, 1) under the null): the alarm fires
-    when |sum Z / sqrt(n)| > ALARM_Z, a false-alarm rate of ALARM_RATE per step. An impossible token counts
-    through its clipped u (|z| ~ 6), not at once: a token at the edge of a top-p/top-k support can fall
-    outside it by the float noise between the engine's logits and the trainer's. Steps without evidence
-    (weight 0) are not counted."""
+    """Stouffer's combination of the last `window` steps' Z (each N(0, 1) under the null): the alarm fires when
+    |sum Z / sqrt(n)| > ALARM_Z, a false-alarm rate of ALARM_RATE per step. An impossible token counts through
+    its clipped u (|z| ~ 6), not at once: a token at the edge of a top-p/top-k support can fall outside it by
+    the float noise between the engine's logits and the trainer's. Steps of weight 0 are not counted."""
 
     def __init__(self, window: int = 5):
         self.recent: deque[float] = deque(maxlen=window)

@@ -43,12 +43,10 @@ register_policy_loss = POLICY_LOSSES.register
 @register_policy_loss("clipped")
 def clipped_policy_loss(logp: Tensor, logp_old: Tensor, advantages: Tensor, clip_low: float = 0.2,
                         clip_high: float = 0.2, weights: Tensor | None = None) -> PolicyLoss:
-    """-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) per token, r = exp(logp - logp_old).
-
-    ``advantages`` is [B] (one per response) or [B, T]. ``clip_high > clip_low`` is DAPO's clip-higher, which
-    lets low-probability tokens grow and keeps entropy from collapsing. ``weights`` [B, T] (e.g. a truncated
-    importance ratio for off-policy tokens) scale the loss and receive no gradient.
-    """
+    """-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) per token, r = exp(logp - logp_old), for ``advantages``
+    [B] (one per response) or [B, T]. ``clip_high > clip_low`` is DAPO's clip-higher, which lets low-probability
+    tokens grow and keeps entropy from collapsing. ``weights`` [B, T] (e.g. a truncated importance ratio for
+    off-policy tokens) scale the loss and receive no gradient."""
     if advantages.dim() == logp.dim() - 1:
         advantages = advantages.unsqueeze(-1)  # [B, 1]
     ratio = torch.exp(logp - logp_old)  # [B, T]

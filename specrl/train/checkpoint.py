@@ -60,15 +60,13 @@ def checkpoint_paths(run_dir: str | Path) -> list[tuple[int, Path]]:
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    paths = checkpoint_paths(run_dir)
-    return paths[-1][1] if paths else None
+    return max(checkpoint_paths(run_dir), default=(None, None))[1]
 
 
 def save_checkpoint(run_dir: str | Path, step: int, save_learner: Callable[[Path], None], drafter: dict | None,
                     state: dict, keep_last: int) -> Path:
-    """Writes step `step` atomically (`save_learner(dir)` writes the policy and optimizer parts), then
-    prunes to the newest `keep_last`. Raises CheckpointError on a write error (a full disk), with the previous
-    checkpoints intact."""
+    """Writes step `step` atomically (`save_learner(dir)` writes the policy and optimizer parts), then prunes to
+    the newest `keep_last`; a write error (a full disk) is a CheckpointError, the previous checkpoints intact."""
     path = Path(run_dir) / CKPT_DIR / f"step_{step:06d}"
     full_state = {**state, "step": step, "python_rng": random.getstate()}  # JSON makes its tuples lists
     written = 0

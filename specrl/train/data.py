@@ -62,10 +62,10 @@ def read_rows(path: str | Path, prompt_key: str = "prompt", answer_key: str = "a
     return [Example(*row) for row in _prompt_rows(path, prompt_key, answer_key, "data file")]
 
 
-def read_prompts(path: str | Path, prompt_key: str = "prompt", flag: str = "data file") -> list[str | list[dict]]:
+def read_prompts(path: str | Path, flag: str = "data file") -> list[str | list[dict]]:
     """Every row's prompt (text, or chat `messages`) of a .jsonl or .parquet file; other fields are ignored.
     `flag` names the option the path came from in errors (e.g. "--data file")."""
-    return [prompt for prompt, _ in _prompt_rows(path, prompt_key, None, flag)]
+    return [prompt for prompt, _ in _prompt_rows(path, "prompt", None, flag)]
 
 
 def _prompt_rows(path: str | Path, prompt_key: str, answer_key: str | None, flag: str):
@@ -147,7 +147,6 @@ class PromptEncoder:
 
     def __init__(self, model_dir: str | Path, use_chat_template: bool = True):
         from ..model import load_text_tokenizer
-        model_dir = Path(model_dir)
         text = load_text_tokenizer(model_dir)
         if text is None:
             raise FileNotFoundError(f"no tokenizer.json in {str(model_dir)!r}: the policy needs its tokenizer "

@@ -74,9 +74,8 @@ def training_state_bytes(model: torch.nn.Module) -> int:
 
 
 def activation_budget(setting: int | str | None, state: int) -> int:
-    """`optim.activation_memory`, or for null what ACTIVATION_TOTAL leaves beside a `state`-byte training state,
-    at least ACTIVATION_FLOOR: a small policy keeps its whole micro-batches, and a large one's update stays
-    small beside its fixed state (docs/memory.md)."""
+    """`optim.activation_memory`, or for null ACTIVATION_TOTAL less a `state`-byte training state, at least
+    ACTIVATION_FLOOR: a small policy keeps whole micro-batches, a large one's update stays small (docs/memory.md)."""
     return parse_bytes(setting) if setting is not None else max(ACTIVATION_FLOOR, ACTIVATION_TOTAL - state)
 
 
@@ -101,12 +100,11 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
                   with_entropy: bool = True, audit: Callable[[Tensor, Tensor, int], None] | None = None
                   ) -> tuple[Tensor, Tensor | None]:
     """(logprobs [b, T] of `targets` under softmax(lm_head(hidden) / temperature), their detached entropies
-    [b, T] or None) from the final normed hidden states [b, T, D].
-
-    The [b, T, V] logits never exist at once (for a large vocabulary they cost more a token than a checkpointed
-    decoder keeps): each chunk of `head_chunk_tokens` runs under activation checkpointing, unless one chunk holds
-    the whole micro-batch. `audit` gets each chunk's detached logits [n, V], targets [n] and offset in the
-    flattened tokens; the backward's recompute calls it again with the same offset."""
+    [b, T] or None) from the final normed hidden states [b, T, D]. The [b, T, V] logits never exist at once (for
+    a large vocabulary they cost more a token than a checkpointed decoder keeps): each chunk of
+    `head_chunk_tokens` runs under activation checkpointing, unless one chunk holds the whole micro-batch.
+    `audit` gets each chunk's detached logits [n, V], targets [n] and offset in the flattened tokens; the
+    backward's recompute calls it again with the same offset."""
     b, T, D = hidden.shape
     flat_h, flat_t = hidden.reshape(b * T, D), targets.reshape(b * T)  # [N, D], [N]
 
@@ -375,10 +373,8 @@ class PolicyTrainer:
 
 
 def mtp_loss(model: CausalLM, last_hidden: Tensor, mb: TrainBatch) -> Tensor:
-    """Cross-entropy of the MTP modules on the rollout tokens, averaged over depths and response tokens.
-
-    The modules learn to predict the policy's own samples; the trunk, embeddings and lm_head they read are
-    detached, so this auxiliary loss never changes the policy the RL objective trains."""
+    """Cross-entropy of the MTP modules on the rollout tokens, averaged over depths and response tokens. The trunk,
+    embeddings and lm_head they read are detached, so this loss never changes the policy the RL objective trains."""
     head = model.lm_head.weight.detach()
     depth_logits = model.mtp.unroll(last_hidden.detach(), mb.input_ids, lambda ids: model.embed(ids).detach(),
                                     lambda h: F.linear(h, head), model.mtp.depth)
