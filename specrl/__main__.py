@@ -1,5 +1,3 @@
-import sys
-
 from specrl.cli.main import main
 
-sys.exit(main())
+raise SystemExit(main())

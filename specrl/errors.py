@@ -40,7 +40,6 @@ def require(ok: bool, key: str, value, expected: str, fix: str = "") -> None:
 
 
 def require_min(config, low: int, *keys: str) -> None:
-    """`require(value >= low)` for each named field of `config`, in order."""
     for key in keys:
         require(getattr(config, key) >= low, key, getattr(config, key), f">= {low}")
 

@@ -32,7 +32,6 @@ class OptimSettings:
         require(self.grad_clip >= 0, "grad_clip", self.grad_clip, ">= 0", "0 measures the norm without clipping")
 
     def lr_at(self, step: int, total: int) -> float:
-        """The learning rate of optimizer step `step` of a `total`-step schedule (`warmup_cosine`)."""
         return self.lr * warmup_cosine(step, self.warmup_steps, total, self.min_lr_ratio)
 
 
@@ -56,7 +55,6 @@ def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: nn.Module, settings: OptimSettings) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters of ``model``, without decay on norms and biases."""
     settings.validate()
     groups = decay_groups(model, settings.weight_decay)
     if not groups:

@@ -15,7 +15,6 @@ def free_cpus() -> int:
 
 
 def set_threads(n: int | None) -> int:
-    """torch.set_num_threads(n or free_cpus()); returns the number used."""
     if n is not None and n < 1:
         raise ValueError(f"--threads {n}: expected a positive number of CPU threads (or leave it out to use "
                          "the free cores)")

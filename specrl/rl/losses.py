@@ -14,7 +14,6 @@ from specrl.rl.registry import Registry
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
-    """Sum of ``x`` where ``mask`` is set (over ``dim``, or everything)."""
     masked = x * mask  # [B, T]
     return masked.sum() if dim is None else masked.sum(dim)
 

@@ -31,11 +31,10 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
     return ((x * 0xD6E8FEB86659FD93) & MASK64) >> 2
 
 
-class TaskSource:
+class TaskSource(NamedTuple):
     """Fresh train-split problems of an embedded task every step (the generator never runs dry)."""
-
-    def __init__(self, spec, seed: int):
-        self.spec, self.seed = spec, seed
+    spec: object  # specrl.tasks.arith.ArithSpec
+    seed: int
 
     def batch(self, step: int, k: int) -> list[Example]:
         from ..tasks import make_problems

@@ -193,7 +193,6 @@ class PolicyTrainer:
         return mb, pack(mb) if self.optim_cfg.packing else None
 
     def _run(self, model: CausalLM, mb: TrainBatch, packed: Packed | None, hidden_layers=()) -> ModelOutput:
-        """`model`'s forward over micro-batch `mb` (packed: over its rows back to back), under autocast."""
         ids, segments = (mb.input_ids, None) if packed is None else (packed.input_ids, packed.segments)
         with self.autocast():
             return model(ids, hidden_layers=hidden_layers, compute_logits=False, segments=segments)
