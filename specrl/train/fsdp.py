@@ -48,7 +48,6 @@ class FSDPLearner:
     def __init__(self, policy: CausalLM, trainer: PolicyTrainer, version: int, tokenizer_dir: str | Path,
                  scorer: TokenScorer | None):
         self.policy, self.trainer, self.version, self.tokenizer_dir = policy, trainer, version, tokenizer_dir
-        self.rank = dist.get_rank()
         self.scorer = scorer  # the sampler audit's, None with rollout.audit=off
 
     @classmethod
@@ -83,7 +82,7 @@ class FSDPLearner:
     def save(self, directory: Path) -> None:
         weights = get_model_state_dict(self.policy, options=FULL)  # collective; full on rank 0 only
         optim = get_optimizer_state_dict(self.policy, self.trainer.optimizer, options=FULL)
-        if self.rank == 0:
+        if dist.get_rank() == 0:
             save_model(_plain(self.policy, weights), directory / "model", tokenizer_dir=self.tokenizer_dir)
             save_state(directory, TRAINER_STATE, {"optimizer": optim, "scheduler": self.trainer.scheduler.state_dict(),
                                                   "ref_model": None, "torch_rng": torch.get_rng_state()})
