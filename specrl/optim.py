@@ -59,8 +59,7 @@ def build_optimizer(model: nn.Module, settings: OptimSettings) -> torch.optim.Ad
     groups = decay_groups(model, settings.weight_decay)
     if not groups:
         raise ValueError("model has no trainable parameters; unfreeze some before building the optimizer")
-    # the fused kernel updates each tensor in place; the default (foreach) one allocates parameter-sized
-    # temporaries at the step's peak
+    # the fused kernel updates in place; the default (foreach) one allocates parameter-sized temporaries at the peak
     fused = all(p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
     return torch.optim.AdamW(groups, lr=settings.lr, betas=tuple(settings.betas), eps=1e-8, fused=fused)
 
@@ -70,8 +69,7 @@ def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float = 0.0) ->
     and ``min_ratio`` after it. Step 0 already gets 1 / warmup (a zero learning rate would waste a step)."""
     if warmup > 0 and step < warmup:
         return (step + 1) / warmup
-    span = max(total - warmup, 1)
-    progress = min(max(step - warmup, 0) / span, 1.0)
+    progress = min(max(step - warmup, 0) / max(total - warmup, 1), 1.0)
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 

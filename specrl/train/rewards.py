@@ -43,8 +43,7 @@ def last_boxed(text: str) -> str | None:
     start = text.rfind("\\boxed{")
     if start < 0:
         return None
-    i = start + len("\\boxed{")
-    depth = 1
+    i, depth = start + len("\\boxed{"), 1
     for j in range(i, len(text)):
         depth += {"{": 1, "}": -1}.get(text[j], 0)
         if depth == 0:
@@ -75,9 +74,7 @@ def as_number(s: str) -> float | None:
         return None
     sign, num, den = (m[1], m[2], m[3]) if m[2] is not None else ("", m[4], m[5])
     num, den = as_number(num), as_number(den)
-    if num is None or not den:
-        return None
-    return (-1 if sign == "-" else 1) * num / den
+    return None if num is None or not den else (-1 if sign == "-" else 1) * num / den
 
 
 @register_reward("boxed")
