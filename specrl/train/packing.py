@@ -51,22 +51,14 @@ def check_longest_row(lengths: Tensor, max_tokens: int, sized_from_memory: bool)
                           f"of the batch has {longest} (prompt + response); {fix}")
 
 
-def _groups(idx: Tensor, lengths: Tensor, max_rows: int, max_tokens: int, cost) -> list[Tensor]:
-    """Consecutive runs of `idx` with at most `max_rows` rows and, unless `max_tokens` is 0, at most that many
-    tokens each, `cost(their lengths)`."""
+def micro_batch_groups(idx: Tensor, lengths: Tensor, max_rows: int, max_tokens: int, packed: bool) -> list[Tensor]:
+    """Consecutive runs of `idx` (sorted by length, ascending) with at most `max_rows` rows and, unless
+    `max_tokens` is 0, at most that many tokens each: packed, their real tokens; padded, rows x the last row."""
     lens, out, start = lengths[idx].tolist(), [], 0
     for end in range(1, len(lens)):
-        if end - start >= max_rows or (max_tokens and cost(lens[start:end + 1]) > max_tokens):
+        run = lens[start:end + 1]
+        tokens = sum(run) if packed else len(run) * run[-1]
+        if end - start >= max_rows or (max_tokens and tokens > max_tokens):
             out.append(idx[start:end])
             start = end
     return out + [idx[start:]] if len(idx) else []
-
-
-def token_budget_groups(idx: Tensor, lengths: Tensor, max_rows: int, max_tokens: int) -> list[Tensor]:
-    """`_groups` by real tokens (the sum of the rows' lengths): what a packed micro-batch costs."""
-    return _groups(idx, lengths, max_rows, max_tokens, sum)
-
-
-def padded_groups(idx: Tensor, lengths: Tensor, max_rows: int, max_tokens: int) -> list[Tensor]:
-    """`_groups` by padded tokens, rows x the longest row (`idx` sorted by length, ascending: the last one)."""
-    return _groups(idx, lengths, max_rows, max_tokens, lambda lens: len(lens) * lens[-1])

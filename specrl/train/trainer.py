@@ -29,7 +29,7 @@ from ..rl.audit import step_test
 from .audit import SCORES, AuditRequest, TokenScorer
 from .batch import TrainBatch, collate  # noqa: F401 - collate: the trainer's input, imported from here too
 from .config import AlgorithmConfig, OptimConfig
-from .packing import Packed, check_longest_row, pack, padded_groups, token_budget_groups
+from .packing import Packed, check_longest_row, micro_batch_groups, pack
 
 
 class NonFiniteLossError(RuntimeError):
@@ -164,8 +164,7 @@ class PolicyTrainer:
         real tokens; padded: rows x the longest row); a row longer than the cap is a ConfigError."""
         idx = idx[torch.argsort(lengths[idx], stable=True)]
         check_longest_row(lengths[idx], self.token_cap, sized_from_memory=self.optim_cfg.micro_batch_tokens is None)
-        group = token_budget_groups if self.optim_cfg.packing else padded_groups
-        return group(idx, lengths, self.optim_cfg.micro_batch_size, self.token_cap)
+        return micro_batch_groups(idx, lengths, self.optim_cfg.micro_batch_size, self.token_cap, self.optim_cfg.packing)
 
     @property
     def trims_heap(self) -> bool:
