@@ -26,10 +26,9 @@ class GroupStats(NamedTuple):
 
 def group_stats(rewards: Tensor, group_ids: Tensor) -> GroupStats:
     """Per-response statistics of its group, computed for all groups at once with scatter-adds."""
-    _, inverse = torch.unique(group_ids, return_inverse=True)  # [N] dense ids 0..G-1
-    num_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    groups, inverse = torch.unique(group_ids, return_inverse=True)  # [G], [N] dense ids 0..G-1
     x = rewards.double()  # sums of squares in float64: rewards of one group are often near-equal
-    zeros = x.new_zeros(num_groups)
+    zeros = x.new_zeros(len(groups))
     count = zeros.index_add(0, inverse, torch.ones_like(x))  # [G]
     mean = zeros.index_add(0, inverse, x) / count  # [G]
     sq_dev = zeros.index_add(0, inverse, (x - mean[inverse]) ** 2)  # [G]

@@ -14,8 +14,7 @@ from specrl.rl.registry import Registry
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
-    masked = x * mask  # [B, T]
-    return masked.sum() if dim is None else masked.sum(dim)
+    return (x * mask).sum() if dim is None else (x * mask).sum(dim)
 
 
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:

@@ -61,7 +61,7 @@ class DataConfig:
     @property
     def budget(self) -> Budget:
         """The source's budget (`TASK_BUDGETS`, or `FILE_BUDGET` for a file): what null keys become."""
-        return TASK_BUDGETS.get(self.source, FILE_BUDGET) if self.is_task else FILE_BUDGET
+        return TASK_BUDGETS.get(self.source, FILE_BUDGET)
 
     def validate(self) -> None:
         require(self.eval_size is None or self.eval_size >= 0, "eval_size", self.eval_size, ">= 0 or null",
