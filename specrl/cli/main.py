@@ -100,7 +100,3 @@ def _one_line(e: BaseException) -> str:
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
         return f"{e.filename}: {e.strerror}"
     return " ".join(str(e).split()) or type(e).__name__
-
-
-if __name__ == "__main__":
-    sys.exit(main())

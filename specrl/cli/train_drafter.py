@@ -99,12 +99,6 @@ def resolve_policy(policy: str | None) -> str:
     return str(default_policy_path())
 
 
-def method_trainer(ns: TrainDrafterConfig):
-    """The method's `train(policy_path, out_dir, data, args)` (its recipe: drafters/scratch.py `recipe`), with
-    its own options bound where it has any."""
-    return importlib.import_module(get_method(ns.method).trainer).cli_train(ns, on_log=_log)
-
-
 def _log(step: int, row: dict) -> None:
     print(json.dumps({"step": step, **row}), file=sys.stderr, flush=True)
 
@@ -117,10 +111,8 @@ def sampling_settings(ns: TrainDrafterConfig) -> dict:
 
 
 def collect(ns: TrainDrafterConfig, policy: str) -> list:
-    if ns.data:
-        prompts = load_prompts(ns.data, policy, ns.prompts)
-    else:
-        prompts = default_prompts(512 if ns.prompts is None else ns.prompts, ns.seed)
+    prompts = (load_prompts(ns.data, policy, ns.prompts) if ns.data
+               else default_prompts(512 if ns.prompts is None else ns.prompts, ns.seed))
     return collect_sequences(policy, prompts, n=ns.samples, max_tokens=ns.max_tokens, temperature=ns.temperature,
                              seed=ns.seed, max_num_seqs=ns.max_num_seqs, max_model_len=ns.max_model_len,
                              kv_cache_memory=ns.kv_cache_memory, memory_utilization=ns.memory_utilization)
@@ -135,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(argv: list[str] | None = None) -> dict:
     """Collect, train, save; returns the metrics."""
     ns = parse_args(argv)
-    train = method_trainer(ns)  # fail on a bad method before any sampling
+    # the method's train(policy_path, out_dir, data, args), its own options bound (drafters/scratch.py `recipe`)
+    train = importlib.import_module(get_method(ns.method).trainer).cli_train(ns, on_log=_log)
     from ..threads import set_threads
     set_threads(ns.threads)
     policy = resolve_policy(ns.policy)
@@ -155,7 +148,3 @@ def run(argv: list[str] | None = None) -> dict:
     (out / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     print(json.dumps(metrics))
     return metrics
-
-
-if __name__ == "__main__":
-    sys.exit(main())
