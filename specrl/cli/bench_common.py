@@ -19,7 +19,7 @@ def at_least_one(text: str) -> int:
     return value
 
 
-def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
+def base_parser(prog: str, description: str, warmup: bool = False) -> argparse.ArgumentParser:
     """A bench's parser. Its --threads default is `specrl train`'s (torch's default, num_threads=0), not the
     free cores: a bench measures the main job, and a thread count that follows the machine's load would
     make the same command measure different things a minute apart."""
@@ -28,6 +28,9 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     ap.set_defaults(threads=AS_TRAIN)
     ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
     add_memory_args(ap)
+    if warmup:
+        ap.add_argument("--warmup-tokens", type=int, default=64, help="a warm-up generate of the workload's shape "
+                        "per engine, on other prompts (0: none)")
     return ap
 
 
@@ -63,10 +66,12 @@ def add_memory_args(ap: argparse.ArgumentParser) -> None:
                     help="fraction of the free memory the KV cache may take when --kv-cache-memory is not given")
 
 
-def memory_kwargs(args: argparse.Namespace) -> dict:
-    """LLM(...) keyword arguments from `add_memory_args`' options."""
-    return {"max_model_len": args.max_model_len, "kv_cache_memory": args.kv_cache_memory,
-            "memory_utilization": args.memory_utilization}
+def engine(args: argparse.Namespace, path: str, max_num_seqs: int, spec=None):
+    """An LLM on --device and --dtype, its KV cache sized by `add_memory_args`' options."""
+    from .. import LLM
+    return LLM(path, device=args.device, dtype=args.dtype, spec=spec, max_num_seqs=max_num_seqs,
+               max_model_len=args.max_model_len, kv_cache_memory=args.kv_cache_memory,
+               memory_utilization=args.memory_utilization)
 
 
 def policy_path(path: str | None) -> str:
@@ -80,11 +85,6 @@ def task_prompts(llm, count: int, seed: int = 1234, split: str = "test") -> list
     """Token ids of the default task's prompts (held-out ones unless `split="train"`)."""
     from ..tasks import make_problems
     return [llm.tokenizer.encode(p.prompt).ids for p in make_problems(count, seed=seed, split=split)]
-
-
-def add_warmup_arg(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--warmup-tokens", type=int, default=64, help="a warm-up generate of the workload's shape per "
-                    "engine, on other prompts (0: none)")
 
 
 def warm_up(llm, prompts: list[list[int]], n: int, max_tokens: int, seed: int, temperature: float = 1.0) -> None:

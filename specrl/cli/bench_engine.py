@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .bench_common import (base_parser, emit, file_prompts, memory_kwargs, parse_args, policy_path, task_prompts,
-                           timed)
+from .bench_common import base_parser, emit, engine, file_prompts, parse_args, policy_path, task_prompts, timed
 
 
 def hf_generate(hf, prompts: list[list[int]], n: int, max_new: int, ignore_eos: bool, pad_id: int, eos: list[int],
@@ -65,11 +64,10 @@ def main(argv: list[str]) -> int:
     args = parse_args(ap, argv)
     import transformers
 
-    from .. import LLM
     from ..model import resolve_dtype
     torch.manual_seed(args.seed)
     path = policy_path(args.model)
-    llm = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs, **memory_kwargs(args))
+    llm = engine(args, path, args.max_num_seqs)
     hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(args.dtype)).to(args.device).eval()
     scale = 4 if args.quick else 1
     def prompts_for(count: int, seed: int = 1234) -> list[list[int]]:
