@@ -1,17 +1,13 @@
 """`specrl bench adaptive`: every static strategy against the adaptive engine ("auto"), in one process.
 
-For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one `specrl train` rollout of the default
-config, rollout.prompts_per_step prompts x rollout.n samples through rollout.max_num_seqs slots) SD off runs
-first, then every drafter at every k of --ks, then "auto" (k up to the largest of --ks, choosing among the
-drafters of --methods, or by default among those `specrl train`'s auto runs), all at temperature 1 on task
-prompts with a seed per prompt, the same for every strategy. Left out, the threads, the ks and the RL
-workload's budget are the main job's (`specrl train`'s defaults), so the RL row measures what it runs; the
-policy is the embedded one (`--model` a run's checkpoint measures a later one: train's rollouts move with it).
-Prints one JSON line per measurement (the adaptive rows also say which drafters it chose and its mean k),
-then writes --png: speedup over SD off by batch size, and what the engine chose over the RL rollout (drafter
-mix and mean k against running sequences). --save-profile writes what the adaptive engine learnt (after the
-RL workload): its cost model, acceptance counts and rate checks, as the JSON that `rollout.spec.cost_profile`
-reads (engine/adaptive/profile.py). Auto starts from a profile like any engine: the shipped one for the
+For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one rollout of `specrl train`'s default
+config) SD off runs first, then every drafter at every k of --ks, then "auto" (k up to the largest of --ks),
+all at temperature 1 on task prompts with a seed per prompt, the same for every strategy. Left out, the
+threads, the ks and the RL workload's budget are `specrl train`'s defaults, so the RL row measures what the
+main job runs (`--model` a run's checkpoint measures a later policy: train's rollouts move with it). Prints
+one JSON line per measurement, then writes --png: speedup over SD off by batch size, and what auto chose over
+the RL rollout. --save-profile writes what auto learnt (after the RL workload) as the JSON that
+`rollout.spec.cost_profile` reads (engine/adaptive/profile.py); auto starts from the shipped profile for the
 embedded policy on this device and dtype, or --profile PATH.
 """
 from __future__ import annotations

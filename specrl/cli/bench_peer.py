@@ -4,20 +4,17 @@ same sampling settings, one engine per process (a subprocess per engine), altern
     specrl bench peer                                   # embedded policy: SD off, b1 / b64 / rl, 3 repeats
     specrl bench peer --model DIR --methods off,ngram   # a real checkpoint (e.g. SmolLM2), with vLLM's ngram
 
-Workloads: `b1` (one prompt), `b64` (64 prompts, one sample each), `rl` (the default run's rollout:
-rollout.prompts_per_step prompts x rollout.n at the default run's response budget, or --rl-max-tokens), on
-the embedded task's prompts encoded as `specrl train` encodes them; every request has its own seed and stops
-at the model's EOS ids (or runs to its budget: --ignore-eos). One process builds one engine (room for the
-largest workload's batch), warms it up and times each workload in turn. vLLM is measured with its defaults
-(`vllm_mode=compile`: torch.compile where it works) and `enforce_eager=True` (`vllm_mode=eager`). One JSON
-line per measurement: engine, method, workload, tokens, makespan_s, tokens_per_s (and model, the checkpoint
-directory's name; vllm_mode, build_s;
-audit_p, the sampler audit's p-value, on sampled SD rows; digests, a short hash of each completion's token
-ids, so rows of the same seeds compare sample by sample, e.g. greedy SD against SD off); then one
-`"summary": true` line per (engine, method, workload) with the best repeat, vLLM's faster mode.
+Workloads: `b1` (one prompt), `b64` (64 prompts, one sample each), `rl` (the default run's rollout at its
+response budget, or --rl-max-tokens), on the embedded task's prompts encoded as `specrl train` encodes them;
+every request has its own seed. One process builds one engine (room for the largest workload's batch), warms
+it up and times each workload in turn. vLLM runs with its defaults (`vllm_mode=compile`) and eager
+(`vllm_mode=eager`). One JSON line per measurement (with `audit_p`, the sampler audit's p-value, on sampled SD
+rows, and `digests`, a short hash of each completion's token ids, so rows of the same seeds compare sample by
+sample), then one `"summary": true` line per (engine, method, workload): the best repeat, vLLM's faster mode.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import subprocess
@@ -31,12 +28,10 @@ from .bench_common import emit
 ENGINES = ("specrl", "vllm")
 WORKLOADS = ("b1", "b64", "rl")
 VLLM_MODES = ("compile", "eager")
-CHILD_GRACE_S = 30.0  # a child's engine close: vLLM's shutdown (~5 s) and the reap of what it leaves (<= 10 s)
-ROW_KEYS = ("engine", "method", "workload", "tokens", "makespan_s", "tokens_per_s")
+CHILD_GRACE_S = 30.0  # a child's engine close: vLLM's shutdown and the reap of what it leaves
 
 
 def parser():
-    import argparse
     ap = argparse.ArgumentParser(prog="specrl bench peer", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
     ap.add_argument("--engines", default="specrl,vllm")
@@ -91,14 +86,11 @@ def workload(name: str, model_dir: Path, args) -> tuple[list[list[int]], int, in
     from ..train.config import TrainConfig
     from ..train.data import PromptEncoder
     cfg = TrainConfig()
-    ro = cfg.rollout
-    count, n = {"b1": (1, 1), "b64": (64, 1), "rl": (ro.prompts_per_step, ro.n)}[name]
+    count, n = {"b1": (1, 1), "b64": (64, 1), "rl": (cfg.rollout.prompts_per_step, cfg.rollout.n)}[name]
     encoder = PromptEncoder(model_dir)
-    split_ = "train" if name == "rl" else "test"
-    prompts = [encoder.encode(p.prompt) for p in make_problems(count, seed=1234, split=split_)]
-    if name != "rl":
-        return prompts, n, args.max_tokens
-    return prompts, n, args.rl_max_tokens or cfg.budget.max_tokens
+    problems = make_problems(count, seed=1234, split="train" if name == "rl" else "test")
+    max_tokens = (args.rl_max_tokens or cfg.budget.max_tokens) if name == "rl" else args.max_tokens
+    return [encoder.encode(p.prompt) for p in problems], n, max_tokens
 
 
 def build(run: dict, model_dir: Path, args, batch: int):
@@ -135,8 +127,8 @@ def measure(run: dict, model_dir: Path, args) -> list[dict]:
 
 def timed(engine, run: dict, model_dir: Path, args, loads: dict, build_s: float) -> list[dict]:
     """Warm-up, then one generate() per workload -> its rows."""
-    head = {"model": model_dir.name, **{k: v for k, v in run.items() if k not in ("workloads", "repeat")}}
     from ..engine import SamplingParams
+    head = {"model": model_dir.name, **{k: v for k, v in run.items() if k not in ("workloads", "repeat")}}
     engine.generate(next(iter(loads.values()))[0][:1], [SamplingParams(max_tokens=8)])  # warm-up (compile)
     rows = []
     for name, (prompts, n, max_tokens) in loads.items():

@@ -1,15 +1,13 @@
 """`specrl bench spec`: speculative decoding against SD off on the same policy, in one process.
 
-For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one `specrl train` rollout of the default
-config, rollout.prompts_per_step training prompts x rollout.n samples through rollout.max_num_seqs slots, up to
-rollout.max_tokens) the baseline runs first, then every method, all at temperature 1 on task prompts, stopping
-at EOS. Every prompt has its own seed, the same for SD off and on. Every engine first warms up on other
-prompts (--warmup-tokens), as the main job's engine has after its first step; left out, the threads, k and
-the RL workload's budget are `specrl train`'s, so the RL row measures what the main job runs.
-`--quick`: batch sizes 1 and 4, 64 new tokens, one batch each (a smoke test, e.g. on a real checkpoint).
-A real checkpoint: `--model DIR --prompts FILE` (a `specrl make-data` file) and `--draft-model DIR` for a
-model-based drafter. `--check-identity`: greedy decoding, and whether each method gives SD off's tokens
-(in fp32 it must; `--dtype bfloat16` counts the sequences that rounding makes part).
+For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one rollout of `specrl train`'s default
+config) SD off runs first, then every method, all at temperature 1 on task prompts, stopping at EOS, each
+prompt with its own seed, the same for SD off and on. Every engine first warms up on other prompts
+(--warmup-tokens), as the main job's engine has after its first step; left out, the threads, k and the RL
+workload's budget are `specrl train`'s, so the RL row measures what the main job runs. A real checkpoint:
+`--model DIR --prompts FILE` (a `specrl make-data` file) and `--draft-model DIR` for a model-based drafter.
+`--check-identity`: greedy decoding, and whether each method gives SD off's tokens (in fp32 it must;
+`--dtype bfloat16` counts the sequences that rounding makes part).
 """
 from __future__ import annotations
 
