@@ -18,7 +18,7 @@ import sys
 from ..engine.adaptive import profile
 from ..engine.methods import DRAFTING_METHODS, METHODS, SpecConfig, is_adaptive
 from ..engine.stats import Choices
-from ..errors import UserError
+from ..errors import MissingDependency, UserError, pyplot
 from .bench_common import (at_least_one, base_parser, emit, engine, parse_args, policy_path, task_prompts,
                            timed_generate, warm_up)
 from .bench_spec import parse_batch_sizes
@@ -166,12 +166,10 @@ def is_auto(row: dict) -> bool:
 
 def plot(rows: list[dict], history: list[dict] | None, png: str, dtype: str) -> None:
     try:
-        import matplotlib
-    except ImportError:
-        print(f"matplotlib is not installed: no {png} (pip install matplotlib)", file=sys.stderr)
+        plt = pyplot("--png")
+    except MissingDependency as e:
+        print(f"{e}: no {png}", file=sys.stderr)
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     sizes = list(dict.fromkeys(r["batch_size"] for r in rows))
     x = list(range(len(sizes)))
     fig, axes = plt.subplots(1, 2 if history else 1, figsize=(12 if history else 6, 4), squeeze=False)

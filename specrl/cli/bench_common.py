@@ -27,7 +27,6 @@ def base_parser(prog: str, description: str, warmup: bool = False) -> argparse.A
     add_runtime_args(ap, threads_default="torch's default, as `specrl train`")
     ap.set_defaults(threads=AS_TRAIN)
     ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
-    add_memory_args(ap)
     if warmup:
         ap.add_argument("--warmup-tokens", type=int, default=64, help="a warm-up generate of the workload's shape "
                         "per engine, on other prompts (0: none)")
@@ -35,12 +34,20 @@ def base_parser(prog: str, description: str, warmup: bool = False) -> argparse.A
 
 
 def add_runtime_args(ap: argparse.ArgumentParser, threads_default: str = "the free cores") -> None:
-    """The policy, where and how it runs: shared by `specrl generate` and `specrl bench ...`."""
+    """The policy, where and how it runs, and its KV cache (specrl.engine.memory): shared by `specrl generate` and
+    `specrl bench ...`."""
+    from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
     ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help=f"torch CPU threads (default: {threads_default})")
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="context length per sequence (default: what the KV budget gives, capped by the model)")
+    ap.add_argument("--kv-cache-memory", default=None, help="KV cache budget, e.g. 2GiB (default: a fraction of "
+                    "the free memory, --memory-utilization)")
+    ap.add_argument("--memory-utilization", type=float, default=DEFAULT_MEMORY_UTILIZATION,
+                    help="fraction of the free memory the KV cache may take when --kv-cache-memory is not given")
 
 
 def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
@@ -55,19 +62,8 @@ def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     return args
 
 
-def add_memory_args(ap: argparse.ArgumentParser) -> None:
-    """The engine's KV-cache knobs (specrl.engine.memory)."""
-    from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
-    ap.add_argument("--max-model-len", type=int, default=None,
-                    help="context length per sequence (default: what the KV budget gives, capped by the model)")
-    ap.add_argument("--kv-cache-memory", default=None, help="KV cache budget, e.g. 2GiB (default: a fraction of "
-                    "the free memory, --memory-utilization)")
-    ap.add_argument("--memory-utilization", type=float, default=DEFAULT_MEMORY_UTILIZATION,
-                    help="fraction of the free memory the KV cache may take when --kv-cache-memory is not given")
-
-
 def engine(args: argparse.Namespace, path: str, max_num_seqs: int, spec=None):
-    """An LLM on --device and --dtype, its KV cache sized by `add_memory_args`' options."""
+    """An LLM on --device and --dtype, its KV cache sized by `add_runtime_args`' options."""
     from .. import LLM
     return LLM(path, device=args.device, dtype=args.dtype, spec=spec, max_num_seqs=max_num_seqs,
                max_model_len=args.max_model_len, kv_cache_memory=args.kv_cache_memory,

@@ -23,32 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from .bench_common import emit
+from .bench_common import emit, policy_path
 
 ENGINES = ("specrl", "vllm")
 WORKLOADS = ("b1", "b64", "rl")
 VLLM_MODES = ("compile", "eager")
 CHILD_GRACE_S = 30.0  # a child's engine close: vLLM's shutdown and the reap of what it leaves
-
-
-def parser():
-    ap = argparse.ArgumentParser(prog="specrl bench peer", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
-    ap.add_argument("--engines", default="specrl,vllm")
-    ap.add_argument("--methods", default="off", help="off and/or SD methods both engines run, e.g. off,ngram")
-    ap.add_argument("--workloads", default="b1,b64,rl")
-    ap.add_argument("--vllm-modes", default="compile,eager")
-    ap.add_argument("--repeats", type=int, default=3, help="rounds; each round alternates the engines' order")
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--max-tokens", type=int, default=256, help="b1 and b64's budget")
-    ap.add_argument("--rl-max-tokens", type=int, default=None, help="rl's budget (default: the default run's)")
-    ap.add_argument("--ignore-eos", action="store_true",
-                    help="generate every budget to its end (vLLM's benchmark flag): fixed work per row")
-    ap.add_argument("--k", type=int, default=4, help="draft length of the SD methods")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads of specrl's engine")
-    ap.add_argument("--no-audit", action="store_true", help="skip the sampler audit of sampled SD rows")
-    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one measurement (JSON)
-    return ap
 
 
 def split(text: str, allowed: tuple[str, ...] | None, flag: str) -> list[str]:
@@ -210,16 +190,30 @@ def summary(rows: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
-    from .bench_common import policy_path
+    ap = argparse.ArgumentParser(prog="specrl bench peer", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
+    ap.add_argument("--engines", default="specrl,vllm")
+    ap.add_argument("--methods", default="off", help="off and/or SD methods both engines run, e.g. off,ngram")
+    ap.add_argument("--workloads", default="b1,b64,rl")
+    ap.add_argument("--vllm-modes", default="compile,eager")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds; each round alternates the engines' order")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--max-tokens", type=int, default=256, help="b1 and b64's budget")
+    ap.add_argument("--rl-max-tokens", type=int, default=None, help="rl's budget (default: the default run's)")
+    ap.add_argument("--ignore-eos", action="store_true",
+                    help="generate every budget to its end (vLLM's benchmark flag): fixed work per row")
+    ap.add_argument("--k", type=int, default=4, help="draft length of the SD methods")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads of specrl's engine")
+    ap.add_argument("--no-audit", action="store_true", help="skip the sampler audit of sampled SD rows")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one measurement (JSON)
+    args = ap.parse_args(argv)
     model_dir = Path(policy_path(args.model))
     if args.one is not None:
         for row in measure(json.loads(args.one), model_dir, args):
             emit(row)
         return 0
-    runs = plan(args)  # bad flags fail here, before any engine starts
     rows = []
-    for run in runs:
+    for run in plan(args):  # bad flags fail here, before any engine starts
         for row in child(run, model_dir, argv):
             rows.append(row)
             emit(row)

@@ -43,9 +43,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--draft-model", default=None)
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
-    from .bench_common import add_memory_args, add_runtime_args, engine, parse_args, policy_path
+    from .bench_common import add_runtime_args, engine, parse_args, policy_path
     add_runtime_args(ap)
-    add_memory_args(ap)
     args = parse_args(ap, argv)  # and torch's threads from --threads
     from .. import SamplingParams, SpecConfig
     from ..engine.sampling import per_prompt

@@ -26,7 +26,7 @@ from ..drafters.training.data import DrafterTrainArgs, collect_sequences, defaul
 from ..drafters.training.prompts import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 from ..engine.methods import TRAINABLE_METHODS, get_method
-from ..errors import UserError
+from .bench_common import policy_path
 
 
 @dataclass
@@ -89,16 +89,6 @@ def default_out(method: str) -> Path:
     return get_method(method).shipped_dir
 
 
-def resolve_policy(policy: str | None) -> str:
-    if policy is not None:
-        return policy
-    try:
-        from ..tasks import default_policy_path
-    except ImportError as e:
-        raise UserError(f"no policy given and the embedded policy is unavailable ({e}); pass policy=PATH") from e
-    return str(default_policy_path())
-
-
 def _log(step: int, row: dict) -> None:
     print(json.dumps({"step": step, **row}), file=sys.stderr, flush=True)
 
@@ -131,7 +121,7 @@ def run(argv: list[str] | None = None) -> dict:
     train = importlib.import_module(get_method(ns.method).trainer).cli_train(ns, on_log=_log)
     from ..threads import set_threads
     set_threads(ns.threads)
-    policy = resolve_policy(ns.policy)
+    policy = policy_path(ns.policy)
     if ns.out is None and (ns.policy is not None or ns.data is not None):
         raise ValueError(f"pass out=DIR: without it the {ns.method} drafter would replace the shipped one in "
                          f"{default_out(ns.method)}, which belongs to the embedded policy and its task")
