@@ -7,8 +7,7 @@ import time
 
 import torch
 
-
-AS_TRAIN = object()  # --threads left out of a bench: torch's default, as `specrl train` (num_threads=0)
+AS_TRAIN = object()  # --threads left out of a bench (base_parser)
 
 
 def at_least_one(text: str) -> int:
@@ -51,8 +50,8 @@ def add_runtime_args(ap: argparse.ArgumentParser, threads_default: str = "the fr
 
 
 def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """`ap.parse_args(argv)`, then torch's thread count from --threads: the free cores when it is left out,
-    torch's default when it is left out of a bench (recorded in args.threads)."""
+    """`ap.parse_args(argv)`, then torch's thread count from --threads (left out: the free cores, or in a bench
+    torch's default, recorded in args.threads)."""
     args = ap.parse_args(argv)
     if args.threads is AS_TRAIN:
         args.threads = torch.get_num_threads()
