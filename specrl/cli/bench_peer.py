@@ -52,8 +52,7 @@ def plan(args) -> list[dict]:
     runs = []
     for r in range(args.repeats):
         for method in methods:
-            order = engines if r % 2 == 0 else engines[::-1]
-            for engine in order:
+            for engine in (engines if r % 2 == 0 else engines[::-1]):
                 for mode in (modes if engine == "vllm" else [None]):
                     runs.append({"engine": engine, "method": method, "workloads": workloads, "repeat": r,
                                  **({"vllm_mode": mode} if mode else {})})
