@@ -24,8 +24,7 @@ from .bench_common import (at_least_one, base_parser, emit, engine, parse_args, 
 from .bench_spec import parse_batch_sizes
 
 
-# prompts a batch-size row measures at least: at 2 prompts, which samples run long moves it by tens of %
-MIN_PROMPTS = 8
+MIN_PROMPTS = 8  # prompts a batch-size row measures at least: with fewer, which samples run long decides it
 
 
 def measure(llm, prompts, n, batch, max_tokens, seed, repeats, warmup, warmup_tokens, after_warmup=None):

@@ -58,11 +58,9 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"config file {str(path)!r} does not exist; pass an existing YAML file") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
+    if data is not None and not isinstance(data, Mapping):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys, got {type(data).__name__}")
-    return dict(data)
+    return dict(data or {})
 
 
 def parse_override(cls: type, item: str) -> tuple[str, Any]:
@@ -84,9 +82,7 @@ def _is_str_field(cls: type, dotted: str) -> bool:
     tp: Any = cls
     for part in dotted.split("."):
         tp = _unwrap_optional(tp)
-        if not dataclasses.is_dataclass(tp):
-            return False
-        hints = typing.get_type_hints(tp)
+        hints = typing.get_type_hints(tp) if dataclasses.is_dataclass(tp) else {}
         if part not in hints:
             return False
         tp = hints[part]
