@@ -42,16 +42,12 @@ def find_gguf(name: str) -> Path | None:
     return files[0] if files else None
 
 
-def require_converters() -> None:
+def convert_gguf(gguf: Path, out: str | Path, dtype: str = "float32") -> Path:
+    """Dequantises `gguf` with transformers and writes an HF checkpoint directory atomically."""
     missing = [m for m in ("transformers", "gguf", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:
         raise MissingDependency(f"converting a GGUF file needs {missing}: `{INSTALL}` "
                                 "(and `pip install transformers` if that is the one missing)")
-
-
-def convert_gguf(gguf: Path, out: str | Path, dtype: str = "float32") -> Path:
-    """Dequantises `gguf` with transformers and writes an HF checkpoint directory atomically."""
-    require_converters()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
