@@ -112,8 +112,7 @@ def timed(engine, run: dict, model_dir: Path, args, loads: dict, build_s: float)
     rows = []
     for name, (prompts, n, max_tokens) in loads.items():
         params = [SamplingParams(n=n, temperature=args.temperature, max_tokens=max_tokens, seed=1000 + i,
-                                 ignore_eos=args.ignore_eos)
-                  for i in range(len(prompts))]
+                                 ignore_eos=args.ignore_eos) for i in range(len(prompts))]
         engine.reset_stats()
         t0 = time.perf_counter()
         outs = engine.generate(prompts, params)
