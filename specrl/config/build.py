@@ -90,7 +90,10 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if origin in (list, tuple) or tp in (list, tuple):
         return _coerce_sequence(tp, value, key)
     if origin is dict or tp is dict:
-        return _coerce_dict(args, value, key)
+        if not isinstance(value, Mapping):
+            raise _type_error(key, value, "a mapping")
+        key_tp, val_tp = args or (Any, Any)
+        return {_coerce(key_tp, k, key): _coerce(val_tp, v, _join(key, str(k))) for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
@@ -98,7 +101,12 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
             return from_dict(tp, value, key)
         raise _type_error(key, value, f"a mapping of {tp.__name__} fields")
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return _coerce_enum(tp, value, key)
+        if isinstance(value, tp):
+            return value
+        for member in tp:
+            if value == member.value or (isinstance(value, str) and value.lower() == member.name.lower()):
+                return member
+        raise _type_error(key, value, "one of " + ", ".join(repr(m.value) for m in tp))
     if tp in _SCALARS:
         parse, expected = _SCALARS[tp]
         try:
@@ -155,22 +163,6 @@ def _coerce_sequence(tp: Any, value: Any, key: str) -> Any:
     item_tp = args[0] if args else Any
     items = [_coerce(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
     return tuple(items) if origin is tuple else items
-
-
-def _coerce_dict(args: tuple, value: Any, key: str) -> dict:
-    if not isinstance(value, Mapping):
-        raise _type_error(key, value, "a mapping")
-    key_tp, val_tp = args if args else (Any, Any)
-    return {_coerce(key_tp, k, key): _coerce(val_tp, v, _join(key, str(k))) for k, v in value.items()}
-
-
-def _coerce_enum(tp: type[enum.Enum], value: Any, key: str) -> enum.Enum:
-    if isinstance(value, tp):
-        return value
-    for member in tp:
-        if value == member.value or (isinstance(value, str) and value.lower() == member.name.lower()):
-            return member
-    raise _type_error(key, value, "one of " + ", ".join(repr(m.value) for m in tp))
 
 
 def _number(v: Any) -> Any:
