@@ -97,7 +97,6 @@ def main(argv: list[str] | None = None) -> int:
         raise MissingFileError(f"model {ns.name!r} needs the {MODELS[ns.name][1]!r} package: `{INSTALL}`")
     t0 = time.monotonic()
     out = convert_gguf(gguf, ns.out, ns.dtype)
-    files = sorted(p.name for p in out.iterdir())
-    print(json.dumps({"out": str(out), "source": str(gguf), "files": files,
+    print(json.dumps({"out": str(out), "source": str(gguf), "files": sorted(p.name for p in out.iterdir()),
                       "seconds": round(time.monotonic() - t0, 1)}))
     return 0

@@ -56,9 +56,7 @@ class TrainDrafterConfig:
     batch_tokens: int = DrafterTrainArgs.batch_tokens
     time_budget: float = DrafterTrainArgs.time_budget_s  # training seconds
     teacher_topk: int = DrafterTrainArgs.teacher_topk  # eagle3: stored teacher tokens a position (0: all)
-    # teacher-data cache dir: sampled responses (and eagle3's teacher outputs) are written once and reused by
-    # runs with the same policy and sampling settings; the fit's state is saved there for `resume`
-    cache: str | None = None
+    cache: str | None = None  # teacher-data cache dir (step 1); it also keeps the fit's state for `resume`
     resume: bool = False  # continue the fit saved in `cache` (same method, draft vocabulary and steps)
     # the methods' own options
     eagle3_layers: str | None = None  # target layers to fuse, e.g. 1,3,5; null: 1, L/2-1, L-4 made increasing
