@@ -99,7 +99,7 @@ def timed_generate(llm, prompts: list[list[int]], n: int, batch: int, max_tokens
     tokens, wall seconds, tokens_per_s, process-CPU seconds and every completion's token ids."""
     from .. import SamplingParams
     from ..engine.sampling import per_prompt
-    tokens, seconds, cpu, ids = 0, 0.0, 0.0, []
+    seconds, cpu, ids = 0.0, 0.0, []
     for r in range(repeats):
         chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
         params = per_prompt(SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed),
@@ -132,12 +132,11 @@ def peak_rss_mb() -> float:
 
 
 def timed(fn):
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
+    sync()
     t0 = time.perf_counter()
     out = fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    sync()
     return out, time.perf_counter() - t0
 
 

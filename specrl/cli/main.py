@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run(name, module, func, rest)
     finally:
         TERMINATING.clear()  # a library caller may run another command in this process
-        if in_main and previous is not None:  # None: a handler set outside Python, which we cannot restore
+        if previous is not None:  # None: not the main thread, or a handler set outside Python (not restorable)
             signal.signal(signal.SIGTERM, previous)
 
 
