@@ -3,9 +3,8 @@ were these completions drawn from this model? The sampler audit of `specrl train
 dump from any engine (vLLM, verl, NeMo-RL): each row has `prompt_ids` and `completion_ids`, token ids of the
 model's vocabulary, so no tokenizer is read. Prints one JSON line: `p_value` (two-sided), `z` (the weighted
 randomized-PIT statistic, N(0, 1) for an exact sampler), `tokens`, and the share of tokens in the PIT's top and
-bottom 5%. `--plot` draws the PIT histogram (uniform for an exact sampler).
-
-Temperature 0 is greedy: the test is then identity (every token must be the argmax), not a PIT.
+bottom 5%. `--plot` draws the PIT histogram (uniform for an exact sampler). Temperature 0 is greedy: the test
+is then identity (every token must be the argmax), not a PIT.
 """
 from __future__ import annotations
 

@@ -1,17 +1,13 @@
 """`specrl bench adaptive`: every static strategy against the adaptive engine ("auto"), in one process.
 
-For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one `specrl train` rollout of the default
-config, rollout.prompts_per_step prompts x rollout.n samples through rollout.max_num_seqs slots) SD off runs
-first, then every drafter at every k of --ks, then "auto" (k up to the largest of --ks, choosing among the
-drafters of --methods, or by default among those `specrl train`'s auto runs), all at temperature 1 on task
-prompts with a seed per prompt, the same for every strategy. Left out, the threads, the ks and the RL
-workload's budget are the main job's (`specrl train`'s defaults), so the RL row measures what it runs; the
-policy is the embedded one (`--model` a run's checkpoint measures a later one: train's rollouts move with it).
-Prints one JSON line per measurement (the adaptive rows also say which drafters it chose and its mean k),
-then writes --png: speedup over SD off by batch size, and what the engine chose over the RL rollout (drafter
-mix and mean k against running sequences). --save-profile writes what the adaptive engine learnt (after the
-RL workload): its cost model, acceptance counts and rate checks, as the JSON that `rollout.spec.cost_profile`
-reads (engine/adaptive/profile.py). Auto starts from a profile like any engine: the shipped one for the
+For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one rollout of `specrl train`'s default
+config) SD off runs first, then every drafter at every k of --ks, then "auto" (k up to the largest of --ks),
+all at temperature 1 on task prompts with a seed per prompt, the same for every strategy. Left out, the
+threads, the ks and the RL workload's budget are `specrl train`'s defaults, so the RL row measures what the
+main job runs (`--model` a run's checkpoint measures a later policy: train's rollouts move with it). Prints
+one JSON line per measurement, then writes --png: speedup over SD off by batch size, and what auto chose over
+the RL rollout. --save-profile writes what auto learnt (after the RL workload) as the JSON that
+`rollout.spec.cost_profile` reads (engine/adaptive/profile.py); auto starts from the shipped profile for the
 embedded policy on this device and dtype, or --profile PATH.
 """
 from __future__ import annotations
@@ -22,13 +18,13 @@ import sys
 from ..engine.adaptive import profile
 from ..engine.methods import DRAFTING_METHODS, METHODS, SpecConfig, is_adaptive
 from ..engine.stats import Choices
-from ..errors import UserError
-from .bench_common import (add_warmup_arg, at_least_one, base_parser, emit, memory_kwargs, parse_args, policy_path,
-                           task_prompts, timed_generate, warm_up)
+from ..errors import MissingDependency, UserError, pyplot
+from .bench_common import (at_least_one, base_parser, emit, engine, parse_args, policy_path, task_prompts,
+                           timed_generate, warm_up)
 from .bench_spec import parse_batch_sizes
 
 
-MIN_PROMPTS = 8  # prompts a batch-size row measures at least: at 2 prompts which samples run long moves it by tens of %
+MIN_PROMPTS = 8  # prompts a batch-size row measures at least: with fewer, which samples run long decides it
 
 
 def measure(llm, prompts, n, batch, max_tokens, seed, repeats, warmup, warmup_tokens, after_warmup=None):
@@ -46,12 +42,13 @@ def parse_ks(text: str) -> list[int]:
     except ValueError:
         ks = []
     if not ks or any(not 1 <= k <= 16 for k in ks):
-        raise UserError(f"--ks {text!r} is invalid: expected draft lengths in 1..16, comma-separated, e.g. --ks 1,2,4,8")
+        raise UserError(f"--ks {text!r} is invalid: expected draft lengths in 1..16, comma-separated, "
+                        "e.g. --ks 1,2,4,8")
     return ks
 
 
 def main(argv: list[str]) -> int:
-    ap = base_parser("specrl bench adaptive", __doc__)
+    ap = base_parser("specrl bench adaptive", __doc__, warmup=True)
     ap.add_argument("--methods", default=None, help="the static drafters to compare (default: all; auto then "
                                                     "chooses among `specrl train`'s default drafters), else also "
                                                     "those auto chooses among")
@@ -59,10 +56,10 @@ def main(argv: list[str]) -> int:
                     "largest (default: powers of two up to `specrl train`'s k, rollout.spec.num_speculative_tokens)")
     ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
     ap.add_argument("--max-tokens", type=int, default=None, help="default 256 (--quick: 32)")
-    ap.add_argument("--rl-max-tokens", type=int, default=None, help="default: the default run's response budget (--quick: 32)")
+    ap.add_argument("--rl-max-tokens", type=int, default=None,
+                    help="default: the default run's response budget (--quick: 32)")
     ap.add_argument("--repeats", type=at_least_one, default=None, help="batches per n=1 measurement; default 2, and at "
                     f"least {MIN_PROMPTS} prompts (--quick: 1)")
-    add_warmup_arg(ap)
     ap.add_argument("--adaptive-mode", default="measured", choices=["measured", "deterministic"])
     ap.add_argument("--png", default="bench_adaptive.png", help="the plot ('' for none; needs matplotlib)")
     ap.add_argument("--save-profile", default=None, help="write what the adaptive engine learnt here (JSON)")
@@ -71,7 +68,6 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--history", default=None, help="write what auto chose at each step of each workload here "
                                                     "(JSON lines: running sequences, drafter mix, mean k, arm)")
     args = parse_args(ap, argv)
-    from .. import LLM
     from ..train.config import TrainConfig
     default = TrainConfig()
     rollout = default.rollout  # the RL workload is the default run's rollout, with its task's budget
@@ -87,7 +83,7 @@ def main(argv: list[str]) -> int:
             raise UserError(f"--methods: {m!r} is not a drafter; valid: {list(DRAFTING_METHODS)}")
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     path = policy_path(args.model)
-    probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1, **memory_kwargs(args))
+    probe = engine(args, path, 1)
     rows, history = [], None
     for bs in batch_sizes:
         rl = bs == "rl"
@@ -98,10 +94,8 @@ def main(argv: list[str]) -> int:
         max_tokens = args.rl_max_tokens if rl else args.max_tokens
         warmup = task_prompts(probe, rollout.prompts_per_step if rl else batch, seed=args.seed + 8,
                               split="train" if rl else "test")
-
-        def engine(spec=None):
-            return LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec, **memory_kwargs(args))
-        base, _ = measure(engine(), prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
+        workload = (prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
+        base, _ = measure(engine(args, path, batch), *workload)
         base_tps = base["tokens_per_s"]
         common = {"batch_size": bs if rl else batch, "dtype": args.dtype, "threads": args.threads,
                   "baseline_tokens_per_s": base_tps}
@@ -110,22 +104,22 @@ def main(argv: list[str]) -> int:
         for method in methods:
             for k in ks:
                 try:
-                    llm = engine(SpecConfig(method=method, num_speculative_tokens=k))
+                    llm = engine(args, path, batch, SpecConfig(method=method, num_speculative_tokens=k))
                 except (FileNotFoundError, ValueError) as e:  # a drafter that is not built here
                     emit({**common, "strategy": method, "k": k, "error": str(e)[:200]})
                     break
-                got, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
+                got, stats = measure(llm, *workload)
                 rows.append({**common, "strategy": method, "k": k, **got, "speedup": got["tokens_per_s"] / base_tps,
                              "acceptance_length": stats["acceptance_length"]})
                 emit(rows[-1])
-        llm = engine(SpecConfig(method="auto", num_speculative_tokens=max(ks), adaptive_mode=args.adaptive_mode,
-                                drafters=auto_drafters(methods, methods_given), cost_profile=args.profile))
+        llm = engine(args, path, batch, SpecConfig(method="auto", num_speculative_tokens=max(ks),
+                                                   adaptive_mode=args.adaptive_mode, cost_profile=args.profile,
+                                                   drafters=auto_drafters(methods, methods_given)))
         strategy, choices = llm.engine.strategy, Choices()
         llm.engine.choices = choices
         choices.history = [] if rl or args.history else None
         # auto keeps what it learnt in the warm-up, but counts its choices afresh
-        got, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens,
-                             after_warmup=choices.reset)
+        got, stats = measure(llm, *workload, after_warmup=choices.reset)
         tps = got["tokens_per_s"]
         steps_rows = sum(v for d, v in choices.rows.items() if d != "k_sum")
         drafted = steps_rows - choices.rows.get("none", 0)
@@ -171,21 +165,19 @@ def is_auto(row: dict) -> bool:
 
 def plot(rows: list[dict], history: list[dict] | None, png: str, dtype: str) -> None:
     try:
-        import matplotlib
-    except ImportError:
-        print(f"matplotlib is not installed: no {png} (pip install matplotlib)", file=sys.stderr)
+        plt = pyplot("--png")
+    except MissingDependency as e:
+        print(f"{e}: no {png}", file=sys.stderr)
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     sizes = list(dict.fromkeys(r["batch_size"] for r in rows))
     x = list(range(len(sizes)))
     fig, axes = plt.subplots(1, 2 if history else 1, figsize=(12 if history else 6, 4), squeeze=False)
     ax = axes[0][0]
     static = sorted({(r["strategy"], r["k"]) for r in rows if is_static(r)})
     for name, k in static:
-        ys = [next((r["speedup"] for r in rows if r["batch_size"] == s and (r["strategy"], r["k"]) == (name, k)), None)
-              for s in sizes]
-        ax.plot(x, [y if y is not None else float("nan") for y in ys], color="0.75", lw=0.8)
+        ys = [next((r["speedup"] for r in rows if r["batch_size"] == s and (r["strategy"], r["k"]) == (name, k)),
+                   float("nan")) for s in sizes]
+        ax.plot(x, ys, color="0.75", lw=0.8)
     best = [max((r["speedup"] for r in rows if r["batch_size"] == s and is_static(r)),
                 default=float("nan")) for s in sizes]
     ax.plot(x, best, "k--", lw=1.5, label="best static (per batch size)")

@@ -7,8 +7,7 @@ import time
 
 import torch
 
-
-AS_TRAIN = object()  # --threads left out of a bench: torch's default, as `specrl train` (num_threads=0)
+AS_TRAIN = object()  # --threads left out of a bench (base_parser)
 
 
 def at_least_one(text: str) -> int:
@@ -19,7 +18,7 @@ def at_least_one(text: str) -> int:
     return value
 
 
-def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
+def base_parser(prog: str, description: str, warmup: bool = False) -> argparse.ArgumentParser:
     """A bench's parser. Its --threads default is `specrl train`'s (torch's default, num_threads=0), not the
     free cores: a bench measures the main job, and a thread count that follows the machine's load would
     make the same command measure different things a minute apart."""
@@ -27,22 +26,32 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     add_runtime_args(ap, threads_default="torch's default, as `specrl train`")
     ap.set_defaults(threads=AS_TRAIN)
     ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
-    add_memory_args(ap)
+    if warmup:
+        ap.add_argument("--warmup-tokens", type=int, default=64, help="a warm-up generate of the workload's shape "
+                        "per engine, on other prompts (0: none)")
     return ap
 
 
 def add_runtime_args(ap: argparse.ArgumentParser, threads_default: str = "the free cores") -> None:
-    """The policy, where and how it runs: shared by `specrl generate` and `specrl bench ...`."""
+    """The policy, where and how it runs, and its KV cache (specrl.engine.memory): shared by `specrl generate` and
+    `specrl bench ...`."""
+    from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
     ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help=f"torch CPU threads (default: {threads_default})")
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="context length per sequence (default: what the KV budget gives, capped by the model)")
+    ap.add_argument("--kv-cache-memory", default=None, help="KV cache budget, e.g. 2GiB (default: a fraction of "
+                    "the free memory, --memory-utilization)")
+    ap.add_argument("--memory-utilization", type=float, default=DEFAULT_MEMORY_UTILIZATION,
+                    help="fraction of the free memory the KV cache may take when --kv-cache-memory is not given")
 
 
 def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """`ap.parse_args(argv)`, then torch's thread count from --threads: the free cores when it is left out,
-    torch's default when it is left out of a bench (recorded in args.threads)."""
+    """`ap.parse_args(argv)`, then torch's thread count from --threads (left out: the free cores, or in a bench
+    torch's default, recorded in args.threads)."""
     args = ap.parse_args(argv)
     if args.threads is AS_TRAIN:
         args.threads = torch.get_num_threads()
@@ -52,21 +61,12 @@ def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     return args
 
 
-def add_memory_args(ap: argparse.ArgumentParser) -> None:
-    """The engine's KV-cache knobs (specrl.engine.memory)."""
-    from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
-    ap.add_argument("--max-model-len", type=int, default=None,
-                    help="context length per sequence (default: what the KV budget gives, capped by the model)")
-    ap.add_argument("--kv-cache-memory", default=None, help="KV cache budget, e.g. 2GiB (default: a fraction of "
-                    "the free memory, --memory-utilization)")
-    ap.add_argument("--memory-utilization", type=float, default=DEFAULT_MEMORY_UTILIZATION,
-                    help="fraction of the free memory the KV cache may take when --kv-cache-memory is not given")
-
-
-def memory_kwargs(args: argparse.Namespace) -> dict:
-    """LLM(...) keyword arguments from `add_memory_args`' options."""
-    return {"max_model_len": args.max_model_len, "kv_cache_memory": args.kv_cache_memory,
-            "memory_utilization": args.memory_utilization}
+def engine(args: argparse.Namespace, path: str, max_num_seqs: int, spec=None):
+    """An LLM on --device and --dtype, its KV cache sized by `add_runtime_args`' options."""
+    from .. import LLM
+    return LLM(path, device=args.device, dtype=args.dtype, spec=spec, max_num_seqs=max_num_seqs,
+               max_model_len=args.max_model_len, kv_cache_memory=args.kv_cache_memory,
+               memory_utilization=args.memory_utilization)
 
 
 def policy_path(path: str | None) -> str:
@@ -80,11 +80,6 @@ def task_prompts(llm, count: int, seed: int = 1234, split: str = "test") -> list
     """Token ids of the default task's prompts (held-out ones unless `split="train"`)."""
     from ..tasks import make_problems
     return [llm.tokenizer.encode(p.prompt).ids for p in make_problems(count, seed=seed, split=split)]
-
-
-def add_warmup_arg(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--warmup-tokens", type=int, default=64, help="a warm-up generate of the workload's shape per "
-                    "engine, on other prompts (0: none)")
 
 
 def warm_up(llm, prompts: list[list[int]], n: int, max_tokens: int, seed: int, temperature: float = 1.0) -> None:
@@ -104,7 +99,7 @@ def timed_generate(llm, prompts: list[list[int]], n: int, batch: int, max_tokens
     tokens, wall seconds, tokens_per_s, process-CPU seconds and every completion's token ids."""
     from .. import SamplingParams
     from ..engine.sampling import per_prompt
-    tokens, seconds, cpu, ids = 0, 0.0, 0.0, []
+    seconds, cpu, ids = 0.0, 0.0, []
     for r in range(repeats):
         chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
         params = per_prompt(SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed),
@@ -137,12 +132,11 @@ def peak_rss_mb() -> float:
 
 
 def timed(fn):
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
+    sync()
     t0 = time.perf_counter()
     out = fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    sync()
     return out, time.perf_counter() - t0
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .bench_common import (base_parser, emit, file_prompts, memory_kwargs, parse_args, policy_path, task_prompts,
-                           timed)
+from .bench_common import base_parser, emit, engine, file_prompts, parse_args, policy_path, task_prompts, timed
 
 
 def hf_generate(hf, prompts: list[list[int]], n: int, max_new: int, ignore_eos: bool, pad_id: int, eos: list[int],
@@ -22,14 +21,11 @@ def hf_generate(hf, prompts: list[list[int]], n: int, max_new: int, ignore_eos: 
     for b, p in enumerate(prompts):
         ids[b, T - len(p):] = torch.tensor(p)
         mask[b, T - len(p):] = 1
-    kwargs = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new,
-                  num_return_sequences=n, pad_token_id=pad_id)
-    if ignore_eos:
-        kwargs.update(min_new_tokens=max_new, eos_token_id=None)
-    else:
-        kwargs.update(eos_token_id=eos)
+    stop = dict(min_new_tokens=max_new, eos_token_id=None) if ignore_eos else dict(eos_token_id=eos)
     with torch.inference_mode():
-        out = hf.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)[:, T:]
+        out = hf.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True, temperature=1.0,
+                          top_k=0, top_p=1.0, max_new_tokens=max_new, num_return_sequences=n, pad_token_id=pad_id,
+                          **stop)[:, T:]
     if ignore_eos:
         return out.numel()
     is_eos = torch.isin(out, torch.tensor(eos, device=out.device))
@@ -65,20 +61,18 @@ def main(argv: list[str]) -> int:
     args = parse_args(ap, argv)
     import transformers
 
-    from .. import LLM
     from ..model import resolve_dtype
     torch.manual_seed(args.seed)
     path = policy_path(args.model)
-    llm = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs, **memory_kwargs(args))
+    llm = engine(args, path, args.max_num_seqs)
     hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(args.dtype)).to(args.device).eval()
     scale = 4 if args.quick else 1
     def prompts_for(count: int, seed: int = 1234) -> list[list[int]]:
         return file_prompts(args.prompts, path, count) if args.prompts else task_prompts(llm, count, seed=seed)
     if "a" in args.workloads:
-        prompts = prompts_for(16 // scale)
-        emit(run_workload("a_16x128_ignore_eos", llm, hf, prompts, 1, 128 // scale, True, args.device,
-                          args.max_num_seqs))
+        emit(run_workload("a_16x128_ignore_eos", llm, hf, prompts_for(16 // scale), 1, 128 // scale, True,
+                          args.device, args.max_num_seqs))
     if "b" in args.workloads:
-        prompts = prompts_for(64 // scale, seed=99)
-        emit(run_workload("b_rl_64x8_eos", llm, hf, prompts, 8, 512 // scale, False, args.device, args.max_num_seqs))
+        emit(run_workload("b_rl_64x8_eos", llm, hf, prompts_for(64 // scale, seed=99), 8, 512 // scale, False,
+                          args.device, args.max_num_seqs))
     return 0

@@ -4,20 +4,17 @@ same sampling settings, one engine per process (a subprocess per engine), altern
     specrl bench peer                                   # embedded policy: SD off, b1 / b64 / rl, 3 repeats
     specrl bench peer --model DIR --methods off,ngram   # a real checkpoint (e.g. SmolLM2), with vLLM's ngram
 
-Workloads: `b1` (one prompt), `b64` (64 prompts, one sample each), `rl` (the default run's rollout:
-rollout.prompts_per_step prompts x rollout.n at the default run's response budget, or --rl-max-tokens), on
-the embedded task's prompts encoded as `specrl train` encodes them; every request has its own seed and stops
-at the model's EOS ids (or runs to its budget: --ignore-eos). One process builds one engine (room for the
-largest workload's batch), warms it up and times each workload in turn. vLLM is measured with its defaults
-(`vllm_mode=compile`: torch.compile where it works) and `enforce_eager=True` (`vllm_mode=eager`). One JSON
-line per measurement: engine, method, workload, tokens, makespan_s, tokens_per_s (and model, the checkpoint
-directory's name; vllm_mode, build_s;
-audit_p, the sampler audit's p-value, on sampled SD rows; digests, a short hash of each completion's token
-ids, so rows of the same seeds compare sample by sample, e.g. greedy SD against SD off); then one
-`"summary": true` line per (engine, method, workload) with the best repeat, vLLM's faster mode.
+Workloads: `b1` (one prompt), `b64` (64 prompts, one sample each), `rl` (the default run's rollout at its
+response budget, or --rl-max-tokens), on the embedded task's prompts encoded as `specrl train` encodes them;
+every request has its own seed. One process builds one engine (room for the largest workload's batch), warms
+it up and times each workload in turn. vLLM runs with its defaults (`vllm_mode=compile`) and eager
+(`vllm_mode=eager`). One JSON line per measurement (with `audit_p`, the sampler audit's p-value, on sampled SD
+rows, and `digests`, a short hash of each completion's token ids, so rows of the same seeds compare sample by
+sample), then one `"summary": true` line per (engine, method, workload): the best repeat, vLLM's faster mode.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import subprocess
@@ -26,34 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from .bench_common import emit
+from .bench_common import emit, policy_path
 
 ENGINES = ("specrl", "vllm")
 WORKLOADS = ("b1", "b64", "rl")
 VLLM_MODES = ("compile", "eager")
-CHILD_GRACE_S = 30.0  # a child's engine close: vLLM's shutdown (~5 s) and the reap of what it leaves (<= 10 s)
-ROW_KEYS = ("engine", "method", "workload", "tokens", "makespan_s", "tokens_per_s")
-
-
-def parser():
-    import argparse
-    ap = argparse.ArgumentParser(prog="specrl bench peer", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
-    ap.add_argument("--engines", default="specrl,vllm")
-    ap.add_argument("--methods", default="off", help="off and/or SD methods both engines run, e.g. off,ngram")
-    ap.add_argument("--workloads", default="b1,b64,rl")
-    ap.add_argument("--vllm-modes", default="compile,eager")
-    ap.add_argument("--repeats", type=int, default=3, help="rounds; each round alternates the engines' order")
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--max-tokens", type=int, default=256, help="b1 and b64's budget")
-    ap.add_argument("--rl-max-tokens", type=int, default=None, help="rl's budget (default: the default run's)")
-    ap.add_argument("--ignore-eos", action="store_true",
-                    help="generate every budget to its end (vLLM's benchmark flag): fixed work per row")
-    ap.add_argument("--k", type=int, default=4, help="draft length of the SD methods")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads of specrl's engine")
-    ap.add_argument("--no-audit", action="store_true", help="skip the sampler audit of sampled SD rows")
-    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one measurement (JSON)
-    return ap
+CHILD_GRACE_S = 30.0  # a child's engine close: vLLM's shutdown and the reap of what it leaves
 
 
 def split(text: str, allowed: tuple[str, ...] | None, flag: str) -> list[str]:
@@ -77,8 +52,7 @@ def plan(args) -> list[dict]:
     runs = []
     for r in range(args.repeats):
         for method in methods:
-            order = engines if r % 2 == 0 else engines[::-1]
-            for engine in order:
+            for engine in (engines if r % 2 == 0 else engines[::-1]):
                 for mode in (modes if engine == "vllm" else [None]):
                     runs.append({"engine": engine, "method": method, "workloads": workloads, "repeat": r,
                                  **({"vllm_mode": mode} if mode else {})})
@@ -91,14 +65,11 @@ def workload(name: str, model_dir: Path, args) -> tuple[list[list[int]], int, in
     from ..train.config import TrainConfig
     from ..train.data import PromptEncoder
     cfg = TrainConfig()
-    ro = cfg.rollout
-    count, n = {"b1": (1, 1), "b64": (64, 1), "rl": (ro.prompts_per_step, ro.n)}[name]
+    count, n = {"b1": (1, 1), "b64": (64, 1), "rl": (cfg.rollout.prompts_per_step, cfg.rollout.n)}[name]
     encoder = PromptEncoder(model_dir)
-    split_ = "train" if name == "rl" else "test"
-    prompts = [encoder.encode(p.prompt) for p in make_problems(count, seed=1234, split=split_)]
-    if name != "rl":
-        return prompts, n, args.max_tokens
-    return prompts, n, args.rl_max_tokens or cfg.budget.max_tokens
+    problems = make_problems(count, seed=1234, split="train" if name == "rl" else "test")
+    max_tokens = (args.rl_max_tokens or cfg.budget.max_tokens) if name == "rl" else args.max_tokens
+    return [encoder.encode(p.prompt) for p in problems], n, max_tokens
 
 
 def build(run: dict, model_dir: Path, args, batch: int):
@@ -135,14 +106,13 @@ def measure(run: dict, model_dir: Path, args) -> list[dict]:
 
 def timed(engine, run: dict, model_dir: Path, args, loads: dict, build_s: float) -> list[dict]:
     """Warm-up, then one generate() per workload -> its rows."""
-    head = {"model": model_dir.name, **{k: v for k, v in run.items() if k not in ("workloads", "repeat")}}
     from ..engine import SamplingParams
+    head = {"model": model_dir.name, **{k: v for k, v in run.items() if k not in ("workloads", "repeat")}}
     engine.generate(next(iter(loads.values()))[0][:1], [SamplingParams(max_tokens=8)])  # warm-up (compile)
     rows = []
     for name, (prompts, n, max_tokens) in loads.items():
         params = [SamplingParams(n=n, temperature=args.temperature, max_tokens=max_tokens, seed=1000 + i,
-                                 ignore_eos=args.ignore_eos)
-                  for i in range(len(prompts))]
+                                 ignore_eos=args.ignore_eos) for i in range(len(prompts))]
         engine.reset_stats()
         t0 = time.perf_counter()
         outs = engine.generate(prompts, params)
@@ -218,16 +188,30 @@ def summary(rows: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
-    from .bench_common import policy_path
+    ap = argparse.ArgumentParser(prog="specrl bench peer", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
+    ap.add_argument("--engines", default="specrl,vllm")
+    ap.add_argument("--methods", default="off", help="off and/or SD methods both engines run, e.g. off,ngram")
+    ap.add_argument("--workloads", default="b1,b64,rl")
+    ap.add_argument("--vllm-modes", default="compile,eager")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds; each round alternates the engines' order")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--max-tokens", type=int, default=256, help="b1 and b64's budget")
+    ap.add_argument("--rl-max-tokens", type=int, default=None, help="rl's budget (default: the default run's)")
+    ap.add_argument("--ignore-eos", action="store_true",
+                    help="generate every budget to its end (vLLM's benchmark flag): fixed work per row")
+    ap.add_argument("--k", type=int, default=4, help="draft length of the SD methods")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads of specrl's engine")
+    ap.add_argument("--no-audit", action="store_true", help="skip the sampler audit of sampled SD rows")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one measurement (JSON)
+    args = ap.parse_args(argv)
     model_dir = Path(policy_path(args.model))
     if args.one is not None:
         for row in measure(json.loads(args.one), model_dir, args):
             emit(row)
         return 0
-    runs = plan(args)  # bad flags fail here, before any engine starts
     rows = []
-    for run in runs:
+    for run in plan(args):  # bad flags fail here, before any engine starts
         for row in child(run, model_dir, argv):
             rows.append(row)
             emit(row)

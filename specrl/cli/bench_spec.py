@@ -1,30 +1,20 @@
 """`specrl bench spec`: speculative decoding against SD off on the same policy, in one process.
 
-For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one `specrl train` rollout of the default
-config, rollout.prompts_per_step training prompts x rollout.n samples through rollout.max_num_seqs slots, up to
-rollout.max_tokens) the baseline runs first, then every method, all at temperature 1 on task prompts, stopping
-at EOS. Every prompt has its own seed, the same for SD off and on. Every engine first warms up on other
-prompts (--warmup-tokens), as the main job's engine has after its first step; left out, the threads, k and
-the RL workload's budget are `specrl train`'s, so the RL row measures what the main job runs.
-`--quick`: batch sizes 1 and 4, 64 new tokens, one batch each (a smoke test, e.g. on a real checkpoint).
-A real checkpoint: `--model DIR --prompts FILE` (a `specrl make-data` file) and `--draft-model DIR` for a
-model-based drafter. `--check-identity`: greedy decoding, and whether each method gives SD off's tokens
-(in fp32 it must; `--dtype bfloat16` counts the sequences that rounding makes part).
+For each batch size (1, 4, 16, 64 concurrent sequences, and "rl": one rollout of `specrl train`'s default
+config) SD off runs first, then every method, all at temperature 1 on task prompts, stopping at EOS, each
+prompt with its own seed, the same for SD off and on. Every engine first warms up on other prompts
+(--warmup-tokens), as the main job's engine has after its first step; left out, the threads, k and the RL
+workload's budget are `specrl train`'s, so the RL row measures what the main job runs. A real checkpoint:
+`--model DIR --prompts FILE` (a `specrl make-data` file) and `--draft-model DIR` for a model-based drafter.
+`--check-identity`: greedy decoding, and whether each method gives SD off's tokens (in fp32 it must;
+`--dtype bfloat16` counts the sequences that rounding makes part).
 """
 from __future__ import annotations
 
 from ..engine.methods import METHODS, get_method
 from ..errors import UserError
-from .bench_common import (add_warmup_arg, at_least_one, base_parser, emit, file_prompts, memory_kwargs, parse_args,
-                           peak_rss_mb, policy_path, task_prompts, timed_generate, warm_up)
-
-
-def run(llm_factory, prompts, n, batch, max_tokens, seed, repeats, temperature, warmup, warmup_tokens):
-    """(tokens per wall second, per process-CPU second, the engine's stats, every completion's token ids)."""
-    llm = llm_factory()
-    warm_up(llm, warmup, n, warmup_tokens, seed, temperature)
-    got = timed_generate(llm, prompts, n, batch, max_tokens, seed, repeats, temperature)
-    return got["tokens_per_s"], got["tokens"] / max(got["cpu_s"], 1e-9), llm.stats, got["ids"]
+from .bench_common import (at_least_one, base_parser, emit, engine, file_prompts, parse_args, peak_rss_mb,
+                           policy_path, task_prompts, timed_generate, warm_up)
 
 
 def identity(base: list[list[int]], other: list[list[int]]) -> dict:
@@ -46,12 +36,11 @@ def parse_batch_sizes(text: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    ap = base_parser("specrl bench spec", __doc__)
+    ap = base_parser("specrl bench spec", __doc__, warmup=True)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
     ap.add_argument("--k", type=int, default=None, help="draft length (default: `specrl train`'s, "
                     "rollout.spec.num_speculative_tokens)")
-    add_warmup_arg(ap)
     ap.add_argument("--max-tokens", type=int, default=None, help="default 512 (--quick: 64); the rl workload "
                     "takes rollout.max_tokens")
     ap.add_argument("--repeats", type=at_least_one, default=None,
@@ -68,52 +57,49 @@ def main(argv: list[str]) -> int:
     for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 512, 64), ("repeats", 3, 1)):
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
-    from .. import LLM, SpecConfig
+    from .. import SpecConfig
     from ..train.config import TrainConfig
     default = TrainConfig()
     rollout = default.rollout  # the RL workload is the default run's rollout
     args.k = args.k or rollout.spec.num_speculative_tokens
     methods = [m for m in args.methods.split(",") if m]
     def spec_for(method):
-        model_based = get_method(method).model_based
-        return SpecConfig(method=method, num_speculative_tokens=args.k,
-                          draft_model=args.draft_model if model_based else None)
+        draft_model = args.draft_model if get_method(method).model_based else None
+        return SpecConfig(method=method, num_speculative_tokens=args.k, draft_model=draft_model)
     for method in methods:  # an unknown method or k fails here, before any measurement
         spec_for(method)
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     path = policy_path(args.model)
-    probe = LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=1, **memory_kwargs(args))
+    probe = engine(args, path, 1)
     for bs in batch_sizes:
         rl = bs == "rl"
         batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
         count = rollout.prompts_per_step if rl else batch * args.repeats
-        if args.prompts:
-            prompts = file_prompts(args.prompts, path, count)
-        else:
-            prompts = task_prompts(probe, count, seed=args.seed + 7, split="train" if rl else "test")
+        prompts = (file_prompts(args.prompts, path, count) if args.prompts
+                   else task_prompts(probe, count, seed=args.seed + 7, split="train" if rl else "test"))
         repeats = 1 if rl else args.repeats
         max_tokens = default.budget.max_tokens if rl and not args.quick else args.max_tokens
         # the warm-up runs on the embedded task's other prompts (a --prompts file may hold no spare rows)
         warmup = task_prompts(probe, rollout.prompts_per_step if rl else batch, seed=args.seed + 8,
                               split="train" if rl else "test")
-        warm = (warmup, args.warmup_tokens)
 
-        def factory(spec=None):
-            return lambda: LLM(path, device=args.device, dtype=args.dtype, max_num_seqs=batch, spec=spec,
-                                **memory_kwargs(args))
-        base_tps, _, _, base_ids = run(factory(), prompts, n, batch, max_tokens, args.seed, repeats,
-                                       args.temperature, *warm)
+        def run(spec=None):
+            llm = engine(args, path, batch, spec)
+            warm_up(llm, warmup, n, args.warmup_tokens, args.seed, args.temperature)
+            return timed_generate(llm, prompts, n, batch, max_tokens, args.seed, repeats, args.temperature), llm.stats
+        base, _ = run()
         for method in methods:
             try:
-                tps, cpu_tps, stats, ids = run(factory(spec_for(method)), prompts, n, batch, max_tokens,
-                                               args.seed, repeats, args.temperature, *warm)
+                got, stats = run(spec_for(method))
             except (FileNotFoundError, ValueError) as e:  # a drafter that is not built here
                 emit({"method": method, "batch_size": bs, "k": args.k, "error": str(e)[:200]})
                 continue
+            tps, base_tps = got["tokens_per_s"], base["tokens_per_s"]
             emit({"method": method, "batch_size": bs if rl else batch, "k": args.k, "tokens_per_s": tps,
-                  "baseline_tokens_per_s": base_tps, "speedup": tps / base_tps, "cpu_tokens_per_s": cpu_tps,
+                  "baseline_tokens_per_s": base_tps, "speedup": tps / base_tps,
+                  "cpu_tokens_per_s": got["tokens"] / max(got["cpu_s"], 1e-9),
                   "acceptance_length": stats["acceptance_length"],
                   "acceptance_rate_per_pos": [round(x, 3) for x in stats["acceptance_rate_per_pos"]],
                   "draft_s": stats["draft_s"], "verify_s": stats["verify_s"], "other_s": stats["other_s"],
-                  "peak_rss_mb": peak_rss_mb(), **(identity(base_ids, ids) if args.check_identity else {})})
+                  "peak_rss_mb": peak_rss_mb(), **(identity(base["ids"], got["ids"]) if args.check_identity else {})})
     return 0

@@ -3,10 +3,10 @@
     specrl compare runs/sd_on runs/sd_off --out compare.png
     specrl compare "SD on=runs/a" "SD off=runs/b"          # NAME=DIR names a run (default: its directory)
 
-Prints a table: per run, its steps, final and peak held-out accuracy, mean seconds of a step, its rollout and
-its update, mean acceptance length, and the first run's step and rollout seconds over this run's (x > 1: this
-run is faster). `--out` draws reward, held-out accuracy, step, rollout and train seconds, and acceptance
-length against the RL step in one figure (matplotlib). `--json` prints the rows as JSON lines instead.
+Prints a table: per run, its steps, final and peak held-out accuracy, mean step, rollout and update seconds,
+mean acceptance length, and the first run's step and rollout seconds over this run's (x > 1: this run is
+faster); `--json` prints the rows as JSON lines instead. `--out` draws reward, held-out accuracy, the seconds
+and acceptance length against the RL step in one figure (matplotlib).
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ PANELS = (("reward_mean", "train reward (mean)"), ("eval", "held-out accuracy"),
 @dataclass
 class Run:
     name: str
-    path: Path
     rows: list[dict]  # metrics.jsonl
     evals: list[dict]  # eval.jsonl
 
@@ -43,15 +42,15 @@ def load_run(arg: str) -> Run:
     name, sep, path = arg.partition("=")
     if not sep or Path(arg).exists():
         name, path = "", arg
-    path_ = Path(path)
-    if not is_run_dir(path_):
-        what = "does not exist" if not path_.exists() else "has no config.yaml and metrics.jsonl"
-        raise UserError(f"{str(path_)!r} is not a run directory ({what}): pass the out_dir of a `specrl train` run")
-    rows = read_jsonl(path_ / "metrics.jsonl")
+    path = Path(path)
+    if not is_run_dir(path):
+        what = "does not exist" if not path.exists() else "has no config.yaml and metrics.jsonl"
+        raise UserError(f"{str(path)!r} is not a run directory ({what}): pass the out_dir of a `specrl train` run")
+    rows = read_jsonl(path / "metrics.jsonl")
     if not rows:
-        raise UserError(f"run {str(path_)!r} has no finished step yet (metrics.jsonl is empty): compare it once "
+        raise UserError(f"run {str(path)!r} has no finished step yet (metrics.jsonl is empty): compare it once "
                         "a step is logged")
-    return Run(name or path_.name or str(path_), path_, rows, read_jsonl(path_ / "eval.jsonl"))
+    return Run(name or path.name or str(path), rows, read_jsonl(path / "eval.jsonl"))
 
 
 def summary(run: Run, first: Run) -> dict:
@@ -66,9 +65,9 @@ def summary(run: Run, first: Run) -> dict:
 
 COLUMNS = (("run", "run", "{}"), ("steps", "steps", "{}"), ("final_accuracy", "acc final", "{:.3f}"),
            ("peak_accuracy", "acc peak", "{:.3f}"), ("step_s", "step s", "{:.2f}"),
-           ("rollout_s", "rollout s", "{:.2f}"),
-           ("train_s", "train s", "{:.2f}"), ("acceptance_length", "accept len", "{:.2f}"),
-           ("step_speedup", "step x", "{:.2f}"), ("rollout_speedup", "rollout x", "{:.2f}"))
+           ("rollout_s", "rollout s", "{:.2f}"), ("train_s", "train s", "{:.2f}"),
+           ("acceptance_length", "accept len", "{:.2f}"), ("step_speedup", "step x", "{:.2f}"),
+           ("rollout_speedup", "rollout x", "{:.2f}"))
 
 
 def table(rows: list[dict]) -> str:

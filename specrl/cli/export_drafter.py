@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from ..errors import UserError
-
-DRAFTER_SUBDIR = "drafter"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -47,41 +44,34 @@ def resolve_source(src: Path) -> tuple[Path, Path | None]:
     from ..train.checkpoint import latest_checkpoint
     ckpt = latest_checkpoint(src)
     if ckpt is None:
-        raise UserError(f"{str(src)!r} is neither a drafter directory (config.json) nor a "
-                         "run directory with checkpoints: pass a drafter dir or `specrl train` output")
-    drafter = ckpt / DRAFTER_SUBDIR
+        raise UserError(f"{str(src)!r} is neither a drafter directory (config.json) nor a run directory with "
+                        "checkpoints: pass a drafter dir or `specrl train` output")
+    drafter = ckpt / "drafter"  # pipeline/learner.py saves it there
     if not (drafter / "config.json").is_file():
-        raise UserError(f"the run {str(src)!r} has no model drafter in its latest checkpoint "
-                         f"({str(drafter)!r} missing): only runs with spec.method eagle3 or draft_model and online "
-                         "drafter training save one; model-free drafters (ngram, suffix) have nothing to export")
+        raise UserError(f"the run {str(src)!r} has no model drafter in its latest checkpoint ({str(drafter)!r} "
+                        "missing): only runs with spec.method eagle3 or draft_model and online drafter training "
+                        "save one; model-free drafters (ngram, suffix) have nothing to export")
     return drafter, ckpt / "model"
 
 
 def exporter_of(drafter: Path):
     """The export for the checkpoint in `drafter`, told by the architectures its config.json names."""
     hf = json.loads((drafter / "config.json").read_text())
-    archs = hf.get("architectures", [])
-    if {"Eagle3Head", "LlamaForCausalLMEagle3", "Eagle3Speculator"} & set(archs):
+    if {"Eagle3Head", "LlamaForCausalLMEagle3", "Eagle3Speculator"} & set(hf.get("architectures", [])):
         return export_head
     if hf.get("num_nextn_predict_layers"):
-        raise UserError(f"{str(drafter)!r} holds MTP modules, which have no standalone "
-                         "public layout: ship them inside the policy checkpoint (train-drafter --method mtp with "
-                         "mtp_only=False)")
+        raise UserError(f"{str(drafter)!r} holds MTP modules, which have no standalone public layout: ship them "
+                        "inside the policy checkpoint (train-drafter --method mtp with mtp_only=False)")
     return export_model
 
 
 def counts_from(path: str | None, vocab_size: int):
     from ..drafters.eagle3.export import token_counts
     if path is None or not Path(path).is_file():
-        raise UserError(f"--draft-vocab-size needs token frequencies: --data {path!r} "
-                         "is not a file (write one with `specrl generate --out FILE.jsonl`)")
+        raise UserError(f"--draft-vocab-size needs token frequencies: --data {path!r} is not a file (write one "
+                        "with `specrl generate --out FILE.jsonl`)")
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     return token_counts([r["token_ids"] for r in rows if "token_ids" in r], vocab_size)
-
-
-def export(args: argparse.Namespace) -> dict:
-    drafter, run_policy = resolve_source(Path(args.src))
-    return exporter_of(drafter)(args, drafter, Path(args.policy) if args.policy else run_policy)
 
 
 def export_model(args: argparse.Namespace, drafter: Path, policy_dir: Path | None) -> dict:
@@ -116,9 +106,7 @@ def export_head(args: argparse.Namespace, drafter: Path, policy_dir: Path | None
 
 
 def main(argv: list[str]) -> int:
-    print(json.dumps(export(parse(argv))))
+    args = parse(argv)
+    drafter, run_policy = resolve_source(Path(args.src))
+    print(json.dumps(exporter_of(drafter)(args, drafter, Path(args.policy) if args.policy else run_policy)))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

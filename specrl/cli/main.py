@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run(name, module, func, rest)
     finally:
         TERMINATING.clear()  # a library caller may run another command in this process
-        if in_main and previous is not None:  # None: a handler set outside Python, which we cannot restore
+        if previous is not None:  # None: not the main thread, or a handler set outside Python (not restorable)
             signal.signal(signal.SIGTERM, previous)
 
 
@@ -82,16 +82,14 @@ def _run(name: str, module: str, func: str, rest: list[str]) -> int:
     except SystemExit as e:  # argparse's usage errors and --help, returned rather than raised
         if e.code is None or isinstance(e.code, int):
             return e.code or 0
-        return _fail(name, str(e.code), 2)
+        message, code = str(e.code), 2
     except USER_ERRORS as e:
         if os.environ.get("SPECRL_DEBUG", "") not in ("", "0"):
             traceback.print_exc()
-        return _fail(name, _one_line(e), getattr(e, "exit_code", 2))
-    return int(result or 0)
-
-
-def _fail(command: str, message: str, code: int) -> int:
-    print(f"specrl {command}: error: {message}", file=sys.stderr)
+        message, code = _one_line(e), getattr(e, "exit_code", 2)
+    else:
+        return int(result or 0)
+    print(f"specrl {name}: error: {message}", file=sys.stderr)
     return code
 
 
@@ -100,7 +98,3 @@ def _one_line(e: BaseException) -> str:
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
         return f"{e.filename}: {e.strerror}"
     return " ".join(str(e).split()) or type(e).__name__
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -52,7 +52,3 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(json.dumps(summary))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,7 +26,7 @@ from ..drafters.training.data import DrafterTrainArgs, collect_sequences, defaul
 from ..drafters.training.prompts import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 from ..engine.methods import TRAINABLE_METHODS, get_method
-from ..errors import UserError
+from .bench_common import policy_path
 
 
 @dataclass
@@ -56,9 +56,7 @@ class TrainDrafterConfig:
     batch_tokens: int = DrafterTrainArgs.batch_tokens
     time_budget: float = DrafterTrainArgs.time_budget_s  # training seconds
     teacher_topk: int = DrafterTrainArgs.teacher_topk  # eagle3: stored teacher tokens a position (0: all)
-    # teacher-data cache dir: sampled responses (and eagle3's teacher outputs) are written once and reused by
-    # runs with the same policy and sampling settings; the fit's state is saved there for `resume`
-    cache: str | None = None
+    cache: str | None = None  # teacher-data cache dir (step 1); it also keeps the fit's state for `resume`
     resume: bool = False  # continue the fit saved in `cache` (same method, draft vocabulary and steps)
     # the methods' own options
     eagle3_layers: str | None = None  # target layers to fuse, e.g. 1,3,5; null: 1, L/2-1, L-4 made increasing
@@ -89,22 +87,6 @@ def default_out(method: str) -> Path:
     return get_method(method).shipped_dir
 
 
-def resolve_policy(policy: str | None) -> str:
-    if policy is not None:
-        return policy
-    try:
-        from ..tasks import default_policy_path
-    except ImportError as e:
-        raise UserError(f"no policy given and the embedded policy is unavailable ({e}); pass policy=PATH") from e
-    return str(default_policy_path())
-
-
-def method_trainer(ns: TrainDrafterConfig):
-    """The method's `train(policy_path, out_dir, data, args)` (its recipe: drafters/scratch.py `recipe`), with
-    its own options bound where it has any."""
-    return importlib.import_module(get_method(ns.method).trainer).cli_train(ns, on_log=_log)
-
-
 def _log(step: int, row: dict) -> None:
     print(json.dumps({"step": step, **row}), file=sys.stderr, flush=True)
 
@@ -117,10 +99,8 @@ def sampling_settings(ns: TrainDrafterConfig) -> dict:
 
 
 def collect(ns: TrainDrafterConfig, policy: str) -> list:
-    if ns.data:
-        prompts = load_prompts(ns.data, policy, ns.prompts)
-    else:
-        prompts = default_prompts(512 if ns.prompts is None else ns.prompts, ns.seed)
+    prompts = (load_prompts(ns.data, policy, ns.prompts) if ns.data
+               else default_prompts(512 if ns.prompts is None else ns.prompts, ns.seed))
     return collect_sequences(policy, prompts, n=ns.samples, max_tokens=ns.max_tokens, temperature=ns.temperature,
                              seed=ns.seed, max_num_seqs=ns.max_num_seqs, max_model_len=ns.max_model_len,
                              kv_cache_memory=ns.kv_cache_memory, memory_utilization=ns.memory_utilization)
@@ -135,10 +115,11 @@ def main(argv: list[str] | None = None) -> int:
 def run(argv: list[str] | None = None) -> dict:
     """Collect, train, save; returns the metrics."""
     ns = parse_args(argv)
-    train = method_trainer(ns)  # fail on a bad method before any sampling
+    # the method's train(policy_path, out_dir, data, args), its own options bound (drafters/scratch.py `recipe`)
+    train = importlib.import_module(get_method(ns.method).trainer).cli_train(ns, on_log=_log)
     from ..threads import set_threads
     set_threads(ns.threads)
-    policy = resolve_policy(ns.policy)
+    policy = policy_path(ns.policy)
     if ns.out is None and (ns.policy is not None or ns.data is not None):
         raise ValueError(f"pass out=DIR: without it the {ns.method} drafter would replace the shipped one in "
                          f"{default_out(ns.method)}, which belongs to the embedded policy and its task")
@@ -155,7 +136,3 @@ def run(argv: list[str] | None = None) -> dict:
     (out / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     print(json.dumps(metrics))
     return metrics
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,6 @@
-"""Dataclass trees from plain dicts: type-checked, coerced (``lr: 1e-4`` in YAML becomes a float), and back.
+"""Dataclass trees from plain dicts (type-checked, coerced: ``lr: 1e-4`` in YAML becomes a float) and back.
 
-``from_dict`` builds a config tree; ``to_dict`` turns one back into YAML-safe data. Errors are
-ConfigErrors that name the dotted key, the bad value, what was expected and the fix.
+Errors are ConfigErrors that name the dotted key, the bad value, what was expected and the fix.
 """
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ NONE_STRINGS = ("null", "none", "~", "")
 _TRUE_STRINGS = ("true", "yes", "on", "1")
 _FALSE_STRINGS = ("false", "no", "off", "0")
 
+
 def parse_yaml_scalar(raw: str) -> Any:
     """YAML-parse one override or list value; text that is not YAML stays a string."""
     try:
@@ -32,34 +32,29 @@ def parse_yaml_scalar(raw: str) -> Any:
         return raw
 
 
-# dict -> dataclass
-
 def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
-    """Build dataclass ``cls`` from ``data``; nested mappings become nested dataclasses.
+    """Build dataclass ``cls`` from ``data``; a nested field whose default is an instance keeps that
+    instance's values for the keys ``data`` does not set.
 
-    Keys missing from ``data`` keep the dataclass defaults. A nested dataclass field whose default is
-    an instance keeps that instance's values for keys that ``data`` does not set.
-
-    Renamed keys are declared in one place, two class-level tables of ``cls``: ``MOVED`` (old key -> the
-    dotted key that replaced it, from the root, or from ``cls`` when it starts with ".") and ``REMOVED`` (old key -> why it went and what to do instead). An old key
-    in ``data`` is a ConfigError that says so; nothing else in specrl handles renamed keys.
+    Renamed keys are declared only in two class-level tables of ``cls``: ``MOVED`` (old key -> the dotted key
+    that replaced it, from the root, or from ``cls`` when it starts with ".") and ``REMOVED`` (old key -> why
+    it went and what to do instead). An old key in ``data`` is a ConfigError that says so.
     """
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"from_dict expects a dataclass type, got {cls!r}")
     if not isinstance(data, Mapping):
-        where = path or "<root>"
-        raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}")
+        raise ConfigError(f"{path or '<root>'}: expected a mapping for {cls.__name__}, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     for key in data:
         _check_key(cls, str(key), data[key], list(fields), path)
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in data.items():
-        key = _join(path, name)
-        default = _field_default(fields[name])
+        f = fields[name]
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
         if isinstance(value, Mapping) and dataclasses.is_dataclass(default):
             value = _deep_merge(to_dict(default), value)
-        kwargs[name] = _coerce(hints[name], value, key)
+        kwargs[name] = _coerce(hints[name], value, _join(path, name))
     for name, f in fields.items():
         if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"missing required config key '{_join(path, name)}' for {cls.__name__}")
@@ -77,13 +72,15 @@ def _check_key(cls: type, key: str, value: Any, valid: list[str], path: str) -> 
         raise ConfigError(f"config key '{full}' was replaced by '{new}': set {new}={value!r} instead and delete "
                           f"'{full}' (from a resumed run's config.yaml too)")
     if key not in valid:
-        raise ConfigError(_unknown_key_message(key, valid, path))
+        close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+        hint = f" (did you mean '{_join(path, close[0])}'?)" if close else ""
+        where = f"under '{path}'" if path else "at the top level"
+        raise ConfigError(f"unknown config key '{full}'{hint}; valid keys {where}: {', '.join(sorted(valid))}")
 
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:
     """Check ``value`` against type annotation ``tp``, converting strings where unambiguous."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any or tp is object:
         return value
     if origin is Union or origin is types.UnionType:
@@ -93,7 +90,10 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if origin in (list, tuple) or tp in (list, tuple):
         return _coerce_sequence(tp, value, key)
     if origin is dict or tp is dict:
-        return _coerce_dict(args, value, key)
+        if not isinstance(value, Mapping):
+            raise _type_error(key, value, "a mapping")
+        key_tp, val_tp = args or (Any, Any)
+        return {_coerce(key_tp, k, key): _coerce(val_tp, v, _join(key, str(k))) for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
@@ -101,7 +101,12 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
             return from_dict(tp, value, key)
         raise _type_error(key, value, f"a mapping of {tp.__name__} fields")
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return _coerce_enum(tp, value, key)
+        if isinstance(value, tp):
+            return value
+        for member in tp:
+            if value == member.value or (isinstance(value, str) and value.lower() == member.name.lower()):
+                return member
+        raise _type_error(key, value, "one of " + ", ".join(repr(m.value) for m in tp))
     if tp in _SCALARS:
         parse, expected = _SCALARS[tp]
         try:
@@ -146,8 +151,7 @@ def _coerce_literal(args: tuple, value: Any, key: str) -> Any:
 
 
 def _coerce_sequence(tp: Any, value: Any, key: str) -> Any:
-    origin = typing.get_origin(tp) or tp
-    args = typing.get_args(tp)
+    origin, args = typing.get_origin(tp) or tp, typing.get_args(tp)
     if isinstance(value, str):
         value = parse_yaml_scalar(value)
     if not isinstance(value, (list, tuple)):
@@ -161,24 +165,8 @@ def _coerce_sequence(tp: Any, value: Any, key: str) -> Any:
     return tuple(items) if origin is tuple else items
 
 
-def _coerce_dict(args: tuple, value: Any, key: str) -> dict:
-    if not isinstance(value, Mapping):
-        raise _type_error(key, value, "a mapping")
-    key_tp, val_tp = args if args else (Any, Any)
-    return {_coerce(key_tp, k, key): _coerce(val_tp, v, _join(key, str(k))) for k, v in value.items()}
-
-
-def _coerce_enum(tp: type[enum.Enum], value: Any, key: str) -> enum.Enum:
-    if isinstance(value, tp):
-        return value
-    for member in tp:
-        if value == member.value or (isinstance(value, str) and value.lower() == member.name.lower()):
-            return member
-    raise _type_error(key, value, "one of " + ", ".join(repr(m.value) for m in tp))
-
-
 def _number(v: Any) -> Any:
-    """Parse numeric strings ("3", "1e-4", "inf"); leave other values alone."""
+    """Numeric strings ("3", "1e-4", "inf") parsed; other values unchanged."""
     if not isinstance(v, str):
         return v
     try:
@@ -235,9 +223,6 @@ _SCALARS: dict[type, tuple[Callable[[Any], Any], str]] = {
 }
 
 
-
-# dataclass -> dict / YAML
-
 def to_dict(obj: Any) -> Any:
     """Plain YAML-safe data (dicts, lists, scalars) from a dataclass tree."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -253,30 +238,12 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-# small helpers
-
-def _unknown_key_message(key: str, valid: list[str], path: str) -> str:
-    full = _join(path, key)
-    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    hint = f" (did you mean '{_join(path, close[0])}'?)" if close else ""
-    where = f"under '{path}'" if path else "at the top level"
-    return f"unknown config key '{full}'{hint}; valid keys {where}: {', '.join(sorted(valid))}"
-
-
 def _type_error(key: str, value: Any, expected: str) -> ConfigError:
     return ConfigError(f"{key or '<root>'}={value!r} is invalid: expected {expected}")
 
 
 def _type_name(tp: Any) -> str:
     return tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else str(tp).replace("typing.", "")
-
-
-def _field_default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return None
 
 
 def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,9 +18,7 @@ T = TypeVar("T")
 
 def load_config(cls: type[T], yaml_path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> T:
     """Build ``cls`` from an optional YAML file, then ``key.sub=value`` overrides; validate the tree."""
-    data: dict[str, Any] = {}
-    if yaml_path is not None:
-        data = load_yaml(yaml_path)
+    data = load_yaml(yaml_path) if yaml_path is not None else {}
     cfg = from_dict(cls, apply_overrides(cls, data, overrides or []))
     validate_config(cfg)
     return cfg
@@ -29,15 +27,15 @@ def load_config(cls: type[T], yaml_path: str | os.PathLike | None = None, overri
 def apply_overrides(cls: type, data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """``data`` (plain YAML data for ``cls``) with each ``key.sub=value`` override set in it."""
     for item in overrides:
-        key, value = parse_override(cls, item)
-        _set_dotted(data, key, value)
+        _set_dotted(data, *parse_override(cls, item))
     return data
 
 
 def argv_overrides(argv: list[str], shortcuts: Mapping[str, str] | None = None) -> list[str]:
     """A command line's words as ``key=value`` overrides, the one syntax of `specrl train`, `pretrain` and
     `train-drafter`. ``--key=value`` and ``--key value`` read as ``key=value``, a lone ``--key`` (last, or
-    before another ``--key`` or a ``key=value``) as ``key=true``, dashes in a key as underscores; a key in ``shortcuts`` is replaced by its full dotted key."""
+    before another ``--key`` or a ``key=value``) as ``key=true``, dashes in a key as underscores; a key in
+    ``shortcuts`` is replaced by its full dotted key."""
     out, words = [], list(argv)
     while words:
         word = words.pop(0)
@@ -60,19 +58,14 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"config file {str(path)!r} does not exist; pass an existing YAML file") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
+    if data is not None and not isinstance(data, Mapping):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys, got {type(data).__name__}")
-    return dict(data)
+    return dict(data or {})
 
 
 def parse_override(cls: type, item: str) -> tuple[str, Any]:
-    """Split ``"a.b=value"`` into the key and its value.
-
-    Values go through ``yaml.safe_load`` (so ``[1, 2]`` is a list) except for string-typed fields,
-    which keep the raw text so ``name=yes`` stays ``"yes"``.
-    """
+    """``"a.b=value"`` -> (key, value): the value YAML-parsed (``[1, 2]`` is a list) unless the field is a
+    string, which keeps the raw text (``name=yes`` stays ``"yes"``)."""
     if "=" not in item:
         raise ConfigError(f"override {item!r} is not of the form key=value; write e.g. max_steps=10")
     key, raw = item.split("=", 1)
@@ -89,9 +82,7 @@ def _is_str_field(cls: type, dotted: str) -> bool:
     tp: Any = cls
     for part in dotted.split("."):
         tp = _unwrap_optional(tp)
-        if not dataclasses.is_dataclass(tp):
-            return False
-        hints = typing.get_type_hints(tp)
+        hints = typing.get_type_hints(tp) if dataclasses.is_dataclass(tp) else {}
         if part not in hints:
             return False
         tp = hints[part]
@@ -141,5 +132,4 @@ def validate_config(cfg: Any, path: str = "") -> None:
 
 def dump_yaml(obj: Any, path: str | os.PathLike) -> None:
     """Write ``obj`` (dataclass or mapping) as YAML atomically: temporary file, fsync, then rename."""
-    text = yaml.safe_dump(to_dict(obj), sort_keys=False, default_flow_style=False)
-    atomic_write_text(path, text)
+    atomic_write_text(path, yaml.safe_dump(to_dict(obj), sort_keys=False, default_flow_style=False))

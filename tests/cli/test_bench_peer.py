@@ -8,9 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from specrl.cli.bench_peer import ROW_KEYS, measure, plan, summary
+from specrl.cli.bench_peer import measure, plan, summary
 from specrl.cli.main import main
 from tests.helpers import save_tiny
+
+ROW_KEYS = ("engine", "method", "workload", "tokens", "makespan_s", "tokens_per_s")  # what every row carries
 
 
 def _args(**kw) -> SimpleNamespace:
