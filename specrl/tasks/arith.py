@@ -108,25 +108,25 @@ def sample_num_ops(rng: random.Random, spec: ArithSpec) -> int:
 LABELS = "abcdefghijklmnopqrst"  # one label per operation; the prompt and the scratchpad both carry it
 
 
-def solve(first: int, ops: list[tuple[str, int]], modulus: int) -> tuple[list[str], int]:
-    """Scratchpad lines and final value of `first (op b)...` evaluated left to right mod `modulus`.
-    Line i is `<value><label i><op><b>=<new>`: the label lets the model find operation i in the prompt by
-    matching the label (an induction-style copy) instead of counting positions."""
+def solve(first: int, ops: list[tuple[str, int]], modulus: int) -> tuple[str, int]:
+    """Worked solution (scratchpad and `A:` line) and final value of `first (op b)...` evaluated left to right
+    mod `modulus`. Line i is `<value><label i><op><b>=<new>`: the label lets the model find operation i in the
+    prompt by matching the label (an induction-style copy) instead of counting positions."""
     value, lines = first % modulus, []
     for label, (op, b) in zip(LABELS, ops):
         new = (value + b) % modulus if op == "+" else (value - b) % modulus
         lines.append(f"{value}{label}{op}{b}={new}")
         value = new
-    return lines, value
+    return "\n".join(lines + [f"A:{value}"]), value
 
 
-def chase_lines(f: list[int], start: int, hops: int, counted: bool) -> tuple[list[str], int]:
-    """Scratchpad lines of `hops` lookups from `start` through the map `f`, and the value reached."""
+def chase_solution(f: list[int], start: int, hops: int, counted: bool) -> tuple[str, int]:
+    """Worked solution of `hops` lookups from `start` through the map `f`, and the value reached."""
     lines, x = [], start
     for i in range(hops):
         lines.append(f"{hops - i:0{COUNTER_DIGITS}d}:{x}={f[x]}" if counted else f"{x}={f[x]}")
         x = f[x]
-    return lines, x
+    return "\n".join(lines + [f"A:{x}"]), x
 
 
 def make_chase(rng: random.Random, spec: ArithSpec) -> Problem:
@@ -138,8 +138,8 @@ def make_chase(rng: random.Random, spec: ArithSpec) -> Problem:
     table = " ".join(f"{i}={f[i]}" for i in range(10))
     prompt = f"Q:{table} s{start} n{n}=?\n"
     counted = (prompt_hash(prompt) >> 1) % 1000 < 1000 * spec.counted_share  # bit 0 picks the split
-    lines, x = chase_lines(f, start, n, counted)
-    return Problem(prompt, "\n".join(lines + [f"A:{x}"]), str(x), n)
+    response, x = chase_solution(f, start, n, counted)
+    return Problem(prompt, response, str(x), n)
 
 
 def make_problem(rng: random.Random, spec: ArithSpec) -> Problem:
@@ -148,10 +148,9 @@ def make_problem(rng: random.Random, spec: ArithSpec) -> Problem:
     n = sample_num_ops(rng, spec)
     first = rng.randint(0, min(spec.max_operand, spec.modulus - 1))
     ops = [(rng.choice("+-"), rng.randint(0, spec.max_operand)) for _ in range(n)]
-    lines, value = solve(first, ops, spec.modulus)
+    response, value = solve(first, ops, spec.modulus)
     expr = str(first) + "".join(f"{label}{op}{b}" for label, (op, b) in zip(LABELS, ops))
-    answer = str(value)
-    return Problem(f"Q:{expr}=?\n", "\n".join(lines + [f"A:{answer}"]), answer, n)
+    return Problem(f"Q:{expr}=?\n", response, str(value), n)
 
 
 def prompt_hash(prompt: str) -> int:
@@ -193,16 +192,11 @@ def reference_solutions(prompt: str, modulus: int = 10) -> tuple[str, ...]:
     if m:
         f = [int(pair[2]) for pair in m.group(1).split()]
         start, hops = int(m.group(2)), int(m.group(3))
-        out = []
-        for counted in (False, True):
-            lines, x = chase_lines(f, start, hops, counted)
-            out.append("\n".join(lines + [f"A:{x}"]))
-        return tuple(out)
+        return tuple(chase_solution(f, start, hops, counted)[0] for counted in (False, True))
     m = _ARITH_PROMPT.fullmatch(prompt)
     if m:
         ops = [(op, int(b)) for _, op, b in re.findall(r"([a-t])([+-])(\d+)", m.group(2))]
-        lines, value = solve(int(m.group(1)), ops, modulus)
-        return ("\n".join(lines + [f"A:{value}"]),)
+        return (solve(int(m.group(1)), ops, modulus)[0],)
     return ()
 
 
@@ -213,30 +207,3 @@ def is_counted(response: str) -> bool:
 
 _COUNTED_LINE = re.compile(rf"\d{{{COUNTER_DIGITS}}}:\d=\d")
 
-
-def check_solution(problem: Problem, spec: ArithSpec | None = None) -> bool:
-    """Recompute the answer from the prompt alone (independent parser) and compare."""
-    spec = spec or ArithSpec()
-    if spec.kind == "chase":
-        body = problem.prompt.removeprefix("Q:").removesuffix("=?\n").split(" ")
-        f = {int(pair[0]): int(pair[2]) for pair in body[:10]}
-        x = int(body[10][1:])
-        for _ in range(int(body[11][1:])):
-            x = f[x]
-        return str(x) == problem.answer
-    expr = problem.prompt.removeprefix("Q:").removesuffix("=?\n")
-    tokens, num = [], ""
-    for ch in expr:
-        if ch in LABELS:
-            continue
-        if ch in "+-":
-            tokens.append(int(num))
-            tokens.append(ch)
-            num = ""
-        else:
-            num += ch
-    tokens.append(int(num))
-    value = tokens[0]
-    for op, b in zip(tokens[1::2], tokens[2::2]):
-        value = value + b if op == "+" else value - b
-    return str(value % spec.modulus) == problem.answer
