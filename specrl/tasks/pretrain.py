@@ -193,12 +193,12 @@ def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, 
             "final_loss": round(loss_ema, 4) if step else None}
 
 
-def evaluate_policy(model, tok, ids, cfg: PretrainConfig) -> dict:
+def evaluate_policy(model, tok, cfg: PretrainConfig) -> dict:
     """Held-out accuracy (one sample a problem at temperature 1) on the eval task, per hop-count bucket, and
     the share of counted answers."""
     spec = task_spec(cfg.eval_task)
     test = make_problems(cfg.eval_problems, cfg.eval_seed, "test", spec)
-    acc, completions = accuracy(model, tok, ids, test, cfg.eval_max_new_tokens)
+    acc, completions = accuracy(model, tok, test, cfg.eval_max_new_tokens)
     return {"heldout_task": cfg.eval_task, "heldout_accuracy": acc, "heldout_problems": len(test),
             "heldout_accuracy_by_ops": accuracy_by_ops(test, completions),
             "heldout_counted_share": round(sum(map(is_counted, completions)) / max(len(completions), 1), 3),
@@ -236,7 +236,7 @@ def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
     model = model.to(torch.bfloat16).to(torch.float32).eval()
     t0 = time.monotonic()
     record = {"recipe": asdict(cfg), "stages": stages, "steps_done": sum(st["steps_done"] for st in stages),
-              "train_s": round(sum(st["train_s"] for st in stages), 1), **evaluate_policy(model, tok, ids, cfg),
+              "train_s": round(sum(st["train_s"] for st in stages), 1), **evaluate_policy(model, tok, cfg),
               "eval_s": round(time.monotonic() - t0, 1), "num_params": model.config.num_params,
               "trained_num_params": trained_params, "torch": torch.__version__}
     # step 3: one atomic HF directory: bf16 weights, config, tokenizer files, recipe.json

@@ -55,14 +55,13 @@ def test_renamed_stage_and_recipe_keys_name_the_new_ones():
 
 
 def test_engine_accuracy_scores_the_completions_it_returns():
-    tok, ids = build_tokenizer(), None
-    ids = special_ids(tok)
+    tok = build_tokenizer()
     model = tiny_model(seed=1, vocab=tok.get_vocab_size(), max_pos=128)
     problems = make_problems(6, seed=0, split="test")
-    acc, texts = accuracy(model, tok, ids, problems, max_new_tokens=8, temperature=0.0)
+    acc, texts = accuracy(model, tok, problems, max_new_tokens=8, temperature=0.0)
     assert len(texts) == 6 and acc == 0.0  # an untrained model writes no worked solution
-    again = accuracy(model, tok, ids, problems, max_new_tokens=8, temperature=1.0, seed=3)[1]
-    assert again == accuracy(model, tok, ids, problems, max_new_tokens=8, temperature=1.0, seed=3)[1]
+    again = accuracy(model, tok, problems, max_new_tokens=8, temperature=1.0, seed=3)[1]
+    assert again == accuracy(model, tok, problems, max_new_tokens=8, temperature=1.0, seed=3)[1]
 
 
 def test_pretrain_smoke_writes_a_loadable_checkpoint(tmp_path):
