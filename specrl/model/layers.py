@@ -34,8 +34,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:  # one fused kernel on the decode hot path
             return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-        # HF order for half precision: normalise in fp32, cast, then scale (4 kernels, not 8: on a GPU the
-        # engine's decode step is bound by kernel launches, and the 8-op form made bf16 slower than fp32)
+        # HF order for half precision: normalise in fp32, cast, then scale, in few kernels (decode is launch-bound)
         return self.weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
 
 
@@ -100,20 +99,20 @@ def cached_attention(q, k, v, kv: KV, slots: Slots, positions: torch.Tensor,
     length = mask.shape[-1]
     if isinstance(slots, slice):
         k_cache, v_cache = k_cache[slots], v_cache[slots]  # views [B, Hkv, L, D]
-        rows = torch.arange(q.shape[0], device=q.device)[:, None].expand_as(positions)  # [B, T]
-        k_cache[rows, :, positions] = k.transpose(1, 2)  # write [B, T, Hkv, D]
-        v_cache[rows, :, positions] = v.transpose(1, 2)
-        keys, values = k_cache[:, :, :length], v_cache[:, :, :length]  # views [B, Hkv, L, D]
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-    index = slots.index if isinstance(slots, SlotRuns) else slots
+        index = torch.arange(q.shape[0], device=q.device)  # [B]
+    else:
+        index = slots.index if isinstance(slots, SlotRuns) else slots
     rows = index[:, None].expand_as(positions)  # [B, T]
-    k_cache[rows, :, positions] = k.transpose(1, 2)
+    k_cache[rows, :, positions] = k.transpose(1, 2)  # write [B, T, Hkv, D]
     v_cache[rows, :, positions] = v.transpose(1, 2)
     if isinstance(slots, SlotRuns):
         return torch.cat([F.scaled_dot_product_attention(
             q[r:r + n], k_cache[s:s + n, :, :length], v_cache[s:s + n, :, :length], attn_mask=mask[r:r + n],
             enable_gqa=True) for s, r, n in slots.runs])  # one view [n, Hkv, L, D] per stretch
-    keys, values = k_cache[index, :, :length], v_cache[index, :, :length]  # gathers [B, Hkv, L, D]
+    if isinstance(slots, slice):
+        keys, values = k_cache[:, :, :length], v_cache[:, :, :length]  # views [B, Hkv, L, D]
+    else:
+        keys, values = k_cache[index, :, :length], v_cache[index, :, :length]  # gathers [B, Hkv, L, D]
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
 
 

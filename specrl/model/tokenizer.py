@@ -2,6 +2,7 @@
 the chat template) and vocabulary checks."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -44,8 +45,7 @@ class TextTokenizer:
         if extra:
             self.special_tokens_map["additional_special_tokens"] = extra
         self.all_special_ids = frozenset(self._special_ids())
-        eos = self.token_id(self.eos_token)
-        self.eos_token_ids = tuple(dict.fromkeys(([eos] if eos is not None else []) + list(eos_token_ids)))
+        self.eos_token_ids = tuple(dict.fromkeys(i for i in (self.eos_token_id, *eos_token_ids) if i is not None))
 
     def _special_ids(self):
         for i, tok in self.backend.get_added_tokens_decoder().items():
@@ -59,29 +59,13 @@ class TextTokenizer:
                 if self.backend.token_to_id(t) is not None:
                     yield self.backend.token_to_id(t)
 
-    @property
-    def bos_token(self) -> str | None:
-        return self.special_tokens_map.get("bos_token")
-
-    @property
-    def eos_token(self) -> str | None:
-        return self.special_tokens_map.get("eos_token")
-
-    @property
-    def pad_token(self) -> str | None:
-        return self.special_tokens_map.get("pad_token")
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.token_id(self.eos_token)
-
-    @property
-    def pad_token_id(self) -> int | None:
-        return self.token_id(self.pad_token)
-
-    @property
-    def bos_token_id(self) -> int | None:
-        return self.token_id(self.bos_token)
+    # transformers' special-token attributes
+    bos_token = property(lambda self: self.special_tokens_map.get("bos_token"))
+    eos_token = property(lambda self: self.special_tokens_map.get("eos_token"))
+    pad_token = property(lambda self: self.special_tokens_map.get("pad_token"))
+    bos_token_id = property(lambda self: self.token_id(self.bos_token))
+    eos_token_id = property(lambda self: self.token_id(self.eos_token))
+    pad_token_id = property(lambda self: self.token_id(self.pad_token))
 
     @property
     def vocab_size(self) -> int:
@@ -133,7 +117,6 @@ def load_text_tokenizer(path: str | Path) -> TextTokenizer | None:
 
 
 def _read_json(file: Path) -> dict:
-    import json
     if not file.is_file():
         return {}
     try:
