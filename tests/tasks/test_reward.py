@@ -1,6 +1,6 @@
 import pytest
 
-from specrl.tasks.reward import arith_reward, extract_answer, is_well_formed
+from specrl.tasks.reward import arith_reward, extract_answer
 
 
 def test_extract_answer():
@@ -27,15 +27,6 @@ def test_extract_answer():
 )
 def test_reward(completion, reward):
     assert arith_reward(completion, "6") == reward
-
-
-def test_format_bonus_is_off_by_default():
-    wrong_but_tidy = "6a-7=9\n9b+5=3\n3c-8=5\nA:5"
-    assert arith_reward(wrong_but_tidy, "6") == 0.0
-    assert is_well_formed(wrong_but_tidy)
-    assert arith_reward(wrong_but_tidy, "6", format_bonus=0.1) == 0.1
-    assert arith_reward("6a-7=9\n9b+5=?\nA:5", "6", format_bonus=0.1) == 0.0
-    assert arith_reward("6a-7=9\n9b+5=4\n4c-8=6\nA:6", "6", format_bonus=0.1) == 1.0
 
 
 CHASE = "Q:0=0 1=3 2=4 3=3 4=7 5=3 6=4 7=2 8=4 9=8 s1 n2=?\n"  # 1 -> 3 -> 3: 3 is a fixed point
