@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from .chat import ChatTemplateError, find_chat_template
 from .checkpoint import ModelFileError
 
 
@@ -24,9 +25,8 @@ def load_tokenizer(path: str | Path) -> Tokenizer | None:
 def check_tokenizer_matches(tokenizer: Tokenizer, vocab_size: int, where: str) -> None:
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size > vocab_size:
-        raise ValueError(
-            f"the tokenizer in {where!r} has {size} tokens but the model's vocab_size is {vocab_size}: "
-            "they do not belong together. Use the tokenizer saved with this checkpoint.")
+        raise ValueError(f"the tokenizer in {where!r} has {size} tokens but the model's vocab_size is {vocab_size}: "
+                         "they do not belong together. Use the tokenizer saved with this checkpoint.")
 
 
 SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -86,10 +86,9 @@ class TextTokenizer:
                             tokenize: bool = True, **variables) -> str | list[int]:
         """`transformers`-compatible: the rendered text, or its ids (the template writes the special tokens)."""
         if self.chat_template is None:
-            from .chat import ChatTemplateError
-            raise ChatTemplateError(
-                f"the tokenizer in {self.source!r} has no chat template (no chat_template.jinja, no "
-                "'chat_template' in tokenizer_config.json): add one to the checkpoint, or pass plain prompts")
+            raise ChatTemplateError(f"the tokenizer in {self.source!r} has no chat template (no chat_template.jinja, "
+                                    "no 'chat_template' in tokenizer_config.json): add one to the checkpoint, or pass "
+                                    "plain prompts")
         text = self.chat_template.render(conversation, add_generation_prompt,
                                          **{**self.special_tokens_map, **variables})
         return self.encode(text, add_special_tokens=False) if tokenize else text
@@ -105,7 +104,6 @@ def _token_text(value) -> str | None:
 def load_text_tokenizer(path: str | Path) -> TextTokenizer | None:
     """tokenizer.json + tokenizer_config.json + chat template + generation_config.json's eos ids, or None
     when the directory has no tokenizer.json."""
-    from .chat import find_chat_template
     path = Path(path)
     backend = load_tokenizer(path)
     if backend is None:

@@ -27,8 +27,6 @@ from ..errors import require
 
 SPLITS = ("train", "test")
 _SPLIT_SALT = {"train": 0x5EED_0001, "test": 0x5EED_7E57}  # each split's seed stream (make_problems)
-
-
 # Counted lines carry the hops left in a fixed width: every line then has the same length, so a small model
 # finds the previous line's counter at a fixed distance back (it learns to decrement far sooner that way).
 COUNTER_DIGITS = 3
@@ -141,6 +139,7 @@ def make_problems(n: int, seed: int = 0, split: str = "train", spec: ArithSpec |
 
 
 _PROMPT = re.compile(r"Q:((?:\d=\d ){10})s(\d) n(\d+)=\?\n?")
+_COUNTED_LINE = re.compile(rf"\d{{{COUNTER_DIGITS}}}:\d=\d")
 
 
 def reference_solutions(prompt: str) -> tuple[str, ...]:
@@ -156,7 +155,4 @@ def reference_solutions(prompt: str) -> tuple[str, ...]:
 def is_counted(response: str) -> bool:
     """Whether a response is written in the counted style (its first line starts `<hops left>:`)."""
     return bool(_COUNTED_LINE.match(response))
-
-
-_COUNTED_LINE = re.compile(rf"\d{{{COUNTER_DIGITS}}}:\d=\d")
 

@@ -18,20 +18,19 @@ DIFFICULTIES = ("tiny", "easy", "hard", "mix")
 NAMES = ("Maya", "Liam", "Ana", "Noah", "Zoe", "Omar", "Ivy", "Theo", "Lena", "Ravi", "Sofia", "Ben")
 ITEMS = ("apples", "marbles", "stickers", "books", "pencils", "shells", "coins", "cookies", "stamps", "cards")
 INSTRUCTION = "Solve the problem step by step, then put the final answer in \\boxed{}."
+TINY_INSTRUCTION = "Put the final answer in \\boxed{}."
 
 
 @dataclass(frozen=True)
 class WordProblem:
     question: str
     answer: int
-    difficulty: str  # "easy" | "hard"
+    difficulty: str  # "tiny" | "easy" | "hard"
     steps: int  # operations needed
 
     @property
     def prompt(self) -> str:
-        if self.difficulty == "tiny":
-            return f"{self.question} {TINY_INSTRUCTION}"
-        return f"{self.question}\n{INSTRUCTION}"
+        return f"{self.question} {TINY_INSTRUCTION}" if self.difficulty == "tiny" else f"{self.question}\n{INSTRUCTION}"
 
     def row(self, chat: bool = False) -> dict:
         """A JSONL row: `prompt` (or chat `messages`), `answer`, and metadata."""
@@ -72,9 +71,6 @@ def _distractor(rng: random.Random, name: str, item: str) -> str:
     return rng.choice([f"{friend} has {rng.randint(2, 40)} {other}.", f"{name} is {rng.randint(6, 14)} years old.",
                        f"The shop is {rng.randint(3, 25)} minutes away.",
                        f"{friend} has {rng.randint(2, 40)} {item}, but keeps them."])
-
-
-TINY_INSTRUCTION = "Put the final answer in \\boxed{}."
 
 
 def make_tiny_problem(rng: random.Random) -> WordProblem:
