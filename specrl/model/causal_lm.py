@@ -9,6 +9,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
 from .layers import KV, DecoderLayer, RMSNorm, attention_mask, packed_positions, rope_cos_sin
+from .mtp import MTPStack
 
 
 class ModelOutput(NamedTuple):
@@ -36,12 +37,8 @@ class CausalLM(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         # training only: recompute each decoder layer in the backward pass instead of keeping its activations
-        # (torch.utils.checkpoint), ~1/15 of the activation memory for ~1/3 more compute
         self.checkpoint_layers = False
-        self.mtp = None
-        if cfg.num_mtp_modules:
-            from .mtp import MTPStack  # optional DeepSeek-V3 style heads, stored with the policy
-            self.mtp = MTPStack(cfg)
+        self.mtp = MTPStack(cfg) if cfg.num_mtp_modules else None  # optional DeepSeek-V3 style heads
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(ids)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-# model_type -> (HF architecture class name, qkv bias, q/k RMSNorm)
+# model_type -> (HF architecture class name, qkv bias, q/k RMSNorm, the bias flags its config.json carries)
 ARCHS = {
-    "llama": ("LlamaForCausalLM", False, False),
-    "qwen2": ("Qwen2ForCausalLM", True, False),
-    "qwen3": ("Qwen3ForCausalLM", False, True),
+    "llama": ("LlamaForCausalLM", False, False, {"attention_bias": False, "mlp_bias": False}),
+    "qwen2": ("Qwen2ForCausalLM", True, False, {}),
+    "qwen3": ("Qwen3ForCausalLM", False, True, {"attention_bias": False}),
 }
 
 
@@ -103,10 +103,7 @@ class ModelConfig:
               "bos_token_id": self.bos_token_id,
               "eos_token_id": self.eos_token_id[0] if len(self.eos_token_id) == 1 else self.eos_token_id,
               "pad_token_id": self.pad_token_id, "attention_dropout": 0.0, "use_cache": True}
-        if self.arch == "llama":
-            hf.update(attention_bias=False, mlp_bias=False)
-        if self.arch == "qwen3":
-            hf["attention_bias"] = False
+        hf.update(ARCHS[self.arch][3])
         if self.num_mtp_modules:
             hf["num_nextn_predict_layers"] = self.num_mtp_modules
         return hf

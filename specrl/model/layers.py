@@ -140,11 +140,8 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * hd, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * hd, bias=bias)
         self.o_proj = nn.Linear(cfg.num_heads * hd, cfg.hidden_size, bias=False)
-        if cfg.qk_norm:
-            self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
-            self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
-        else:
-            self.q_norm = self.k_norm = None
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
 
     def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None, mask=None,
                 segments: tuple[int, ...] | None = None) -> torch.Tensor:
