@@ -18,21 +18,15 @@ class ModelOutput(NamedTuple):
     last_hidden: torch.Tensor  # final normed hidden state [B, T, D]
 
 
-class Decoder(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-
-
 class CausalLM(nn.Module):
     source_path: str | None = None  # the checkpoint directory it was loaded from (load_model sets it)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.config = cfg
-        self.model = Decoder(cfg)
+        self.model = nn.ModuleDict({"embed_tokens": nn.Embedding(cfg.vocab_size, cfg.hidden_size),  # HF's names
+                                    "layers": nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers)),
+                                    "norm": RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)})
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
