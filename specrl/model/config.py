@@ -68,9 +68,8 @@ class ModelConfig:
     def from_hf(cls, hf: dict) -> "ModelConfig":
         model_type = hf.get("model_type")
         if model_type not in ARCHS:
-            arch_names = hf.get("architectures")
             raise UnsupportedModelError(
-                f"unsupported model_type {model_type!r} (architectures={arch_names}); specrl supports "
+                f"unsupported model_type {model_type!r} (architectures={hf.get('architectures')}); specrl supports "
                 f"{sorted(ARCHS)} ({', '.join(a[0] for a in ARCHS.values())}). Convert the checkpoint or "
                 "use a Llama/Qwen2/Qwen3-family model.")
         rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}

@@ -77,10 +77,9 @@ def attention_mask(positions: torch.Tensor) -> torch.Tensor:
 
 
 class SlotRuns(NamedTuple):
-    """The cache slots of a batch whose rows do not own consecutive slots: `index` [B] for the writes, and
-    `runs`, (first slot, first row, rows) per stretch of consecutive slots, for the reads. Reading each
-    stretch as a view costs one attention call per stretch; gathering the rows instead copies the batch's
-    whole cache every layer, which at long contexts costs more than the layer itself."""
+    """The cache slots of a batch whose rows do not own consecutive slots: `index` [B] for the writes, `runs`
+    (first slot, first row, rows) per stretch of consecutive slots for the reads, one attention call on a view
+    each: gathering the rows would copy the batch's whole cache every layer, at long contexts dearer than the layer."""
     index: torch.Tensor
     runs: tuple[tuple[int, int, int], ...]
 

@@ -68,8 +68,7 @@ DEFAULT_TASK = "chain"
 
 def task_spec(name: str, hops_median: float | None = None, hops_sigma: float | None = None,
               max_hops: int | None = None) -> ArithSpec:
-    """The named task's spec, with any hop-count knob given replacing its own; an unknown name raises a
-    ValueError listing the valid ones."""
+    """The named task's spec, with any hop-count knob given replacing its own."""
     if name not in TASKS:
         raise ValueError(f"unknown embedded task {name!r}; valid: {list(TASKS)} (or a .jsonl / .parquet file of "
                          "prompt/answer rows)")
@@ -117,12 +116,9 @@ def prompt_hash(prompt: str) -> int:
 
 
 def make_problems(n: int, seed: int = 0, split: str = "train", spec: ArithSpec | None = None) -> list[Problem]:
-    """`n` deterministic problems of `split` (of the default task, "chain", without `spec`). The same
-    (n, seed, split, spec) always gives the same list.
-
-    Train and test never share a prompt: a prompt goes to test iff `prompt_hash` is odd, and the two
-    splits also use disjoint seed streams so that their difficulty mixes are independent draws.
-    """
+    """`n` deterministic problems of `split` (of the default task, "chain", without `spec`). Train and test never
+    share a prompt: a prompt goes to test iff `prompt_hash` is odd, and the two splits also use disjoint seed
+    streams so that their difficulty mixes are independent draws."""
     if split not in SPLITS:
         raise ValueError(f"split={split!r}: expected one of {SPLITS}")
     if n < 0:

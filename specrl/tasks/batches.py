@@ -21,10 +21,8 @@ Row = tuple[list[int], int]  # a problem's token ids and its prompt length
 
 
 class Batch(NamedTuple):
-    input_ids: torch.Tensor   # [B, T] right-padded with <pad>
-    positions: torch.Tensor   # [B, T] 0..T-1 per row
+    input_ids: torch.Tensor   # [B, T] right-padded with <pad>, positions 0..T-1 per row
     targets: torch.Tensor     # [B, T] next token, -100 where no loss is taken
-    num_loss_tokens: int
 
 
 def encode_problem(tok: Tokenizer, ids: SpecialIds, p: Problem) -> Row:
@@ -42,8 +40,7 @@ def collate(seqs: list[Row], pad_id: int) -> Batch:
     for i, (s, prompt_len) in enumerate(seqs):
         input_ids[i, : len(s)] = torch.tensor(s)
         targets[i, prompt_len - 1 : len(s) - 1] = torch.tensor(s[prompt_len:])  # position t predicts token t+1
-    positions = torch.arange(T).expand(len(seqs), T)  # [B, T]
-    return Batch(input_ids, positions, targets, int((targets != -100).sum()))
+    return Batch(input_ids, targets)
 
 
 def pool_batches(seqs: list[Row], batch_tokens: int, rng: random.Random) -> list[list[Row]]:

@@ -138,14 +138,12 @@ def length_percentiles(n: int = 20000, seed: int = 0, spec: ArithSpec | None = N
 
 
 def init_weights(model, std: float = 0.02) -> None:
-    """GPT-2 style init: N(0, std) matrices, residual output projections scaled by 1/sqrt(2 L).
-
-    The default nn.Embedding init (unit variance) with tied embeddings makes initial logits huge."""
+    """GPT-2 style init: N(0, std) matrices, residual output projections scaled by 1/sqrt(2 L) (the default
+    nn.Embedding init, unit variance, with tied embeddings makes initial logits huge)."""
     residual_std = std / math.sqrt(2 * model.config.num_layers)
     for name, p in model.named_parameters():
         if p.dim() >= 2:
-            is_residual = name.endswith(("o_proj.weight", "down_proj.weight"))
-            torch.nn.init.normal_(p, 0.0, residual_std if is_residual else std)
+            torch.nn.init.normal_(p, 0.0, residual_std if name.endswith(("o_proj.weight", "down_proj.weight")) else std)
 
 
 def accuracy_by_ops(problems, completions) -> dict[str, float]:
@@ -179,7 +177,7 @@ def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, 
             group["lr"] = lr
         b = next(batches)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
-            logits = model(b.input_ids, b.positions).logits  # [B, T, V]
+            logits = model(b.input_ids).logits  # [B, T, V]
         loss = F.cross_entropy(logits.float().flatten(0, 1), b.targets.flatten(), ignore_index=-100)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -28,7 +28,7 @@ def test_collate_masks_prompt_and_padding():
     assert batch.input_ids.tolist() == [[1, 5, 6, 7, 2], [1, 5, 6, 2, 0]]
     # loss on the response and EOS only: position t predicts token t+1
     assert batch.targets.tolist() == [[-100, -100, 7, 2, -100], [-100, 6, 2, -100, -100]]
-    assert batch.num_loss_tokens == 4
+    assert (batch.targets != -100).sum() == 4
 
 
 def test_encode_problem_layout():
