@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import jinja2
@@ -81,12 +81,7 @@ def find_chat_template(tokenizer_dir: str | Path, tokenizer_config: dict) -> Cha
 
 
 def _raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    # jinja's own tojson escapes HTML characters, which templates do not expect
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    raise jinja2.TemplateError(message)
 
 
 class GenerationTag(jinja2.ext.Extension):
@@ -106,7 +101,7 @@ class GenerationTag(jinja2.ext.Extension):
 def _compile(text: str):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[GenerationTag, jinja2.ext.loopcontrols])
-    env.filters["tojson"] = _tojson
+    env.filters["tojson"] = partial(json.dumps, ensure_ascii=False)  # jinja's own escapes HTML, unlike transformers'
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(text)

@@ -83,12 +83,6 @@ class Problem(NamedTuple):
     num_ops: int
 
 
-def sample_num_ops(rng: random.Random, spec: ArithSpec) -> int:
-    """Clipped lognormal: median `hops_median`, tail set by `hops_sigma`."""
-    n = round(math.exp(rng.gauss(math.log(spec.hops_median), spec.hops_sigma)))
-    return min(max(n, spec.min_hops), spec.max_hops)
-
-
 def chase_solution(f: list[int], start: int, hops: int, counted: bool) -> tuple[str, int]:
     """Worked solution of `hops` lookups from `start` through the map `f`, and the value reached."""
     lines, x = [], start
@@ -100,7 +94,8 @@ def chase_solution(f: list[int], start: int, hops: int, counted: bool) -> tuple[
 
 def make_problem(rng: random.Random, spec: ArithSpec) -> Problem:
     """Each scratchpad line `x=f(x)` looks f(x) up in the prompt by matching `x=`."""
-    n = sample_num_ops(rng, spec)
+    n = round(math.exp(rng.gauss(math.log(spec.hops_median), spec.hops_sigma)))  # lognormal, then clipped
+    n = min(max(n, spec.min_hops), spec.max_hops)
     f = [rng.randint(0, 9) for _ in range(10)]
     start = rng.randint(0, 9)
     table = " ".join(f"{i}={f[i]}" for i in range(10))
