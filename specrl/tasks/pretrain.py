@@ -21,9 +21,8 @@ import torch.nn.functional as F
 
 from ..errors import require, require_min
 from ..optim import OptimSettings, build_optimizer, clip_grad, clock_step
-from .arith import ArithSpec, is_counted, make_problems, task_spec
+from .arith import ArithSpec, Problem, is_counted, make_problems, task_spec
 from .batches import train_batches
-from .evaluate import accuracy
 from .reward import arith_reward
 from .tokenizer import build_tokenizer, save_tokenizer, special_ids
 
@@ -189,6 +188,25 @@ def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, 
             on_step(stage.name, step, {"loss": loss_ema, "lr": lr, "elapsed_s": time.monotonic() - start})
     return {"stage": stage.name, "steps_done": step, "train_s": round(time.monotonic() - start, 1),
             "final_loss": round(loss_ema, 4) if step else None}
+
+
+def accuracy(model, tok, problems: list[Problem], max_new_tokens: int = 1100, temperature: float = 1.0,
+             seed: int = 0) -> tuple[float, list[str]]:
+    """Fraction of problems whose completion (one a problem, sampled at `temperature`; 0: greedy) earns reward 1,
+    and the completions (text, special tokens dropped). Sampled by default: a greedy small policy loops on long
+    chains until max_new_tokens."""
+    from ..engine import LLM, SamplingParams
+    from ..engine.sampling import per_prompt
+
+    if not problems:
+        return 0.0, []
+    prompts = [tok.encode(p.prompt).ids for p in problems]
+    llm = LLM(model, max_num_seqs=min(64, len(prompts)), max_model_len=max(map(len, prompts)) + max_new_tokens)
+    params = per_prompt(SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed), len(prompts))
+    outs = llm.generate(prompts, params)  # each stops at the model config's EOS
+    texts = [tok.decode(o.outputs[0].token_ids, skip_special_tokens=True) for o in outs]
+    rewards = [arith_reward(c, p.answer, p.prompt) for c, p in zip(texts, problems)]
+    return sum(rewards) / len(rewards), texts
 
 
 def evaluate_policy(model, tok, cfg: PretrainConfig) -> dict:

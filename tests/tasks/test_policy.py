@@ -75,7 +75,7 @@ def test_shipped_policy_accuracy_reproduces(policy_dir):
     # re-measure on 48 held-out short chains (2-5 hops, where the recipe's record puts the policy at 0.375-1.0)
     # so the check stays quick; loose bounds, the recorded figures used 200 problems of every length
     from specrl.model import load_model
-    from specrl.tasks.evaluate import accuracy
+    from specrl.tasks.pretrain import accuracy
 
     tok, _ = tasks.load_tokenizer(policy_dir)
     short = tasks.task_spec("chain", hops_median=3, hops_sigma=0.3, max_hops=5)
