@@ -105,9 +105,5 @@ def make_word_problems(n: int, difficulty: str = "easy", seed: int = 0) -> list[
         raise ValueError(f"difficulty {difficulty!r}: expected one of {list(DIFFICULTIES)}")
     if n < 0:
         raise ValueError(f"n={n}: expected >= 0")
-    out = []
-    for i in range(n):
-        rng = random.Random(f"math-word/{seed}/{i}")  # str seeds hash deterministically (not with PYTHONHASHSEED)
-        level = difficulty if difficulty != "mix" else rng.choice(("easy", "hard"))
-        out.append(make_word_problem(rng, level))
-    return out
+    rngs = (random.Random(f"math-word/{seed}/{i}") for i in range(n))  # str seeds ignore PYTHONHASHSEED
+    return [make_word_problem(rng, difficulty if difficulty != "mix" else rng.choice(("easy", "hard"))) for rng in rngs]
