@@ -18,9 +18,8 @@ KV = tuple[torch.Tensor, torch.Tensor]  # k_cache, v_cache: [S, Hkv, L, D] each
 
 
 def skip_cudnn_attention(device) -> None:
-    """On a GPU, turns PyTorch's cuDNN attention backend off for the process (flash, memory-efficient and
-    math stay): cuDNN builds a graph for every new (batch, length) shape, and an engine step or a trainer's
-    micro-batch has a new one almost every time (docs/memory.md). Nothing is done on a CPU."""
+    """On a GPU, turns PyTorch's cuDNN attention off for the process (flash, memory-efficient and math stay): it
+    builds a graph per new (batch, length) shape, which engine steps and micro-batches rarely repeat (docs/memory.md)."""
     if torch.device(device).type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)
 
