@@ -18,8 +18,8 @@ KV = tuple[torch.Tensor, torch.Tensor]  # k_cache, v_cache: [S, Hkv, L, D] each
 
 
 def skip_cudnn_attention(device) -> None:
-    """On a GPU, turns PyTorch's cuDNN attention off for the process (flash, memory-efficient and math stay): it
-    builds a graph per new (batch, length) shape, which engine steps and micro-batches rarely repeat (docs/memory.md)."""
+    """On a GPU, turns PyTorch's cuDNN attention off for the process (flash, memory-efficient and math stay):
+    it builds a graph per new (batch, length) shape, and engine steps seldom repeat a shape (docs/memory.md)."""
     if torch.device(device).type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)
 
