@@ -20,11 +20,12 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import require, require_min
+from ..model import CausalLM, ModelConfig, load_model, save_model
 from ..optim import OptimSettings, build_optimizer, clip_grad, clock_step
 from .arith import ArithSpec, Problem, is_counted, make_problems, task_spec
 from .batches import train_batches
 from .reward import arith_reward
-from .tokenizer import build_tokenizer, save_tokenizer, special_ids
+from .tokenizer import SpecialIds, build_tokenizer, save_tokenizer, special_ids
 
 
 def stage_optim(lr: float, warmup_steps: int = 30, min_lr_ratio: float = 0.05) -> OptimSettings:
@@ -122,27 +123,19 @@ class PretrainConfig:
         task_spec(self.eval_task)
 
 
-def model_config(cfg: PretrainConfig, vocab_size: int, bos: int, eos: int, pad: int):
-    from specrl.model import ModelConfig
-    return ModelConfig(vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-                       num_layers=cfg.num_layers, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
-                       head_dim=cfg.head_dim, arch="qwen3", max_position_embeddings=cfg.max_position_embeddings,
-                       tie_word_embeddings=True, bos_token_id=bos, eos_token_id=[eos], pad_token_id=pad)
-
-
-def length_percentiles(n: int = 20000, seed: int = 0, spec: ArithSpec | None = None) -> dict[str, float]:
-    """p50/p90/p99 of response lengths in tokens (characters plus EOS) of `spec`'s worked solutions."""
-    lens = np.array([len(p.response) + 1 for p in make_problems(n, seed, "train", spec)])
-    return {f"p{q}": float(np.percentile(lens, q)) for q in (50, 90, 99)}
-
-
-def init_weights(model, std: float = 0.02) -> None:
-    """GPT-2 style init: N(0, std) matrices, residual output projections scaled by 1/sqrt(2 L) (the default
-    nn.Embedding init, unit variance, with tied embeddings makes initial logits huge)."""
+def init_model(cfg: PretrainConfig, vocab_size: int, ids: SpecialIds, std: float = 0.02) -> CausalLM:
+    """A fresh Qwen3-style policy with GPT-2 style init: N(0, std) matrices, residual output projections scaled by
+    1/sqrt(2 L) (the default nn.Embedding init, unit variance, with tied embeddings makes initial logits huge)."""
+    model = CausalLM(ModelConfig(
+        vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_layers=cfg.num_layers, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+        arch="qwen3", max_position_embeddings=cfg.max_position_embeddings, tie_word_embeddings=True,
+        bos_token_id=ids.bos, eos_token_id=[ids.eos], pad_token_id=ids.pad))
     residual_std = std / math.sqrt(2 * model.config.num_layers)
     for name, p in model.named_parameters():
         if p.dim() >= 2:
             torch.nn.init.normal_(p, 0.0, residual_std if name.endswith(("o_proj.weight", "down_proj.weight")) else std)
+    return model
 
 
 def accuracy_by_ops(problems, completions) -> dict[str, float]:
@@ -215,18 +208,17 @@ def evaluate_policy(model, tok, cfg: PretrainConfig) -> dict:
     spec = task_spec(cfg.eval_task)
     test = make_problems(cfg.eval_problems, cfg.eval_seed, "test", spec)
     acc, completions = accuracy(model, tok, test, cfg.eval_max_new_tokens)
+    lens = np.array([len(p.response) + 1 for p in make_problems(20000, 0, "train", spec)])  # tokens: chars, EOS
     return {"heldout_task": cfg.eval_task, "heldout_accuracy": acc, "heldout_problems": len(test),
             "heldout_accuracy_by_ops": accuracy_by_ops(test, completions),
             "heldout_counted_share": round(sum(map(is_counted, completions)) / max(len(completions), 1), 3),
-            "response_length_tokens": length_percentiles(spec=spec)}
+            "response_length_tokens": {f"p{q}": float(np.percentile(lens, q)) for q in (50, 90, 99)}}
 
 
 def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
              on_step: Callable[[str, int, dict], None] | None = None) -> dict:
     """Train the base policy stage by stage and write an HF checkpoint (bf16 safetensors, tokenizer,
     recipe.json) to `out_dir`. Returns the recipe record: config, per-stage stats, held-out accuracy."""
-    from specrl.model import CausalLM, load_model, save_model
-
     cfg = cfg or PretrainConfig()
     torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
@@ -235,8 +227,7 @@ def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
     if cfg.init_from:
         model = load_model(cfg.init_from, dtype=torch.float32)
     else:
-        model = CausalLM(model_config(cfg, tok.get_vocab_size(), ids.bos, ids.eos, ids.pad))
-        init_weights(model)
+        model = init_model(cfg, tok.get_vocab_size(), ids)
     # step 1: the stages, each with its share of the time budget
     planned = sum(st.end for st in cfg.stages) or 1
     stages = [train_stage(model, st, i, cfg, tok, ids, cfg.time_budget_s * max(st.end, 1) / planned, on_step)
