@@ -36,9 +36,8 @@ class ModelConfig:
 
     def __post_init__(self):
         if self.arch not in ARCHS:
-            raise UnsupportedModelError(
-                f"unsupported architecture {self.arch!r}; supported: {sorted(ARCHS)} "
-                f"(HF classes {[a[0] for a in ARCHS.values()]})")
+            raise UnsupportedModelError(f"unsupported architecture {self.arch!r}; supported: {sorted(ARCHS)} "
+                                        f"(HF classes {[a[0] for a in ARCHS.values()]})")
         if self.head_dim == 0:
             self.head_dim = self.hidden_size // self.num_heads
         if self.num_heads % self.num_kv_heads:

@@ -59,10 +59,9 @@ def packed_positions(segments: tuple[int, ...], device) -> torch.Tensor:
 
 
 def segment_attention(q, k, v, segments: tuple[int, ...]) -> torch.Tensor:
-    """Causal attention within each of the rows packed along T (lengths `segments`, summing to T), never
-    across them: q [1, H, T, D], k, v [1, Hkv, T, D] -> [1, H, T, D]. One attention call a row; a
-    block-diagonal mask would compute (sum T_i)^2 scores, padding would compute b * max(T_i)^2
-    (docs/results/packing.md)."""
+    """Causal attention within each of the rows packed along T (lengths `segments`, summing to T), never across
+    them: q [1, H, T, D], k, v [1, Hkv, T, D] -> [1, H, T, D]. One attention call a row; a block-diagonal mask would
+    compute (sum T_i)^2 scores, padding would compute b * max(T_i)^2 (docs/results/packing.md)."""
     parts = zip(q.split(segments, 2), k.split(segments, 2), v.split(segments, 2))
     return torch.cat([F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=True)
                       for qi, ki, vi in parts], 2)

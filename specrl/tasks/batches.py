@@ -1,8 +1,7 @@
-"""Supervised batches of the arithmetic task: `<bos> prompt response <eos>`, length-bucketed.
+"""Supervised batches of the embedded task, `<bos> prompt response <eos>`, as a pure function of the seed.
 
-Problems are drawn in pools, sorted by length and cut into batches of at most `batch_tokens`
-padded tokens, so that short and long problems rarely share a batch and little compute goes to
-padding. The stream is a pure function of the seed.
+Problems are drawn in pools, sorted by length and cut into batches of at most `batch_tokens` padded tokens, so
+that short and long problems rarely share a batch and little compute goes to padding.
 """
 from __future__ import annotations
 

@@ -152,9 +152,8 @@ def accuracy_by_ops(problems, completions) -> dict[str, float]:
 
 def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, budget_s: float,
                 on_step: Callable[[str, int, dict], None] | None) -> dict:
-    """Next-token training on one stage's worked solutions, with a fresh AdamW. The cosine follows the step
-    count or the stage's share of the clock, whichever is further along, so a run cut short by the clock
-    still ends annealed."""
+    """Next-token training on one stage's worked solutions, with a fresh AdamW. The cosine follows the step count or the
+    stage's share of the clock, whichever is further along, so a run cut short by the clock still ends annealed."""
     opt = build_optimizer(model, stage.optim)
     start, step, loss_ema = time.monotonic(), 0, float("nan")
     # stage 0 keeps the seed of the single-stage recipe it grew from: its batches are the same
