@@ -56,9 +56,8 @@ class ArithSpec:
         require(self.hops_sigma >= 0, "hops_sigma", self.hops_sigma, ">= 0")
 
 
-# The named embedded tasks (`data.source`): hop counts that follow a clipped lognormal.
-# "chain" (the default) is shaped like reasoning RL: long median responses and a long right tail, so a rollout's
-# time goes to a few long responses. "arith" is a short task.
+# The named embedded tasks (`data.source`). "chain" (the default) is shaped like reasoning RL: long median responses
+# and a long right tail, so a rollout's time goes to a few long responses. "arith" is a short task.
 TASKS: dict[str, ArithSpec] = {
     "chain": ArithSpec(hops_median=22.0, hops_sigma=0.7, max_hops=125),
     "arith": ArithSpec(),

@@ -44,9 +44,8 @@ def collate(seqs: list[Row], pad_id: int) -> Batch:
 
 def pool_batches(seqs: list[Row], batch_tokens: int, rng: random.Random) -> list[list[Row]]:
     """Sort by length, greedily fill batches up to `batch_tokens` padded tokens, shuffle batches."""
-    seqs = sorted(seqs, key=lambda s: len(s[0]))
     batches: list[list[Row]] = [[]]
-    for s in seqs:
+    for s in sorted(seqs, key=lambda s: len(s[0])):
         # rows are sorted ascending, so the current row sets the padded width of its batch
         if batches[-1] and (len(batches[-1]) + 1) * len(s[0]) > batch_tokens:
             batches.append([])

@@ -79,16 +79,14 @@ def grow(small: CausalLM, cfg: ModelConfig, noise_std: float = 0.0, seed: int = 
     depths = grown_depths(small.config.num_layers, cfg.num_layers)
     for j in range(cfg.num_layers):
         prefix = f"model.layers.{j}."
-        if j not in depths:  # a residual identity: nothing is written back into the stream
-            dst[prefix + "self_attn.o_proj.weight"].zero_()
-            dst[prefix + "mlp.down_proj.weight"].zero_()
-            continue
-        sp = f"model.layers.{depths.index(j)}."
-        for key, value in src.items():
-            if key.startswith(sp):
-                rest = key[len(sp):]
-                put(prefix + rest, value * norm_scale if rest.endswith("layernorm.weight") else value)
-        # new heads and MLP units write nothing into the stream yet
-        dst[prefix + "self_attn.o_proj.weight"][:, small.config.num_heads * cfg.head_dim:].zero_()
-        dst[prefix + "mlp.down_proj.weight"][:, small.config.intermediate_size:].zero_()
+        if j in depths:
+            sp = f"model.layers.{depths.index(j)}."
+            for key, value in src.items():
+                if key.startswith(sp):
+                    rest = key[len(sp):]
+                    put(prefix + rest, value * norm_scale if rest.endswith("layernorm.weight") else value)
+        # new heads and MLP units write nothing into the stream yet, nor does a new layer (a residual identity)
+        heads, units = (small.config.num_heads, small.config.intermediate_size) if j in depths else (0, 0)
+        dst[prefix + "self_attn.o_proj.weight"][:, heads * cfg.head_dim:].zero_()
+        dst[prefix + "mlp.down_proj.weight"][:, units:].zero_()
     return big

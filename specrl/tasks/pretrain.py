@@ -24,6 +24,7 @@ from ..model import CausalLM, ModelConfig, load_model, save_model
 from ..optim import OptimSettings, build_optimizer, clip_grad, clock_step
 from .arith import ArithSpec, Problem, is_counted, make_problems, task_spec
 from .batches import train_batches
+from .grow import grow, grown_config
 from .reward import arith_reward
 from .tokenizer import SpecialIds, build_tokenizer, save_tokenizer, special_ids
 
@@ -233,8 +234,6 @@ def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
               for i, st in enumerate(cfg.stages)]
     trained_params = model.config.num_params
     if cfg.grow:
-        from .grow import grow, grown_config
-
         big = grown_config(model.config, cfg.grow_hidden_size, cfg.grow_intermediate_size, cfg.grow_num_layers,
                            cfg.grow_num_heads, cfg.grow_num_kv_heads)
         model = grow(model.float(), big, cfg.grow_noise_std, cfg.seed)
