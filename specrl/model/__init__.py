@@ -4,6 +4,6 @@ from .config import ARCHS, ModelConfig, UnsupportedModelError
 from .chat import ChatTemplate, ChatTemplateError
 from .tokenizer import TextTokenizer, check_tokenizer_matches, load_text_tokenizer, load_tokenizer
 
-__all__ = ["ARCHS", "CausalLM", "ModelConfig", "ModelFileError", "ModelOutput", "UnsupportedModelError",
-           "check_device", "check_tokenizer_matches", "load_model", "load_tokenizer", "resolve_dtype", "save_model"]
-__all__ += ["ChatTemplate", "ChatTemplateError", "TextTokenizer", "load_text_tokenizer"]
+__all__ = ["ARCHS", "CausalLM", "ChatTemplate", "ChatTemplateError", "ModelConfig", "ModelFileError", "ModelOutput",
+           "TextTokenizer", "UnsupportedModelError", "check_device", "check_tokenizer_matches", "load_model",
+           "load_text_tokenizer", "load_tokenizer", "resolve_dtype", "save_model"]

@@ -9,6 +9,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
 from .layers import KV, DecoderLayer, RMSNorm, attention_mask, packed_positions, rope_cos_sin
+from .mtp import MTPStack
 
 
 class ModelOutput(NamedTuple):
@@ -17,31 +18,21 @@ class ModelOutput(NamedTuple):
     last_hidden: torch.Tensor  # final normed hidden state [B, T, D]
 
 
-class Decoder(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-
-
 class CausalLM(nn.Module):
     source_path: str | None = None  # the checkpoint directory it was loaded from (load_model sets it)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.config = cfg
-        self.model = Decoder(cfg)
+        self.model = nn.ModuleDict({"embed_tokens": nn.Embedding(cfg.vocab_size, cfg.hidden_size),  # HF's names
+                                    "layers": nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers)),
+                                    "norm": RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)})
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         # training only: recompute each decoder layer in the backward pass instead of keeping its activations
-        # (torch.utils.checkpoint), ~1/15 of the activation memory for ~1/3 more compute
         self.checkpoint_layers = False
-        self.mtp = None
-        if cfg.num_mtp_modules:
-            from .mtp import MTPStack  # optional DeepSeek-V3 style heads, stored with the policy
-            self.mtp = MTPStack(cfg)
+        self.mtp = MTPStack(cfg) if cfg.num_mtp_modules else None  # optional DeepSeek-V3 style heads
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(ids)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
-TEMPLATE_FILE = "chat_template.jinja"
-Message = dict  # {"role": str, "content": str, ...}
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 
 class ChatTemplateError(ValueError):
@@ -26,10 +28,9 @@ class ChatTemplate:
     source: str  # where the template came from, for error messages
     text: str
 
-    def render(self, conversation: list[Message], add_generation_prompt: bool = False, **variables) -> str:
+    def render(self, conversation: list[dict], add_generation_prompt: bool = False, **variables) -> str:
         """One conversation -> prompt text. `variables` are the tokenizer's special tokens and extras."""
         check_conversation(conversation)
-        import jinja2
         try:
             template = _compile(self.text)
         except jinja2.TemplateSyntaxError as e:
@@ -61,7 +62,7 @@ def is_conversation(x) -> bool:
 
 def find_chat_template(tokenizer_dir: str | Path, tokenizer_config: dict) -> ChatTemplate | None:
     """`chat_template.jinja` beside the tokenizer, else tokenizer_config.json's `chat_template`, else None."""
-    file = Path(tokenizer_dir) / TEMPLATE_FILE
+    file = Path(tokenizer_dir) / "chat_template.jinja"
     if file.is_file():
         return ChatTemplate(str(file), file.read_text(encoding="utf-8"))
     value = tokenizer_config.get("chat_template")
@@ -80,45 +81,27 @@ def find_chat_template(tokenizer_dir: str | Path, tokenizer_config: dict) -> Cha
 
 
 def _raise_exception(message):
-    import jinja2
-    raise jinja2.exceptions.TemplateError(message)
+    raise jinja2.TemplateError(message)
 
 
-def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    # jinja's own tojson escapes HTML characters, which templates do not expect
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _strftime_now(fmt):
-    return datetime.now().strftime(fmt)
-
-
-def _generation_tag():
+class GenerationTag(jinja2.ext.Extension):
     """`{% generation %}...{% endgeneration %}` marks assistant text for masks; rendering keeps the body."""
-    import jinja2.ext
-    import jinja2.nodes
+    tags = {"generation"}
 
-    class GenerationTag(jinja2.ext.Extension):
-        tags = {"generation"}
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
 
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-        def _body(self, caller):
-            return caller()
-
-    return GenerationTag
+    def _body(self, caller):
+        return caller()
 
 
 @lru_cache(maxsize=16)
 def _compile(text: str):
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[_generation_tag(), jinja2.ext.loopcontrols])
-    env.filters["tojson"] = _tojson
+                                        extensions=[GenerationTag, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = partial(json.dumps, ensure_ascii=False)  # jinja's own escapes HTML, unlike transformers'
     env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(text)

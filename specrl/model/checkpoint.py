@@ -57,16 +57,6 @@ def check_device(device: str | torch.device) -> torch.device:
     return dev
 
 
-def check_checkpoint_dir(path: str | Path) -> Path:
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        hint = "" if path.exists() else " (the directory does not exist)"
-        raise MissingFileError(
-            f"no Hugging Face checkpoint at {str(path)!r}{hint}: expected config.json and *.safetensors. "
-            "Pass a checkpoint directory, or run `specrl pretrain` for the embedded policy.")
-    return path
-
-
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     index = path / "model.safetensors.index.json"
     if index.is_file():
@@ -105,7 +95,12 @@ def read_config(path: Path) -> ModelConfig:
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype="float32") -> CausalLM:
     check_device(device)
-    path = check_checkpoint_dir(path)
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        hint = "" if path.exists() else " (the directory does not exist)"
+        raise MissingFileError(f"no Hugging Face checkpoint at {str(path)!r}{hint}: expected config.json and "
+                               "*.safetensors. Pass a checkpoint directory, or run `specrl pretrain` for the "
+                               "embedded policy.")
     cfg = read_config(path)
     state = read_state_dict(path)
     if cfg.tie_word_embeddings:

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-# model_type -> (HF architecture class name, qkv bias, q/k RMSNorm)
+# model_type -> (HF architecture class name, qkv bias, q/k RMSNorm, the bias flags its config.json carries)
 ARCHS = {
-    "llama": ("LlamaForCausalLM", False, False),
-    "qwen2": ("Qwen2ForCausalLM", True, False),
-    "qwen3": ("Qwen3ForCausalLM", False, True),
+    "llama": ("LlamaForCausalLM", False, False, {"attention_bias": False, "mlp_bias": False}),
+    "qwen2": ("Qwen2ForCausalLM", True, False, {}),
+    "qwen3": ("Qwen3ForCausalLM", False, True, {"attention_bias": False}),
 }
 
 
@@ -36,9 +36,8 @@ class ModelConfig:
 
     def __post_init__(self):
         if self.arch not in ARCHS:
-            raise UnsupportedModelError(
-                f"unsupported architecture {self.arch!r}; supported: {sorted(ARCHS)} "
-                f"(HF classes {[a[0] for a in ARCHS.values()]})")
+            raise UnsupportedModelError(f"unsupported architecture {self.arch!r}; supported: {sorted(ARCHS)} "
+                                        f"(HF classes {[a[0] for a in ARCHS.values()]})")
         if self.head_dim == 0:
             self.head_dim = self.hidden_size // self.num_heads
         if self.num_heads % self.num_kv_heads:
@@ -68,9 +67,8 @@ class ModelConfig:
     def from_hf(cls, hf: dict) -> "ModelConfig":
         model_type = hf.get("model_type")
         if model_type not in ARCHS:
-            arch_names = hf.get("architectures")
             raise UnsupportedModelError(
-                f"unsupported model_type {model_type!r} (architectures={arch_names}); specrl supports "
+                f"unsupported model_type {model_type!r} (architectures={hf.get('architectures')}); specrl supports "
                 f"{sorted(ARCHS)} ({', '.join(a[0] for a in ARCHS.values())}). Convert the checkpoint or "
                 "use a Llama/Qwen2/Qwen3-family model.")
         rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
@@ -103,10 +101,7 @@ class ModelConfig:
               "bos_token_id": self.bos_token_id,
               "eos_token_id": self.eos_token_id[0] if len(self.eos_token_id) == 1 else self.eos_token_id,
               "pad_token_id": self.pad_token_id, "attention_dropout": 0.0, "use_cache": True}
-        if self.arch == "llama":
-            hf.update(attention_bias=False, mlp_bias=False)
-        if self.arch == "qwen3":
-            hf["attention_bias"] = False
+        hf.update(ARCHS[self.arch][3])
         if self.num_mtp_modules:
             hf["num_nextn_predict_layers"] = self.num_mtp_modules
         return hf

@@ -18,9 +18,8 @@ KV = tuple[torch.Tensor, torch.Tensor]  # k_cache, v_cache: [S, Hkv, L, D] each
 
 
 def skip_cudnn_attention(device) -> None:
-    """On a GPU, turns PyTorch's cuDNN attention backend off for the process (flash, memory-efficient and
-    math stay): cuDNN builds a graph for every new (batch, length) shape, and an engine step or a trainer's
-    micro-batch has a new one almost every time (docs/memory.md). Nothing is done on a CPU."""
+    """On a GPU, turns PyTorch's cuDNN attention off for the process (flash, memory-efficient and math stay):
+    it builds a graph per new (batch, length) shape, and engine steps seldom repeat a shape (docs/memory.md)."""
     if torch.device(device).type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)
 
@@ -34,8 +33,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:  # one fused kernel on the decode hot path
             return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-        # HF order for half precision: normalise in fp32, cast, then scale (4 kernels, not 8: on a GPU the
-        # engine's decode step is bound by kernel launches, and the 8-op form made bf16 slower than fp32)
+        # HF order for half precision: normalise in fp32, cast, then scale, in few kernels (decode is launch-bound)
         return self.weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
 
 
@@ -61,10 +59,9 @@ def packed_positions(segments: tuple[int, ...], device) -> torch.Tensor:
 
 
 def segment_attention(q, k, v, segments: tuple[int, ...]) -> torch.Tensor:
-    """Causal attention within each of the rows packed along T (lengths `segments`, summing to T), never
-    across them: q [1, H, T, D], k, v [1, Hkv, T, D] -> [1, H, T, D]. One attention call a row; a
-    block-diagonal mask would compute (sum T_i)^2 scores, padding would compute b * max(T_i)^2
-    (docs/results/packing.md)."""
+    """Causal attention within each of the rows packed along T (lengths `segments`, summing to T), never across
+    them: q [1, H, T, D], k, v [1, Hkv, T, D] -> [1, H, T, D]. One attention call a row; a block-diagonal mask would
+    compute (sum T_i)^2 scores, padding would compute b * max(T_i)^2 (docs/results/packing.md)."""
     parts = zip(q.split(segments, 2), k.split(segments, 2), v.split(segments, 2))
     return torch.cat([F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=True)
                       for qi, ki, vi in parts], 2)
@@ -78,10 +75,9 @@ def attention_mask(positions: torch.Tensor) -> torch.Tensor:
 
 
 class SlotRuns(NamedTuple):
-    """The cache slots of a batch whose rows do not own consecutive slots: `index` [B] for the writes, and
-    `runs`, (first slot, first row, rows) per stretch of consecutive slots, for the reads. Reading each
-    stretch as a view costs one attention call per stretch; gathering the rows instead copies the batch's
-    whole cache every layer, which at long contexts costs more than the layer itself."""
+    """The cache slots of a batch whose rows do not own consecutive slots: `index` [B] for the writes, `runs`
+    (first slot, first row, rows) per stretch of consecutive slots for the reads, one attention call on a view
+    each: gathering the rows would copy the batch's whole cache every layer, at long contexts dearer than the layer."""
     index: torch.Tensor
     runs: tuple[tuple[int, int, int], ...]
 
@@ -100,20 +96,20 @@ def cached_attention(q, k, v, kv: KV, slots: Slots, positions: torch.Tensor,
     length = mask.shape[-1]
     if isinstance(slots, slice):
         k_cache, v_cache = k_cache[slots], v_cache[slots]  # views [B, Hkv, L, D]
-        rows = torch.arange(q.shape[0], device=q.device)[:, None].expand_as(positions)  # [B, T]
-        k_cache[rows, :, positions] = k.transpose(1, 2)  # write [B, T, Hkv, D]
-        v_cache[rows, :, positions] = v.transpose(1, 2)
-        keys, values = k_cache[:, :, :length], v_cache[:, :, :length]  # views [B, Hkv, L, D]
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-    index = slots.index if isinstance(slots, SlotRuns) else slots
+        index = torch.arange(q.shape[0], device=q.device)  # [B]
+    else:
+        index = slots.index if isinstance(slots, SlotRuns) else slots
     rows = index[:, None].expand_as(positions)  # [B, T]
-    k_cache[rows, :, positions] = k.transpose(1, 2)
+    k_cache[rows, :, positions] = k.transpose(1, 2)  # write [B, T, Hkv, D]
     v_cache[rows, :, positions] = v.transpose(1, 2)
     if isinstance(slots, SlotRuns):
         return torch.cat([F.scaled_dot_product_attention(
             q[r:r + n], k_cache[s:s + n, :, :length], v_cache[s:s + n, :, :length], attn_mask=mask[r:r + n],
             enable_gqa=True) for s, r, n in slots.runs])  # one view [n, Hkv, L, D] per stretch
-    keys, values = k_cache[index, :, :length], v_cache[index, :, :length]  # gathers [B, Hkv, L, D]
+    if isinstance(slots, slice):
+        keys, values = k_cache[:, :, :length], v_cache[:, :, :length]  # views [B, Hkv, L, D]
+    else:
+        keys, values = k_cache[index, :, :length], v_cache[index, :, :length]  # gathers [B, Hkv, L, D]
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
 
 
@@ -141,11 +137,8 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * hd, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * hd, bias=bias)
         self.o_proj = nn.Linear(cfg.num_heads * hd, cfg.hidden_size, bias=False)
-        if cfg.qk_norm:
-            self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
-            self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
-        else:
-            self.q_norm = self.k_norm = None
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
 
     def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None, mask=None,
                 segments: tuple[int, ...] | None = None) -> torch.Tensor:

@@ -36,8 +36,6 @@ class MTPModule(nn.Module):
 class MTPStack(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        if cfg.num_mtp_modules < 1:
-            raise ValueError(f"MTPStack needs num_mtp_modules >= 1, got {cfg.num_mtp_modules}")
         self.head_dim, self.rope_theta = cfg.head_dim, cfg.rope_theta
         self.layers = nn.ModuleList(MTPModule(cfg) for _ in range(cfg.num_mtp_modules))
 
@@ -64,10 +62,8 @@ class MTPStack(nn.Module):
         Returns logits [B, T-d, V] for d = 1..depths; entry i predicts t_{i+d+1}."""
         B, T = input_ids.shape
         h, out = h0, []
-        for d in range(1, depths + 1):
+        for d in range(1, min(depths, T - 1) + 1):
             n = T - d  # positions i whose t_{i+d} exists
-            if n < 1:
-                break
             h = h[:, :n]
             positions = torch.arange(n, device=h.device).expand(B, n)  # [B, n]
             h = self.step(d, h, embed(input_ids[:, d:d + n]), positions)  # [B, n, D]

@@ -2,10 +2,12 @@
 the chat template) and vocabulary checks."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from .chat import ChatTemplateError, find_chat_template
 from .checkpoint import ModelFileError
 
 
@@ -23,9 +25,8 @@ def load_tokenizer(path: str | Path) -> Tokenizer | None:
 def check_tokenizer_matches(tokenizer: Tokenizer, vocab_size: int, where: str) -> None:
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size > vocab_size:
-        raise ValueError(
-            f"the tokenizer in {where!r} has {size} tokens but the model's vocab_size is {vocab_size}: "
-            "they do not belong together. Use the tokenizer saved with this checkpoint.")
+        raise ValueError(f"the tokenizer in {where!r} has {size} tokens but the model's vocab_size is {vocab_size}: "
+                         "they do not belong together. Use the tokenizer saved with this checkpoint.")
 
 
 SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -44,8 +45,7 @@ class TextTokenizer:
         if extra:
             self.special_tokens_map["additional_special_tokens"] = extra
         self.all_special_ids = frozenset(self._special_ids())
-        eos = self.token_id(self.eos_token)
-        self.eos_token_ids = tuple(dict.fromkeys(([eos] if eos is not None else []) + list(eos_token_ids)))
+        self.eos_token_ids = tuple(dict.fromkeys(i for i in (self.eos_token_id, *eos_token_ids) if i is not None))
 
     def _special_ids(self):
         for i, tok in self.backend.get_added_tokens_decoder().items():
@@ -59,29 +59,13 @@ class TextTokenizer:
                 if self.backend.token_to_id(t) is not None:
                     yield self.backend.token_to_id(t)
 
-    @property
-    def bos_token(self) -> str | None:
-        return self.special_tokens_map.get("bos_token")
-
-    @property
-    def eos_token(self) -> str | None:
-        return self.special_tokens_map.get("eos_token")
-
-    @property
-    def pad_token(self) -> str | None:
-        return self.special_tokens_map.get("pad_token")
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.token_id(self.eos_token)
-
-    @property
-    def pad_token_id(self) -> int | None:
-        return self.token_id(self.pad_token)
-
-    @property
-    def bos_token_id(self) -> int | None:
-        return self.token_id(self.bos_token)
+    # transformers' special-token attributes
+    bos_token = property(lambda self: self.special_tokens_map.get("bos_token"))
+    eos_token = property(lambda self: self.special_tokens_map.get("eos_token"))
+    pad_token = property(lambda self: self.special_tokens_map.get("pad_token"))
+    bos_token_id = property(lambda self: self.token_id(self.bos_token))
+    eos_token_id = property(lambda self: self.token_id(self.eos_token))
+    pad_token_id = property(lambda self: self.token_id(self.pad_token))
 
     @property
     def vocab_size(self) -> int:
@@ -102,10 +86,9 @@ class TextTokenizer:
                             tokenize: bool = True, **variables) -> str | list[int]:
         """`transformers`-compatible: the rendered text, or its ids (the template writes the special tokens)."""
         if self.chat_template is None:
-            from .chat import ChatTemplateError
-            raise ChatTemplateError(
-                f"the tokenizer in {self.source!r} has no chat template (no chat_template.jinja, no "
-                "'chat_template' in tokenizer_config.json): add one to the checkpoint, or pass plain prompts")
+            raise ChatTemplateError(f"the tokenizer in {self.source!r} has no chat template (no chat_template.jinja, "
+                                    "no 'chat_template' in tokenizer_config.json): add one to the checkpoint, or pass "
+                                    "plain prompts")
         text = self.chat_template.render(conversation, add_generation_prompt,
                                          **{**self.special_tokens_map, **variables})
         return self.encode(text, add_special_tokens=False) if tokenize else text
@@ -121,7 +104,6 @@ def _token_text(value) -> str | None:
 def load_text_tokenizer(path: str | Path) -> TextTokenizer | None:
     """tokenizer.json + tokenizer_config.json + chat template + generation_config.json's eos ids, or None
     when the directory has no tokenizer.json."""
-    from .chat import find_chat_template
     path = Path(path)
     backend = load_tokenizer(path)
     if backend is None:
@@ -133,7 +115,6 @@ def load_text_tokenizer(path: str | Path) -> TextTokenizer | None:
 
 
 def _read_json(file: Path) -> dict:
-    import json
     if not file.is_file():
         return {}
     try:

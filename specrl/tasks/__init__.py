@@ -10,28 +10,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .arith import DEFAULT_TASK, TASKS, ArithSpec, Problem, check_solution, is_counted, make_problems, task_spec
+from .arith import DEFAULT_TASK, TASKS, ArithSpec, Problem, is_counted, make_problems, task_spec
 from .reward import arith_reward, extract_answer
 from .tokenizer import SpecialIds, build_tokenizer, load_tokenizer, save_tokenizer
 
 POLICY_DIR = Path(__file__).parent / "assets" / "policy"
 
-# Name under which the reward registry (specrl.train.rewards) exposes the tasks' checker.
-REWARD_NAME = "chain"
-
 
 def default_policy_path() -> Path:
     """Directory of the shipped base policy (HF format: config.json, bf16 safetensors, tokenizer)."""
     if not (POLICY_DIR / "config.json").is_file() or not any(POLICY_DIR.glob("*.safetensors")):
-        raise FileNotFoundError(
-            f"the embedded base policy is missing at {str(POLICY_DIR)!r}; build it with "
-            f"`specrl pretrain --out {POLICY_DIR}` (about 20 minutes on 2 CPU cores)"
-        )
+        raise FileNotFoundError(f"the embedded base policy is missing at {str(POLICY_DIR)!r}; build it with "
+                                f"`specrl pretrain --out {POLICY_DIR}` (about 20 minutes on 2 CPU cores)")
     return POLICY_DIR
 
 
-__all__ = [
-    "ArithSpec", "DEFAULT_TASK", "POLICY_DIR", "Problem", "REWARD_NAME", "SpecialIds", "TASKS", "arith_reward",
-    "build_tokenizer", "check_solution", "default_policy_path", "extract_answer", "is_counted", "load_tokenizer",
-    "make_problems", "save_tokenizer", "task_spec",
-]
+__all__ = ["ArithSpec", "DEFAULT_TASK", "POLICY_DIR", "Problem", "SpecialIds", "TASKS", "arith_reward",
+           "build_tokenizer", "default_policy_path", "extract_answer", "is_counted", "load_tokenizer", "make_problems",
+           "save_tokenizer", "task_spec"]

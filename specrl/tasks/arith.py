@@ -1,25 +1,18 @@
-"""The embedded tasks: multi-step problems with a worked scratchpad and a verifiable answer.
+"""The embedded tasks: function chasing with a worked scratchpad and a verifiable answer.
 
-Two kinds share one generator, tokenizer and reward (ArithSpec.kind):
+The prompt lists a random map f on the digits, a start s and a hop count n; the answer is f applied n times
+to s, one scratchpad line per hop. A worked solution comes in one of two styles, and the checker accepts
+either:
 
-- "chase": the prompt lists a random map f on the digits, a start s and a hop count n; the answer is f
-  applied n times to s, one scratchpad line per hop. A worked solution comes in one of two styles, and the
-  checker accepts either:
+    prompt   = "Q:0=3 1=7 2=2 3=5 4=0 5=8 6=1 7=9 8=6 9=4 s6 n3=?\n"
+    plain    = "6=1\n1=7\n7=9\nA:9"              (then EOS)
+    counted  = "003:6=1\n002:1=7\n001:7=9\nA:9"  (each line first says how many hops are left)
 
-      prompt   = "Q:0=3 1=7 2=2 3=5 4=0 5=8 6=1 7=9 8=6 9=4 s6 n3=?\n"
-      plain    = "6=1\n1=7\n7=9\nA:9"              (then EOS)
-      counted  = "003:6=1\n002:1=7\n001:7=9\nA:9"  (each line first says how many hops are left)
+A plain solution must count its own lines to know when to stop, which a small model cannot do on long
+chains; a counted one stops at the line that says 1, at the price of more tokens a line.
 
-  A plain solution must count its own lines to know when to stop, which a small model cannot do on long
-  chains; a counted one stops at the line that says 1, at the price of more tokens a line.
-
-- "arith": chained single-digit +/- mod `modulus`, labelled so that line i finds operation i in the prompt.
-
-      prompt   = "Q:6a-7b+5c-8=?\n"
-      response = "6a-7=9\n9b+5=4\n4c-8=6\nA:6"
-
-The number of steps is drawn from a clipped lognormal, which gives response lengths the long right tail of
-real reasoning rollouts; the named tasks (`TASKS`) are two such distributions of chase problems.
+The number of hops is drawn from a clipped lognormal, which gives response lengths the long right tail of
+real reasoning rollouts; the named tasks (`TASKS`) are two such distributions.
 """
 from __future__ import annotations
 
@@ -34,8 +27,6 @@ from ..errors import require
 
 SPLITS = ("train", "test")
 _SPLIT_SALT = {"train": 0x5EED_0001, "test": 0x5EED_7E57}  # each split's seed stream (make_problems)
-
-
 # Counted lines carry the hops left in a fixed width: every line then has the same length, so a small model
 # finds the previous line's counter at a fixed distance back (it learns to decrement far sooner that way).
 COUNTER_DIGITS = 3
@@ -45,35 +36,28 @@ COUNTER_DIGITS = 3
 class ArithSpec:
     """Difficulty knobs of the task. The defaults are what the shipped base policy was trained on."""
 
-    modulus: int = 10           # running value lives in [0, modulus)
-    max_operand: int = 9        # operands after the first are drawn from [0, max_operand]
-    hops_median: float = 3.0    # median number of operations
+    hops_median: float = 3.0    # median number of hops
     hops_sigma: float = 0.9     # lognormal shape: larger means a heavier tail
     min_hops: int = 1
-    max_hops: int = 20          # the longest response is then ~150 tokens
-    kind: str = "chase"         # "chase": follow a digit function n hops; "arith": chained +/- mod modulus
-    # share of generated chase solutions (`Problem.response`, the supervised data) in the counted style; a
-    # prompt's hash picks its style, so the prompts themselves do not depend on it
+    max_hops: int = 20
+    # share of generated solutions (`Problem.response`, the supervised data) in the counted style; a prompt's
+    # hash picks its style, so the prompts themselves do not depend on it
     counted_share: float = 0.0
 
     def __post_init__(self) -> None:
         self.validate()  # built in Python, from DataConfig's and the pretrain stages' hop knobs
 
     def validate(self) -> None:
-        require(self.modulus >= 2, "modulus", self.modulus, ">= 2", "use e.g. 10")
-        require(self.max_operand > 0, "max_operand", self.max_operand, "> 0", "use e.g. 9")
         require(1 <= self.min_hops <= self.max_hops, "min_hops", self.min_hops, f"in [1, max_hops={self.max_hops}]")
-        require(self.kind in ("chase", "arith"), "kind", self.kind, "'chase' or 'arith'")
-        require(self.kind != "chase" or self.max_hops < 10 ** COUNTER_DIGITS, "max_hops", self.max_hops,
-                f"< {10 ** COUNTER_DIGITS}", f"a chase counter has {COUNTER_DIGITS} digits")
+        require(self.max_hops < 10 ** COUNTER_DIGITS, "max_hops", self.max_hops, f"< {10 ** COUNTER_DIGITS}",
+                f"a chase counter has {COUNTER_DIGITS} digits")
         require(0.0 <= self.counted_share <= 1.0, "counted_share", self.counted_share, "a share in [0, 1]")
         require(self.hops_median > 0, "hops_median", self.hops_median, "> 0")
         require(self.hops_sigma >= 0, "hops_sigma", self.hops_sigma, ">= 0")
 
 
-# The named embedded tasks (`data.source`): chase problems whose hop counts follow a clipped lognormal.
-# "chain" (the default) is shaped like reasoning RL: long median responses and a long right tail, so a rollout's
-# time goes to a few long responses. "arith" is a short task.
+# The named embedded tasks (`data.source`). "chain" (the default) is shaped like reasoning RL: long median responses
+# and a long right tail, so a rollout's time goes to a few long responses. "arith" is a short task.
 TASKS: dict[str, ArithSpec] = {
     "chain": ArithSpec(hops_median=22.0, hops_sigma=0.7, max_hops=125),
     "arith": ArithSpec(),
@@ -83,8 +67,7 @@ DEFAULT_TASK = "chain"
 
 def task_spec(name: str, hops_median: float | None = None, hops_sigma: float | None = None,
               max_hops: int | None = None) -> ArithSpec:
-    """The named task's spec, with any hop-count knob given replacing its own; an unknown name raises a
-    ValueError listing the valid ones."""
+    """The named task's spec, with any hop-count knob given replacing its own."""
     if name not in TASKS:
         raise ValueError(f"unknown embedded task {name!r}; valid: {list(TASKS)} (or a .jsonl / .parquet file of "
                          "prompt/answer rows)")
@@ -93,65 +76,32 @@ def task_spec(name: str, hops_median: float | None = None, hops_sigma: float | N
 
 
 class Problem(NamedTuple):
-    prompt: str      # "Q:6-7+5-8=?\n"
+    prompt: str      # "Q:0=3 1=7 2=2 3=5 4=0 5=8 6=1 7=9 8=6 9=4 s6 n3=?\n"
     response: str    # worked solution ending in "A:<answer>" (EOS is not part of the text)
-    answer: str      # "6"
+    answer: str      # "9"
     num_ops: int
 
 
-def sample_num_ops(rng: random.Random, spec: ArithSpec) -> int:
-    """Clipped lognormal: median `hops_median`, tail set by `hops_sigma`."""
-    n = round(math.exp(rng.gauss(math.log(spec.hops_median), spec.hops_sigma)))
-    return min(max(n, spec.min_hops), spec.max_hops)
-
-
-LABELS = "abcdefghijklmnopqrst"  # one label per operation; the prompt and the scratchpad both carry it
-
-
-def solve(first: int, ops: list[tuple[str, int]], modulus: int) -> tuple[list[str], int]:
-    """Scratchpad lines and final value of `first (op b)...` evaluated left to right mod `modulus`.
-    Line i is `<value><label i><op><b>=<new>`: the label lets the model find operation i in the prompt by
-    matching the label (an induction-style copy) instead of counting positions."""
-    value, lines = first % modulus, []
-    for label, (op, b) in zip(LABELS, ops):
-        new = (value + b) % modulus if op == "+" else (value - b) % modulus
-        lines.append(f"{value}{label}{op}{b}={new}")
-        value = new
-    return lines, value
-
-
-def chase_lines(f: list[int], start: int, hops: int, counted: bool) -> tuple[list[str], int]:
-    """Scratchpad lines of `hops` lookups from `start` through the map `f`, and the value reached."""
+def chase_solution(f: list[int], start: int, hops: int, counted: bool) -> tuple[str, int]:
+    """Worked solution of `hops` lookups from `start` through the map `f`, and the value reached."""
     lines, x = [], start
     for i in range(hops):
         lines.append(f"{hops - i:0{COUNTER_DIGITS}d}:{x}={f[x]}" if counted else f"{x}={f[x]}")
         x = f[x]
-    return lines, x
+    return "\n".join(lines + [f"A:{x}"]), x
 
 
-def make_chase(rng: random.Random, spec: ArithSpec) -> Problem:
-    """Function chasing (the module docstring's example): each scratchpad line `x=f(x)` looks f(x) up in the
-    prompt by matching `x=`."""
-    n = sample_num_ops(rng, spec)
+def make_problem(rng: random.Random, spec: ArithSpec) -> Problem:
+    """Each scratchpad line `x=f(x)` looks f(x) up in the prompt by matching `x=`."""
+    n = round(math.exp(rng.gauss(math.log(spec.hops_median), spec.hops_sigma)))  # lognormal, then clipped
+    n = min(max(n, spec.min_hops), spec.max_hops)
     f = [rng.randint(0, 9) for _ in range(10)]
     start = rng.randint(0, 9)
     table = " ".join(f"{i}={f[i]}" for i in range(10))
     prompt = f"Q:{table} s{start} n{n}=?\n"
     counted = (prompt_hash(prompt) >> 1) % 1000 < 1000 * spec.counted_share  # bit 0 picks the split
-    lines, x = chase_lines(f, start, n, counted)
-    return Problem(prompt, "\n".join(lines + [f"A:{x}"]), str(x), n)
-
-
-def make_problem(rng: random.Random, spec: ArithSpec) -> Problem:
-    if spec.kind == "chase":
-        return make_chase(rng, spec)
-    n = sample_num_ops(rng, spec)
-    first = rng.randint(0, min(spec.max_operand, spec.modulus - 1))
-    ops = [(rng.choice("+-"), rng.randint(0, spec.max_operand)) for _ in range(n)]
-    lines, value = solve(first, ops, spec.modulus)
-    expr = str(first) + "".join(f"{label}{op}{b}" for label, (op, b) in zip(LABELS, ops))
-    answer = str(value)
-    return Problem(f"Q:{expr}=?\n", "\n".join(lines + [f"A:{answer}"]), answer, n)
+    response, x = chase_solution(f, start, n, counted)
+    return Problem(prompt, response, str(x), n)
 
 
 def prompt_hash(prompt: str) -> int:
@@ -160,12 +110,9 @@ def prompt_hash(prompt: str) -> int:
 
 
 def make_problems(n: int, seed: int = 0, split: str = "train", spec: ArithSpec | None = None) -> list[Problem]:
-    """`n` deterministic problems of `split` (of the default task, "chain", without `spec`). The same
-    (n, seed, split, spec) always gives the same list.
-
-    Train and test never share a prompt: a prompt goes to test iff `prompt_hash` is odd, and the two
-    splits also use disjoint seed streams so that their difficulty mixes are independent draws.
-    """
+    """`n` deterministic problems of `split` (of the default task, "chain", without `spec`). Train and test never
+    share a prompt: a prompt goes to test iff `prompt_hash` is odd, and the two splits also use disjoint seed
+    streams so that their difficulty mixes are independent draws."""
     if split not in SPLITS:
         raise ValueError(f"split={split!r}: expected one of {SPLITS}")
     if n < 0:
@@ -181,62 +128,21 @@ def make_problems(n: int, seed: int = 0, split: str = "train", spec: ArithSpec |
     return out
 
 
-_CHASE_PROMPT = re.compile(r"Q:((?:\d=\d ){10})s(\d) n(\d+)=\?\n?")
-_ARITH_PROMPT = re.compile(r"Q:(\d+)((?:[a-t][+-]\d+)+)=\?\n?")
-
-
-def reference_solutions(prompt: str, modulus: int = 10) -> tuple[str, ...]:
-    """Every correct worked solution (scratchpad and `A:` line) of an embedded-task prompt of either kind,
-    rebuilt from the prompt alone: both styles of a chase prompt; () when `prompt` is not one of this
-    task's prompts."""
-    m = _CHASE_PROMPT.fullmatch(prompt)
-    if m:
-        f = [int(pair[2]) for pair in m.group(1).split()]
-        start, hops = int(m.group(2)), int(m.group(3))
-        out = []
-        for counted in (False, True):
-            lines, x = chase_lines(f, start, hops, counted)
-            out.append("\n".join(lines + [f"A:{x}"]))
-        return tuple(out)
-    m = _ARITH_PROMPT.fullmatch(prompt)
-    if m:
-        ops = [(op, int(b)) for _, op, b in re.findall(r"([a-t])([+-])(\d+)", m.group(2))]
-        lines, value = solve(int(m.group(1)), ops, modulus)
-        return ("\n".join(lines + [f"A:{value}"]),)
-    return ()
-
-
-def is_counted(response: str) -> bool:
-    """Whether a chase response is written in the counted style (its first line starts `<hops left>:`)."""
-    return bool(_COUNTED_LINE.match(response))
-
-
+_PROMPT = re.compile(r"Q:((?:\d=\d ){10})s(\d) n(\d+)=\?\n?")
 _COUNTED_LINE = re.compile(rf"\d{{{COUNTER_DIGITS}}}:\d=\d")
 
 
-def check_solution(problem: Problem, spec: ArithSpec | None = None) -> bool:
-    """Recompute the answer from the prompt alone (independent parser) and compare."""
-    spec = spec or ArithSpec()
-    if spec.kind == "chase":
-        body = problem.prompt.removeprefix("Q:").removesuffix("=?\n").split(" ")
-        f = {int(pair[0]): int(pair[2]) for pair in body[:10]}
-        x = int(body[10][1:])
-        for _ in range(int(body[11][1:])):
-            x = f[x]
-        return str(x) == problem.answer
-    expr = problem.prompt.removeprefix("Q:").removesuffix("=?\n")
-    tokens, num = [], ""
-    for ch in expr:
-        if ch in LABELS:
-            continue
-        if ch in "+-":
-            tokens.append(int(num))
-            tokens.append(ch)
-            num = ""
-        else:
-            num += ch
-    tokens.append(int(num))
-    value = tokens[0]
-    for op, b in zip(tokens[1::2], tokens[2::2]):
-        value = value + b if op == "+" else value - b
-    return str(value % spec.modulus) == problem.answer
+def reference_solutions(prompt: str) -> tuple[str, ...]:
+    """Both styles' worked solutions (scratchpad and `A:` line) of an embedded-task prompt, rebuilt from the
+    prompt alone; () when `prompt` is not one of this task's prompts."""
+    m = _PROMPT.fullmatch(prompt)
+    if not m:
+        return ()
+    f = [int(pair[2]) for pair in m.group(1).split()]
+    return tuple(chase_solution(f, int(m.group(2)), int(m.group(3)), counted)[0] for counted in (False, True))
+
+
+def is_counted(response: str) -> bool:
+    """Whether a response is written in the counted style (its first line starts `<hops left>:`)."""
+    return bool(_COUNTED_LINE.match(response))
+

@@ -1,8 +1,7 @@
-"""Supervised batches of the arithmetic task: `<bos> prompt response <eos>`, length-bucketed.
+"""Supervised batches of the embedded task, `<bos> prompt response <eos>`, as a pure function of the seed.
 
-Problems are drawn in pools, sorted by length and cut into batches of at most `batch_tokens`
-padded tokens, so that short and long problems rarely share a batch and little compute goes to
-padding. The stream is a pure function of the seed.
+Problems are drawn in pools, sorted by length and cut into batches of at most `batch_tokens` padded tokens, so
+that short and long problems rarely share a batch and little compute goes to padding.
 """
 from __future__ import annotations
 
@@ -17,39 +16,36 @@ from .arith import ArithSpec, Problem, make_problems
 from .tokenizer import SpecialIds
 
 
+Row = tuple[list[int], int]  # a problem's token ids and its prompt length
+
+
 class Batch(NamedTuple):
-    input_ids: torch.Tensor   # [B, T] right-padded with <pad>
-    positions: torch.Tensor   # [B, T] 0..T-1 per row
+    input_ids: torch.Tensor   # [B, T] right-padded with <pad>, positions 0..T-1 per row
     targets: torch.Tensor     # [B, T] next token, -100 where no loss is taken
-    num_loss_tokens: int
 
 
-def encode_problem(tok: Tokenizer, ids: SpecialIds, p: Problem) -> tuple[list[int], int]:
+def encode_problem(tok: Tokenizer, ids: SpecialIds, p: Problem) -> Row:
     """Token ids of `<bos> prompt response <eos>` and the length of `<bos> prompt`."""
     prompt = tok.encode(p.prompt).ids  # the post-processor prepends <bos>
     response = tok.encode(p.response, add_special_tokens=False).ids
     return prompt + response + [ids.eos], len(prompt)
 
 
-def collate(seqs: list[tuple[list[int], int]], pad_id: int, loss_on_prompt: bool = False) -> Batch:
+def collate(seqs: list[Row], pad_id: int) -> Batch:
     """Right-pad to the longest row; targets are the next tokens of the response (and EOS)."""
     T = max(len(s) for s, _ in seqs)
     input_ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)  # [B, T]
     targets = torch.full((len(seqs), T), -100, dtype=torch.long)  # [B, T]
     for i, (s, prompt_len) in enumerate(seqs):
         input_ids[i, : len(s)] = torch.tensor(s)
-        start = 0 if loss_on_prompt else prompt_len - 1  # predicting token t+1 from position t
-        targets[i, start : len(s) - 1] = torch.tensor(s[start + 1 :])
-    positions = torch.arange(T).expand(len(seqs), T)  # [B, T]
-    return Batch(input_ids, positions, targets, int((targets != -100).sum()))
+        targets[i, prompt_len - 1 : len(s) - 1] = torch.tensor(s[prompt_len:])  # position t predicts token t+1
+    return Batch(input_ids, targets)
 
 
-def pool_batches(seqs: list[tuple[list[int], int]], batch_tokens: int, rng: random.Random
-                 ) -> list[list[tuple[list[int], int]]]:
+def pool_batches(seqs: list[Row], batch_tokens: int, rng: random.Random) -> list[list[Row]]:
     """Sort by length, greedily fill batches up to `batch_tokens` padded tokens, shuffle batches."""
-    seqs = sorted(seqs, key=lambda s: len(s[0]))
-    batches: list[list[tuple[list[int], int]]] = [[]]
-    for s in seqs:
+    batches: list[list[Row]] = [[]]
+    for s in sorted(seqs, key=lambda s: len(s[0])):
         # rows are sorted ascending, so the current row sets the padded width of its batch
         if batches[-1] and (len(batches[-1]) + 1) * len(s[0]) > batch_tokens:
             batches.append([])
@@ -59,11 +55,10 @@ def pool_batches(seqs: list[tuple[list[int], int]], batch_tokens: int, rng: rand
 
 
 def train_batches(tok: Tokenizer, ids: SpecialIds, seed: int, batch_tokens: int, spec: ArithSpec | None = None,
-                  pool_size: int = 4096, loss_on_prompt: bool = False) -> Iterator[Batch]:
+                  pool_size: int = 4096) -> Iterator[Batch]:
     """Endless deterministic stream of training batches."""
     rng = random.Random(seed)
     for pool in itertools.count():
         problems = make_problems(pool_size, seed=seed * 100_003 + pool, split="train", spec=spec)
-        seqs = [encode_problem(tok, ids, p) for p in problems]
-        for rows in pool_batches(seqs, batch_tokens, rng):
-            yield collate(rows, ids.pad, loss_on_prompt)
+        for rows in pool_batches([encode_problem(tok, ids, p) for p in problems], batch_tokens, rng):
+            yield collate(rows, ids.pad)

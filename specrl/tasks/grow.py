@@ -25,8 +25,7 @@ from specrl.model import CausalLM, ModelConfig
 
 def check_growable(small: ModelConfig, big: ModelConfig) -> None:
     """Raise a ValueError naming the first field that makes `big` unable to hold `small`."""
-    same = ("vocab_size", "head_dim", "arch", "rope_theta", "tie_word_embeddings")
-    for name in same:
+    for name in ("vocab_size", "head_dim", "arch", "rope_theta", "tie_word_embeddings"):
         if getattr(small, name) != getattr(big, name):
             raise ValueError(f"cannot grow: {name} differs ({getattr(small, name)!r} vs {getattr(big, name)!r}); "
                              "growth keeps it fixed")
@@ -58,11 +57,15 @@ def grow(small: CausalLM, cfg: ModelConfig, noise_std: float = 0.0, seed: int = 
     """A `cfg`-shaped CausalLM computing the same function as `small` (up to `noise_std`)."""
     check_growable(small.config, cfg)
     big = CausalLM(cfg).float()
+    norm_scale = math.sqrt(small.config.hidden_size / cfg.hidden_size)
     gen = torch.Generator().manual_seed(seed)
-    for name, p in big.named_parameters():  # matrices: noise; norm weights: set below; biases: zero
-        p.copy_(torch.randn(p.shape, generator=gen) * noise_std if p.dim() >= 2 else torch.zeros(p.shape))
-    h, H = small.config.hidden_size, cfg.hidden_size
-    norm_scale = math.sqrt(h / H)
+    for name, p in big.named_parameters():  # matrices: noise; biases: zero; norms: see the module docstring
+        if p.dim() >= 2:
+            p.copy_(torch.randn(p.shape, generator=gen) * noise_std)
+        elif name.endswith("norm.weight"):  # q/k norms act per head over head_dim, which growth keeps: unscaled
+            p.fill_(1.0 if name.endswith(("q_norm.weight", "k_norm.weight")) else norm_scale)
+        else:
+            p.zero_()
     src = {k: v.float() for k, v in small.state_dict().items()}
     dst = big.state_dict()  # shares storage with the parameters: writes below land in `big`
 
@@ -72,27 +75,18 @@ def grow(small: CausalLM, cfg: ModelConfig, noise_std: float = 0.0, seed: int = 
     put("model.embed_tokens.weight", src["model.embed_tokens.weight"])
     if not cfg.tie_word_embeddings:
         put("lm_head.weight", src["lm_head.weight"])
-    dst["model.norm.weight"].fill_(norm_scale)
     put("model.norm.weight", src["model.norm.weight"] * norm_scale)
-    l_small, l_big = small.config.num_layers, cfg.num_layers
-    depths = grown_depths(l_small, l_big)
-    for j in range(l_big):
+    depths = grown_depths(small.config.num_layers, cfg.num_layers)
+    for j in range(cfg.num_layers):
         prefix = f"model.layers.{j}."
-        for norm in ("input_layernorm", "post_attention_layernorm"):
-            dst[prefix + norm + ".weight"].fill_(norm_scale)
-        for norm in ("q_norm", "k_norm"):  # per head over head_dim, which growth keeps: unscaled
-            if prefix + f"self_attn.{norm}.weight" in dst:
-                dst[prefix + f"self_attn.{norm}.weight"].fill_(1.0)
-        if j not in depths:  # a residual identity: nothing is written back into the stream
-            dst[prefix + "self_attn.o_proj.weight"].zero_()
-            dst[prefix + "mlp.down_proj.weight"].zero_()
-            continue
-        sp = f"model.layers.{depths.index(j)}."
-        for key, value in src.items():
-            if key.startswith(sp):
-                rest = key[len(sp):]
-                put(prefix + rest, value * norm_scale if rest.endswith("layernorm.weight") else value)
-        # new heads and MLP units write nothing into the stream yet
-        dst[prefix + "self_attn.o_proj.weight"][:, small.config.num_heads * cfg.head_dim:].zero_()
-        dst[prefix + "mlp.down_proj.weight"][:, small.config.intermediate_size:].zero_()
+        if j in depths:
+            sp = f"model.layers.{depths.index(j)}."
+            for key, value in src.items():
+                if key.startswith(sp):
+                    rest = key[len(sp):]
+                    put(prefix + rest, value * norm_scale if rest.endswith("layernorm.weight") else value)
+        # new heads and MLP units write nothing into the stream yet, nor does a new layer (a residual identity)
+        heads, units = (small.config.num_heads, small.config.intermediate_size) if j in depths else (0, 0)
+        dst[prefix + "self_attn.o_proj.weight"][:, heads * cfg.head_dim:].zero_()
+        dst[prefix + "mlp.down_proj.weight"][:, units:].zero_()
     return big

@@ -18,20 +18,19 @@ DIFFICULTIES = ("tiny", "easy", "hard", "mix")
 NAMES = ("Maya", "Liam", "Ana", "Noah", "Zoe", "Omar", "Ivy", "Theo", "Lena", "Ravi", "Sofia", "Ben")
 ITEMS = ("apples", "marbles", "stickers", "books", "pencils", "shells", "coins", "cookies", "stamps", "cards")
 INSTRUCTION = "Solve the problem step by step, then put the final answer in \\boxed{}."
+TINY_INSTRUCTION = "Put the final answer in \\boxed{}."
 
 
 @dataclass(frozen=True)
 class WordProblem:
     question: str
     answer: int
-    difficulty: str  # "easy" | "hard"
+    difficulty: str  # "tiny" | "easy" | "hard"
     steps: int  # operations needed
 
     @property
     def prompt(self) -> str:
-        if self.difficulty == "tiny":
-            return f"{self.question} {TINY_INSTRUCTION}"
-        return f"{self.question}\n{INSTRUCTION}"
+        return f"{self.question} {TINY_INSTRUCTION}" if self.difficulty == "tiny" else f"{self.question}\n{INSTRUCTION}"
 
     def row(self, chat: bool = False) -> dict:
         """A JSONL row: `prompt` (or chat `messages`), `answer`, and metadata."""
@@ -74,9 +73,6 @@ def _distractor(rng: random.Random, name: str, item: str) -> str:
                        f"{friend} has {rng.randint(2, 40)} {item}, but keeps them."])
 
 
-TINY_INSTRUCTION = "Put the final answer in \\boxed{}."
-
-
 def make_tiny_problem(rng: random.Random) -> WordProblem:
     a, b = rng.randint(1, 9), rng.randint(1, 9)
     if rng.random() < 0.5:
@@ -88,9 +84,6 @@ def make_tiny_problem(rng: random.Random) -> WordProblem:
 def make_word_problem(rng: random.Random, difficulty: str) -> WordProblem:
     if difficulty == "tiny":
         return make_tiny_problem(rng)
-    if difficulty not in ("easy", "hard"):
-        raise ValueError(f"difficulty {difficulty!r}: expected 'tiny', 'easy' or 'hard' (or 'mix' for "
-                         "make_word_problems)")
     hard = difficulty == "hard"
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     x = rng.randint(5, 40) if hard else rng.randint(2, 20)
@@ -112,9 +105,5 @@ def make_word_problems(n: int, difficulty: str = "easy", seed: int = 0) -> list[
         raise ValueError(f"difficulty {difficulty!r}: expected one of {list(DIFFICULTIES)}")
     if n < 0:
         raise ValueError(f"n={n}: expected >= 0")
-    out = []
-    for i in range(n):
-        rng = random.Random(f"math-word/{seed}/{i}")  # str seeds hash deterministically (not with PYTHONHASHSEED)
-        level = difficulty if difficulty != "mix" else rng.choice(("easy", "hard"))
-        out.append(make_word_problem(rng, level))
-    return out
+    rngs = (random.Random(f"math-word/{seed}/{i}") for i in range(n))  # str seeds ignore PYTHONHASHSEED
+    return [make_word_problem(rng, difficulty if difficulty != "mix" else rng.choice(("easy", "hard"))) for rng in rngs]

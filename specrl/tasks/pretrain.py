@@ -20,12 +20,13 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import require, require_min
+from ..model import CausalLM, ModelConfig, load_model, save_model
 from ..optim import OptimSettings, build_optimizer, clip_grad, clock_step
-from .arith import ArithSpec, is_counted, make_problems, task_spec
+from .arith import ArithSpec, Problem, is_counted, make_problems, task_spec
 from .batches import train_batches
-from .evaluate import accuracy
+from .grow import grow, grown_config
 from .reward import arith_reward
-from .tokenizer import build_tokenizer, save_tokenizer, special_ids
+from .tokenizer import SpecialIds, build_tokenizer, save_tokenizer, special_ids
 
 
 def stage_optim(lr: float, warmup_steps: int = 30, min_lr_ratio: float = 0.05) -> OptimSettings:
@@ -123,29 +124,19 @@ class PretrainConfig:
         task_spec(self.eval_task)
 
 
-def model_config(cfg: PretrainConfig, vocab_size: int, bos: int, eos: int, pad: int):
-    from specrl.model import ModelConfig
-    return ModelConfig(vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-                       num_layers=cfg.num_layers, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
-                       head_dim=cfg.head_dim, arch="qwen3", max_position_embeddings=cfg.max_position_embeddings,
-                       tie_word_embeddings=True, bos_token_id=bos, eos_token_id=[eos], pad_token_id=pad)
-
-
-def length_percentiles(n: int = 20000, seed: int = 0, spec: ArithSpec | None = None) -> dict[str, float]:
-    """p50/p90/p99 of response lengths in tokens (characters plus EOS) of `spec`'s worked solutions."""
-    lens = np.array([len(p.response) + 1 for p in make_problems(n, seed, "train", spec)])
-    return {f"p{q}": float(np.percentile(lens, q)) for q in (50, 90, 99)}
-
-
-def init_weights(model, std: float = 0.02) -> None:
-    """GPT-2 style init: N(0, std) matrices, residual output projections scaled by 1/sqrt(2 L).
-
-    The default nn.Embedding init (unit variance) with tied embeddings makes initial logits huge."""
+def init_model(cfg: PretrainConfig, vocab_size: int, ids: SpecialIds, std: float = 0.02) -> CausalLM:
+    """A fresh Qwen3-style policy with GPT-2 style init: N(0, std) matrices, residual output projections scaled by
+    1/sqrt(2 L) (the default nn.Embedding init, unit variance, with tied embeddings makes initial logits huge)."""
+    model = CausalLM(ModelConfig(
+        vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_layers=cfg.num_layers, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+        arch="qwen3", max_position_embeddings=cfg.max_position_embeddings, tie_word_embeddings=True,
+        bos_token_id=ids.bos, eos_token_id=[ids.eos], pad_token_id=ids.pad))
     residual_std = std / math.sqrt(2 * model.config.num_layers)
     for name, p in model.named_parameters():
         if p.dim() >= 2:
-            is_residual = name.endswith(("o_proj.weight", "down_proj.weight"))
-            torch.nn.init.normal_(p, 0.0, residual_std if is_residual else std)
+            torch.nn.init.normal_(p, 0.0, residual_std if name.endswith(("o_proj.weight", "down_proj.weight")) else std)
+    return model
 
 
 def accuracy_by_ops(problems, completions) -> dict[str, float]:
@@ -162,9 +153,8 @@ def accuracy_by_ops(problems, completions) -> dict[str, float]:
 
 def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, budget_s: float,
                 on_step: Callable[[str, int, dict], None] | None) -> dict:
-    """Next-token training on one stage's worked solutions, with a fresh AdamW. The cosine follows the step
-    count or the stage's share of the clock, whichever is further along, so a run cut short by the clock
-    still ends annealed."""
+    """Next-token training on one stage's worked solutions, with a fresh AdamW. The cosine follows the step count or the
+    stage's share of the clock, whichever is further along, so a run cut short by the clock still ends annealed."""
     opt = build_optimizer(model, stage.optim)
     start, step, loss_ema = time.monotonic(), 0, float("nan")
     # stage 0 keeps the seed of the single-stage recipe it grew from: its batches are the same
@@ -179,7 +169,7 @@ def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, 
             group["lr"] = lr
         b = next(batches)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
-            logits = model(b.input_ids, b.positions).logits  # [B, T, V]
+            logits = model(b.input_ids).logits  # [B, T, V]
         loss = F.cross_entropy(logits.float().flatten(0, 1), b.targets.flatten(), ignore_index=-100)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -193,24 +183,42 @@ def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, 
             "final_loss": round(loss_ema, 4) if step else None}
 
 
-def evaluate_policy(model, tok, ids, cfg: PretrainConfig) -> dict:
+def accuracy(model, tok, problems: list[Problem], max_new_tokens: int = 1100, temperature: float = 1.0,
+             seed: int = 0) -> tuple[float, list[str]]:
+    """Fraction of problems whose completion (one a problem, sampled at `temperature`; 0: greedy) earns reward 1,
+    and the completions (text, special tokens dropped). Sampled by default: a greedy small policy loops on long
+    chains until max_new_tokens."""
+    from ..engine import LLM, SamplingParams
+    from ..engine.sampling import per_prompt
+
+    if not problems:
+        return 0.0, []
+    prompts = [tok.encode(p.prompt).ids for p in problems]
+    llm = LLM(model, max_num_seqs=min(64, len(prompts)), max_model_len=max(map(len, prompts)) + max_new_tokens)
+    params = per_prompt(SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed), len(prompts))
+    outs = llm.generate(prompts, params)  # each stops at the model config's EOS
+    texts = [tok.decode(o.outputs[0].token_ids, skip_special_tokens=True) for o in outs]
+    rewards = [arith_reward(c, p.answer, p.prompt) for c, p in zip(texts, problems)]
+    return sum(rewards) / len(rewards), texts
+
+
+def evaluate_policy(model, tok, cfg: PretrainConfig) -> dict:
     """Held-out accuracy (one sample a problem at temperature 1) on the eval task, per hop-count bucket, and
     the share of counted answers."""
     spec = task_spec(cfg.eval_task)
     test = make_problems(cfg.eval_problems, cfg.eval_seed, "test", spec)
-    acc, completions = accuracy(model, tok, ids, test, cfg.eval_max_new_tokens)
+    acc, completions = accuracy(model, tok, test, cfg.eval_max_new_tokens)
+    lens = np.array([len(p.response) + 1 for p in make_problems(20000, 0, "train", spec)])  # tokens: chars, EOS
     return {"heldout_task": cfg.eval_task, "heldout_accuracy": acc, "heldout_problems": len(test),
             "heldout_accuracy_by_ops": accuracy_by_ops(test, completions),
             "heldout_counted_share": round(sum(map(is_counted, completions)) / max(len(completions), 1), 3),
-            "response_length_tokens": length_percentiles(spec=spec)}
+            "response_length_tokens": {f"p{q}": float(np.percentile(lens, q)) for q in (50, 90, 99)}}
 
 
 def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
              on_step: Callable[[str, int, dict], None] | None = None) -> dict:
     """Train the base policy stage by stage and write an HF checkpoint (bf16 safetensors, tokenizer,
     recipe.json) to `out_dir`. Returns the recipe record: config, per-stage stats, held-out accuracy."""
-    from specrl.model import CausalLM, load_model, save_model
-
     cfg = cfg or PretrainConfig()
     torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
@@ -219,16 +227,13 @@ def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
     if cfg.init_from:
         model = load_model(cfg.init_from, dtype=torch.float32)
     else:
-        model = CausalLM(model_config(cfg, tok.get_vocab_size(), ids.bos, ids.eos, ids.pad))
-        init_weights(model)
+        model = init_model(cfg, tok.get_vocab_size(), ids)
     # step 1: the stages, each with its share of the time budget
     planned = sum(st.end for st in cfg.stages) or 1
     stages = [train_stage(model, st, i, cfg, tok, ids, cfg.time_budget_s * max(st.end, 1) / planned, on_step)
               for i, st in enumerate(cfg.stages)]
     trained_params = model.config.num_params
     if cfg.grow:
-        from .grow import grow, grown_config
-
         big = grown_config(model.config, cfg.grow_hidden_size, cfg.grow_intermediate_size, cfg.grow_num_layers,
                            cfg.grow_num_heads, cfg.grow_num_kv_heads)
         model = grow(model.float(), big, cfg.grow_noise_std, cfg.seed)
@@ -236,7 +241,7 @@ def pretrain(out_dir: str | Path, cfg: PretrainConfig | None = None,
     model = model.to(torch.bfloat16).to(torch.float32).eval()
     t0 = time.monotonic()
     record = {"recipe": asdict(cfg), "stages": stages, "steps_done": sum(st["steps_done"] for st in stages),
-              "train_s": round(sum(st["train_s"] for st in stages), 1), **evaluate_policy(model, tok, ids, cfg),
+              "train_s": round(sum(st["train_s"] for st in stages), 1), **evaluate_policy(model, tok, cfg),
               "eval_s": round(time.monotonic() - t0, 1), "num_params": model.config.num_params,
               "trained_num_params": trained_params, "torch": torch.__version__}
     # step 3: one atomic HF directory: bf16 weights, config, tokenizer files, recipe.json

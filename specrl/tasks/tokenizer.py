@@ -1,8 +1,7 @@
 """Character-level tokenizer of the embedded task, in Hugging Face `tokenizer.json` format.
 
-One token per character, `<bos>` prepended on encode, decode concatenates characters back without
-spaces. `transformers.AutoTokenizer.from_pretrained(dir)` loads the saved directory as a
-`PreTrainedTokenizerFast`.
+One token per character, `<bos>` prepended on encode, decode concatenates characters back without spaces.
+`transformers.AutoTokenizer.from_pretrained(dir)` loads the saved directory as a `PreTrainedTokenizerFast`.
 """
 from __future__ import annotations
 

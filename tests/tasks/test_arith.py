@@ -2,14 +2,17 @@
 import numpy as np
 import pytest
 
-from specrl.tasks.arith import ArithSpec, Problem, check_solution, make_problems, prompt_hash, solve
+from specrl.tasks.arith import ArithSpec, Problem, make_problems, prompt_hash
 
 
-def test_worked_example_by_hand():
-    # 6-7 = -1 -> 9 (mod 10); 9+5 = 14 -> 4; 4-8 = -4 -> 6
-    lines, value = solve(6, [("-", 7), ("+", 5), ("-", 8)], 10)
-    assert lines == ["6a-7=9", "9b+5=4", "4c-8=6"]
-    assert value == 6
+def check_solution(problem: Problem) -> bool:
+    """Recompute the answer from the prompt alone (independent parser) and compare."""
+    body = problem.prompt.removeprefix("Q:").removesuffix("=?\n").split(" ")
+    f = {int(pair[0]): int(pair[2]) for pair in body[:10]}
+    x = int(body[10][1:])
+    for _ in range(int(body[11][1:])):
+        x = f[x]
+    return str(x) == problem.answer
 
 
 def test_generator_is_deterministic():
@@ -27,26 +30,6 @@ def test_train_and_test_never_share_a_prompt():
     # the split rule itself: test prompts hash odd, train prompts even
     assert all(prompt_hash(p) & 1 for p in test)
     assert not any(prompt_hash(p) & 1 for p in train)
-
-
-@pytest.mark.parametrize("split", ["train", "test"])
-def test_worked_solution_is_correct(split):
-    spec = ArithSpec(kind="arith")
-    for p in make_problems(500, seed=1, split=split, spec=spec):
-        assert check_solution(p, spec)
-        lines = p.response.split("\n")
-        assert lines[-1] == f"A:{p.answer}"
-        assert len(lines) == p.num_ops + 1
-        # the first line starts from the prompt's first number, each next one from the previous result
-        assert lines[0][:2] == p.prompt[2:4]  # first value and label "a"
-        for prev, line in zip(lines[:-2], lines[1:-1]):
-            assert line.startswith(prev.split("=")[1])
-        # every line's arithmetic is right, and the last result is the answer
-        for line in lines[:-1]:
-            lhs, rhs = line.split("=")
-            value, op, b = int(lhs[0]), lhs[2], int(lhs[3:])  # "<value><label><op><b>"
-            assert (value + b if op == "+" else value - b) % 10 == int(rhs)
-        assert lines[-2].split("=")[1] == p.answer
 
 
 def test_format_of_a_problem():
@@ -85,15 +68,8 @@ def test_bad_inputs_name_the_value():
         make_problems(1, split="dev")
     with pytest.raises(ValueError, match=r"min_hops=5 is invalid: expected in \[1, max_hops=2\]"):
         ArithSpec(min_hops=5, max_hops=2)
-    with pytest.raises(ValueError, match="modulus=1"):
-        ArithSpec(modulus=1)
-
-
-def test_harder_variant():
-    spec = ArithSpec(modulus=100, max_operand=99, kind="arith")
-    problems = make_problems(100, seed=0, spec=spec)
-    assert all(check_solution(p, spec) for p in problems)
-    assert any(len(x) == 2 for p in problems for x in p.prompt[2:-3].replace("+", " ").replace("-", " ").split())
+    with pytest.raises(ValueError, match="max_hops=1000 is invalid: expected < 1000"):
+        ArithSpec(max_hops=1000)
 
 
 @pytest.mark.parametrize("split", ["train", "test"])

@@ -75,11 +75,11 @@ def test_shipped_policy_accuracy_reproduces(policy_dir):
     # re-measure on 48 held-out short chains (2-5 hops, where the recipe's record puts the policy at 0.375-1.0)
     # so the check stays quick; loose bounds, the recorded figures used 200 problems of every length
     from specrl.model import load_model
-    from specrl.tasks.evaluate import accuracy
+    from specrl.tasks.pretrain import accuracy
 
-    tok, ids = tasks.load_tokenizer(policy_dir)
+    tok, _ = tasks.load_tokenizer(policy_dir)
     short = tasks.task_spec("chain", hops_median=3, hops_sigma=0.3, max_hops=5)
-    acc, completions = accuracy(load_model(policy_dir), tok, ids, tasks.make_problems(48, 0, "test", short),
+    acc, completions = accuracy(load_model(policy_dir), tok, tasks.make_problems(48, 0, "test", short),
                                 max_new_tokens=80)
     assert 0.3 <= acc <= 1.0
     assert all("\n" in c or c.startswith("A:") for c in completions[:8])

@@ -6,8 +6,7 @@ import torch
 from specrl.model import load_model
 from specrl.tasks.arith import make_problems
 from specrl.tasks.batches import collate, encode_problem
-from specrl.tasks.evaluate import accuracy
-from specrl.tasks.pretrain import PretrainConfig, Stage, pretrain, stage_optim
+from specrl.tasks.pretrain import PretrainConfig, Stage, accuracy, pretrain, stage_optim
 from specrl.tasks.tokenizer import build_tokenizer, special_ids
 from tests.helpers import tiny_model
 
@@ -28,7 +27,7 @@ def test_collate_masks_prompt_and_padding():
     assert batch.input_ids.tolist() == [[1, 5, 6, 7, 2], [1, 5, 6, 2, 0]]
     # loss on the response and EOS only: position t predicts token t+1
     assert batch.targets.tolist() == [[-100, -100, 7, 2, -100], [-100, 6, 2, -100, -100]]
-    assert batch.num_loss_tokens == 4
+    assert (batch.targets != -100).sum() == 4
 
 
 def test_encode_problem_layout():
@@ -55,14 +54,13 @@ def test_renamed_stage_and_recipe_keys_name_the_new_ones():
 
 
 def test_engine_accuracy_scores_the_completions_it_returns():
-    tok, ids = build_tokenizer(), None
-    ids = special_ids(tok)
+    tok = build_tokenizer()
     model = tiny_model(seed=1, vocab=tok.get_vocab_size(), max_pos=128)
     problems = make_problems(6, seed=0, split="test")
-    acc, texts = accuracy(model, tok, ids, problems, max_new_tokens=8, temperature=0.0)
+    acc, texts = accuracy(model, tok, problems, max_new_tokens=8, temperature=0.0)
     assert len(texts) == 6 and acc == 0.0  # an untrained model writes no worked solution
-    again = accuracy(model, tok, ids, problems, max_new_tokens=8, temperature=1.0, seed=3)[1]
-    assert again == accuracy(model, tok, ids, problems, max_new_tokens=8, temperature=1.0, seed=3)[1]
+    again = accuracy(model, tok, problems, max_new_tokens=8, temperature=1.0, seed=3)[1]
+    assert again == accuracy(model, tok, problems, max_new_tokens=8, temperature=1.0, seed=3)[1]
 
 
 def test_pretrain_smoke_writes_a_loadable_checkpoint(tmp_path):

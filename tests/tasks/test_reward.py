@@ -1,6 +1,6 @@
 import pytest
 
-from specrl.tasks.reward import arith_reward, extract_answer, is_well_formed
+from specrl.tasks.reward import arith_reward, extract_answer
 
 
 def test_extract_answer():
@@ -29,28 +29,17 @@ def test_reward(completion, reward):
     assert arith_reward(completion, "6") == reward
 
 
-def test_format_bonus_is_off_by_default():
-    wrong_but_tidy = "6a-7=9\n9b+5=3\n3c-8=5\nA:5"
-    assert arith_reward(wrong_but_tidy, "6") == 0.0
-    assert is_well_formed(wrong_but_tidy)
-    assert arith_reward(wrong_but_tidy, "6", format_bonus=0.1) == 0.1
-    assert arith_reward("6a-7=9\n9b+5=?\nA:5", "6", format_bonus=0.1) == 0.0
-    assert arith_reward("6a-7=9\n9b+5=4\n4c-8=6\nA:6", "6", format_bonus=0.1) == 1.0
-
-
 CHASE = "Q:0=0 1=3 2=4 3=3 4=7 5=3 6=4 7=2 8=4 9=8 s1 n2=?\n"  # 1 -> 3 -> 3: 3 is a fixed point
 
 
-def test_reference_solutions_rebuild_both_kinds_and_both_styles_from_the_prompt():
+def test_reference_solutions_rebuild_both_styles_from_the_prompt():
     from specrl.tasks.arith import ArithSpec, is_counted, make_problems, reference_solutions
 
     # hops left, zero-padded to 3 digits, before each lookup
     assert reference_solutions(CHASE) == ("1=3\n3=3\nA:3", "002:1=3\n001:3=3\nA:3")
-    for spec in (ArithSpec(kind="chase", counted_share=0.5), ArithSpec(kind="arith")):
-        problems = make_problems(60, seed=3, spec=spec)
-        for p in problems:
-            assert p.response in reference_solutions(p.prompt)
-            assert arith_reward(p.response, p.answer, p.prompt) == 1.0
+    for p in make_problems(60, seed=3, spec=ArithSpec(counted_share=0.5)):
+        assert p.response in reference_solutions(p.prompt)
+        assert arith_reward(p.response, p.answer, p.prompt) == 1.0
     counted = [is_counted(p.response) for p in make_problems(60, 3, spec=ArithSpec(counted_share=0.5))]
     assert 10 < sum(counted) < 50  # the share picks the style prompt by prompt
     assert reference_solutions("What is 2+2?") == ()
