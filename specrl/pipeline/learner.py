@@ -1,11 +1,9 @@
-"""The in-process learner: the policy and its `PolicyTrainer`, behind the pipeline's `Learner` protocol. It
-joins the policy trainer (specrl.train) and the online drafter trainer (specrl.drafters), so it sits above
-both: specrl.train imports no drafter code.
+"""The in-process learner: the policy trainer (specrl.train) and the online drafter trainer
+(specrl.drafters) behind the pipeline's `Learner` protocol, so that specrl.train imports no drafter code.
 
-With `rollout.drafter.online` the policy update's forward captures the drafter's inputs (`forward_hook`)
-and an `OnlineDrafterTrainer` distils them into its copy of the drafter, which the pipeline hot-swaps into
-the engine. `defer_drafter` (the long_tail schedule) keeps the data for `train_drafter()` in the next
-rollout's tail.
+With `rollout.drafter.online` the policy update's forward captures the drafter's inputs (`forward_hook`) and
+an `OnlineDrafterTrainer` distils them into its copy of the drafter, which the pipeline hot-swaps into the
+engine; `defer_drafter` (the long_tail schedule) keeps the data for `train_drafter()` in the next rollout's tail.
 """
 from __future__ import annotations
 
@@ -118,8 +116,7 @@ class LocalLearner:
         return self.drafter.named_weights()
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        for name, tensor in self.policy.state_dict().items():
-            yield name, tensor.detach()
+        return ((name, tensor.detach()) for name, tensor in self.policy.state_dict().items())
 
     def save(self, directory: Path) -> None:
         save_model(self.policy, directory / "model", tokenizer_dir=self.tokenizer_dir)
@@ -144,5 +141,5 @@ class LocalLearner:
             pending, self._drafter_metrics = dstate.pop("pending"), dstate.pop("metrics")
             self.drafter.load_state_dict(dstate)
             self._pending = None if pending is None else (
-                [DrafterBatch(**{**b, "hidden": {int(k): v for k, v in b["hidden"].items()}}) for b in pending["batches"]],
-                pending["rewards"])
+                [DrafterBatch(**{**b, "hidden": {int(k): v for k, v in b["hidden"].items()}})
+                 for b in pending["batches"]], pending["rewards"])

@@ -37,11 +37,8 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
     backend_row = get_backend(cfg.pipeline.backend)
     encoder = PromptEncoder(model_dir(cfg), cfg.data.chat_template)
     learner = load(backend_row.learner)(weights_dir, cfg, version, tokenizer_dir=model_dir(cfg))
-    make_backend = load(backend_row.rollout)
-    if _shares_policy(cfg) and not lacks(learner, SharedPolicy):  # no second copy, no sync copy
-        backend = make_backend(weights_dir, cfg, trace_path, policy=learner.policy)
-    else:
-        backend = make_backend(weights_dir, cfg, trace_path)
+    shared = {"policy": learner.policy} if _shares_policy(cfg) and not lacks(learner, SharedPolicy) else {}
+    backend = load(backend_row.rollout)(weights_dir, cfg, trace_path, **shared)  # shared: no second copy
     backend.weights_version = version
     try:
         check_capabilities(cfg, learner, backend)
@@ -51,8 +48,7 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
     # async: evaluation runs on the trainer's side with its own (in-process) engine, so rollout never pauses
     eval_backend = (load(get_backend(IN_PROCESS_ENGINE).rollout)(weights_dir, cfg) if cfg.pipeline.mode == "async"
                     else None)
-    d = cfg.rollout.drafter
-    health = DrafterHealth(d.health) if _has_model_drafter(cfg) else None
+    health = DrafterHealth(cfg.rollout.drafter.health) if _has_model_drafter(cfg) else None
     alarm = SamplerAlarm(cfg.rollout.audit_window) if cfg.rollout.audit != "off" else None
     return Parts(RolloutSide(backend, source, encoder),
                  LearnerSide(learner, get_reward(cfg.reward.name), encoder, learner.pad_id), held_out, eval_backend,
@@ -125,14 +121,14 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def check_context(cfg: TrainConfig, held_out: list[Example]) -> None:
-    """A response budget the policy's context cannot hold would cut every long response short: refuse it
-    before the run directory is touched, naming the knobs. The prompts checked are the held-out ones (an
-    embedded task's are as long as its training prompts)."""
+    """Refuses, before the run directory is touched, a response budget the policy's context cannot hold (it
+    would cut every long response short). The held-out prompts stand for the training ones."""
     from ..model.checkpoint import read_config
     context = read_config(model_dir(cfg)).max_position_embeddings
     encoder = PromptEncoder(model_dir(cfg), cfg.data.chat_template)
     prompt = max((len(encoder.encode(e.prompt)) for e in held_out[:64]), default=1)
-    for key, value in (("rollout.max_tokens", cfg.rollout.max_tokens), ("data.eval_max_tokens", cfg.data.eval_max_tokens)):
+    for key, value in (("rollout.max_tokens", cfg.rollout.max_tokens),
+                       ("data.eval_max_tokens", cfg.data.eval_max_tokens)):
         if prompt + value > context:
             raise ConfigError(f"{key}={value} is invalid: with prompts of up to {prompt} tokens it needs "
                               f"{prompt + value} positions, but the policy's context is {context} "

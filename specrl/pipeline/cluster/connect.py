@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from ...train.config import RayConfig
 
@@ -41,15 +42,7 @@ def connect(cfg: RayConfig):
     return ray
 
 
-_GROUPS: list = []  # this run's placement groups: made once, shared by the rollout and trainer sides
-
-
-def placement_groups(cfg: RayConfig) -> tuple[object, object]:
-    """(rollout group, trainer group) of `cfg.placement`: one STRICT_PACK group shared by all actors
-    (colocated: one node), or a PACK group each (split: Ray may place them on different nodes)."""
-    if not _GROUPS:
-        _GROUPS.extend(_make_groups(cfg))
-    return _GROUPS[0], _GROUPS[1]
+_GROUPS: list = []  # this run's (rollout, trainer) placement groups: made once, shared by both sides
 
 
 def release() -> None:
@@ -63,6 +56,8 @@ def release() -> None:
 
 
 def _make_groups(cfg: RayConfig) -> tuple[object, object]:
+    """(rollout group, trainer group) of `cfg.placement`: one STRICT_PACK group shared by all actors
+    (colocated: one node), or a PACK group each (split: Ray may place them on different nodes)."""
     ray = require_ray()
     from ray.util.placement_group import placement_group
 
@@ -77,14 +72,23 @@ def _make_groups(cfg: RayConfig) -> tuple[object, object]:
     return groups
 
 
-def bundle_offset(cfg: RayConfig, role: str) -> int:
-    """Index of a role's first bundle in its placement group."""
-    return cfg.rollout_actors if role == "trainer" and cfg.placement == "colocated" else 0
-
-
-def scheduling(pg, index: int):
+def placed(cfg: RayConfig, role: str, body: type, **options) -> Callable:
+    """(slot, *args) -> a new `body` actor (args to its __init__) on bundle `slot` of `role`'s bundles, with
+    Ray's actor `options`; joins or starts the cluster and makes the placement groups first."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-    return PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=index)
+
+    from .actors import remote_class
+    connect(cfg)
+    if not _GROUPS:
+        _GROUPS.extend(_make_groups(cfg))
+    pg = _GROUPS[1 if role == "trainer" else 0]
+    offset = cfg.rollout_actors if role == "trainer" and cfg.placement == "colocated" else 0  # its first bundle
+    cls = remote_class(body, **options)
+
+    def make(slot: int, *args):
+        strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=offset + slot)
+        return cls.options(scheduling_strategy=strategy).remote(*args)
+    return make
 
 
 def _bundle(cpus: float, gpus: float) -> dict:
