@@ -75,15 +75,12 @@ class RolloutWorker(threading.Thread):
         self.parts, self.cfg, self.first, self.versions, self.threads = parts, cfg, start, versions, threads
         self.out: queue.Queue = queue.Queue()  # (Rollout, load timings) or the exception that stopped the worker
 
-    def version_for(self, step: int) -> int:
-        return max(self.first, step - self.cfg.pipeline.max_policy_lag)
-
     def run(self) -> None:
         torch.set_num_threads(self.threads)
         loaded = self.first  # the engine starts with the weights the run starts from
         try:
             for step in range(self.first, self.cfg.schedule.max_steps):
-                version = self.version_for(step)
+                version = max(self.first, step - self.cfg.pipeline.max_policy_lag)
                 t0 = time.perf_counter()
                 state = self.versions.take(version) if version != loaded else None
                 if self.versions.closed:
@@ -187,7 +184,7 @@ def learn_and_publish(step: int, rollout: Rollout, parts: Parts, cfg: TrainConfi
     inflight = cfg.pipeline.inflight_updates
     if inflight and step + 1 < cfg.schedule.max_steps:  # a rollout still to come or running may sample from them
         parts.rollout.backend.update_weights(learner.named_weights(), step + 1)  # taken between engine steps
-    if step + 1 + cfg.pipeline.max_policy_lag < cfg.schedule.max_steps:  # = version_for(that step)
+    if step + 1 + cfg.pipeline.max_policy_lag < cfg.schedule.max_steps:  # = that step's version
         versions.publish(step + 1, None if inflight else learner.named_weights())  # a later rollout's weights
     # beside_trainer: the drafter trained after the update on this side; the worker's engine swaps it in
     # between two engine steps of whatever it is generating

@@ -51,7 +51,7 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
     health = DrafterHealth(cfg.rollout.drafter.health) if _has_model_drafter(cfg) else None
     alarm = SamplerAlarm(cfg.rollout.audit_window) if cfg.rollout.audit != "off" else None
     return Parts(RolloutSide(backend, source, encoder),
-                 LearnerSide(learner, get_reward(cfg.reward.name), encoder, learner.pad_id), held_out, eval_backend,
+                 LearnerSide(learner, get_reward(cfg.reward.name), encoder), held_out, eval_backend,
                  health=health, sampler_alarm=alarm)
 
 

@@ -46,7 +46,6 @@ class LearnerSide:
     learner: Learner
     reward: RewardFn
     encoder: PromptEncoder
-    pad_id: int
 
 
 @dataclass
@@ -135,7 +134,7 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
     advantages = compute_advantages(cfg.algorithm.advantage, rewards, group_size=cfg.rollout.n)  # [N]
     t1, c1 = time.perf_counter(), cpu_clock()
     batch = collate([r.prompt_token_ids for r, _ in samples], [c.token_ids for _, c in samples],
-                    [c.logprobs for _, c in samples], advantages, side.pad_id)
+                    [c.logprobs for _, c in samples], advantages, side.learner.pad_id)
     off_policy = rollout.version < rollout.step
     train_metrics = side.learner.step(batch, is_cap=cfg.algorithm.is_cap if off_policy else None, rewards=rewards,
                                       audit=audit_rows(rollout, cfg, len(samples)))

@@ -7,17 +7,14 @@ from typing import Callable
 
 from ...train.config import RayConfig
 
-INSTALL_HINT = "pip install 'specrl[ray]' (or pip install 'ray>=2.9')"
-
-
 def require_ray():
     """The `ray` module, or a MissingDependency (an ImportError) that says how to install it."""
     from ...errors import MissingDependency
     try:
         import ray
     except ImportError as e:
-        raise MissingDependency(f"pipeline.backend=ray needs Ray, which is not installed: {INSTALL_HINT}; or run "
-                          "in one process with pipeline.backend=local") from e
+        raise MissingDependency("pipeline.backend=ray needs Ray, which is not installed: pip install 'specrl[ray]' "
+                                "(or pip install 'ray>=2.9'); or run in one process with pipeline.backend=local") from e
     return ray
 
 
@@ -75,15 +72,13 @@ def _make_groups(cfg: RayConfig) -> tuple[object, object]:
 def placed(cfg: RayConfig, role: str, body: type, **options) -> Callable:
     """(slot, *args) -> a new `body` actor (args to its __init__) on bundle `slot` of `role`'s bundles, with
     Ray's actor `options`; joins or starts the cluster and makes the placement groups first."""
+    ray = connect(cfg)
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    from .actors import remote_class
-    connect(cfg)
     if not _GROUPS:
         _GROUPS.extend(_make_groups(cfg))
     pg = _GROUPS[1 if role == "trainer" else 0]
     offset = cfg.rollout_actors if role == "trainer" and cfg.placement == "colocated" else 0  # its first bundle
-    cls = remote_class(body, **options)
+    cls = ray.remote(**options)(body)
 
     def make(slot: int, *args):
         strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=offset + slot)

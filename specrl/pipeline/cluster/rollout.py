@@ -8,6 +8,7 @@ actor that dies mid-step is restarted with the current weights and its prompts g
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -77,12 +78,6 @@ class RayRolloutBackend:
         ray.get([a.set_version.remote(version) for a in self.actors])
         self._version = version
 
-    # step 1 of generate: contiguous runs of prompts, one per actor
-    def _chunks(self, n: int) -> list[range]:
-        k = len(self.actors)
-        bounds = [n * i // k for i in range(k + 1)]
-        return [range(bounds[i], bounds[i + 1]) for i in range(k)]
-
     def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
         import ray
         if self._cancelled:
@@ -96,8 +91,9 @@ class RayRolloutBackend:
             actor = self.actors[slot]
             ref = actor.generate.remote([prompts[i] for i in idx], [params[i] for i in idx], self._tags)
             pending[ref] = slot, idx, actor
-        for slot, idx in enumerate(self._chunks(len(prompts))):
-            if len(idx):
+        n, k = len(prompts), len(self.actors)
+        for slot in range(k):  # step 1: contiguous runs of prompts, one per actor
+            if len(idx := range(n * slot // k, n * (slot + 1) // k)):
                 submit(slot, idx)
         while pending:  # step 2: gather as actors finish; a dead actor's prompts go to its replacement
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
@@ -217,10 +213,8 @@ class RayRolloutBackend:
     def close(self) -> None:
         import ray
         for a in self.actors:
-            try:
+            with contextlib.suppress(Exception):  # a dead actor has nothing left to close
                 ray.get(a.close.remote(), timeout=30)
-            except Exception:  # noqa: BLE001 - a dead actor has nothing left to close
-                pass
             ray.kill(a)
         release()
 

@@ -51,21 +51,17 @@ def watch_engine(client, closing: threading.Event) -> list:
 class VllmBackend:
     def __init__(self, llm, policy_dir: Path, eos: frozenset[int], refit_root: str,
                  work_dir: tempfile.TemporaryDirectory, drafter_tensors=None):
-        self.llm = llm
-        self.eos = eos
+        self.llm, self.eos = llm, eos
         self.layout = checkpoint_layout(policy_dir)
         self.refit = RefitDir(refit_root, policy_dir)
         self.drafter_refit = RefitDir(refit_root, policy_dir)
         self._work_dir = work_dir  # on-the-fly drafter exports; removed on close
         self._drafter_tensors = drafter_tensors  # named weights -> tensors vLLM's drafter loads; None: no weights
-        self.weights_version = 0
-        self.drafter_version = 0
-        self._cancelled = False
+        self.weights_version = self.drafter_version = self._calls = 0
+        self._cancelled = self._generating = False
         self._dead = False  # the engine process exited: nothing more can run on it
         self._lock = threading.Lock()
-        self._generating = False
         self._pending: tuple[dict, int] | None = None
-        self._calls = 0
         self._transfer_s = 0.0  # the last policy refit's seconds: the weights the next rollout runs on
         self.reset_stats()
         self._closing = threading.Event()

@@ -53,10 +53,8 @@ def reap(procs: list[psutil.Process], grace_s: float = GRACE_S) -> list[int]:
     for signal_them in (psutil.Process.terminate, psutil.Process.kill):
         for p in living:
             if alive(p):
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     signal_them(p)
-                except psutil.NoSuchProcess:
-                    pass
         deadline = time.monotonic() + grace_s
         while any(alive(p) for p in living) and time.monotonic() < deadline:
             time.sleep(0.05)  # not psutil.wait_procs: it waits for a zombie whose parent never reaps it
