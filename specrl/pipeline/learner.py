@@ -98,7 +98,6 @@ class LocalLearner:
         return None
 
     def train_drafter(self) -> bool:
-        """Runs the pending drafter update, if any; True when it ran (its weights are then new)."""
         if self.drafter is None or self._pending is None:
             return False
         t0 = time.perf_counter()
@@ -109,7 +108,6 @@ class LocalLearner:
 
     @property
     def drafter_version(self) -> int | None:
-        """The online drafter's version (updates applied), None without online drafter training."""
         return None if self.drafter is None else self.drafter.version
 
     def drafter_weights(self) -> list[tuple[str, torch.Tensor]]:

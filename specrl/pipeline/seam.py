@@ -8,6 +8,7 @@ paths, imported only when that backend is built.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,10 +173,7 @@ def load(target: str | Callable) -> Callable:
     if callable(target):
         return target
     module, _, attrs = target.partition(":")
-    obj = importlib.import_module(module)
-    for attr in attrs.split("."):
-        obj = getattr(obj, attr)
-    return obj
+    return functools.reduce(getattr, attrs.split("."), importlib.import_module(module))
 
 
 # counters a backend's stats() may add that the metrics row carries: a Ray backend's weight broadcast time

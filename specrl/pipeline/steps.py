@@ -169,7 +169,6 @@ def audit_rows(rollout: Rollout, cfg: TrainConfig, num_rows: int) -> AuditRows |
 
 
 def sync_weights(learner: Learner, backend: RolloutBackend) -> None:
-    """The backend takes the learner's current weights, tagged with its version."""
     backend.update_weights(learner.named_weights(), learner.version)
 
 

@@ -94,7 +94,6 @@ def mtp(spec: SpecConfig, ctx: Context) -> dict:
 
 
 def auto(spec: SpecConfig, ctx: Context) -> dict:
-    """The first of `spec.drafters` this vLLM runs, with a batch-size -> k schedule."""
     skipped = []
     for name in spec.drafters:
         inner = SpecConfig(method=name, num_speculative_tokens=spec.num_speculative_tokens,
@@ -170,9 +169,6 @@ def speculative_config(spec: SpecConfig, ctx: Context) -> dict | None:
     try:
         return VLLM_METHODS[spec.method].build(spec, ctx)
     except UnsupportedMethod as e:
+        runs = [name for name, row in VLLM_METHODS.items() if row.available()]
         raise UnsupportedMethod(f"rollout.spec.method={spec.method!r} cannot run on pipeline.backend=vllm: {e}. "
-                                f"Runs here: {runnable()} (or null: SD off)") from None
-
-
-def runnable() -> list[str]:
-    return [name for name, row in VLLM_METHODS.items() if row.available()]
+                                f"Runs here: {runs} (or null: SD off)") from None
