@@ -8,6 +8,7 @@ import torch
 
 from ..config import ConfigError, dump_yaml
 from ..drafters.training.health import DrafterHealth
+from ..engine.methods import TRAINABLE_METHODS
 from ..model import resolve_dtype
 from ..rl.audit import SamplerAlarm
 from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
@@ -45,10 +46,10 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
     except ConfigError:
         backend.close()  # e.g. Ray actors
         raise
-    # async: evaluation runs on the trainer's side with its own (in-process) engine, so rollout never pauses
     eval_backend = (load(get_backend(IN_PROCESS_ENGINE).rollout)(weights_dir, cfg) if cfg.pipeline.mode == "async"
                     else None)
-    health = DrafterHealth(cfg.rollout.drafter.health) if _has_model_drafter(cfg) else None
+    model_drafter = cfg.rollout.spec.method in TRAINABLE_METHODS or cfg.rollout.drafter.online
+    health = DrafterHealth(cfg.rollout.drafter.health) if model_drafter else None
     alarm = SamplerAlarm(cfg.rollout.audit_window) if cfg.rollout.audit != "off" else None
     return Parts(RolloutSide(backend, source, encoder),
                  LearnerSide(learner, get_reward(cfg.reward.name), encoder), held_out, eval_backend,
@@ -74,11 +75,6 @@ def _shares_policy(cfg: TrainConfig) -> bool:
     return (cfg.pipeline.mode == "sync" and get_backend(cfg.pipeline.backend).in_process
             and resolve_dtype(cfg.rollout.dtype or cfg.dtype) == resolve_dtype(cfg.dtype)
             and not cfg.rollout.drafter.online)
-
-
-def _has_model_drafter(cfg: TrainConfig) -> bool:
-    from ..engine.methods import TRAINABLE_METHODS
-    return cfg.rollout.spec.method in TRAINABLE_METHODS or cfg.rollout.drafter.online
 
 
 def train(cfg: TrainConfig) -> dict:

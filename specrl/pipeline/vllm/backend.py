@@ -19,8 +19,8 @@ from ..seam import NamedTensors, RunStopped
 from .refit import RefitDir, checkpoint_layout, fitted
 from .sampling import to_specrl, to_vllm
 
-SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
-                 "accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
+SPEC_COUNTERS = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+                 "vllm:spec_decode_num_accepted_tokens": "accepted_tokens"}  # vLLM's metric -> the stats key
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
@@ -155,19 +155,18 @@ class VllmBackend:
         self.drafter_version = version
 
     def _counters(self) -> dict:
-        totals = {k: 0 for k in SPEC_COUNTERS}
+        totals = {k: 0 for k in SPEC_COUNTERS.values()}
         per_pos: list[int] = []
         for m in self.llm.get_metrics():
-            for key, name in SPEC_COUNTERS.items():
-                if m.name == name:
-                    totals[key] += m.value
+            if m.name in SPEC_COUNTERS:
+                totals[SPEC_COUNTERS[m.name]] += m.value
             if m.name == PER_POS:
                 per_pos = [a + b for a, b in zip(per_pos, m.values)] if per_pos else list(m.values)
         return {**totals, "per_pos": per_pos}
 
     def stats(self) -> dict:
         now = self._counters()
-        d = {k: now[k] - self._base[k] for k in SPEC_COUNTERS}
+        d = {k: now[k] - self._base[k] for k in SPEC_COUNTERS.values()}
         per_pos = [a - b for a, b in zip(now["per_pos"], self._base["per_pos"] or [0] * len(now["per_pos"]))]
         drafts = max(d["drafts"], 1)
         return {**self._own, **d, "acceptance_length": 1 + d["accepted_tokens"] / drafts,
