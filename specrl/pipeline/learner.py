@@ -62,9 +62,8 @@ class LocalLearner:
 
     def step(self, batch: TrainBatch, is_cap: float | None = None, rewards: torch.Tensor | None = None,
              audit: AuditRows | None = None) -> dict[str, float]:
-        """The policy update; with an online drafter, its update on the data this forward captured (now,
-        or deferred to `train_drafter`). The metrics include a deferred update's, once it ran, and the
-        sampler audit's test of `audit`'s rows when they can be scored (`audit_request`)."""
+        """The policy update; with an online drafter, its update on the data this forward captured (now, or
+        deferred to `train_drafter`, whose metrics then come with the next step's)."""
         request = self.audit_request(audit)
         # installed for this step only: afterwards the hook would keep the captured data alive
         self.trainer.forward_hook = capture = self.drafter.forward_hook() if self.drafter is not None else None

@@ -172,8 +172,7 @@ def _replay_audit(parts: Parts, rows: list[dict]) -> None:
 
 
 def _summary(run: RunDir) -> dict:
-    evals = read_jsonl(run.path / "eval.jsonl")
-    rows = read_jsonl(run.path / "metrics.jsonl")
+    rows, evals = read_jsonl(run.path / "metrics.jsonl"), read_jsonl(run.path / "eval.jsonl")
     return {"run_dir": str(run.path), "steps": rows[-1]["step"] if rows else 0,
             "eval_accuracy_initial": evals[0]["accuracy"] if evals else None,
             "eval_accuracy_final": evals[-1]["accuracy"] if evals else None,
