@@ -3,11 +3,9 @@
 A rollout worker thread generates step s with the policy of version max(start, s - max_policy_lag) while
 the trainer (the calling thread) trains on the steps before; off-policy tokens get the truncated importance
 ratio. The step number, not timing, fixes which version samples which step, so a run is reproducible and
-max_policy_lag=0 equals the sync run. A failure on either side stops both, with the last good checkpoint
-intact; the suffix drafter's pools are not checkpointed (the worker is past that step), so a resume rebuilds them.
-
-Evaluation runs on the trainer's side with a second engine, so generation never pauses for it. `step_s` is
-the wall interval between two updates. In-flight updates: docs/ray.md; the knobs: docs/training.md.
+max_policy_lag=0 equals the sync run. A failure on either side stops both; the suffix drafter's pools are not
+checkpointed (the worker is past that step), so a resume rebuilds them. Evaluation runs on the trainer's
+side with a second engine, so generation never pauses for it. In-flight updates: docs/ray.md.
 """
 from __future__ import annotations
 
@@ -34,36 +32,23 @@ POLL_S = 0.2  # how often a blocked side checks whether the other one stopped
 
 
 class PolicyVersions:
-    """Weight snapshots by version, handed from the trainer to the rollout worker (or, with updates in
-    flight, only the news that a version reached the backend: `announce` and `wait`)."""
+    """Weight snapshots by version, handed from the trainer to the rollout worker (with updates in flight,
+    None: only the news that the version reached the backend)."""
 
     def __init__(self):
         self._cond = threading.Condition()
-        self._states: dict[int, dict[str, torch.Tensor]] = {}
+        self._states: dict[int, dict[str, torch.Tensor] | None] = {}
         self._closed = False
-        self._latest = -1
 
-    def announce(self, version: int) -> None:
-        with self._cond:
-            self._latest = max(self._latest, version)
-            self._cond.notify_all()
-
-    def wait(self, version: int) -> bool:
-        """Blocks until a version >= `version` was announced; False once closed."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._latest >= version or self._closed)
-            return not self._closed
-
-    @torch.no_grad()
-    def publish(self, version: int, weights: NamedTensors) -> None:
-        state = {k: v.detach().clone() for k, v in weights}
+    def publish(self, version: int, weights: NamedTensors | None) -> None:
+        state = None if weights is None else {k: v.detach().clone() for k, v in weights}
         with self._cond:
             self._states[version] = state
             self._cond.notify_all()
 
     def take(self, version: int) -> dict[str, torch.Tensor] | None:
         """Blocks until `version` is published and hands it over (each version is loaded once); drops
-        older snapshots. None once closed."""
+        older snapshots. None once closed (see `closed`)."""
         with self._cond:
             self._cond.wait_for(lambda: version in self._states or self._closed)
             if self._closed:
@@ -90,31 +75,20 @@ class RolloutWorker(threading.Thread):
         self.parts, self.cfg, self.first, self.versions, self.threads = parts, cfg, start, versions, threads
         self.out: queue.Queue = queue.Queue()  # (Rollout, load timings) or the exception that stopped the worker
 
-    def version_for(self, step: int) -> int:
-        return max(self.first, step - self.cfg.pipeline.max_policy_lag)
-
     def run(self) -> None:
         torch.set_num_threads(self.threads)
         loaded = self.first  # the engine starts with the weights the run starts from
-        self.versions.announce(self.first)
         try:
             for step in range(self.first, self.cfg.schedule.max_steps):
-                version = self.version_for(step)
+                version = max(self.first, step - self.cfg.pipeline.max_policy_lag)
                 t0 = time.perf_counter()
-                if self.cfg.pipeline.inflight_updates:  # the trainer hands versions to the backend itself
-                    if not self.versions.wait(version):
-                        return
-                    load = {"wait_weights_s": time.perf_counter() - t0, "load_s": 0.0}
-                    self.out.put((generate_rollouts(step, self.parts.rollout, self.cfg, version, time.thread_time),
-                                  load))
-                    continue
                 state = self.versions.take(version) if version != loaded else None
                 if self.versions.closed:
                     return  # the trainer stopped
                 t1 = time.perf_counter()
-                if state is not None:
+                if state is not None:  # None with updates in flight: the trainer loaded them into the backend
                     self.parts.rollout.backend.update_weights(state.items(), version)
-                    loaded = version
+                loaded = version
                 load = {"wait_weights_s": t1 - t0, "load_s": time.perf_counter() - t1}
                 self.out.put((generate_rollouts(step, self.parts.rollout, self.cfg, version, time.thread_time), load))
         except GenerationCancelled:
@@ -186,17 +160,13 @@ def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: Step
 
 def _next(worker: RolloutWorker, run: RunDir, step: int) -> tuple[Rollout, dict]:
     """The worker's rollouts for `step`, waiting for them; a worker failure stops the run."""
-    while True:
+    item = None
+    while item is None:
         try:
             item = worker.out.get(timeout=POLL_S)
-            break
         except queue.Empty:
-            if not worker.is_alive():
-                try:  # it may have put its last item just before exiting
-                    item = worker.out.get_nowait()
-                except queue.Empty:
-                    item = RuntimeError("the rollout worker exited without producing this step")
-                break
+            if not worker.is_alive() and worker.out.empty():  # not empty: its last item, put just before exiting
+                item = RuntimeError("the rollout worker exited without producing this step")
     if isinstance(item, BaseException):
         raise stopped(run, step, f"the rollout worker failed: {type(item).__name__}: {item}",
                       "Fix the cause and resume from it") from item
@@ -211,12 +181,11 @@ def learn_and_publish(step: int, rollout: Rollout, parts: Parts, cfg: TrainConfi
     row, times = learn(rollout, parts.learner, cfg, time.thread_time)
     t1, c1 = time.perf_counter(), time.thread_time()
     learner: Learner = parts.learner.learner
-    if cfg.pipeline.inflight_updates:
-        if step + 1 < cfg.schedule.max_steps:  # a rollout still to come or running may sample from them
-            parts.rollout.backend.update_weights(learner.named_weights(), step + 1)  # taken between engine steps
-            versions.announce(step + 1)
-    elif step + 1 + cfg.pipeline.max_policy_lag < cfg.schedule.max_steps:  # = version_for(that step)
-        versions.publish(step + 1, learner.named_weights())  # a later rollout samples from these weights
+    inflight = cfg.pipeline.inflight_updates
+    if inflight and step + 1 < cfg.schedule.max_steps:  # a rollout still to come or running may sample from them
+        parts.rollout.backend.update_weights(learner.named_weights(), step + 1)  # taken between engine steps
+    if step + 1 + cfg.pipeline.max_policy_lag < cfg.schedule.max_steps:  # = that step's version
+        versions.publish(step + 1, None if inflight else learner.named_weights())  # a later rollout's weights
     # beside_trainer: the drafter trained after the update on this side; the worker's engine swaps it in
     # between two engine steps of whatever it is generating
     if learner.drafter_version is not None:

@@ -1,11 +1,9 @@
-"""The in-process learner: the policy and its `PolicyTrainer`, behind the pipeline's `Learner` protocol. It
-joins the policy trainer (specrl.train) and the online drafter trainer (specrl.drafters), so it sits above
-both: specrl.train imports no drafter code.
+"""The in-process learner: the policy trainer (specrl.train) and the online drafter trainer
+(specrl.drafters) behind the pipeline's `Learner` protocol, so that specrl.train imports no drafter code.
 
-With `rollout.drafter.online` the policy update's forward captures the drafter's inputs (`forward_hook`)
-and an `OnlineDrafterTrainer` distils them into its copy of the drafter, which the pipeline hot-swaps into
-the engine. `defer_drafter` (the long_tail schedule) keeps the data for `train_drafter()` in the next
-rollout's tail.
+With `rollout.drafter.online` the policy update's forward captures the drafter's inputs (`forward_hook`) and
+an `OnlineDrafterTrainer` distils them into its copy of the drafter, which the pipeline hot-swaps into the
+engine; `defer_drafter` (the long_tail schedule) keeps the data for `train_drafter()` in the next rollout's tail.
 """
 from __future__ import annotations
 
@@ -64,9 +62,8 @@ class LocalLearner:
 
     def step(self, batch: TrainBatch, is_cap: float | None = None, rewards: torch.Tensor | None = None,
              audit: AuditRows | None = None) -> dict[str, float]:
-        """The policy update; with an online drafter, its update on the data this forward captured (now,
-        or deferred to `train_drafter`). The metrics include a deferred update's, once it ran, and the
-        sampler audit's test of `audit`'s rows when they can be scored (`audit_request`)."""
+        """The policy update; with an online drafter, its update on the data this forward captured (now, or
+        deferred to `train_drafter`, whose metrics then come with the next step's)."""
         request = self.audit_request(audit)
         # installed for this step only: afterwards the hook would keep the captured data alive
         self.trainer.forward_hook = capture = self.drafter.forward_hook() if self.drafter is not None else None
@@ -100,7 +97,6 @@ class LocalLearner:
         return None
 
     def train_drafter(self) -> bool:
-        """Runs the pending drafter update, if any; True when it ran (its weights are then new)."""
         if self.drafter is None or self._pending is None:
             return False
         t0 = time.perf_counter()
@@ -111,15 +107,13 @@ class LocalLearner:
 
     @property
     def drafter_version(self) -> int | None:
-        """The online drafter's version (updates applied), None without online drafter training."""
         return None if self.drafter is None else self.drafter.version
 
     def drafter_weights(self) -> list[tuple[str, torch.Tensor]]:
         return self.drafter.named_weights()
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        for name, tensor in self.policy.state_dict().items():
-            yield name, tensor.detach()
+        return ((name, tensor.detach()) for name, tensor in self.policy.state_dict().items())
 
     def save(self, directory: Path) -> None:
         save_model(self.policy, directory / "model", tokenizer_dir=self.tokenizer_dir)
@@ -144,5 +138,5 @@ class LocalLearner:
             pending, self._drafter_metrics = dstate.pop("pending"), dstate.pop("metrics")
             self.drafter.load_state_dict(dstate)
             self._pending = None if pending is None else (
-                [DrafterBatch(**{**b, "hidden": {int(k): v for k, v in b["hidden"].items()}}) for b in pending["batches"]],
-                pending["rewards"])
+                [DrafterBatch(**{**b, "hidden": {int(k): v for k, v in b["hidden"].items()}})
+                 for b in pending["batches"]], pending["rewards"])

@@ -1,7 +1,6 @@
 """The in-process rollout backend: an `LLM` behind the seam, with its own copy of the policy (which an
-optimizer step can never change under a running generation; new versions are copied in place, MTP modules
-included), or the trainer's own model where `run._shares_policy` allows it (a sync run never generates while
-it trains, so nothing is copied at a sync).
+optimizer step can never change under a running generation), or the trainer's own model where
+`run._shares_policy` allows it (a sync run never generates while it trains, so nothing is copied at a sync).
 """
 from __future__ import annotations
 
@@ -27,13 +26,10 @@ class LocalBackend:
     `inflight=False` they wait for the end of the generate() call, so every sequence has one version."""
 
     def __init__(self, llm: LLM, inflight: bool = False):
-        self.llm = llm
-        self.inflight = inflight
-        self._cancelled = False
+        self.llm, self.inflight = llm, inflight
+        self._cancelled = self._generating = False
         self._lock = threading.Lock()
-        self._generating = False
-        self._pending_drafter: tuple[dict, int] | None = None
-        self._pending_weights: tuple[dict, int] | None = None
+        self._pending_drafter = self._pending_weights = None  # (weights, version) waiting for an engine step
         self._newest = 0  # the newest version applied or waiting: an older one arriving late is ignored
         self._idle: tuple[Callable[[], None], int] | None = None  # (work, run it at most this many running)
         self._idle_done = True  # the idle work of the running generate() already ran
@@ -45,7 +41,6 @@ class LocalBackend:
 
     @weights_version.setter
     def weights_version(self, version: int) -> None:
-        """Tags the weights the engine holds (e.g. a resumed run's checkpoint, which it was built from)."""
         self.llm.weights_version = self._newest = version
 
     @property
@@ -67,8 +62,8 @@ class LocalBackend:
                 self._apply(*self._take(weights=True))
 
     def set_idle_work(self, work: Callable[[], None] | None, max_running: int = 8) -> None:
-        """In-process only: `work()` runs once per generate(), between engine steps, as soon as at most
-        `max_running` sequences are left unfinished (the long tail, TLT's idle capacity)."""
+        """`work()` runs once per generate(), between engine steps, once at most `max_running` sequences are
+        unfinished (the long tail's idle capacity)."""
         self._idle = None if work is None else (work, max_running)
 
     def _between_steps(self, unfinished: int) -> None:
@@ -119,8 +114,7 @@ class LocalBackend:
                 self._apply(None, (named, version))
 
     def update_drafter(self, weights: NamedTensors, version: int) -> None:
-        """Checked now (a misfit is refused and the old drafter keeps serving); applied now when idle, else
-        between the running generate()'s next two engine steps."""
+        """Checked now; applied now when idle, else between the running generate()'s next two engine steps."""
         named = {k: v.detach() for k, v in weights}
         check_fits(drafter_module(self.llm.drafter).state_dict(), named)
         with self._lock:
@@ -161,11 +155,11 @@ class LocalBackend:
 
 def local_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None = None,
                   policy: CausalLM | None = None) -> LocalBackend:
-    """An engine over the checkpoint in `model_dir` (the run's starting weights), as `cfg.rollout` asks; over
-    `policy` itself when given (a sync run shares the trainer's model)."""
+    """An engine over the checkpoint in `model_dir`, as `cfg.rollout` asks; over `policy` itself when given."""
     ro = cfg.rollout
     # rollout.dtype: the engine's own copy may be smaller than the trainer's (a bf16 engine for an fp32 policy)
-    llm = LLM(policy if policy is not None else str(model_dir), device=cfg.device, dtype=ro.dtype or cfg.dtype, spec=ro.spec, max_num_seqs=ro.max_num_seqs,
-              max_model_len=ro.max_model_len, kv_cache_memory=ro.kv_cache_memory,
-              memory_utilization=ro.memory_utilization, seed=cfg.seed, trace_path=str(trace_path) if trace_path else None)
+    llm = LLM(policy if policy is not None else str(model_dir), device=cfg.device, dtype=ro.dtype or cfg.dtype,
+              spec=ro.spec, max_num_seqs=ro.max_num_seqs, max_model_len=ro.max_model_len,
+              kv_cache_memory=ro.kv_cache_memory, memory_utilization=ro.memory_utilization, seed=cfg.seed,
+              trace_path=str(trace_path) if trace_path else None)
     return LocalBackend(llm, inflight=cfg.pipeline.inflight_updates)

@@ -8,6 +8,7 @@ import torch
 
 from ..config import ConfigError, dump_yaml
 from ..drafters.training.health import DrafterHealth
+from ..engine.methods import TRAINABLE_METHODS
 from ..model import resolve_dtype
 from ..rl.audit import SamplerAlarm
 from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
@@ -37,25 +38,21 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
     backend_row = get_backend(cfg.pipeline.backend)
     encoder = PromptEncoder(model_dir(cfg), cfg.data.chat_template)
     learner = load(backend_row.learner)(weights_dir, cfg, version, tokenizer_dir=model_dir(cfg))
-    make_backend = load(backend_row.rollout)
-    if _shares_policy(cfg) and not lacks(learner, SharedPolicy):  # no second copy, no sync copy
-        backend = make_backend(weights_dir, cfg, trace_path, policy=learner.policy)
-    else:
-        backend = make_backend(weights_dir, cfg, trace_path)
+    shared = {"policy": learner.policy} if _shares_policy(cfg) and not lacks(learner, SharedPolicy) else {}
+    backend = load(backend_row.rollout)(weights_dir, cfg, trace_path, **shared)  # shared: no second copy
     backend.weights_version = version
     try:
         check_capabilities(cfg, learner, backend)
     except ConfigError:
         backend.close()  # e.g. Ray actors
         raise
-    # async: evaluation runs on the trainer's side with its own (in-process) engine, so rollout never pauses
     eval_backend = (load(get_backend(IN_PROCESS_ENGINE).rollout)(weights_dir, cfg) if cfg.pipeline.mode == "async"
                     else None)
-    d = cfg.rollout.drafter
-    health = DrafterHealth(d.health) if _has_model_drafter(cfg) else None
+    model_drafter = cfg.rollout.spec.method in TRAINABLE_METHODS or cfg.rollout.drafter.online
+    health = DrafterHealth(cfg.rollout.drafter.health) if model_drafter else None
     alarm = SamplerAlarm(cfg.rollout.audit_window) if cfg.rollout.audit != "off" else None
     return Parts(RolloutSide(backend, source, encoder),
-                 LearnerSide(learner, get_reward(cfg.reward.name), encoder, learner.pad_id), held_out, eval_backend,
+                 LearnerSide(learner, get_reward(cfg.reward.name), encoder), held_out, eval_backend,
                  health=health, sampler_alarm=alarm)
 
 
@@ -78,11 +75,6 @@ def _shares_policy(cfg: TrainConfig) -> bool:
     return (cfg.pipeline.mode == "sync" and get_backend(cfg.pipeline.backend).in_process
             and resolve_dtype(cfg.rollout.dtype or cfg.dtype) == resolve_dtype(cfg.dtype)
             and not cfg.rollout.drafter.online)
-
-
-def _has_model_drafter(cfg: TrainConfig) -> bool:
-    from ..engine.methods import TRAINABLE_METHODS
-    return cfg.rollout.spec.method in TRAINABLE_METHODS or cfg.rollout.drafter.online
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -125,14 +117,14 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def check_context(cfg: TrainConfig, held_out: list[Example]) -> None:
-    """A response budget the policy's context cannot hold would cut every long response short: refuse it
-    before the run directory is touched, naming the knobs. The prompts checked are the held-out ones (an
-    embedded task's are as long as its training prompts)."""
+    """Refuses, before the run directory is touched, a response budget the policy's context cannot hold (it
+    would cut every long response short). The held-out prompts stand for the training ones."""
     from ..model.checkpoint import read_config
     context = read_config(model_dir(cfg)).max_position_embeddings
     encoder = PromptEncoder(model_dir(cfg), cfg.data.chat_template)
     prompt = max((len(encoder.encode(e.prompt)) for e in held_out[:64]), default=1)
-    for key, value in (("rollout.max_tokens", cfg.rollout.max_tokens), ("data.eval_max_tokens", cfg.data.eval_max_tokens)):
+    for key, value in (("rollout.max_tokens", cfg.rollout.max_tokens),
+                       ("data.eval_max_tokens", cfg.data.eval_max_tokens)):
         if prompt + value > context:
             raise ConfigError(f"{key}={value} is invalid: with prompts of up to {prompt} tokens it needs "
                               f"{prompt + value} positions, but the policy's context is {context} "
@@ -180,8 +172,7 @@ def _replay_audit(parts: Parts, rows: list[dict]) -> None:
 
 
 def _summary(run: RunDir) -> dict:
-    evals = read_jsonl(run.path / "eval.jsonl")
-    rows = read_jsonl(run.path / "metrics.jsonl")
+    rows, evals = read_jsonl(run.path / "metrics.jsonl"), read_jsonl(run.path / "eval.jsonl")
     return {"run_dir": str(run.path), "steps": rows[-1]["step"] if rows else 0,
             "eval_accuracy_initial": evals[0]["accuracy"] if evals else None,
             "eval_accuracy_final": evals[-1]["accuracy"] if evals else None,

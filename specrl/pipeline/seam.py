@@ -1,16 +1,14 @@
 """The seam between the pipeline drivers and what they drive: rollout backends and learners.
 
-The drivers (sync.py, asynchronous.py, steps.py) reach a rollout engine and a trainer only through the
-protocols here, so in-process, Ray or vLLM backends and single-process or sharded trainers plug in without
-touching them. Weights cross as (name, tensor) pairs with a version (the policy after `version` steps).
-Optional capabilities (`CAPABILITIES`) are checked once when a run is wired (`require`), not inside a step.
-
-`pipeline.backend` names a row of `BACKENDS`, whose "module:attribute" factories are imported only when
-that backend is built, so this module imports no backend. Shared types live here too: `TrainBatch`
-(re-exported), `RunStopped`, `group_version`.
+The drivers reach a rollout engine and a trainer only through these protocols, so in-process, Ray or vLLM
+backends and single-process or sharded trainers plug in without touching them. Weights cross as (name,
+tensor) pairs with a version (the policy after `version` steps). Optional capabilities (`CAPABILITIES`) are
+checked once when a run is wired (`require`), not inside a step. `BACKENDS` factories are "module:attribute"
+paths, imported only when that backend is built.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +21,6 @@ from ..engine import RequestOutput, SamplingParams
 from ..model import CausalLM
 from ..train.audit import AuditRows
 from ..train.batch import TrainBatch
-
-__all__ = ["BACKENDS", "CAPABILITIES", "Learner", "NamedTensors", "RolloutBackend", "RunStopped", "TrainBatch",
-           "get_backend", "group_version", "register_backend", "require"]
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
@@ -50,7 +45,7 @@ class RolloutBackend(Protocol):
         """New drafter weights; refused (the old drafter keeps serving) when they do not fit."""
 
     def stats(self) -> dict:
-        """The engine's counters since the last reset_stats() (generated_tokens, acceptance_length, ...)."""
+        """The engine's counters since the last reset_stats()."""
 
     def reset_stats(self) -> None: ...
 
@@ -87,7 +82,7 @@ class Learner(Protocol):
         """Writes the policy (an HF directory under `model/`) and the optimizer state into `directory`."""
 
     def load(self, directory: Path) -> None:
-        """Restores what `save` wrote (the policy weights and the optimizer state)."""
+        """Restores what `save` wrote."""
 
 
 # Optional capabilities: what a driver uses only under some settings.
@@ -136,8 +131,7 @@ def lacks(part, protocol: type) -> list[str]:
 
 def require(part, protocol: type, setting: str, fix: str) -> None:
     """Refuses, when the run is wired, a backend or learner without a capability its settings use."""
-    missing = lacks(part, protocol)
-    if missing:
+    if missing := lacks(part, protocol):
         raise ConfigError(f"{setting} needs a {protocol.__name__} ({', '.join(missing)}), which "
                           f"{type(part).__name__} does not provide; {fix}")
 
@@ -179,10 +173,7 @@ def load(target: str | Callable) -> Callable:
     if callable(target):
         return target
     module, _, attrs = target.partition(":")
-    obj = importlib.import_module(module)
-    for attr in attrs.split("."):
-        obj = getattr(obj, attr)
-    return obj
+    return functools.reduce(getattr, attrs.split("."), importlib.import_module(module))
 
 
 # counters a backend's stats() may add that the metrics row carries: a Ray backend's weight broadcast time

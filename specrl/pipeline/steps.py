@@ -1,13 +1,13 @@
 """The per-step pieces both drivers are made of: rollout, reward + learn, evaluate, finish, stop.
 
-They reach the engine and the trainer only through the seam (`RolloutBackend`, `Learner`). `Parts` is split
-the way a multi-process run splits: the rollout side (engine and prompts) and the learner side (trainer and
-reward); the pipeline moves prompts, samples and weights between them.
+`Parts` is split the way a multi-process run splits: the rollout side (engine and prompts) and the learner
+side (trainer and reward), reached only through the seam.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -46,7 +46,6 @@ class LearnerSide:
     learner: Learner
     reward: RewardFn
     encoder: PromptEncoder
-    pad_id: int
 
 
 @dataclass
@@ -84,18 +83,13 @@ class Rollout:
     @property
     def token_lags(self) -> dict[int, int]:
         """How many tokens were sampled how many versions behind the policy they train."""
-        lags: dict[int, int] = {}
-        for r in self.outputs:
-            for c in r.outputs:
-                versions = c.token_versions() if c.weight_versions else [self.version] * len(c.token_ids)
-                for v in versions:
-                    lags[self.step - v] = lags.get(self.step - v, 0) + 1
+        lags = Counter(self.step - v for r in self.outputs for c in r.outputs
+                       for v in (c.token_versions() if c.weight_versions else [self.version] * len(c.token_ids)))
         return dict(sorted(lags.items()))
 
 
 def drop_stale(rollout: Rollout, max_lag: int) -> tuple[Rollout, int]:
-    """Keeps the groups whose oldest token is at most `max_lag` versions behind the step they train;
-    returns the rollout of the rest and how many groups were dropped."""
+    """The groups at most `max_lag` versions behind the step they train, and how many were dropped."""
     keep = [i for i, out in enumerate(rollout.outputs) if rollout.step - group_version(out, rollout.version) <= max_lag]
     dropped = len(rollout.outputs) - len(keep)
     if dropped == 0:
@@ -106,10 +100,8 @@ def drop_stale(rollout: Rollout, max_lag: int) -> tuple[Rollout, int]:
     outs = [rollout.outputs[i] for i in keep]
     for new_id, out in enumerate(outs):
         out.request_id = new_id
-    examples = [rollout.examples[i] for i in keep]
     version = min(group_version(o, rollout.version) for o in outs)
-    return Rollout(rollout.step, version, examples, outs, rollout.stats, rollout.wall_s, rollout.cpu_s,
-                   rollout.newest_version), dropped
+    return replace(rollout, version=version, examples=[rollout.examples[i] for i in keep], outputs=outs), dropped
 
 
 def generate_rollouts(step: int, side: RolloutSide, cfg: TrainConfig, version: int,
@@ -131,9 +123,8 @@ def generate_rollouts(step: int, side: RolloutSide, cfg: TrainConfig, version: i
 
 def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
           cpu_clock: Callable[[], float] = time.process_time) -> tuple[dict, dict]:
-    """Rewards, group-relative advantages and the policy update on one step's rollouts. Samples from an
-    older policy version are off-policy: their tokens' loss gets the truncated importance ratio.
-    Returns the metrics row (without the step's timings) and the reward/train seconds on both clocks."""
+    """Rewards, advantages and the policy update (off-policy samples get the truncated importance ratio) ->
+    the metrics row (without the step's timings) and the reward/train seconds on both clocks."""
     examples, outs = rollout.examples, rollout.outputs
     t0, c0 = time.perf_counter(), cpu_clock()
     samples = [(r, c) for r in outs for c in r.outputs]  # each sample with its request
@@ -143,7 +134,7 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
     advantages = compute_advantages(cfg.algorithm.advantage, rewards, group_size=cfg.rollout.n)  # [N]
     t1, c1 = time.perf_counter(), cpu_clock()
     batch = collate([r.prompt_token_ids for r, _ in samples], [c.token_ids for _, c in samples],
-                    [c.logprobs for _, c in samples], advantages, side.pad_id)
+                    [c.logprobs for _, c in samples], advantages, side.learner.pad_id)
     off_policy = rollout.version < rollout.step
     train_metrics = side.learner.step(batch, is_cap=cfg.algorithm.is_cap if off_policy else None, rewards=rewards,
                                       audit=audit_rows(rollout, cfg, len(samples)))
@@ -178,12 +169,11 @@ def audit_rows(rollout: Rollout, cfg: TrainConfig, num_rows: int) -> AuditRows |
 
 
 def sync_weights(learner: Learner, backend: RolloutBackend) -> None:
-    """The backend takes the learner's current weights, tagged with its version."""
     backend.update_weights(learner.named_weights(), learner.version)
 
 
 def sync_drafter(learner: Learner, backend: RolloutBackend, force: bool = False) -> float:
-    """Online drafter training: the backend takes the learner's drafter when it is newer; returns seconds."""
+    """The backend takes the learner's online drafter when it is newer -> seconds."""
     version = learner.drafter_version
     if version is None or (version == backend.drafter_version and not force):
         return 0.0
@@ -224,14 +214,14 @@ def check_sampler(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: S
     row["sampler_evidence"] = alarm.evidence()
     if not fired:
         return
-    spec = cfg.rollout.spec
+    ro, spec = cfg.rollout, cfg.rollout.spec
     method = spec.method if spec.enabled else "off (plain sampling)"
     cause = (f"the sampler audit failed: the last {len(alarm.recent)} steps' combined evidence is z = "
              f"{alarm.evidence():+.2f} (|z| > {ALARM_Z:.2f}, 1 false alarm in 1000 steps), this step's z = "
-             f"{row['sampler_z']:+.2f} (p = {row['sampler_p']:.2g}) over {row['sampler_tokens']} tokens: the rollouts "
-             f"of pipeline.backend={cfg.pipeline.backend} with rollout.spec.method={method} were not drawn from "
-             f"the policy at temperature={cfg.rollout.temperature}, top_p={cfg.rollout.top_p}, top_k={cfg.rollout.top_k}")
-    if cfg.rollout.audit == "fallback" and spec.enabled and not parts.spec_disabled:
+             f"{row['sampler_z']:+.2f} (p = {row['sampler_p']:.2g}) over {row['sampler_tokens']} tokens: the "
+             f"rollouts of pipeline.backend={cfg.pipeline.backend} with rollout.spec.method={method} were not drawn "
+             f"from the policy at temperature={ro.temperature}, top_p={ro.top_p}, top_k={ro.top_k}")
+    if ro.audit == "fallback" and spec.enabled and not parts.spec_disabled:
         parts.rollout.backend.disable_speculation()
         parts.spec_disabled = True
         alarm.reset()
@@ -250,8 +240,7 @@ def row_times(times: dict) -> dict:
 
 
 def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict) -> dict:
-    """One rollout_workload.jsonl row: the step's shape and lengths, and its wall and process-CPU seconds
-    of rollout, reward, training, weight sync and the whole step."""
+    """One rollout_workload.jsonl row: the step's shape, lengths, and wall and CPU seconds per stage."""
     ro = cfg.rollout
     samples = [(r.prompt_token_ids, c) for r in rollout.outputs for c in r.outputs]
     return {"step": rollout.step + 1, "prompt_lens": [len(p) for p, _ in samples],
@@ -265,9 +254,8 @@ def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict) -> dict:
 
 
 def evaluate(parts: Parts, cfg: TrainConfig, backend: RolloutBackend) -> float:
-    """Accuracy on the held-out examples, one completion each at `data.eval_temperature` (null: the rollout's;
-    0: greedy), with a seed per example, so that a run's evaluations are repeatable and lossless SD gives the
-    same distribution (greedy: the same tokens) as without it. `run_eval` skips an empty held-out set."""
+    """Accuracy on the held-out examples, one completion each at `data.eval_temperature`, with a seed per
+    example, so that evaluations are repeatable and lossless SD gives the same distribution as without it."""
     enc, reward, data = parts.rollout.encoder, parts.learner.reward, cfg.data
     temperature = cfg.rollout.temperature if data.eval_temperature is None else data.eval_temperature
     prompts = [enc.encode(e.prompt) for e in parts.held_out]
@@ -280,8 +268,7 @@ def evaluate(parts: Parts, cfg: TrainConfig, backend: RolloutBackend) -> float:
 
 
 def run_eval(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepProgress) -> float:
-    """Held-out evaluation after `step` steps, logged to eval.jsonl; NaN, silently, with no held-out set
-    (data.eval_size=0)."""
+    """Held-out evaluation after `step` steps, logged to eval.jsonl; NaN with no held-out set."""
     if not parts.held_out:
         return float("nan")
     t0 = time.perf_counter()

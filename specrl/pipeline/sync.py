@@ -10,8 +10,8 @@ import time
 from ..train.config import TrainConfig
 from .progress import StepProgress
 from .run_dir import RunDir
-from .steps import (Parts, checked, finish_step, generate_rollouts, learn, row_times, run_eval, sync_drafter, sync_weights,
-                    workload_row)
+from .steps import (Parts, checked, finish_step, generate_rollouts, learn, row_times, run_eval, sync_drafter,
+                    sync_weights, workload_row)
 
 
 def rl_step(step: int, parts: Parts, cfg: TrainConfig) -> dict:

@@ -1,4 +1,4 @@
-"""The Ray actors' bodies: plain classes, made remote by `remote_class` only when Ray is in use.
+"""The Ray actors' bodies: plain classes, made remote (`connect.placed`) only when Ray is in use.
 
 A rollout actor owns one in-process engine (the "local" backend's) and its drafter; a trainer actor owns one
 learner process: the whole policy (one trainer) or one FSDP2 shard of it (two or more).
@@ -94,8 +94,3 @@ class TrainerActor:
 
     def load(self, directory: str) -> None:
         self.learner.load(Path(directory))
-
-
-def remote_class(cls, **options):
-    from .connect import require_ray
-    return require_ray().remote(**options)(cls)

@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from ...train.config import RayConfig
-
-INSTALL_HINT = "pip install 'specrl[ray]' (or pip install 'ray>=2.9')"
-
 
 def require_ray():
     """The `ray` module, or a MissingDependency (an ImportError) that says how to install it."""
@@ -15,8 +13,8 @@ def require_ray():
     try:
         import ray
     except ImportError as e:
-        raise MissingDependency(f"pipeline.backend=ray needs Ray, which is not installed: {INSTALL_HINT}; or run "
-                          "in one process with pipeline.backend=local") from e
+        raise MissingDependency("pipeline.backend=ray needs Ray, which is not installed: pip install 'specrl[ray]' "
+                                "(or pip install 'ray>=2.9'); or run in one process with pipeline.backend=local") from e
     return ray
 
 
@@ -41,15 +39,7 @@ def connect(cfg: RayConfig):
     return ray
 
 
-_GROUPS: list = []  # this run's placement groups: made once, shared by the rollout and trainer sides
-
-
-def placement_groups(cfg: RayConfig) -> tuple[object, object]:
-    """(rollout group, trainer group) of `cfg.placement`: one STRICT_PACK group shared by all actors
-    (colocated: one node), or a PACK group each (split: Ray may place them on different nodes)."""
-    if not _GROUPS:
-        _GROUPS.extend(_make_groups(cfg))
-    return _GROUPS[0], _GROUPS[1]
+_GROUPS: list = []  # this run's (rollout, trainer) placement groups: made once, shared by both sides
 
 
 def release() -> None:
@@ -63,6 +53,8 @@ def release() -> None:
 
 
 def _make_groups(cfg: RayConfig) -> tuple[object, object]:
+    """(rollout group, trainer group) of `cfg.placement`: one STRICT_PACK group shared by all actors
+    (colocated: one node), or a PACK group each (split: Ray may place them on different nodes)."""
     ray = require_ray()
     from ray.util.placement_group import placement_group
 
@@ -77,14 +69,21 @@ def _make_groups(cfg: RayConfig) -> tuple[object, object]:
     return groups
 
 
-def bundle_offset(cfg: RayConfig, role: str) -> int:
-    """Index of a role's first bundle in its placement group."""
-    return cfg.rollout_actors if role == "trainer" and cfg.placement == "colocated" else 0
-
-
-def scheduling(pg, index: int):
+def placed(cfg: RayConfig, role: str, body: type, **options) -> Callable:
+    """(slot, *args) -> a new `body` actor (args to its __init__) on bundle `slot` of `role`'s bundles, with
+    Ray's actor `options`; joins or starts the cluster and makes the placement groups first."""
+    ray = connect(cfg)
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-    return PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=index)
+    if not _GROUPS:
+        _GROUPS.extend(_make_groups(cfg))
+    pg = _GROUPS[1 if role == "trainer" else 0]
+    offset = cfg.rollout_actors if role == "trainer" and cfg.placement == "colocated" else 0  # its first bundle
+    cls = ray.remote(**options)(body)
+
+    def make(slot: int, *args):
+        strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=offset + slot)
+        return cls.options(scheduling_strategy=strategy).remote(*args)
+    return make
 
 
 def _bundle(cpus: float, gpus: float) -> dict:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ...train.config import TrainConfig
 from ..seam import RunStopped, TrainBatch
-from .actors import TrainerActor, remote_class
-from .connect import bundle_offset, connect, placement_groups, scheduling
+from .actors import TrainerActor
+from .connect import placed
 from .rollout import WeightsRef
 
 
@@ -54,14 +54,9 @@ def ray_learner(model_dir: str | Path, cfg: TrainConfig, version: int = 0,
                 tokenizer_dir: str | Path | None = None) -> RayLearner:
     """`ray.trainers` trainer actors over the weights in `model_dir`."""
     rc = cfg.ray
-    connect(rc)
-    _, pg = placement_groups(rc)
-    offset = bundle_offset(rc, "trainer")
-    cls = remote_class(TrainerActor, num_cpus=rc.trainer_cpus, num_gpus=rc.trainer_gpus)
+    make = placed(rc, "trainer", TrainerActor, num_cpus=rc.trainer_cpus, num_gpus=rc.trainer_gpus)
+    actors = [make(r, r, rc.trainers, max(1, int(rc.trainer_cpus))) for r in range(rc.trainers)]
     import ray
-    actors = [cls.options(scheduling_strategy=scheduling(pg, offset + r)).remote(r, rc.trainers,
-                                                                                 max(1, int(rc.trainer_cpus)))
-              for r in range(rc.trainers)]
     master = ray.get(actors[0].address.remote())
     ray.get([a.setup.remote(str(model_dir), cfg, version, str(tokenizer_dir or model_dir), master) for a in actors])
     pad = json.loads((Path(model_dir) / "config.json").read_text()).get("pad_token_id")

@@ -8,6 +8,7 @@ actor that dies mid-step is restarted with the current weights and its prompts g
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -16,11 +17,25 @@ from ...engine import RequestOutput, SamplingParams
 from ...engine.llm import GenerationCancelled
 from ...train.config import TrainConfig
 from ..seam import NamedTensors, RunStopped, group_version
-from .actors import RolloutActor, remote_class
-from .connect import bundle_offset, connect, placement_groups, release, scheduling
-from .stats import merge_stats
+from .actors import RolloutActor
+from .connect import placed, release
 
 POLL_S = 0.2  # how often a waiting generate() checks for cancel()
+
+
+def merge_stats(parts: list[dict]) -> dict:
+    """Engine counters of several actors as one engine's: the counters summed, the ratios recomputed from the
+    summed counts (token-weighted, as one engine would)."""
+    if not parts:
+        return {}
+    out = {k: sum(p[k] for p in parts) for k, v in parts[0].items() if isinstance(v, (int, float))}
+    out["acceptance_length"] = out.get("decode_tokens", 0) / max(out.get("seq_forwards", 0), 1)
+    out["acceptance_rate"] = out.get("accepted_tokens", 0) / max(out.get("draft_tokens", 0), 1)
+    depth = max(len(p.get("acceptance_rate_per_pos", [])) for p in parts)
+    out["acceptance_rate_per_pos"] = [  # weighted by each actor's drafts, which the rates do not carry: a mean
+        sum(p["acceptance_rate_per_pos"][i] for p in parts if len(p.get("acceptance_rate_per_pos", [])) > i) /
+        max(sum(len(p.get("acceptance_rate_per_pos", [])) > i for p in parts), 1) for i in range(depth)]
+    return out
 
 
 class WeightsRef:
@@ -59,16 +74,9 @@ class RayRolloutBackend:
 
     @weights_version.setter
     def weights_version(self, version: int) -> None:
-        """Tags the weights the actors hold (e.g. a resumed run's checkpoint, which they were built from)."""
         import ray
         ray.get([a.set_version.remote(version) for a in self.actors])
         self._version = version
-
-    # step 1 of generate: contiguous runs of prompts, one per actor
-    def _chunks(self, n: int) -> list[range]:
-        k = len(self.actors)
-        bounds = [n * i // k for i in range(k + 1)]
-        return [range(bounds[i], bounds[i + 1]) for i in range(k)]
 
     def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
         import ray
@@ -77,25 +85,26 @@ class RayRolloutBackend:
         results: list[RequestOutput | None] = [None] * len(prompts)
         floor = self._version  # newer weights may arrive during the call (in flight), never older ones
         stats = []
-        pending, pending_actor = {}, {}
+        pending = {}  # ref -> (slot, its prompts' indices, the actor asked)
 
         def submit(slot: int, idx: range) -> None:
             actor = self.actors[slot]
             ref = actor.generate.remote([prompts[i] for i in idx], [params[i] for i in idx], self._tags)
-            pending[ref], pending_actor[ref] = (slot, idx), actor
-        for slot, idx in enumerate(self._chunks(len(prompts))):
-            if len(idx):
+            pending[ref] = slot, idx, actor
+        n, k = len(prompts), len(self.actors)
+        for slot in range(k):  # step 1: contiguous runs of prompts, one per actor
+            if len(idx := range(n * slot // k, n * (slot + 1) // k)):
                 submit(slot, idx)
         while pending:  # step 2: gather as actors finish; a dead actor's prompts go to its replacement
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
             if self._cancelled:
                 raise GenerationCancelled("generate() was cancelled")
             for ref in ready:
-                slot, idx = pending.pop(ref)
+                slot, idx, actor = pending.pop(ref)
                 try:
                     outs, st, version = ray.get(ref)
                 except ray.exceptions.RayActorError as e:
-                    self._restart(slot, e, pending_actor[ref])
+                    self._restart(slot, e, actor)
                     submit(slot, idx)
                     continue
                 except ray.exceptions.RayTaskError as e:
@@ -125,31 +134,26 @@ class RayRolloutBackend:
     def _restart(self, slot: int, error: Exception, dead) -> None:
         """A fresh actor in `slot` instead of `dead`, with the current weights; one that dies while loading
         them counts too. Nothing to do when another thread replaced `dead` already."""
-        with self._restart_lock:
-            if self.actors[slot] is dead:
-                self._replace(slot, error)
-
-    def _replace(self, slot: int, error: Exception) -> None:
         import ray
-        while True:
-            self.restarts[slot] += 1
-            if self.restarts[slot] > self.max_restarts:
-                raise ActorFailed(f"rollout actor {slot} died {self.restarts[slot]} times (ray.max_restarts="
-                                  f"{self.max_restarts}); its last error: {type(error).__name__}: {error}. Fix the "
-                                  "cause (e.g. memory: lower rollout.max_num_seqs) or raise ray.max_restarts, and resume the run "
-                                  "from its last checkpoint (resume=RUN_DIR)")
-            ray.kill(self.actors[slot], no_restart=True)
-            self.actors[slot] = actor = self._make(slot)
-            # one call at a time: the actor is threaded, and a version tag must not overtake its weights
-            loads = [(actor.update_weights, self._weights) if self._weights is not None else
-                     (actor.set_version, (self._version,))]
-            loads += [(actor.update_drafter, self._drafter)] if self._drafter is not None else []
-            try:
-                for method, args in loads:
-                    ray.get(method.remote(*args))
-                return
-            except ray.exceptions.RayActorError as e:
-                error = e
+        with self._restart_lock:
+            while self.actors[slot] is dead:
+                self.restarts[slot] += 1
+                if self.restarts[slot] > self.max_restarts:
+                    raise ActorFailed(f"rollout actor {slot} died {self.restarts[slot]} times (ray.max_restarts="
+                                      f"{self.max_restarts}); its last error: {type(error).__name__}: {error}. Fix "
+                                      "the cause (e.g. memory: lower rollout.max_num_seqs) or raise ray.max_restarts, "
+                                      "and resume the run from its last checkpoint (resume=RUN_DIR)")
+                ray.kill(dead, no_restart=True)
+                self.actors[slot] = actor = self._make(slot)
+                # one call at a time: the actor is threaded, and a version tag must not overtake its weights
+                loads = [(actor.update_weights, self._weights) if self._weights is not None else
+                         (actor.set_version, (self._version,))]
+                loads += [(actor.update_drafter, self._drafter)] if self._drafter is not None else []
+                try:
+                    for method, args in loads:
+                        ray.get(method.remote(*args))
+                except ray.exceptions.RayActorError as e:
+                    error, dead = e, actor
 
     def _broadcast(self, method: str, ref) -> None:
         """Every actor loads the weights behind `ref` (a dead one is restarted, and loads them then)."""
@@ -209,10 +213,8 @@ class RayRolloutBackend:
     def close(self) -> None:
         import ray
         for a in self.actors:
-            try:
+            with contextlib.suppress(Exception):  # a dead actor has nothing left to close
                 ray.get(a.close.remote(), timeout=30)
-            except Exception:  # noqa: BLE001 - a dead actor has nothing left to close
-                pass
             ray.kill(a)
         release()
 
@@ -221,12 +223,7 @@ def ray_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None
     """N rollout actors (`ray.rollout_actors`), each an in-process engine over `model_dir`.
     Engine traces (`trace_path`) are not collected from actors."""
     rc = cfg.ray
-    connect(rc)
-    pg, _ = placement_groups(rc)
-    offset = bundle_offset(rc, "rollout")
-    cls = remote_class(RolloutActor, num_cpus=rc.rollout_cpus, num_gpus=rc.rollout_gpus, max_concurrency=4)
+    make = placed(rc, "rollout", RolloutActor, num_cpus=rc.rollout_cpus, num_gpus=rc.rollout_gpus, max_concurrency=4)
     threads = max(1, int(rc.rollout_cpus))
-
-    def make(slot: int):
-        return cls.options(scheduling_strategy=scheduling(pg, offset + slot)).remote(str(model_dir), cfg, threads)
-    return RayRolloutBackend(make, rc.rollout_actors, rc.max_restarts)
+    return RayRolloutBackend(lambda slot: make(slot, str(model_dir), cfg, threads), rc.rollout_actors,
+                             rc.max_restarts)

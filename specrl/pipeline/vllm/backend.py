@@ -1,11 +1,10 @@
 """VllmBackend: a `vllm.LLM` behind the seam (the RolloutBackend protocol, as pipeline/local.py's).
 
-generate() adds the requests and steps vLLM's engine itself, so cancel() takes effect between two engine
-steps and a dead engine process stops the run cleanly (RunStopped: the last checkpoint resumes). vLLM 0.32's
-synchronous client waits for the engine's next output forever when its engine process is killed (its monitor
-marks the engine dead but wakes no reader), so a watcher thread (`watch_engine`) wakes it. vLLM's
-engine is not thread-safe, so weights that arrive while a generate() runs (the async driver's trainer
-thread) wait and are applied when it returns: every sequence of a call is sampled by one version.
+generate() steps vLLM's engine itself, so cancel() takes effect between two engine steps and a dead engine
+process stops the run cleanly (RunStopped). vLLM's synchronous client waits forever for the output of an
+engine process that was killed, so a watcher thread (`watch_engine`) wakes it. vLLM's engine is not
+thread-safe, so weights that arrive while a generate() runs wait until it returns: every sequence of a call
+is sampled by one version.
 """
 from __future__ import annotations
 
@@ -20,8 +19,8 @@ from ..seam import NamedTensors, RunStopped
 from .refit import RefitDir, checkpoint_layout, fitted
 from .sampling import to_specrl, to_vllm
 
-SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
-                 "accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
+SPEC_COUNTERS = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+                 "vllm:spec_decode_num_accepted_tokens": "accepted_tokens"}  # vLLM's metric -> the stats key
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
@@ -52,57 +51,47 @@ def watch_engine(client, closing: threading.Event) -> list:
 class VllmBackend:
     def __init__(self, llm, policy_dir: Path, eos: frozenset[int], refit_root: str,
                  work_dir: tempfile.TemporaryDirectory, drafter_tensors=None):
-        self.llm = llm
-        self.eos = eos
+        self.llm, self.eos = llm, eos
         self.layout = checkpoint_layout(policy_dir)
         self.refit = RefitDir(refit_root, policy_dir)
         self.drafter_refit = RefitDir(refit_root, policy_dir)
         self._work_dir = work_dir  # on-the-fly drafter exports; removed on close
         self._drafter_tensors = drafter_tensors  # named weights -> tensors vLLM's drafter loads; None: no weights
-        self.weights_version = 0
-        self.drafter_version = 0
-        self._cancelled = False
+        self.weights_version = self.drafter_version = self._calls = 0
+        self._cancelled = self._generating = False
         self._dead = False  # the engine process exited: nothing more can run on it
         self._lock = threading.Lock()
-        self._generating = False
         self._pending: tuple[dict, int] | None = None
-        self._calls = 0
         self._transfer_s = 0.0  # the last policy refit's seconds: the weights the next rollout runs on
-        self._base = self._counters()
-        self._own = {"generated_tokens": 0, "target_forwards": 0}
+        self.reset_stats()
         self._closing = threading.Event()
         self._procs = watch_engine(llm.llm_engine.engine_core, self._closing)
         from .procs import Guard
         self._guard = Guard(self._procs) if self._procs else None  # if this process dies without close()
 
-    # ---- generation --------------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params) -> list:
         if len(prompts) != len(params):
             raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts: one per prompt")
+        from vllm.v1.engine.exceptions import EngineDeadError
         with self._lock:
             self._generating = True
         try:
-            return self._generate(prompts, params)
+            self._calls += 1
+            ids = [f"{self._calls}-{i}" for i in range(len(prompts))]
+            mapped = [to_vllm(sp, self.eos) for sp in params]  # every refusal before any request is queued
+            done = self._run(self.llm.llm_engine, ids, prompts, mapped)
+            outs = [to_specrl(done[rid], i, sp, self.eos, self.weights_version)
+                    for i, (rid, sp) in enumerate(zip(ids, params))]
+        except EngineDeadError as e:
+            self._dead = True
+            raise RunStopped(f"the vLLM engine process died mid-rollout ({e}); resume the run from its last "
+                             "checkpoint (specrl train resume=RUN_DIR)") from e
         finally:
             with self._lock:
                 self._generating = False
                 pending, self._pending = self._pending, None
             if pending is not None and not self._dead:
                 self._reload(*pending)
-
-    def _generate(self, prompts, params) -> list:
-        engine, self._calls = self.llm.llm_engine, self._calls + 1
-        ids = [f"{self._calls}-{i}" for i in range(len(prompts))]
-        mapped = [to_vllm(sp, self.eos) for sp in params]  # every refusal before any request is queued
-        from vllm.v1.engine.exceptions import EngineDeadError
-        try:
-            done = self._run(engine, ids, prompts, mapped)
-        except EngineDeadError as e:
-            self._dead = True
-            raise RunStopped(f"the vLLM engine process died mid-rollout ({e}); resume the run from its last "
-                             "checkpoint (specrl train resume=RUN_DIR)") from e
-        outs = [to_specrl(done[rid], i, sp, self.eos, self.weights_version)
-                for i, (rid, sp) in enumerate(zip(ids, params))]
         self._own["generated_tokens"] += sum(len(c.token_ids) for r in outs for c in r.outputs)
         return outs
 
@@ -126,7 +115,6 @@ class VllmBackend:
             self._own["target_forwards"] += 1
         return done
 
-    # ---- weights -----------------------------------------------------------------------------------
     def update_weights(self, weights: NamedTensors, version: int) -> None:
         """Checked now (a misfit raises RefitError and the engine keeps its weights); reloaded now when no
         generate() runs, else when it returns. An older version than the engine's is ignored."""
@@ -166,21 +154,19 @@ class VllmBackend:
         self.drafter_refit.commit(path)
         self.drafter_version = version
 
-    # ---- counters ----------------------------------------------------------------------------------
     def _counters(self) -> dict:
-        totals = {k: 0 for k in SPEC_COUNTERS}
+        totals = {k: 0 for k in SPEC_COUNTERS.values()}
         per_pos: list[int] = []
         for m in self.llm.get_metrics():
-            for key, name in SPEC_COUNTERS.items():
-                if m.name == name:
-                    totals[key] += m.value
+            if m.name in SPEC_COUNTERS:
+                totals[SPEC_COUNTERS[m.name]] += m.value
             if m.name == PER_POS:
                 per_pos = [a + b for a, b in zip(per_pos, m.values)] if per_pos else list(m.values)
         return {**totals, "per_pos": per_pos}
 
     def stats(self) -> dict:
         now = self._counters()
-        d = {k: now[k] - self._base[k] for k in SPEC_COUNTERS}
+        d = {k: now[k] - self._base[k] for k in SPEC_COUNTERS.values()}
         per_pos = [a - b for a, b in zip(now["per_pos"], self._base["per_pos"] or [0] * len(now["per_pos"]))]
         drafts = max(d["drafts"], 1)
         return {**self._own, **d, "acceptance_length": 1 + d["accepted_tokens"] / drafts,
@@ -205,23 +191,19 @@ class VllmBackend:
                          "cannot take: resume with pipeline.backend=local, or start a new run")
 
     def close(self) -> None:
-        from .procs import signals_deferred
+        from .procs import reap, signals_deferred
         with signals_deferred():  # e.g. the SIGTERM that made us close must not cut the close short
-            self._close()
-
-    def _close(self) -> None:
-        from .procs import reap
-        self._closing.set()
-        try:
-            self.llm.llm_engine.engine_core.shutdown()
-        except ProcessLookupError:  # its shutdown kills the worker by pid; after a dead engine it may be gone
-            if not self._dead:
-                raise
-        finally:
-            reap(self._procs)  # what vLLM's shutdown leaves: the workers of an engine core that died
-            guard, self._guard = self._guard, None
-            if guard is not None:
-                guard.release()
-            self.refit.close()
-            self.drafter_refit.close()
-            self._work_dir.cleanup()
+            self._closing.set()
+            try:
+                self.llm.llm_engine.engine_core.shutdown()
+            except ProcessLookupError:  # its shutdown kills the worker by pid; after a dead engine it may be gone
+                if not self._dead:
+                    raise
+            finally:
+                reap(self._procs)  # what vLLM's shutdown leaves: the workers of an engine core that died
+                guard, self._guard = self._guard, None
+                if guard is not None:
+                    guard.release()
+                self.refit.close()
+                self.drafter_refit.close()
+                self._work_dir.cleanup()

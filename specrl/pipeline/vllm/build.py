@@ -53,7 +53,9 @@ def vllm_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | Non
         work.cleanup()
         raise ValueError(f"vLLM could not build an engine from {str(model_dir)!r} ({type(e).__name__}: {e}); "
                          "its log above names the cause") from e
-    return VllmBackend(llm, model_dir, eos_ids(model_dir), cfg.vllm.refit_dir, work, _drafter_tensors(spec))
+    refit = None if spec is None else VLLM_METHODS[spec["method"]].refit  # named weights -> what vLLM's drafter loads
+    drafter_tensors = None if refit is None else refit(Path(spec["model"]))
+    return VllmBackend(llm, model_dir, eos_ids(model_dir), cfg.vllm.refit_dir, work, drafter_tensors)
 
 
 def check_loadable(model_dir: Path) -> dict:
@@ -80,8 +82,3 @@ def kv_bytes(hf: dict, ro, drafting: bool) -> int:
     length = ro.max_model_len or hf.get("max_position_embeddings", 2048)
     per_seq = per_token * length * (2 if drafting else 1)
     return max(min(ro.max_num_seqs * per_seq, KV_CAP), 2 * per_seq)
-
-
-def _drafter_tensors(spec: dict | None):
-    refit = None if spec is None else VLLM_METHODS[spec["method"]].refit
-    return None if refit is None else refit(Path(spec["model"]))

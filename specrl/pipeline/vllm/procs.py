@@ -1,12 +1,10 @@
 """The processes a vLLM engine started, and their reaping.
 
-vLLM 0.32 runs its model in a worker process that its engine core process starts. When the engine core dies
-(killed, or crashed as with `CPU Generator does not use offset`), nothing stops that worker: it is re-parented
-away from us and spins at full CPU on its message queue, and vLLM's shutdown, which only knows the engine
-core, leaves it running. So the backend records the engine core and every process under it once the engine
-has started, and terminates what is left of them when the engine dies or the backend closes. And where this
-process dies without closing (SIGKILL, the OOM killer), a guard process started beside the engine
-(`guard`: this file run as a script) stops them: vLLM's engine core does not notice that its parent is gone.
+vLLM runs its model in a worker process that its engine core process starts. When the engine core dies,
+nothing stops that worker: it spins at full CPU on its message queue, and vLLM's shutdown, which only knows
+the engine core, leaves it running. So the backend records the engine core and every process under it, and
+terminates what is left of them when the engine dies or the backend closes; where this process dies without
+closing (SIGKILL, the OOM killer), a `Guard` process (this file run as a script) stops them.
 """
 from __future__ import annotations
 
@@ -55,10 +53,8 @@ def reap(procs: list[psutil.Process], grace_s: float = GRACE_S) -> list[int]:
     for signal_them in (psutil.Process.terminate, psutil.Process.kill):
         for p in living:
             if alive(p):
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     signal_them(p)
-                except psutil.NoSuchProcess:
-                    pass
         deadline = time.monotonic() + grace_s
         while any(alive(p) for p in living) and time.monotonic() < deadline:
             time.sleep(0.05)  # not psutil.wait_procs: it waits for a zombie whose parent never reaps it
@@ -90,7 +86,7 @@ class Guard:
     """A process that stops `procs` (reap) once this process is gone, however it ended. It reads a pipe until
     every write end is closed, which the kernel does when this process dies; it runs in its own session, so
     a signal to our process group (`timeout`'s) does not stop it first. It runs this file alone with
-    `python -I` (psutil, not specrl: no torch import, ~15 MB)."""
+    `python -I` (psutil, not specrl: no torch import)."""
 
     def __init__(self, procs: list[psutil.Process]):
         read_end, self._write_end = os.pipe()

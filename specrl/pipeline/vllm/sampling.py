@@ -25,19 +25,15 @@ def eos_ids(model_dir) -> frozenset[int]:
     return frozenset(ids)
 
 
-def check_supported(sp: SamplingParams) -> None:
+def to_vllm(sp: SamplingParams, eos: frozenset[int]):
+    """One vLLM SamplingParams (final outputs only: nothing streams back before a request ends)."""
     if sp.top_p < 1.0 or sp.top_k != -1:
         raise ValueError(f"top_p={sp.top_p}, top_k={sp.top_k}: with pipeline.backend=vllm only top_p=1.0 and "
                          "top_k=-1 are supported (vLLM reports logprobs renormalised over the top-k/top-p set, "
                          "specrl's trainer scores the temperature-scaled distribution): drop them, or use "
                          "pipeline.backend=local")
-
-
-def to_vllm(sp: SamplingParams, eos: frozenset[int]):
-    """One vLLM SamplingParams (final outputs only: nothing streams back before a request ends)."""
     from vllm import SamplingParams as VllmParams
     from vllm.sampling_params import RequestOutputKind
-    check_supported(sp)
     stop = set(sp.stop_token_ids or ()) | (set() if sp.ignore_eos else set(eos))
     return VllmParams(n=sp.n, temperature=sp.temperature, top_p=1.0, top_k=0, seed=sp.seed,
                       max_tokens=sp.max_tokens, min_tokens=sp.min_tokens, stop_token_ids=sorted(stop) or None,

@@ -1,23 +1,21 @@
 """rollout.spec onto vLLM's `speculative_config`: one row per specrl method (engine/methods.py's TABLE).
 
 A row's `build` returns the config dict for vLLM, or raises `UnsupportedMethod` naming what is missing.
-EAGLE-3 heads are exported on the fly with specrl's exporter (the layout `specrl export-drafter` writes), so
-vLLM serves exactly what a user would export. `auto` has no counterpart: vLLM runs one drafter for every
-sequence with a draft length fixed per batch size (`num_speculative_tokens_per_batch_size`), so it becomes
-the first of `spec.drafters` this vLLM runs, with a batch-size -> k schedule fitted by specrl's cost model
-(`batch_schedule`). What it cannot express: a per-sequence choice of drafter, a per-sequence draft length,
-and a cost model refitted from the run's own step timings (the schedule is fixed when the engine starts).
+EAGLE-3 heads are exported on the fly as `specrl export-drafter` would, so vLLM serves exactly what a user
+would export. `auto` has no counterpart: vLLM runs one drafter for every sequence with a draft length fixed
+per batch size, so it becomes the first of `spec.drafters` this vLLM runs, with a batch-size -> k schedule
+fitted by specrl's cost model (`batch_schedule`); no per-sequence drafter or draft length, no refitting.
 """
 from __future__ import annotations
 
 import importlib.util
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from ...engine.methods import SpecConfig, get_method
-from .drafter import eagle3_tensors, model_tensors
-from .refit import checkpoint_layout
+from .refit import checkpoint_layout, eagle3_tensors, model_tensors
 
 # per-position acceptance assumed by `auto`'s schedule: vLLM's schedule is fixed at start-up, so it cannot
 # learn the run's own acceptance as specrl's adaptive engine does
@@ -78,8 +76,7 @@ def eagle3(spec: SpecConfig, ctx: Context) -> dict:
         with safe_open(str(f), "pt") as handle:
             if name in handle.keys():
                 lm_head = handle.get_tensor(name).to(torch.float32)  # [V, D]
-    out = export_eagle3(head, ctx.work_dir / "eagle3", read_config(ctx.policy_dir), lm_head,
-                        source=str(src))
+    out = export_eagle3(head, ctx.work_dir / "eagle3", read_config(ctx.policy_dir), lm_head, source=str(src))
     return {**_k(spec), "model": str(out)}
 
 
@@ -97,7 +94,6 @@ def mtp(spec: SpecConfig, ctx: Context) -> dict:
 
 
 def auto(spec: SpecConfig, ctx: Context) -> dict:
-    """The first of `spec.drafters` this vLLM runs, with a batch-size -> k schedule."""
     skipped = []
     for name in spec.drafters:
         inner = SpecConfig(method=name, num_speculative_tokens=spec.num_speculative_tokens,
@@ -117,13 +113,7 @@ def auto(spec: SpecConfig, ctx: Context) -> dict:
 
 
 def _params(model_dir: Path) -> int:
-    total = 0
-    for shape in checkpoint_layout(model_dir).values():
-        n = 1
-        for s in shape:
-            n *= s
-        total += n
-    return total
+    return sum(math.prod(shape) for shape in checkpoint_layout(model_dir).values())
 
 
 def batch_schedule(target_params: int, drafter_params: int, k_max: int, max_batch: int,
@@ -179,9 +169,6 @@ def speculative_config(spec: SpecConfig, ctx: Context) -> dict | None:
     try:
         return VLLM_METHODS[spec.method].build(spec, ctx)
     except UnsupportedMethod as e:
+        runs = [name for name, row in VLLM_METHODS.items() if row.available()]
         raise UnsupportedMethod(f"rollout.spec.method={spec.method!r} cannot run on pipeline.backend=vllm: {e}. "
-                                f"Runs here: {runnable()} (or null: SD off)") from None
-
-
-def runnable() -> list[str]:
-    return [name for name, row in VLLM_METHODS.items() if row.available()]
+                                f"Runs here: {runs} (or null: SD off)") from None

@@ -1,13 +1,11 @@
 """Runs inside vLLM's worker process (`worker_extension_cls`), called by name through `LLM.collective_rpc`.
-Imported by the worker only; vLLM is importable wherever this runs.
 
-Two gaps of vLLM 0.32's in-place reload on the CPU that a refit must close:
+Two gaps of vLLM's in-place reload on the CPU that a refit must close:
 - It reloads the target only (`reload_weights`); `reload_drafter` runs the same layer-wise reload on the
   drafter's model.
-- vLLM's CPU linears pack their weight when loaded (oneDNN / sgl kernels keep their own copy). A tied
-  lm_head is the embedding's Parameter, which the reload updates, but it is not reloaded itself, so its
-  packed copy stays the start-up one: every refit would sample from the old output layer. Its packing is
-  redone from the new weight after each reload (`_repack_tied_head`).
+- vLLM's CPU linears pack their weight when loaded. A tied lm_head is the embedding's Parameter, which the
+  reload updates, but its packed copy stays the start-up one: every refit would sample from the old output
+  layer. Its packing is redone after each reload (`_repack_tied_head`).
 """
 from __future__ import annotations
 
