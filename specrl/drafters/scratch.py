@@ -11,9 +11,8 @@ from __future__ import annotations
 import importlib
 
 import torch
-from torch import nn
 
-from ..engine.methods import SpecConfig, TRAINABLE_METHODS as SCRATCH_METHODS, get_method, model_method
+from ..engine.methods import TRAINABLE_METHODS, SpecConfig, get_method, model_method
 from ..model import CausalLM, ModelConfig
 from ..model.mtp import MTPStack
 
@@ -60,27 +59,18 @@ def init_stack(policy: CausalLM, num_modules: int, seed: int = 0) -> MTPStack:
 
 
 def recipe(method: str):
-    """The train module of model method `method` (its table row's `trainer`): `scratch`, `engine_drafter`, `draft_ids`,
-    `capture_layers`, `save_module`, `online_logits`, `cli_train`, `MODULE`."""
-    if method not in SCRATCH_METHODS:
+    """The train module of model method `method` (its table row's `trainer`): `scratch`, `engine_drafter`,
+    `draft_ids`, `capture_layers`, `save_module`, `online_logits`, `cli_train`, `MODULE`."""
+    if method not in TRAINABLE_METHODS:
         raise ValueError(f"method={method!r} has no weights (nothing to start from scratch or train): expected one "
-                         f"of {list(SCRATCH_METHODS)}")
+                         f"of {list(TRAINABLE_METHODS)}")
     return importlib.import_module(get_method(method).trainer)
 
 
-def scratch_module(method: str, policy: CausalLM, seed: int = 0) -> nn.Module:
-    """The drafter module `method` starts from, built from the policy (fp32, on the CPU)."""
-    return recipe(method).scratch(policy, seed)
-
-
-def drafter_for_module(method: str, module: nn.Module, target: CausalLM, num_slots: int, max_len: int):
-    """The engine drafter of `method` that drafts with `module` (moved to the target's device and dtype)."""
-    p = next(target.parameters())
-    module = module.to(device=p.device, dtype=p.dtype).eval().requires_grad_(False)
-    return recipe(method).engine_drafter(module, target, num_slots, max_len)
-
-
 def build(spec: SpecConfig, target: CausalLM, num_slots: int, max_len: int):
-    """Registry hook for draft_model='scratch' ("auto" builds its inner drafter through the registry)."""
+    """Registry hook for draft_model='scratch': the module, fp32 on the CPU, moved to the target's device and
+    dtype ("auto" builds its inner drafter through the registry)."""
     method = model_method(spec)
-    return drafter_for_module(method, scratch_module(method, target), target, num_slots, max_len)
+    p = next(target.parameters())
+    module = recipe(method).scratch(target, 0).to(device=p.device, dtype=p.dtype).eval().requires_grad_(False)
+    return recipe(method).engine_drafter(module, target, num_slots, max_len)

@@ -79,7 +79,7 @@ def save_module(module: CausalLM, policy: CausalLM, path, dtype: str | None = No
     return save_model(module, path, tokenizer_dir=policy.source_path, dtype=dtype)
 
 
-def online_logits(trainer, mb, q=None) -> list:
+def online_logits(trainer, mb) -> list:
     """(weight, draft logits [b, T, V], policy logits, mask): one term, the next token."""
     return [(1.0, trainer.module(mb.input_ids).logits, mb.logits, mb.mask)]
 

@@ -109,6 +109,26 @@ def ttt_unroll(head: Eagle3Head, policy, features: torch.Tensor, ids: torch.Tens
     return logits
 
 
+class Queries(NamedTuple):
+    index: torch.Tensor  # [b, W] sequence indices, the picked ones first, in order
+    valid: torch.Tensor  # [b, W] float, 0 where a row has fewer than W picked indices (padding)
+
+
+def queries(picked: torch.Tensor) -> Queries:
+    """picked [b, T] bool -> the picked indices of each row, padded to the most any row has."""
+    T = picked.shape[1]
+    ar = torch.arange(T, device=picked.device)
+    order = torch.where(picked, ar, T + ar).argsort(dim=1)  # [b, T] picked first, each group in order
+    W = max(int(picked.sum(1).max()), 1)
+    index = order[:, :W]  # [b, W]
+    return Queries(index, picked.gather(1, index).float())
+
+
+def loss_queries(mask: torch.Tensor, ttt_steps: int) -> Queries:
+    """The indices whose TTT chains are unrolled online: those where some unroll step takes a loss."""
+    return queries(sum(shift_left(mask, 1 + j) for j in range(ttt_steps)) > 0)  # [b, T] step j: mask[t+1+j]
+
+
 class Teacher(NamedTuple):
     """The frozen policy's outputs per training sequence, computed once (bf16 to keep them small)."""
     features: list[torch.Tensor]  # [T_i, 3D]: the fused layers' outputs, concatenated
@@ -256,14 +276,14 @@ def save_module(module: Eagle3Head, policy, path, dtype: str | None = None):
     return save_head(module, path, resolve_dtype(dtype) if dtype else None)
 
 
-def online_logits(trainer, mb, q=None) -> list:
+def online_logits(trainer, mb) -> list:
     """(weight, draft logits, policy logits, mask) per training-time-test step j, weighted unroll_decay^j, only
-    at the indices where some step takes a loss (`trainer.loss_queries`)."""
+    at the indices where some step takes a loss (`loss_queries`)."""
     layers = trainer.module.config.target_hidden_layers
     features = torch.cat([mb.hidden[i].float() for i in layers], dim=-1)  # [b, T, 3D]
     B, T = mb.input_ids.shape
     positions = torch.arange(T, device=mb.input_ids.device).expand(B, T)  # [b, T]
-    q = q if q is not None else trainer.loss_queries(mb)
+    q = loss_queries(mb.mask, trainer.cfg.ttt_steps)
     steps = ttt_unroll(trainer.module, trainer.view, features, mb.input_ids, positions, trainer.cfg.ttt_steps, q.index)
     # step j at index t predicts token t+2+j: the policy's distribution at index t+1+j
     return [(trainer.cfg.unroll_decay ** j, logits, take(shift_left(mb.logits, 1 + j), q.index),

@@ -108,7 +108,7 @@ def save_module(module: MTPStack, policy: CausalLM, path, dtype: str | None = No
     return save_mtp_only(module, policy.config, path, dtype=dtype)
 
 
-def online_logits(trainer, mb, q=None) -> list:
+def online_logits(trainer, mb) -> list:
     """(weight, draft logits, policy logits, mask) per depth d = 1..mtp_depths, weighted unroll_decay^(d-1),
     normalised; each depth against the policy's distribution at its own offset."""
     depths = trainer.module.unroll(mb.hidden[LAST].float(), mb.input_ids, trainer.view.embed, trainer.view.lm_head,
