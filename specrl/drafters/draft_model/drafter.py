@@ -56,7 +56,7 @@ class DraftModelDrafter(ModelDrafter):
     hidden_layers: tuple[int, ...] = ()
 
     def __init__(self, draft: CausalLM, num_slots: int, max_len: int):
-        self.model = draft.eval()
+        self.model = self.module = draft.eval()
         cfg = draft.config
         p = next(draft.parameters())
         self.device = p.device
@@ -108,10 +108,6 @@ class DraftModelDrafter(ModelDrafter):
 
     def release(self, seq: Sequence) -> None:
         self.cached[seq.slot] = 0
-
-    @property
-    def module(self) -> CausalLM:
-        return self.model
 
     def caches(self) -> list:
         return self.cache

@@ -16,8 +16,7 @@ from ...errors import require
 from ...model import CausalLM, load_model, save_model
 from .drafter import DraftModelDrafter
 from ..scratch import DRAFT_LAYERS, student_from_policy
-from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, fit, pad_batch, soft_cross_entropy, teacher_forward,
-                             token_batches)
+from ..training.data import DrafterTrainArgs, Pair, TokenBatch, fit, soft_cross_entropy, token_batches
 
 
 @dataclass
@@ -32,7 +31,8 @@ class DraftModelOptions:
 
 
 def distil_loss(policy: CausalLM, student: CausalLM, batch: TokenBatch) -> torch.Tensor:
-    p = torch.softmax(teacher_forward(policy, batch).logits.float(), dim=-1)  # [B, T, V]
+    with torch.no_grad():
+        p = torch.softmax(policy(batch.ids, batch.positions).logits.float(), dim=-1)  # [B, T, V]
     return soft_cross_entropy(student(batch.ids, batch.positions).logits, p, batch.loss_mask)
 
 
@@ -46,7 +46,7 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
     num_layers = opts.num_layers or max(1, policy.config.num_layers // 3)
     student = student_from_policy(policy, num_layers)
     metrics = fit(student, lambda batch: distil_loss(policy, student, batch),
-                  map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args,
+                  token_batches(data, args.batch_tokens, args.seed), args,
                   identity={"method": "draft_model", "vocab_size": policy.config.vocab_size, "num_layers": num_layers})
     save_model(student, out_dir, tokenizer_dir=policy_path, dtype=args.save_dtype)
     return {"method": "draft_model", "out_dir": str(out_dir), "num_layers": num_layers,

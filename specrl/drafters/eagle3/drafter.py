@@ -39,7 +39,8 @@ class Eagle3Drafter(ModelDrafter):
     method = "eagle3"
 
     def __init__(self, head: Eagle3Head, target, num_slots: int, max_len: int, sample_drafts: bool = True):
-        self.head, self.target, self.sample_drafts = head, target, sample_drafts
+        self.head = self.module = head
+        self.target, self.sample_drafts = target, sample_drafts
         layers = head.config.target_hidden_layers
         self.hidden_layers = tuple(sorted(set(layers)))
         self._pick = [self.hidden_layers.index(i) for i in layers]  # the target returns layers in order
@@ -89,13 +90,6 @@ class Eagle3Drafter(ModelDrafter):
             if j + 1 < K:
                 h = self.head(h, self.target.embed(tok), pos + 1 + j, self.kv, slots)  # [B, 1, D]
         return Proposal(torch.cat(drafts, dim=1), lengths, torch.cat(qs, dim=1) if qs else None)  # [B, K], [B, K, V]
-
-    def release(self, seq: Sequence) -> None:
-        pass  # the slot's cache rows are overwritten by its next prefill
-
-    @property
-    def module(self) -> Eagle3Head:
-        return self.head
 
 
 def check_compatible(head: Eagle3Head, target_cfg, source: str) -> None:

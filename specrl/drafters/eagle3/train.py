@@ -161,15 +161,15 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
 def cached_teacher(policy, data: list[Pair], layers: tuple[int, ...], args: DrafterTrainArgs) -> Teacher:
     """`precompute_teacher`, read from / written to `args.cache_dir` when set; a cached file made over other
     sequences (another digest of `data`) is recomputed."""
-    if not args.cache_dir:
-        return precompute_teacher(policy, data, layers, args.batch_tokens, args.bf16_autocast, args.teacher_topk)
-    path, digest = teacher_path(args.cache_dir, layers, args.teacher_topk, args.bf16_autocast), data_digest(data)
-    if path.is_file():
+    path = teacher_path(args.cache_dir, layers, args.teacher_topk, args.bf16_autocast) if args.cache_dir else None
+    if path is not None and path.is_file():
         saved = torch.load(path)
-        if saved["data"] == digest:
+        if saved["data"] == data_digest(data):
             return Teacher(saved["features"], [TopK(p, i) for p, i in saved["probs"]])
     teacher = precompute_teacher(policy, data, layers, args.batch_tokens, args.bf16_autocast, args.teacher_topk)
-    save(path, {"data": digest, "features": teacher.features, "probs": [tuple(t) for t in teacher.probs]})
+    if path is not None:
+        probs = [tuple(t) for t in teacher.probs]
+        save(path, {"data": data_digest(data), "features": teacher.features, "probs": probs})
     return teacher
 
 
@@ -245,8 +245,7 @@ def train(policy_path, out_dir, data: list[Pair], args: DrafterTrainArgs, opts: 
     metrics = train_head(head, policy, data, args, opts, on_log)
     save_head(head, out_dir, dtype=resolve_dtype(args.save_dtype))
     return {"method": "eagle3", "out_dir": str(out_dir), "target_hidden_layers": list(cfg.target_hidden_layers),
-            **vocab,
-            "num_params": sum(p.numel() for p in head.parameters()), "sequences": len(data), **metrics}
+            **vocab, "num_params": sum(p.numel() for p in head.parameters()), "sequences": len(data), **metrics}
 
 
 # ---- the method's recipe (drafters/scratch.py `recipe`): the same names in every model method's train module

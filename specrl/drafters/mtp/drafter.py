@@ -90,7 +90,7 @@ class MTPDrafter(ModelDrafter):
     hidden_layers: tuple[int, ...] = (-1,)
 
     def __init__(self, target: CausalLM, stack: MTPStack, num_slots: int, max_len: int):
-        self.target, self.stack = target, stack
+        self.target, self.stack, self.module = target, stack, stack
         p = next(target.parameters())
         self.device = p.device
         cfg = target.config
@@ -122,13 +122,6 @@ class MTPDrafter(ModelDrafter):
             h = self.stack.step(j, h, self.target.embed(tok[:, None]), pos, self.cache[d - 1], slots)  # [B, 1, D]
             tok = self.stack.logits(j, h, self.target.lm_head)[:, -1].argmax(-1)  # [B]
             yield tok
-
-    def release(self, seq: Sequence) -> None:
-        pass
-
-    @property
-    def module(self) -> MTPStack:
-        return self.stack
 
     def caches(self) -> list:
         return self.cache

@@ -18,8 +18,7 @@ from ...model.mtp import MTPStack
 from ...errors import require
 from ..scratch import MTP_MODULES, init_stack
 from ..training.capture import LAST
-from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, fit, pad_batch, soft_cross_entropy, teacher_forward,
-                             token_batches)
+from ..training.data import DrafterTrainArgs, Pair, TokenBatch, fit, soft_cross_entropy, token_batches
 from .drafter import MTPDrafter, save_mtp_only
 
 
@@ -41,7 +40,8 @@ class MTPOptions:
 
 def mtp_loss(policy: CausalLM, stack: MTPStack, batch: TokenBatch, opts: MTPOptions) -> torch.Tensor:
     """Weighted mean over depths of the soft CE to the policy, on response positions."""
-    out = teacher_forward(policy, batch)
+    with torch.no_grad():
+        out = policy(batch.ids, batch.positions)
     p, h0 = torch.softmax(out.logits.float(), dim=-1), out.last_hidden  # [B, T, V], [B, T, D]
     total, weight = 0.0, 0.0
     for d, logits in enumerate(stack.unroll(h0, batch.ids, policy.embed, policy.lm_head, opts.mtp_depths), start=1):
@@ -71,7 +71,7 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
     policy = load_model(policy_path).requires_grad_(False)
     stack = init_stack(policy, opts.num_modules, args.seed)
     metrics = fit(stack, lambda batch: mtp_loss(policy, stack, batch, opts),
-                  map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args,
+                  token_batches(data, args.batch_tokens, args.seed), args,
                   identity={"method": "mtp", "vocab_size": policy.config.vocab_size, "num_modules": stack.depth})
     if opts.mtp_only:
         save_mtp_only(stack, policy.config, out_dir, dtype=args.save_dtype)

@@ -88,9 +88,9 @@ class TokenBatch(NamedTuple):
     loss_mask: torch.Tensor  # [B, T] bool: position s predicts token s+1, a response token
 
 
-def pad_batch(pairs: list[Pair], pad_id: int = 0) -> TokenBatch:
+def pad_batch(pairs: list[Pair]) -> TokenBatch:
     T = max(len(p) + len(r) for p, r in pairs)
-    ids = torch.full((len(pairs), T), pad_id, dtype=torch.long)  # [B, T]
+    ids = torch.zeros(len(pairs), T, dtype=torch.long)  # [B, T]
     mask = torch.zeros(len(pairs), T, dtype=torch.bool)  # [B, T]
     for b, (p, r) in enumerate(pairs):
         ids[b, :len(p) + len(r)] = torch.tensor(p + r)
@@ -117,16 +117,10 @@ def index_batches(lengths: list[int], batch_tokens: int, seed: int):
         yield from batches
 
 
-def token_batches(data: list[Pair], batch_tokens: int, seed: int):
-    """`index_batches` over `data`, yielding the (prompt_ids, response_ids) pairs themselves."""
+def token_batches(data: list[Pair], batch_tokens: int, seed: int) -> Iterator[TokenBatch]:
+    """`index_batches` over `data`, padded."""
     for idx in index_batches([len(p) + len(r) for p, r in data], batch_tokens, seed):
-        yield [data[i] for i in idx]
-
-
-@torch.no_grad()
-def teacher_forward(policy, batch: TokenBatch, hidden_layers: tuple[int, ...] = ()):
-    """The policy's full forward (no cache): logits [B, T, V] and the requested layers' outputs."""
-    return policy(batch.ids, batch.positions, hidden_layers=hidden_layers)
+        yield pad_batch([data[i] for i in idx])
 
 
 def soft_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
