@@ -4,7 +4,6 @@ its method's recipe (`scratch` in the method's train module).
 Recipes copy only active layers, those that write into the residual stream: a grown policy
 (specrl/tasks/grow.py) has layers that start as residual identities. All are deterministic in `seed`, so an
 online drafter trainer and the engine built from the same policy and seed agree before the first swap.
-Model-free methods have nothing to start: asking them for "scratch" is an error naming the methods that can.
 """
 from __future__ import annotations
 

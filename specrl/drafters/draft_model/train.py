@@ -2,8 +2,7 @@
 
 The student is a `num_layers`-layer model of the policy's family and vocabulary, initialised from the
 policy (embedding, final norm, and evenly spaced decoder layers), then trained with soft cross-entropy to
-the policy's full next-token distribution (temperature 1) on the policy's own generations. The loop is
-`training.data.fit`, shared with the MTP and EAGLE-3 recipes.
+the policy's full next-token distribution (temperature 1) on the policy's own generations.
 """
 from __future__ import annotations
 

@@ -22,17 +22,11 @@ from ...engine.methods import SpecConfig, get_method
 from ...engine.rng import STREAM_DRAFT
 from ...engine.sampling import batch_params, hash_uniform, sample_from, target_probs
 from ...engine.sequence import Sequence
+from ...model.layers import slot_index
 from ..weights import ModelDrafter
 from .head import DEFAULT_INSTALL_HINT, Eagle3Head, load_head
 
 DEFAULT_HEAD_DIR = get_method("eagle3").shipped_dir
-
-
-def slot_index(slots: list[int], device) -> torch.Tensor | slice:
-    """A slice when the batch owns consecutive slots in order, so cache rows are read as views."""
-    if slots == list(range(slots[0], slots[0] + len(slots))):
-        return slice(slots[0], slots[0] + len(slots))
-    return torch.tensor(slots, device=device)
 
 
 class Eagle3Drafter(ModelDrafter):
@@ -56,7 +50,7 @@ class Eagle3Drafter(ModelDrafter):
     @torch.inference_mode()
     def observe(self, fwd: TargetForward) -> None:
         B = len(fwd.seqs)
-        slots = slot_index([s.slot for s in fwd.seqs], self.device)  # a slice, SlotRuns or [B]
+        slots = slot_index([s.slot for s in fwd.seqs], self.device, max_runs=0)  # a slice (views) or [B]
         fused = self.head.fuse([fwd.hidden[i] for i in self._pick])  # [B, T, D]
         out = self.head(fused, self.target.embed(fwd.next_tokens), fwd.positions, self.kv, slots)  # [B, T, D]
         rows = torch.arange(B, device=self.device)
@@ -70,7 +64,7 @@ class Eagle3Drafter(ModelDrafter):
         lengths = torch.tensor(k, dtype=torch.long, device=self.device)  # [B]
         if K == 0:
             return Proposal(torch.zeros(B, 0, dtype=torch.long, device=self.device), lengths, None)
-        slots = slot_index([s.slot for s in seqs], self.device)  # a slice, SlotRuns or [B]
+        slots = slot_index([s.slot for s in seqs], self.device, max_runs=0)  # a slice (views) or [B]
         h = self.last_h[slots][:, None]  # [B, 1, D]
         pos = self.last_pos[slots][:, None]  # [B, 1]
         params = batch_params(seqs, self.device) if self.sample_drafts else None

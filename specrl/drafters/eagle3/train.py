@@ -18,11 +18,10 @@ from ...model import load_model, resolve_dtype
 from ...errors import require
 from ...train.trainer import head_chunk_tokens
 from ..training.cache import data_digest, save, teacher_path
-from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, TopK, fit, index_batches, pad_batch, to_draft_vocab,
+from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, TopK, fit, index_batches, pad_batch,
                              topk_cross_entropy, topk_probs)
 from .export import draft_vocab, token_counts, with_draft_vocab
-from ...engine.methods import SCRATCH
-from .drafter import Eagle3Drafter, check_compatible
+from .drafter import Eagle3Drafter
 from .head import Eagle3Config, Eagle3Head, init_head, save_head
 
 
@@ -204,8 +203,8 @@ def train_head(head: Eagle3Head, policy, data: list[Pair], args: DrafterTrainArg
     """Trains the head only (the policy is frozen) with the shared drafter loop."""
     policy.requires_grad_(False)
     teacher = cached_teacher(policy, data, head.config.target_hidden_layers, args)
-    full_to_draft = None
-    if head.lm_head is not None:  # a reduced draft vocabulary: teacher tokens outside it go to the rest bucket
+    full_to_draft = None  # [V] draft id of each target id, -1 outside a reduced draft vocabulary
+    if head.lm_head is not None:  # teacher tokens outside it go to the rest bucket (topk_cross_entropy)
         full_to_draft = torch.full((head.config.vocab_size,), -1, dtype=torch.long)
         full_to_draft[head.target_ids] = torch.arange(head.config.draft_vocab_size)
 
@@ -215,7 +214,7 @@ def train_head(head: Eagle3Head, policy, data: list[Pair], args: DrafterTrainArg
         target = TopK(*(pad_sequence(list(t), batch_first=True)
                         for t in zip(*(teacher.probs[i] for i in idx))))  # [B, T, k] each
         if full_to_draft is not None:
-            target = to_draft_vocab(target, full_to_draft)
+            target = TopK(target.probs, full_to_draft[target.ids.long()])
         loss, agree = ttt_loss(head, policy, batch, features.to(torch.get_default_dtype()), target, opts)
         return loss, [round(a, 3) for a in agree]
 
@@ -258,7 +257,6 @@ def scratch(policy, seed: int = 0) -> Eagle3Head:
 
 
 def engine_drafter(module: Eagle3Head, target, num_slots: int, max_len: int) -> Eagle3Drafter:
-    check_compatible(module, target.config, SCRATCH)
     return Eagle3Drafter(module, target, num_slots, max_len)
 
 

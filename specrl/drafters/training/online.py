@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...engine.methods import SCRATCH, TRAINABLE_METHODS, SpecConfig, model_method
+from ...engine.methods import SCRATCH, TRAINABLE_METHODS, SpecConfig, build_drafter, model_method
 from ...optim import build_optimizer, clip_grad
 from ...train.config import DrafterConfig
 from ..scratch import recipe
@@ -84,7 +84,6 @@ class OnlineDrafterTrainer:
         method = model_method(spec, "online drafter training")
         if spec.draft_model == SCRATCH:
             return cls(recipe(method).scratch(policy, seed), policy, cfg, temperature, seed)
-        from ...engine.methods import build_drafter
         drafter = build_drafter(dataclasses.replace(spec, method=method), policy, 1,  # "auto": its model drafter
                                 policy.config.max_position_embeddings)
         return cls.from_drafter(drafter, policy, cfg, temperature, seed)
