@@ -12,11 +12,7 @@ import importlib
 import torch
 
 from ..engine.methods import TRAINABLE_METHODS, SpecConfig, get_method, model_method
-from ..model import CausalLM, ModelConfig
-from ..model.mtp import MTPStack
-
-DRAFT_LAYERS = 2  # a cold draft model: the policy's first and last active layers, the fewest that keep both ends
-MTP_MODULES = 2  # cold MTP modules: two depths (drafts past the second reuse the last), a small stack to train
+from ..model import CausalLM
 
 
 @torch.no_grad()
@@ -26,35 +22,6 @@ def active_layers(policy: CausalLM, floor: float = 0.1) -> list[int]:
     norms = [float(layer.self_attn.o_proj.weight.norm() + layer.mlp.down_proj.weight.norm())
              for layer in policy.model.layers]
     return [i for i, n in enumerate(norms) if n >= floor * max(norms)]
-
-
-def student_from_policy(policy: CausalLM, num_layers: int) -> CausalLM:
-    """Same family and vocabulary, `num_layers` layers copied from evenly spaced active policy layers."""
-    cfg = ModelConfig(**{**policy.config.to_dict(), "num_layers": num_layers, "num_mtp_modules": 0})
-    student = CausalLM(cfg)
-    state, active = policy.state_dict(), active_layers(policy)
-    picks = [active[round(i * (len(active) - 1) / max(num_layers - 1, 1))] for i in range(num_layers)]
-    own = {k: v for k, v in state.items() if not k.startswith(("model.layers.", "mtp."))}
-    for i, j in enumerate(picks):
-        prefix = f"model.layers.{j}."
-        own.update({f"model.layers.{i}.{k[len(prefix):]}": v for k, v in state.items() if k.startswith(prefix)})
-    student.load_state_dict({k: v.detach().clone() for k, v in own.items()})
-    return student
-
-
-@torch.no_grad()
-def init_stack(policy: CausalLM, num_modules: int, seed: int = 0) -> MTPStack:
-    cfg = ModelConfig(**{**policy.config.to_dict(), "num_mtp_modules": num_modules})
-    stack = MTPStack(cfg)
-    gen = torch.Generator().manual_seed(seed)
-    last = policy.model.layers[active_layers(policy)[-1]]
-    for m in stack.layers:
-        m.block.load_state_dict(last.state_dict())
-        m.eh_proj.weight.copy_(torch.randn(m.eh_proj.weight.shape, generator=gen) * 0.02)
-        # residual branches start closed, so the block starts as the identity on its fused input
-        m.block.self_attn.o_proj.weight.zero_()
-        m.block.mlp.down_proj.weight.zero_()
-    return stack
 
 
 def recipe(method: str):

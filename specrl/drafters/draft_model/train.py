@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 
 from ...errors import require
-from ...model import CausalLM, load_model, save_model
+from ...model import CausalLM, ModelConfig, load_model, save_model
 from .drafter import DraftModelDrafter
-from ..scratch import DRAFT_LAYERS, student_from_policy
+from ..scratch import active_layers
 from ..training.data import DrafterTrainArgs, Pair, TokenBatch, fit, soft_cross_entropy, token_batches
 
 
@@ -27,6 +27,20 @@ class DraftModelOptions:
 
     def validate(self) -> None:
         require(self.num_layers is None or self.num_layers >= 1, "num_layers", self.num_layers, ">= 1 or None")
+
+
+def student_from_policy(policy: CausalLM, num_layers: int) -> CausalLM:
+    """Same family and vocabulary, `num_layers` layers copied from evenly spaced active policy layers."""
+    cfg = ModelConfig(**{**policy.config.to_dict(), "num_layers": num_layers, "num_mtp_modules": 0})
+    student = CausalLM(cfg)
+    state, active = policy.state_dict(), active_layers(policy)
+    picks = [active[round(i * (len(active) - 1) / max(num_layers - 1, 1))] for i in range(num_layers)]
+    own = {k: v for k, v in state.items() if not k.startswith(("model.layers.", "mtp."))}
+    for i, j in enumerate(picks):
+        prefix = f"model.layers.{j}."
+        own.update({f"model.layers.{i}.{k[len(prefix):]}": v for k, v in state.items() if k.startswith(prefix)})
+    student.load_state_dict({k: v.detach().clone() for k, v in own.items()})
+    return student
 
 
 def distil_loss(policy: CausalLM, student: CausalLM, batch: TokenBatch) -> torch.Tensor:
@@ -58,8 +72,8 @@ MODULE = CausalLM
 
 def scratch(policy: CausalLM, seed: int = 0) -> CausalLM:
     """A 2-layer model of the policy's family: its embedding, final norm, lm_head, and the first and last of
-    its active decoder layers (deterministic: no random part)."""
-    return student_from_policy(policy, min(DRAFT_LAYERS, policy.config.num_layers))
+    its active decoder layers, the fewest that keep both ends (deterministic: no random part)."""
+    return student_from_policy(policy, min(2, policy.config.num_layers))
 
 
 def engine_drafter(module: CausalLM, target: CausalLM, num_slots: int, max_len: int) -> DraftModelDrafter:

@@ -16,7 +16,7 @@ import torch
 from ...model import CausalLM, ModelConfig, load_model, save_model
 from ...model.mtp import MTPStack
 from ...errors import require
-from ..scratch import MTP_MODULES, init_stack
+from ..scratch import active_layers
 from ..training.capture import LAST
 from ..training.data import DrafterTrainArgs, Pair, TokenBatch, fit, soft_cross_entropy, token_batches
 from .drafter import MTPDrafter, save_mtp_only
@@ -36,6 +36,24 @@ class MTPOptions:
         require(1 <= self.num_modules <= self.mtp_depths, "num_modules", self.num_modules,
                 f"in [1, mtp_depths={self.mtp_depths}]")
         require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
+
+
+@torch.no_grad()
+def init_stack(policy: CausalLM, num_modules: int, seed: int = 0) -> MTPStack:
+    """`num_modules` modules, each the policy's last active decoder layer with its residual outputs zeroed and
+    a small random eh_proj, deterministic in `seed` (passing h^{d-1} through would start from the policy's own
+    prediction, one token off)."""
+    cfg = ModelConfig(**{**policy.config.to_dict(), "num_mtp_modules": num_modules})
+    stack = MTPStack(cfg)
+    gen = torch.Generator().manual_seed(seed)
+    last = policy.model.layers[active_layers(policy)[-1]]
+    for m in stack.layers:
+        m.block.load_state_dict(last.state_dict())
+        m.eh_proj.weight.copy_(torch.randn(m.eh_proj.weight.shape, generator=gen) * 0.02)
+        # residual branches start closed, so the block starts as the identity on its fused input
+        m.block.self_attn.o_proj.weight.zero_()
+        m.block.mlp.down_proj.weight.zero_()
+    return stack
 
 
 def mtp_loss(policy: CausalLM, stack: MTPStack, batch: TokenBatch, opts: MTPOptions) -> torch.Tensor:
@@ -86,10 +104,8 @@ MODULE = MTPStack
 
 
 def scratch(policy: CausalLM, seed: int = 0) -> MTPStack:
-    """2 MTP modules, each the policy's last active decoder layer with its residual outputs zeroed and a small
-    random eh_proj, deterministic in `seed` (passing h^{d-1} through would start from the policy's own
-    prediction, one token off)."""
-    return init_stack(policy, MTP_MODULES, seed)
+    """Two modules (drafts past the second reuse the last): a small stack to train."""
+    return init_stack(policy, 2, seed)
 
 
 def engine_drafter(module: MTPStack, target: CausalLM, num_slots: int, max_len: int) -> MTPDrafter:
