@@ -4,21 +4,15 @@ its method's recipe (`scratch` in the method's train module).
 Recipes copy only active layers, those that write into the residual stream: a grown policy
 (specrl/tasks/grow.py) has layers that start as residual identities. All are deterministic in `seed`, so an
 online drafter trainer and the engine built from the same policy and seed agree before the first swap.
-Model-free methods have nothing to start: asking them for "scratch" is an error naming the methods that can.
 """
 from __future__ import annotations
 
 import importlib
 
 import torch
-from torch import nn
 
-from ..engine.methods import SpecConfig, TRAINABLE_METHODS as SCRATCH_METHODS, get_method, model_method
-from ..model import CausalLM, ModelConfig
-from ..model.mtp import MTPStack
-
-DRAFT_LAYERS = 2  # a cold draft model: the policy's first and last active layers, the fewest that keep both ends
-MTP_MODULES = 2  # cold MTP modules: two depths (drafts past the second reuse the last), a small stack to train
+from ..engine.methods import TRAINABLE_METHODS, SpecConfig, get_method, model_method
+from ..model import CausalLM
 
 
 @torch.no_grad()
@@ -30,57 +24,19 @@ def active_layers(policy: CausalLM, floor: float = 0.1) -> list[int]:
     return [i for i, n in enumerate(norms) if n >= floor * max(norms)]
 
 
-def student_from_policy(policy: CausalLM, num_layers: int) -> CausalLM:
-    """Same family and vocabulary, `num_layers` layers copied from evenly spaced active policy layers."""
-    cfg = ModelConfig(**{**policy.config.to_dict(), "num_layers": num_layers, "num_mtp_modules": 0})
-    student = CausalLM(cfg)
-    state, active = policy.state_dict(), active_layers(policy)
-    picks = [active[round(i * (len(active) - 1) / max(num_layers - 1, 1))] for i in range(num_layers)]
-    own = {k: v for k, v in state.items() if not k.startswith(("model.layers.", "mtp."))}
-    for i, j in enumerate(picks):
-        prefix = f"model.layers.{j}."
-        own.update({f"model.layers.{i}.{k[len(prefix):]}": v for k, v in state.items() if k.startswith(prefix)})
-    student.load_state_dict({k: v.detach().clone() for k, v in own.items()})
-    return student
-
-
-@torch.no_grad()
-def init_stack(policy: CausalLM, num_modules: int, seed: int = 0) -> MTPStack:
-    cfg = ModelConfig(**{**policy.config.to_dict(), "num_mtp_modules": num_modules})
-    stack = MTPStack(cfg)
-    gen = torch.Generator().manual_seed(seed)
-    last = policy.model.layers[active_layers(policy)[-1]]
-    for m in stack.layers:
-        m.block.load_state_dict(last.state_dict())
-        m.eh_proj.weight.copy_(torch.randn(m.eh_proj.weight.shape, generator=gen) * 0.02)
-        # residual branches start closed, so the block starts as the identity on its fused input
-        m.block.self_attn.o_proj.weight.zero_()
-        m.block.mlp.down_proj.weight.zero_()
-    return stack
-
-
 def recipe(method: str):
-    """The train module of model method `method` (its table row's `trainer`): `scratch`, `engine_drafter`, `draft_ids`,
-    `capture_layers`, `save_module`, `online_logits`, `cli_train`, `MODULE`."""
-    if method not in SCRATCH_METHODS:
+    """The train module of model method `method` (its table row's `trainer`): `scratch`, `engine_drafter`,
+    `draft_ids`, `capture_layers`, `save_module`, `online_logits`, `cli_train`, `MODULE`."""
+    if method not in TRAINABLE_METHODS:
         raise ValueError(f"method={method!r} has no weights (nothing to start from scratch or train): expected one "
-                         f"of {list(SCRATCH_METHODS)}")
+                         f"of {list(TRAINABLE_METHODS)}")
     return importlib.import_module(get_method(method).trainer)
 
 
-def scratch_module(method: str, policy: CausalLM, seed: int = 0) -> nn.Module:
-    """The drafter module `method` starts from, built from the policy (fp32, on the CPU)."""
-    return recipe(method).scratch(policy, seed)
-
-
-def drafter_for_module(method: str, module: nn.Module, target: CausalLM, num_slots: int, max_len: int):
-    """The engine drafter of `method` that drafts with `module` (moved to the target's device and dtype)."""
-    p = next(target.parameters())
-    module = module.to(device=p.device, dtype=p.dtype).eval().requires_grad_(False)
-    return recipe(method).engine_drafter(module, target, num_slots, max_len)
-
-
 def build(spec: SpecConfig, target: CausalLM, num_slots: int, max_len: int):
-    """Registry hook for draft_model='scratch' ("auto" builds its inner drafter through the registry)."""
+    """Registry hook for draft_model='scratch': the module, fp32 on the CPU, moved to the target's device and
+    dtype ("auto" builds its inner drafter through the registry)."""
     method = model_method(spec)
-    return drafter_for_module(method, scratch_module(method, target), target, num_slots, max_len)
+    p = next(target.parameters())
+    module = recipe(method).scratch(target, 0).to(device=p.device, dtype=p.dtype).eval().requires_grad_(False)
+    return recipe(method).engine_drafter(module, target, num_slots, max_len)

@@ -27,20 +27,16 @@ MODEL_FREE = tuple(m.name for m in TABLE if not m.model_based and not m.adaptive
 
 class ModelDrafter:
     """What a drafter with weights offers beside `Drafter`: the module it drafts with (`module`), its method's
-    name, the weights' version, its position-indexed KV caches (released between generate() calls) and
-    `refit`, called after its weights changed in place."""
+    name, the weights' version and `refit`, called after its weights changed in place."""
     method: str
+    module: nn.Module
     version = 0  # the version last loaded by `load_drafter_weights` (0: the weights the engine started with)
 
-    @property
-    def module(self) -> nn.Module:
-        raise NotImplementedError
-
-    def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return []
+    def release(self, seq) -> None:
+        """Nothing by default: the slot's cache rows are overwritten by its next prefill."""
 
     def refit(self) -> None:
-        """Nothing to redo by default: stale cache entries derived from the target only lower acceptance."""
+        """Nothing by default (see the module docstring)."""
 
 
 def drafter_module(drafter) -> nn.Module:
@@ -78,14 +74,12 @@ def load_drafter_weights(drafter, named: Iterable[tuple[str, torch.Tensor]], ver
                          checked: bool = False) -> None:
     """Copies (name, tensor) pairs in place into the engine's drafter and records `version`; `checked`: the
     caller already ran check_fits on them (a hot swap checks when the weights arrive, not between steps)."""
-    module = drafter_module(drafter)
-    own = module.state_dict()
-    named = dict(named)
+    target = model_drafter(drafter)
+    own, named = target.module.state_dict(), dict(named)
     if not checked:
         check_fits(own, named)
     for k, v in named.items():
         own[k].copy_(v)
-    target = model_drafter(drafter)
     target.refit()
     target.version = int(version)
 

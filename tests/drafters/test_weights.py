@@ -71,13 +71,15 @@ def test_swap_mid_generation_is_lossless(method):
 
 def _captured(model, prompts, outs, layers):
     """The policy's forward over its own greedy outputs, as the policy trainer's forward hook would hand it over."""
-    from specrl.drafters.training.capture import capture, model_layers
-    from specrl.train.trainer import collate
+    from specrl.drafters.training.capture import Capture
+    from specrl.train.trainer import ForwardInfo, collate
     responses = [o.outputs[0].token_ids for o in outs]
     batch = collate(prompts, responses, [o.outputs[0].logprobs for o in outs], torch.zeros(len(prompts)), 0)
+    hook = Capture(layers)
     with torch.no_grad():
-        out = model(batch.input_ids, hidden_layers=model_layers(layers))
-        return [capture(out, batch.input_ids, batch.mask, torch.arange(len(prompts)), layers, model.lm_head)]
+        out = model(batch.input_ids, hidden_layers=hook.hidden_layers)
+        hook(ForwardInfo(out, batch.input_ids, batch.mask, torch.arange(len(prompts)), model.lm_head))
+    return hook.batches
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -38,25 +38,12 @@ def check_same_vocab(target: CausalLM, draft: CausalLM, draft_path: str) -> None
                          "with the policy's tokenizer.")
 
 
-def load_draft(path: str | Path | None, target: CausalLM) -> CausalLM:
-    path = Path(path) if path else DEFAULT_DIR
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(
-            f"no draft model checkpoint at {str(path)!r} (expected config.json and *.safetensors): set "
-            "SpecConfig.draft_model to a small CausalLM with the policy's tokenizer, or train one with "
-            "`specrl train-drafter --method draft_model --policy POLICY --out DIR`.")
-    p = next(target.parameters())
-    draft = load_model(path, device=p.device, dtype=p.dtype)
-    check_same_vocab(target, draft, str(path))
-    return draft
-
-
 class DraftModelDrafter(ModelDrafter):
     method = "draft_model"
     hidden_layers: tuple[int, ...] = ()
 
     def __init__(self, draft: CausalLM, num_slots: int, max_len: int):
-        self.model = draft.eval()
+        self.model = self.module = draft.eval()
         cfg = draft.config
         p = next(draft.parameters())
         self.device = p.device
@@ -109,10 +96,6 @@ class DraftModelDrafter(ModelDrafter):
     def release(self, seq: Sequence) -> None:
         self.cached[seq.slot] = 0
 
-    @property
-    def module(self) -> CausalLM:
-        return self.model
-
     def caches(self) -> list:
         return self.cache
 
@@ -122,4 +105,13 @@ class DraftModelDrafter(ModelDrafter):
 
 
 def build(spec: SpecConfig, target: CausalLM, num_slots: int, max_len: int) -> DraftModelDrafter:
-    return DraftModelDrafter(load_draft(spec.draft_model, target), num_slots, max_len)
+    path = Path(spec.draft_model) if spec.draft_model else DEFAULT_DIR
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"no draft model checkpoint at {str(path)!r} (expected config.json and *.safetensors): set "
+            "SpecConfig.draft_model to a small CausalLM with the policy's tokenizer, or train one with "
+            "`specrl train-drafter --method draft_model --policy POLICY --out DIR`.")
+    p = next(target.parameters())
+    draft = load_model(path, device=p.device, dtype=p.dtype)
+    check_same_vocab(target, draft, str(path))
+    return DraftModelDrafter(draft, num_slots, max_len)

@@ -2,8 +2,7 @@
 
 The student is a `num_layers`-layer model of the policy's family and vocabulary, initialised from the
 policy (embedding, final norm, and evenly spaced decoder layers), then trained with soft cross-entropy to
-the policy's full next-token distribution (temperature 1) on the policy's own generations. The loop is
-`training.data.fit`, shared with the MTP and EAGLE-3 recipes.
+the policy's full next-token distribution (temperature 1) on the policy's own generations.
 """
 from __future__ import annotations
 
@@ -13,11 +12,10 @@ from pathlib import Path
 import torch
 
 from ...errors import require
-from ...model import CausalLM, load_model, save_model
+from ...model import CausalLM, ModelConfig, load_model, save_model
 from .drafter import DraftModelDrafter
-from ..scratch import DRAFT_LAYERS, student_from_policy
-from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, fit, pad_batch, soft_cross_entropy, teacher_forward,
-                             token_batches)
+from ..scratch import active_layers
+from ..training.data import DrafterTrainArgs, Pair, TokenBatch, fit, soft_cross_entropy, token_batches
 
 
 @dataclass
@@ -31,8 +29,23 @@ class DraftModelOptions:
         require(self.num_layers is None or self.num_layers >= 1, "num_layers", self.num_layers, ">= 1 or None")
 
 
+def student_from_policy(policy: CausalLM, num_layers: int) -> CausalLM:
+    """Same family and vocabulary, `num_layers` layers copied from evenly spaced active policy layers."""
+    cfg = ModelConfig(**{**policy.config.to_dict(), "num_layers": num_layers, "num_mtp_modules": 0})
+    student = CausalLM(cfg)
+    state, active = policy.state_dict(), active_layers(policy)
+    picks = [active[round(i * (len(active) - 1) / max(num_layers - 1, 1))] for i in range(num_layers)]
+    own = {k: v for k, v in state.items() if not k.startswith(("model.layers.", "mtp."))}
+    for i, j in enumerate(picks):
+        prefix = f"model.layers.{j}."
+        own.update({f"model.layers.{i}.{k[len(prefix):]}": v for k, v in state.items() if k.startswith(prefix)})
+    student.load_state_dict({k: v.detach().clone() for k, v in own.items()})
+    return student
+
+
 def distil_loss(policy: CausalLM, student: CausalLM, batch: TokenBatch) -> torch.Tensor:
-    p = torch.softmax(teacher_forward(policy, batch).logits.float(), dim=-1)  # [B, T, V]
+    with torch.no_grad():
+        p = torch.softmax(policy(batch.ids, batch.positions).logits.float(), dim=-1)  # [B, T, V]
     return soft_cross_entropy(student(batch.ids, batch.positions).logits, p, batch.loss_mask)
 
 
@@ -46,7 +59,7 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
     num_layers = opts.num_layers or max(1, policy.config.num_layers // 3)
     student = student_from_policy(policy, num_layers)
     metrics = fit(student, lambda batch: distil_loss(policy, student, batch),
-                  map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args,
+                  token_batches(data, args.batch_tokens, args.seed), args,
                   identity={"method": "draft_model", "vocab_size": policy.config.vocab_size, "num_layers": num_layers})
     save_model(student, out_dir, tokenizer_dir=policy_path, dtype=args.save_dtype)
     return {"method": "draft_model", "out_dir": str(out_dir), "num_layers": num_layers,
@@ -59,8 +72,8 @@ MODULE = CausalLM
 
 def scratch(policy: CausalLM, seed: int = 0) -> CausalLM:
     """A 2-layer model of the policy's family: its embedding, final norm, lm_head, and the first and last of
-    its active decoder layers (deterministic: no random part)."""
-    return student_from_policy(policy, min(DRAFT_LAYERS, policy.config.num_layers))
+    its active decoder layers, the fewest that keep both ends (deterministic: no random part)."""
+    return student_from_policy(policy, min(2, policy.config.num_layers))
 
 
 def engine_drafter(module: CausalLM, target: CausalLM, num_slots: int, max_len: int) -> DraftModelDrafter:
@@ -79,7 +92,7 @@ def save_module(module: CausalLM, policy: CausalLM, path, dtype: str | None = No
     return save_model(module, path, tokenizer_dir=policy.source_path, dtype=dtype)
 
 
-def online_logits(trainer, mb, q=None) -> list:
+def online_logits(trainer, mb) -> list:
     """(weight, draft logits [b, T, V], policy logits, mask): one term, the next token."""
     return [(1.0, trainer.module(mb.input_ids).logits, mb.logits, mb.mask)]
 

@@ -22,24 +22,19 @@ from ...engine.methods import SpecConfig, get_method
 from ...engine.rng import STREAM_DRAFT
 from ...engine.sampling import batch_params, hash_uniform, sample_from, target_probs
 from ...engine.sequence import Sequence
+from ...model.layers import slot_index
 from ..weights import ModelDrafter
 from .head import DEFAULT_INSTALL_HINT, Eagle3Head, load_head
 
 DEFAULT_HEAD_DIR = get_method("eagle3").shipped_dir
 
 
-def slot_index(slots: list[int], device) -> torch.Tensor | slice:
-    """A slice when the batch owns consecutive slots in order, so cache rows are read as views."""
-    if slots == list(range(slots[0], slots[0] + len(slots))):
-        return slice(slots[0], slots[0] + len(slots))
-    return torch.tensor(slots, device=device)
-
-
 class Eagle3Drafter(ModelDrafter):
     method = "eagle3"
 
     def __init__(self, head: Eagle3Head, target, num_slots: int, max_len: int, sample_drafts: bool = True):
-        self.head, self.target, self.sample_drafts = head, target, sample_drafts
+        self.head = self.module = head
+        self.target, self.sample_drafts = target, sample_drafts
         layers = head.config.target_hidden_layers
         self.hidden_layers = tuple(sorted(set(layers)))
         self._pick = [self.hidden_layers.index(i) for i in layers]  # the target returns layers in order
@@ -55,7 +50,7 @@ class Eagle3Drafter(ModelDrafter):
     @torch.inference_mode()
     def observe(self, fwd: TargetForward) -> None:
         B = len(fwd.seqs)
-        slots = slot_index([s.slot for s in fwd.seqs], self.device)  # a slice, SlotRuns or [B]
+        slots = slot_index([s.slot for s in fwd.seqs], self.device, max_runs=0)  # a slice (views) or [B]
         fused = self.head.fuse([fwd.hidden[i] for i in self._pick])  # [B, T, D]
         out = self.head(fused, self.target.embed(fwd.next_tokens), fwd.positions, self.kv, slots)  # [B, T, D]
         rows = torch.arange(B, device=self.device)
@@ -69,7 +64,7 @@ class Eagle3Drafter(ModelDrafter):
         lengths = torch.tensor(k, dtype=torch.long, device=self.device)  # [B]
         if K == 0:
             return Proposal(torch.zeros(B, 0, dtype=torch.long, device=self.device), lengths, None)
-        slots = slot_index([s.slot for s in seqs], self.device)  # a slice, SlotRuns or [B]
+        slots = slot_index([s.slot for s in seqs], self.device, max_runs=0)  # a slice (views) or [B]
         h = self.last_h[slots][:, None]  # [B, 1, D]
         pos = self.last_pos[slots][:, None]  # [B, 1]
         params = batch_params(seqs, self.device) if self.sample_drafts else None
@@ -89,13 +84,6 @@ class Eagle3Drafter(ModelDrafter):
             if j + 1 < K:
                 h = self.head(h, self.target.embed(tok), pos + 1 + j, self.kv, slots)  # [B, 1, D]
         return Proposal(torch.cat(drafts, dim=1), lengths, torch.cat(qs, dim=1) if qs else None)  # [B, K], [B, K, V]
-
-    def release(self, seq: Sequence) -> None:
-        pass  # the slot's cache rows are overwritten by its next prefill
-
-    @property
-    def module(self) -> Eagle3Head:
-        return self.head
 
 
 def check_compatible(head: Eagle3Head, target_cfg, source: str) -> None:

@@ -18,11 +18,10 @@ from ...model import load_model, resolve_dtype
 from ...errors import require
 from ...train.trainer import head_chunk_tokens
 from ..training.cache import data_digest, save, teacher_path
-from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, TopK, fit, index_batches, pad_batch, to_draft_vocab,
+from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, TopK, fit, index_batches, pad_batch,
                              topk_cross_entropy, topk_probs)
 from .export import draft_vocab, token_counts, with_draft_vocab
-from ...engine.methods import SCRATCH
-from .drafter import Eagle3Drafter, check_compatible
+from .drafter import Eagle3Drafter
 from .head import Eagle3Config, Eagle3Head, init_head, save_head
 
 
@@ -109,6 +108,26 @@ def ttt_unroll(head: Eagle3Head, policy, features: torch.Tensor, ids: torch.Tens
     return logits
 
 
+class Queries(NamedTuple):
+    index: torch.Tensor  # [b, W] sequence indices, the picked ones first, in order
+    valid: torch.Tensor  # [b, W] float, 0 where a row has fewer than W picked indices (padding)
+
+
+def queries(picked: torch.Tensor) -> Queries:
+    """picked [b, T] bool -> the picked indices of each row, padded to the most any row has."""
+    T = picked.shape[1]
+    ar = torch.arange(T, device=picked.device)
+    order = torch.where(picked, ar, T + ar).argsort(dim=1)  # [b, T] picked first, each group in order
+    W = max(int(picked.sum(1).max()), 1)
+    index = order[:, :W]  # [b, W]
+    return Queries(index, picked.gather(1, index).float())
+
+
+def loss_queries(mask: torch.Tensor, ttt_steps: int) -> Queries:
+    """The indices whose TTT chains are unrolled online: those where some unroll step takes a loss."""
+    return queries(sum(shift_left(mask, 1 + j) for j in range(ttt_steps)) > 0)  # [b, T] step j: mask[t+1+j]
+
+
 class Teacher(NamedTuple):
     """The frozen policy's outputs per training sequence, computed once (bf16 to keep them small)."""
     features: list[torch.Tensor]  # [T_i, 3D]: the fused layers' outputs, concatenated
@@ -141,15 +160,15 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
 def cached_teacher(policy, data: list[Pair], layers: tuple[int, ...], args: DrafterTrainArgs) -> Teacher:
     """`precompute_teacher`, read from / written to `args.cache_dir` when set; a cached file made over other
     sequences (another digest of `data`) is recomputed."""
-    if not args.cache_dir:
-        return precompute_teacher(policy, data, layers, args.batch_tokens, args.bf16_autocast, args.teacher_topk)
-    path, digest = teacher_path(args.cache_dir, layers, args.teacher_topk, args.bf16_autocast), data_digest(data)
-    if path.is_file():
+    path = teacher_path(args.cache_dir, layers, args.teacher_topk, args.bf16_autocast) if args.cache_dir else None
+    if path is not None and path.is_file():
         saved = torch.load(path)
-        if saved["data"] == digest:
+        if saved["data"] == data_digest(data):
             return Teacher(saved["features"], [TopK(p, i) for p, i in saved["probs"]])
     teacher = precompute_teacher(policy, data, layers, args.batch_tokens, args.bf16_autocast, args.teacher_topk)
-    save(path, {"data": digest, "features": teacher.features, "probs": [tuple(t) for t in teacher.probs]})
+    if path is not None:
+        probs = [tuple(t) for t in teacher.probs]
+        save(path, {"data": data_digest(data), "features": teacher.features, "probs": probs})
     return teacher
 
 
@@ -184,8 +203,8 @@ def train_head(head: Eagle3Head, policy, data: list[Pair], args: DrafterTrainArg
     """Trains the head only (the policy is frozen) with the shared drafter loop."""
     policy.requires_grad_(False)
     teacher = cached_teacher(policy, data, head.config.target_hidden_layers, args)
-    full_to_draft = None
-    if head.lm_head is not None:  # a reduced draft vocabulary: teacher tokens outside it go to the rest bucket
+    full_to_draft = None  # [V] draft id of each target id, -1 outside a reduced draft vocabulary
+    if head.lm_head is not None:  # teacher tokens outside it go to the rest bucket (topk_cross_entropy)
         full_to_draft = torch.full((head.config.vocab_size,), -1, dtype=torch.long)
         full_to_draft[head.target_ids] = torch.arange(head.config.draft_vocab_size)
 
@@ -195,7 +214,7 @@ def train_head(head: Eagle3Head, policy, data: list[Pair], args: DrafterTrainArg
         target = TopK(*(pad_sequence(list(t), batch_first=True)
                         for t in zip(*(teacher.probs[i] for i in idx))))  # [B, T, k] each
         if full_to_draft is not None:
-            target = to_draft_vocab(target, full_to_draft)
+            target = TopK(target.probs, full_to_draft[target.ids.long()])
         loss, agree = ttt_loss(head, policy, batch, features.to(torch.get_default_dtype()), target, opts)
         return loss, [round(a, 3) for a in agree]
 
@@ -225,8 +244,7 @@ def train(policy_path, out_dir, data: list[Pair], args: DrafterTrainArgs, opts: 
     metrics = train_head(head, policy, data, args, opts, on_log)
     save_head(head, out_dir, dtype=resolve_dtype(args.save_dtype))
     return {"method": "eagle3", "out_dir": str(out_dir), "target_hidden_layers": list(cfg.target_hidden_layers),
-            **vocab,
-            "num_params": sum(p.numel() for p in head.parameters()), "sequences": len(data), **metrics}
+            **vocab, "num_params": sum(p.numel() for p in head.parameters()), "sequences": len(data), **metrics}
 
 
 # ---- the method's recipe (drafters/scratch.py `recipe`): the same names in every model method's train module
@@ -239,7 +257,6 @@ def scratch(policy, seed: int = 0) -> Eagle3Head:
 
 
 def engine_drafter(module: Eagle3Head, target, num_slots: int, max_len: int) -> Eagle3Drafter:
-    check_compatible(module, target.config, SCRATCH)
     return Eagle3Drafter(module, target, num_slots, max_len)
 
 
@@ -256,14 +273,14 @@ def save_module(module: Eagle3Head, policy, path, dtype: str | None = None):
     return save_head(module, path, resolve_dtype(dtype) if dtype else None)
 
 
-def online_logits(trainer, mb, q=None) -> list:
+def online_logits(trainer, mb) -> list:
     """(weight, draft logits, policy logits, mask) per training-time-test step j, weighted unroll_decay^j, only
-    at the indices where some step takes a loss (`trainer.loss_queries`)."""
+    at the indices where some step takes a loss (`loss_queries`)."""
     layers = trainer.module.config.target_hidden_layers
     features = torch.cat([mb.hidden[i].float() for i in layers], dim=-1)  # [b, T, 3D]
     B, T = mb.input_ids.shape
     positions = torch.arange(T, device=mb.input_ids.device).expand(B, T)  # [b, T]
-    q = q if q is not None else trainer.loss_queries(mb)
+    q = loss_queries(mb.mask, trainer.cfg.ttt_steps)
     steps = ttt_unroll(trainer.module, trainer.view, features, mb.input_ids, positions, trainer.cfg.ttt_steps, q.index)
     # step j at index t predicts token t+2+j: the policy's distribution at index t+1+j
     return [(trainer.cfg.unroll_decay ** j, logits, take(shift_left(mb.logits, 1 + j), q.index),

@@ -71,43 +71,27 @@ def _default_fits(target: CausalLM) -> bool:
     return shipped.to_dict() | {"num_mtp_modules": 0} == target.config.to_dict() | {"num_mtp_modules": 0}
 
 
-def resolve_stack(spec: SpecConfig, target: CausalLM) -> MTPStack:
-    if spec.draft_model:
-        return load_mtp(spec.draft_model, target)
-    if target.mtp is not None:
-        return target.mtp
-    if _default_fits(target):
-        return load_mtp(DEFAULT_DIR, target)
-    where = target.source_path or "<in-memory policy>"
-    raise ValueError(
-        f"method 'mtp' needs MTP modules, but the policy {where!r} has none (num_nextn_predict_layers = 0) "
-        "and SpecConfig.draft_model is not set. Train them with `specrl train-drafter --method mtp --policy "
-        "POLICY --out DIR`, then load DIR as the policy or pass SpecConfig(method='mtp', draft_model=DIR).")
-
-
 class MTPDrafter(ModelDrafter):
     method = "mtp"
     hidden_layers: tuple[int, ...] = (-1,)
 
     def __init__(self, target: CausalLM, stack: MTPStack, num_slots: int, max_len: int):
-        self.target, self.stack = target, stack
+        self.target, self.stack, self.module = target, stack, stack
         p = next(target.parameters())
         self.device = p.device
-        cfg = target.config
         attn = stack.layers[0].block.self_attn
         self.cache = kv_cache(stack.depth, num_slots, attn.num_kv_heads, max_len, attn.head_dim, p.device, p.dtype)
-        self.h0 = torch.zeros(num_slots, cfg.hidden_size, device=p.device, dtype=p.dtype)  # [S, D] at p
+        self.h0 = torch.zeros(num_slots, target.config.hidden_size, device=p.device, dtype=p.dtype)  # [S, D] at p
 
     @torch.inference_mode()
     def observe(self, fwd: TargetForward) -> None:
         slots = torch.tensor([s.slot for s in fwd.seqs], device=self.device)  # [B]
-        B = fwd.next_tokens.shape[0]
         h = fwd.last_hidden  # [B, T, D]
         for d in range(1, self.stack.depth + 1):
             ids = F.pad(fwd.next_tokens[:, d - 1:], (0, d - 1))  # [B, T]: t_{i+d}, zeros past the row
             h = self.stack.step(d, h, self.target.embed(ids), fwd.positions, self.cache[d - 1], slots)
         last = (fwd.valid - 1).clamp_min(0)  # [B] index of the last accepted input
-        self.h0[slots] = fwd.last_hidden[torch.arange(B, device=self.device), last]  # [B, D]
+        self.h0[slots] = fwd.last_hidden[torch.arange(len(fwd.seqs), device=self.device), last]  # [B, D]
 
     @torch.inference_mode()
     def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
@@ -123,16 +107,21 @@ class MTPDrafter(ModelDrafter):
             tok = self.stack.logits(j, h, self.target.lm_head)[:, -1].argmax(-1)  # [B]
             yield tok
 
-    def release(self, seq: Sequence) -> None:
-        pass
-
-    @property
-    def module(self) -> MTPStack:
-        return self.stack
-
     def caches(self) -> list:
         return self.cache
 
 
 def build(spec: SpecConfig, target: CausalLM, num_slots: int, max_len: int) -> MTPDrafter:
-    return MTPDrafter(target, resolve_stack(spec, target), num_slots, max_len)
+    if spec.draft_model:
+        stack = load_mtp(spec.draft_model, target)
+    elif target.mtp is not None:
+        stack = target.mtp
+    elif _default_fits(target):
+        stack = load_mtp(DEFAULT_DIR, target)
+    else:
+        where = target.source_path or "<in-memory policy>"
+        raise ValueError(
+            f"method 'mtp' needs MTP modules, but the policy {where!r} has none (num_nextn_predict_layers = 0) "
+            "and SpecConfig.draft_model is not set. Train them with `specrl train-drafter --method mtp --policy "
+            "POLICY --out DIR`, then load DIR as the policy or pass SpecConfig(method='mtp', draft_model=DIR).")
+    return MTPDrafter(target, stack, num_slots, max_len)

@@ -16,10 +16,9 @@ import torch
 from ...model import CausalLM, ModelConfig, load_model, save_model
 from ...model.mtp import MTPStack
 from ...errors import require
-from ..scratch import MTP_MODULES, init_stack
+from ..scratch import active_layers
 from ..training.capture import LAST
-from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, fit, pad_batch, soft_cross_entropy, teacher_forward,
-                             token_batches)
+from ..training.data import DrafterTrainArgs, Pair, TokenBatch, fit, soft_cross_entropy, token_batches
 from .drafter import MTPDrafter, save_mtp_only
 
 
@@ -39,9 +38,28 @@ class MTPOptions:
         require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
 
 
+@torch.no_grad()
+def init_stack(policy: CausalLM, num_modules: int, seed: int = 0) -> MTPStack:
+    """`num_modules` modules, each the policy's last active decoder layer with its residual outputs zeroed and
+    a small random eh_proj, deterministic in `seed` (passing h^{d-1} through would start from the policy's own
+    prediction, one token off)."""
+    cfg = ModelConfig(**{**policy.config.to_dict(), "num_mtp_modules": num_modules})
+    stack = MTPStack(cfg)
+    gen = torch.Generator().manual_seed(seed)
+    last = policy.model.layers[active_layers(policy)[-1]]
+    for m in stack.layers:
+        m.block.load_state_dict(last.state_dict())
+        m.eh_proj.weight.copy_(torch.randn(m.eh_proj.weight.shape, generator=gen) * 0.02)
+        # residual branches start closed, so the block starts as the identity on its fused input
+        m.block.self_attn.o_proj.weight.zero_()
+        m.block.mlp.down_proj.weight.zero_()
+    return stack
+
+
 def mtp_loss(policy: CausalLM, stack: MTPStack, batch: TokenBatch, opts: MTPOptions) -> torch.Tensor:
     """Weighted mean over depths of the soft CE to the policy, on response positions."""
-    out = teacher_forward(policy, batch)
+    with torch.no_grad():
+        out = policy(batch.ids, batch.positions)
     p, h0 = torch.softmax(out.logits.float(), dim=-1), out.last_hidden  # [B, T, V], [B, T, D]
     total, weight = 0.0, 0.0
     for d, logits in enumerate(stack.unroll(h0, batch.ids, policy.embed, policy.lm_head, opts.mtp_depths), start=1):
@@ -71,7 +89,7 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
     policy = load_model(policy_path).requires_grad_(False)
     stack = init_stack(policy, opts.num_modules, args.seed)
     metrics = fit(stack, lambda batch: mtp_loss(policy, stack, batch, opts),
-                  map(pad_batch, token_batches(data, args.batch_tokens, args.seed)), args,
+                  token_batches(data, args.batch_tokens, args.seed), args,
                   identity={"method": "mtp", "vocab_size": policy.config.vocab_size, "num_modules": stack.depth})
     if opts.mtp_only:
         save_mtp_only(stack, policy.config, out_dir, dtype=args.save_dtype)
@@ -86,10 +104,8 @@ MODULE = MTPStack
 
 
 def scratch(policy: CausalLM, seed: int = 0) -> MTPStack:
-    """2 MTP modules, each the policy's last active decoder layer with its residual outputs zeroed and a small
-    random eh_proj, deterministic in `seed` (passing h^{d-1} through would start from the policy's own
-    prediction, one token off)."""
-    return init_stack(policy, MTP_MODULES, seed)
+    """Two modules (drafts past the second reuse the last): a small stack to train."""
+    return init_stack(policy, 2, seed)
 
 
 def engine_drafter(module: MTPStack, target: CausalLM, num_slots: int, max_len: int) -> MTPDrafter:
@@ -108,7 +124,7 @@ def save_module(module: MTPStack, policy: CausalLM, path, dtype: str | None = No
     return save_mtp_only(module, policy.config, path, dtype=dtype)
 
 
-def online_logits(trainer, mb, q=None) -> list:
+def online_logits(trainer, mb) -> list:
     """(weight, draft logits, policy logits, mask) per depth d = 1..mtp_depths, weighted unroll_decay^(d-1),
     normalised; each depth against the policy's distribution at its own offset."""
     depths = trainer.module.unroll(mb.hidden[LAST].float(), mb.input_ids, trainer.view.embed, trainer.view.lm_head,

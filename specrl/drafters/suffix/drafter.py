@@ -2,8 +2,9 @@
 rollouts of the same prompt, GRPO siblings still in flight included. q is one-hot (probs=None).
 
 Each running sequence writes its accepted tokens into its prompt's pool (tree.py), where siblings read them
-at once; pools outlive a generate() call, so the next RL step on the same problem starts warm. The draft follows the most frequent continuation of the longest matching suffix, up to
-min(k, ceil(suffix_scale * match length)) tokens, nothing when fewer than ngram_min tokens match.
+at once; pools outlive a generate() call, so the next RL step on the same problem starts warm. The draft
+follows the most frequent continuation of the longest matching suffix, up to min(k, ceil(suffix_scale *
+match length)) tokens, nothing when fewer than ngram_min tokens match.
 """
 from __future__ import annotations
 
@@ -35,10 +36,9 @@ class _SlotState:
 class SuffixDrafter:
     hidden_layers: tuple[int, ...] = ()
 
-    def __init__(self, spec: SpecConfig, device, max_rollouts: int = MAX_ROLLOUTS_PER_PROMPT,
-                 max_tokens: int = MAX_INDEXED_TOKENS, min_prob: float = MIN_PATH_PROB):
-        self.spec, self.device, self.min_prob = spec, device, min_prob
-        self.store = SuffixStore(spec.ngram_max, max_rollouts, max_tokens)
+    def __init__(self, spec: SpecConfig, device, max_rollouts: int = MAX_ROLLOUTS_PER_PROMPT):
+        self.spec, self.device = spec, device
+        self.store = SuffixStore(spec.ngram_max, max_rollouts, MAX_INDEXED_TOKENS)
         self.slots: dict[int, _SlotState] = {}
 
     def _sync(self, seq: Sequence) -> _SlotState:
@@ -71,7 +71,7 @@ class SuffixDrafter:
                 drafts.append([])
                 continue
             state = self._sync(seq)
-            drafts.append(state.pool.trie.draft(state.tail, ki, spec.ngram_min, spec.suffix_scale, self.min_prob))
+            drafts.append(state.pool.trie.draft(state.tail, ki, spec.ngram_min, spec.suffix_scale, MIN_PATH_PROB))
         return pad_proposals(drafts, self.device)
 
     def state_dict(self) -> dict:

@@ -75,10 +75,8 @@ class ContextTrie:
                 node = child
             return
         path = []
-        for tok in reversed(context[-self.depth:]):
-            child = node.children.get(tok) if node.children else None
-            if child is None:
-                break  # never counted (cannot happen for a token that was added): nothing to forget
+        for tok in reversed(context[-self.depth:]):  # every context on the way was counted when token was added
+            child = node.children[tok]
             child.bump(token, delta)
             path.append((node, tok, child))
             node = child
@@ -127,40 +125,34 @@ class ContextTrie:
         return out
 
 
+NODE_FIELDS = ("parent", "key", "total", "best", "has_best", "best_count", "has_counts")  # one entry per node
+COUNT_FIELDS = ("count_node", "count_token", "count")  # one entry per (node, next token) count
+
+
 def trie_state(trie: ContextTrie) -> dict:
     """The trie as flat tensors (nodes in depth-first order, each after its parent), for checkpoints. The
     order of every node's counts is kept: it decides ties when a count is forgotten."""
-    parent, key, total, best, has_best, best_count, has_counts = [], [], [], [], [], [], []
-    c_node, c_tok, c_cnt = [], [], []
+    nodes, counts = [], []
     stack = [(trie.root, 0, 0)]
     while stack:
         node, par, tok = stack.pop()
-        idx = len(parent)
-        parent.append(par)
-        key.append(tok)
-        total.append(node.total)
-        has_best.append(node.best is not None)
-        best.append(node.best if node.best is not None else 0)
-        best_count.append(node.best_count)
-        has_counts.append(node.counts is not None)
-        for t, c in (node.counts or {}).items():
-            c_node.append(idx)
-            c_tok.append(t)
-            c_cnt.append(c)
-        stack.extend((child, idx, t) for t, child in reversed(list((node.children or {}).items())))
-    long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
-    return {"depth": trie.depth, "num_tokens": trie.num_tokens, "parent": long(parent), "key": long(key),
-            "total": long(total), "best": long(best), "has_best": torch.tensor(has_best), "best_count": long(best_count),
-            "has_counts": torch.tensor(has_counts), "count_node": long(c_node), "count_token": long(c_tok),
-            "count": long(c_cnt)}
+        counts += [(len(nodes), t, c) for t, c in (node.counts or {}).items()]
+        nodes.append((par, tok, node.total, node.best if node.best is not None else 0, node.best is not None,
+                      node.best_count, node.counts is not None))
+        stack.extend((child, len(nodes) - 1, t) for t, child in reversed(list((node.children or {}).items())))
+    state = {"depth": trie.depth, "num_tokens": trie.num_tokens}
+    for fields, rows in ((NODE_FIELDS, nodes), (COUNT_FIELDS, counts)):
+        for k, col in zip(fields, list(zip(*rows)) or [()] * len(fields)):
+            state[k] = torch.tensor(col, dtype=torch.bool if k.startswith("has_") else torch.long)
+    return state
 
 
 def trie_from_state(state: dict) -> ContextTrie:
     trie = ContextTrie(int(state["depth"]))
     trie.num_tokens = int(state["num_tokens"])
-    cols = [state[k].tolist() for k in ("parent", "key", "total", "best", "has_best", "best_count", "has_counts")]
     nodes = []
-    for i, (par, tok, total, best, has_best, best_count, has_counts) in enumerate(zip(*cols)):
+    for i, (par, tok, total, best, has_best, best_count, has_counts) in enumerate(
+            zip(*(state[k].tolist() for k in NODE_FIELDS))):
         node = trie.root if i == 0 else _Node()
         node.total, node.best_count = total, best_count
         node.best = best if has_best else None
@@ -171,7 +163,7 @@ def trie_from_state(state: dict) -> ContextTrie:
                 parent.children = {}
             parent.children[tok] = node
         nodes.append(node)
-    for n, t, c in zip(state["count_node"].tolist(), state["count_token"].tolist(), state["count"].tolist()):
+    for n, t, c in zip(*(state[k].tolist() for k in COUNT_FIELDS)):
         nodes[n].counts[t] = c
     return trie
 
@@ -193,7 +185,7 @@ class PromptPool:
 
 
 class SuffixStore:
-    def __init__(self, depth: int, max_rollouts: int = 16, max_tokens: int = 200_000):
+    def __init__(self, depth: int, max_rollouts: int, max_tokens: int):
         if max_rollouts < 0 or max_tokens < 0:
             raise ValueError(f"SuffixStore max_rollouts={max_rollouts}, max_tokens={max_tokens}: expected >= 0")
         self.depth, self.max_rollouts, self.max_tokens = depth, max_rollouts, max_tokens

@@ -37,8 +37,7 @@ def digest_files(paths: list[Path]) -> str | None:
 
 
 def fingerprint(policy_dir: str | Path) -> dict:
-    """Hashes of the policy's config and weights ("model") and of its tokenizer files ("tokenizer": None if
-    it has none). Reads every weight file once: a second or so per GB, small beside sampling."""
+    """Hashes of the policy's config and weights ("model") and of its tokenizer files ("tokenizer": None if none)."""
     d = Path(policy_dir)
     model = digest_files([d / "config.json", *sorted(d.glob("*.safetensors"))])
     return {"model": model, "tokenizer": digest_files([d / n for n in TOKENIZER_FILES if (d / n).is_file()])}

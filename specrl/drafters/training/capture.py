@@ -44,21 +44,6 @@ class DrafterBatch(NamedTuple):
                             {i: h[:, :T][keep] for i, h in self.hidden.items()}, self.rows[keep.to(self.rows.device)])
 
 
-def capture(out, input_ids: Tensor, mask: Tensor, rows: Tensor, layers: tuple[int, ...],
-            logits_fn: Callable[[Tensor], Tensor], keep: Tensor | None = None) -> DrafterBatch:
-    """Detaches the asked-for parts of a `ModelOutput` computed with hidden_layers=model_layers(layers);
-    `keep` [k]: only those rows, copied out. The policy's logits come from `logits_fn` on the kept rows'
-    final hidden states alone (the trainer never holds a whole micro-batch's logits)."""
-    hidden = dict(zip(model_layers(layers), (h.detach() for h in out.hidden)))
-    hidden[LAST] = out.last_hidden.detach()  # cut and selected with the rest; dropped below unless asked for
-    batch = DrafterBatch(input_ids, mask, None, hidden, rows)
-    batch = batch if keep is None else batch.select(keep)
-    batch = batch._replace(logits=logits_fn(batch.hidden[LAST]))
-    if LAST not in layers:
-        del batch.hidden[LAST]
-    return batch
-
-
 def model_layers(layers: tuple[int, ...]) -> tuple[int, ...]:
     """The decoder layers to ask the model for, in the order it returns them (ascending, no -1)."""
     return tuple(sorted({i for i in layers if i != LAST}))
@@ -70,13 +55,19 @@ class Capture:
 
     def __init__(self, layers: tuple[int, ...], pick_rows: Callable[[int], Tensor | None] | None = None):
         self.layers, self.pick_rows = layers, pick_rows
+        self.hidden_layers = model_layers(layers)
         self.batches: list[DrafterBatch] = []
 
-    @property
-    def hidden_layers(self) -> tuple[int, ...]:
-        return model_layers(self.layers)
-
     def __call__(self, info: ForwardInfo) -> None:
+        """Detaches the asked-for parts of the forward, of the kept rows only (copied out). The policy's logits
+        come from `info.logits` on their final hidden states alone (the trainer never holds a whole
+        micro-batch's logits)."""
         keep = self.pick_rows(len(info.rows)) if self.pick_rows is not None else None
-        self.batches.append(capture(info.output, info.input_ids, info.mask, info.rows, self.layers, info.logits,
-                                    keep))
+        hidden = dict(zip(self.hidden_layers, (h.detach() for h in info.output.hidden)))
+        hidden[LAST] = info.output.last_hidden.detach()  # cut and selected with the rest; dropped below unless asked
+        batch = DrafterBatch(info.input_ids, info.mask, None, hidden, info.rows)
+        batch = batch if keep is None else batch.select(keep)
+        batch = batch._replace(logits=info.logits(batch.hidden[LAST]))
+        if LAST not in self.layers:
+            del batch.hidden[LAST]
+        self.batches.append(batch)

@@ -1,8 +1,6 @@
 """Shared pieces of offline drafter training (eagle3, draft_model, mtp): self-distillation data from the
-policy's own generations, length-bucketed batches, the policy's teacher forward, and the common settings.
-
-Every method's trainer has the signature `train(policy_path, out_dir, data, args) -> dict` with `data`
-from `collect_sequences` and `args` a `DrafterTrainArgs`.
+policy's own generations, length-bucketed batches, the losses, the fit and its settings. Every method's
+trainer is `train(policy_path, out_dir, data, args) -> dict`, `data` from `collect_sequences`.
 """
 from __future__ import annotations
 
@@ -32,14 +30,10 @@ class DrafterTrainArgs:
     bf16_autocast: bool | None = None  # matmuls in bf16 on the CPU, master weights fp32; None: where it is fast
     save_dtype: str = "bfloat16"  # dtype of the shipped weights
     log_every: int = 20
-    # stored teacher distributions keep their k most likely tokens plus the tail mass (see topk_cross_entropy):
-    # 32 x 6 bytes a token instead of a bf16 row of the whole vocabulary (98 KB for a 49k one); 0: every token
-    teacher_topk: int = 32
-    # `train-drafter --cache DIR`: the fit saves its state to DIR/train_state.pt every `save_every` steps and at
-    # the end; `resume` continues from there (cache.py)
-    cache_dir: str | None = None
-    resume: bool = False
-    save_every: int = 50
+    teacher_topk: int = 32  # stored teacher tokens a position, beside the tail mass (topk_cross_entropy); 0: all
+    cache_dir: str | None = None  # `train-drafter --cache DIR` (cache.py): the fit's state is saved there
+    resume: bool = False  # continue the fit saved in cache_dir
+    save_every: int = 50  # steps between saves of the fit's state (and one at the end)
 
     MOVED = {key: f".optim.{key}" for key in ("lr", "min_lr_ratio", "warmup_steps", "weight_decay", "grad_clip")}
 
@@ -88,9 +82,9 @@ class TokenBatch(NamedTuple):
     loss_mask: torch.Tensor  # [B, T] bool: position s predicts token s+1, a response token
 
 
-def pad_batch(pairs: list[Pair], pad_id: int = 0) -> TokenBatch:
+def pad_batch(pairs: list[Pair]) -> TokenBatch:
     T = max(len(p) + len(r) for p, r in pairs)
-    ids = torch.full((len(pairs), T), pad_id, dtype=torch.long)  # [B, T]
+    ids = torch.zeros(len(pairs), T, dtype=torch.long)  # [B, T]
     mask = torch.zeros(len(pairs), T, dtype=torch.bool)  # [B, T]
     for b, (p, r) in enumerate(pairs):
         ids[b, :len(p) + len(r)] = torch.tensor(p + r)
@@ -117,16 +111,10 @@ def index_batches(lengths: list[int], batch_tokens: int, seed: int):
         yield from batches
 
 
-def token_batches(data: list[Pair], batch_tokens: int, seed: int):
-    """`index_batches` over `data`, yielding the (prompt_ids, response_ids) pairs themselves."""
+def token_batches(data: list[Pair], batch_tokens: int, seed: int) -> Iterator[TokenBatch]:
+    """`index_batches` over `data`, padded."""
     for idx in index_batches([len(p) + len(r) for p, r in data], batch_tokens, seed):
-        yield [data[i] for i in idx]
-
-
-@torch.no_grad()
-def teacher_forward(policy, batch: TokenBatch, hidden_layers: tuple[int, ...] = ()):
-    """The policy's full forward (no cache): logits [B, T, V] and the requested layers' outputs."""
-    return policy(batch.ids, batch.positions, hidden_layers=hidden_layers)
+        yield pad_batch([data[i] for i in idx])
 
 
 def soft_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -174,19 +162,13 @@ def topk_cross_entropy(logits: torch.Tensor, target: TopK, mask: torch.Tensor) -
     return (ce * mask).sum() / mask.sum().clamp(min=1)
 
 
-def to_draft_vocab(target: TopK, full_to_draft: torch.Tensor) -> TopK:
-    """Teacher ids of the target vocabulary -> ids of a reduced draft vocabulary, -1 where a token is not in
-    it. full_to_draft: [V] long, -1 outside the draft vocabulary."""
-    return TopK(target.probs, full_to_draft[target.ids.long()])
-
-
 def fit(module: torch.nn.Module, loss_fn: Callable, batches: Iterator, args: DrafterTrainArgs,
         on_log: Callable[[int, dict], None] | None = None, identity: dict | None = None) -> dict:
     """AdamW on `module` (the only trained part), warmup + cosine over steps or the time budget, whichever is
     further along. `loss_fn(batch)` returns the loss, or (loss, info) where `info` is logged and returned.
     With `args.cache_dir` the state is saved there (tagged with `identity`, e.g. the method and vocabulary)
     and `args.resume` continues it: the batch stream is a pure function of the seed, so it is replayed."""
-    from .progress import StepProgress, eta_s
+    from .progress import eta_s, step_progress
     module.train()
     opt = build_optimizer(module, args.optim)
     run = {"step": 0, "elapsed_s": 0.0, "first": None, "ema": math.nan, "info": None}
@@ -196,7 +178,7 @@ def fit(module: torch.nn.Module, loss_fn: Callable, batches: Iterator, args: Dra
             next(batches)
     step, first, ema, info = run["step"], run["first"], run["ema"], run["info"]
     start = time.monotonic() - run["elapsed_s"]
-    with StepProgress(args.steps, args.time_budget_s) as bar:
+    with step_progress(args.steps, args.time_budget_s) as update:
         while step < args.steps and time.monotonic() - start < args.time_budget_s:
             at = clock_step(step, args.steps, time.monotonic() - start, args.time_budget_s)
             for g in opt.param_groups:
@@ -212,7 +194,7 @@ def fit(module: torch.nn.Module, loss_fn: Callable, batches: Iterator, args: Dra
             first = loss.item() if first is None else first
             ema = loss.item() if math.isnan(ema) else 0.9 * ema + 0.1 * loss.item()
             elapsed = time.monotonic() - start
-            bar.update(step, elapsed)
+            update(step, elapsed)
             run = {"step": step, "elapsed_s": elapsed, "first": first, "ema": ema, "info": info}
             if args.cache_dir and step % args.save_every == 0:
                 save_train_state(args.cache_dir, module, opt, identity or {}, run)

@@ -1,7 +1,5 @@
 """Drafter health alarm: a pure check over the run's history, for the run loop to log or stop on.
 
-    alarm, message = drafter_alarm(acceptance_history, engine_version, trainer_version, HealthConfig())
-
 1. collapse: the latest acceptance_length is below `drop_ratio` of the mean of the `window` steps before it
    (after `min_history` steps), e.g. zeroed weights or a bad swap.
 2. staleness: the engine's drafter version lags the online trainer's by more than `max_version_lag`, i.e.

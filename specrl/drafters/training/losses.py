@@ -24,16 +24,16 @@ def forward_kl(draft_logits: Tensor, policy_logits: Tensor, temperature: float =
 def accepted_mass(draft_logits: Tensor, policy_logits: Tensor, temperature: float = 1.0,
                   policy_probs: Tensor | None = None) -> Tensor:
     """sum_x min(p(x), q(x)) per position, the probability that the verifier accepts a draft sampled from q:
-    [B, T, V] -> [B, T]. `policy_probs` [B, T, V] overrides p
-    (a reduced draft vocabulary passes the full-vocabulary p gathered at its ids, unnormalised)."""
+    [B, T, V] -> [B, T]. `policy_probs` [B, T, V] overrides p (a reduced draft vocabulary passes the
+    full-vocabulary p gathered at its ids, unnormalised)."""
     p = torch.softmax(policy_logits.float() / temperature, dim=-1) if policy_probs is None else policy_probs
     q = torch.softmax(draft_logits.float() / temperature, dim=-1)  # [B, T, V]
     return torch.minimum(p, q).sum(-1)
 
 
 def reward_weights(rewards: Tensor, w_min: float = 0.0, w_max: float = 2.0, eps: float = 1e-6) -> Tensor:
-    """ReSpec's w(r): 1 + (r - mean) / std, clipped to [w_min, w_max]. rewards: [N] -> [N].
-    Equal rewards give all ones (plain distillation); better trajectories weigh more."""
+    """ReSpec's w(r): 1 + (r - mean) / std, clipped to [w_min, w_max]: better trajectories weigh more.
+    rewards: [N] -> [N]."""
     r = rewards.float()
     std = r.std(unbiased=False)
     if std < eps:  # equal rewards (up to rounding of the mean): no signal, plain distillation

@@ -17,34 +17,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...engine.methods import SCRATCH, TRAINABLE_METHODS, SpecConfig, model_method
+from ...engine.methods import SCRATCH, TRAINABLE_METHODS, SpecConfig, build_drafter, model_method
 from ...optim import build_optimizer, clip_grad
 from ...train.config import DrafterConfig
-from ..eagle3.train import shift_left
-from ..scratch import recipe, scratch_module
+from ..scratch import recipe
 from .capture import Capture, DrafterBatch
 from .losses import accepted_mass, forward_kl, restrict_to, reward_weights, weighted_token_mean
-
-
-class Queries(NamedTuple):
-    index: Tensor  # [b, W] sequence indices, the picked ones first, in order
-    valid: Tensor  # [b, W] float, 0 where a row has fewer than W picked indices (padding)
-
-
-def queries(picked: Tensor) -> Queries:
-    """picked [b, T] bool -> the picked indices of each row, padded to the most any row has."""
-    T = picked.shape[1]
-    ar = torch.arange(T, device=picked.device)
-    order = torch.where(picked, ar, T + ar).argsort(dim=1)  # [b, T] picked first, each group in order
-    W = max(int(picked.sum(1).max()), 1)
-    index = order[:, :W]  # [b, W]
-    return Queries(index, picked.gather(1, index).float())
 
 
 class FrozenView:
@@ -100,8 +83,7 @@ class OnlineDrafterTrainer:
         """The drafter `spec` names: draft_model='scratch' starts it from the policy (drafters/scratch.py)."""
         method = model_method(spec, "online drafter training")
         if spec.draft_model == SCRATCH:
-            return cls(scratch_module(method, policy, seed), policy, cfg, temperature, seed)
-        from ...engine.methods import build_drafter
+            return cls(recipe(method).scratch(policy, seed), policy, cfg, temperature, seed)
         drafter = build_drafter(dataclasses.replace(spec, method=method), policy, 1,  # "auto": its model drafter
                                 policy.config.max_position_embeddings)
         return cls.from_drafter(drafter, policy, cfg, temperature, seed)
@@ -182,16 +164,10 @@ class OnlineDrafterTrainer:
             return None
         return torch.randperm(b, generator=self.gen)[:max(1, round(b * self.cfg.sample_fraction))]
 
-    def loss_queries(self, mb: DrafterBatch) -> Queries:
-        """EAGLE-3: the indices whose TTT chains are unrolled, those where some unroll step takes a loss."""
-        cand = sum(shift_left(mb.mask, 1 + j) for j in range(self.cfg.ttt_steps)) > 0  # [b, T] step j: mask[t+1+j]
-        return queries(cand)
-
-    def loss(self, mb: DrafterBatch, row_w: Tensor | None, denom: float,
-             q: Queries | None = None) -> tuple[Tensor, float, float]:
+    def loss(self, mb: DrafterBatch, row_w: Tensor | None, denom: float) -> tuple[Tensor, float, float]:
         """This micro-batch's share of the update's loss, and its first-draft KL and accepted mass sums."""
         # per term of the method's loss: (weight, draft logits [b, t, Vd], policy logits [b, t, V], mask [b, t])
-        terms = self.recipe.online_logits(self, mb, q)
+        terms = self.recipe.online_logits(self, mb)
         ids = self.recipe.draft_ids(self.module)
         total, kl0, mass0 = 0.0, 0.0, 0.0
         trained = self.cfg.accept_coef > 0  # the accepted-mass term is in the loss (else only a metric)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 
 def eta_s(step: int, steps: int, elapsed_s: float, budget_s: float) -> float:
@@ -13,32 +15,22 @@ def eta_s(step: int, steps: int, elapsed_s: float, budget_s: float) -> float:
     return min(max(0, steps - step) * elapsed_s / step, left)
 
 
-class StepProgress:
-    """`with StepProgress(steps, budget_s) as p: p.update(step, elapsed_s)`; a no-op off a terminal."""
+@contextmanager
+def step_progress(steps: int, budget_s: float) -> Iterator[Callable[[int, float], None]]:
+    """`with step_progress(steps, budget_s) as update: update(step, elapsed_s)`; a no-op off a terminal."""
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    except ImportError:
+        Progress = None
+    if Progress is None or not sys.stderr.isatty():
+        yield lambda step, elapsed_s: None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("eta {task.fields[eta]}"), console=Console(stderr=True)) as bar:
+        task = bar.add_task("training", total=steps, eta="?")
 
-    def __init__(self, steps: int, budget_s: float, description: str = "training"):
-        self.steps, self.budget_s, self.description = steps, budget_s, description
-        self.bar = self.task = None
-
-    def __enter__(self) -> "StepProgress":
-        if not sys.stderr.isatty():
-            return self
-        try:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-        except ImportError:
-            return self
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TextColumn("eta {task.fields[eta]}"), console=Console(stderr=True))
-        self.bar.__enter__()
-        self.task = self.bar.add_task(self.description, total=self.steps, eta="?")
-        return self
-
-    def update(self, step: int, elapsed_s: float) -> None:
-        if self.bar is not None:
-            left = int(eta_s(step, self.steps, elapsed_s, self.budget_s))
-            self.bar.update(self.task, completed=step, eta=f"{left // 60}:{left % 60:02d}")
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
+        def update(step: int, elapsed_s: float) -> None:
+            left = int(eta_s(step, steps, elapsed_s, budget_s))
+            bar.update(task, completed=step, eta=f"{left // 60}:{left % 60:02d}")
+        yield update

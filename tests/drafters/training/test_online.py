@@ -9,7 +9,8 @@ import torch
 
 from specrl import LLM, SpecConfig
 from specrl.drafters.training.capture import Capture
-from specrl.drafters.training.online import OnlineDrafterTrainer, queries
+from specrl.drafters.eagle3 import train as eagle3_train
+from specrl.drafters.training.online import OnlineDrafterTrainer
 from specrl.drafters.weights import drafter_module, drafter_version, load_drafter_weights
 from specrl.optim import OptimSettings
 from specrl.train.config import DrafterConfig
@@ -109,23 +110,25 @@ def test_resume_is_bitwise_exact(method):
         assert na == nb and torch.equal(a, b), na
 
 
-def _loss_and_grads(online, mb, q):
+def _loss_and_grads(online, mb):
     online.module.zero_grad(set_to_none=True)
-    loss, _, _ = online.loss(mb, None, mb.num_tokens, q)
+    loss, _, _ = online.loss(mb, None, mb.num_tokens)
     loss.backward()
     return loss.detach(), [p.grad.clone() for p in online.module.parameters()]
 
 
-def test_eagle3_unrolls_only_where_a_loss_is_taken_with_the_same_loss_and_gradients():
+def test_eagle3_unrolls_only_where_a_loss_is_taken_with_the_same_loss_and_gradients(monkeypatch):
     model, captured, _ = _captured("eagle3")
     online = _fresh("eagle3", model)
     mb = captured[0]
-    picked = online.loss_queries(mb)
+    picked = eagle3_train.loss_queries(mb.mask, online.cfg.ttt_steps)
     # the loss positions are the response indices, a strict subset of the padded [b, T] grid
     assert picked.index.shape[1] < mb.mask.shape[1]
-    everywhere = queries(torch.ones_like(mb.mask, dtype=torch.bool))
-    loss_w, grads_w = _loss_and_grads(online, mb, picked)
-    loss_t, grads_t = _loss_and_grads(online, mb, everywhere)
+    loss_w, grads_w = _loss_and_grads(online, mb)
+    # the same loss with every index's chain unrolled
+    monkeypatch.setattr(eagle3_train, "loss_queries",
+                        lambda mask, steps: eagle3_train.queries(torch.ones_like(mask, dtype=torch.bool)))
+    loss_t, grads_t = _loss_and_grads(online, mb)
     assert torch.allclose(loss_w, loss_t, rtol=1e-5)
     for a, b in zip(grads_w, grads_t):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-7)

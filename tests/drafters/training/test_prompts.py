@@ -12,7 +12,7 @@ from specrl import LLM, SamplingParams, SpecConfig
 from specrl.cli import train_drafter
 from specrl.drafters.eagle3.train import precompute_teacher
 from specrl.drafters.training.data import TopK, soft_cross_entropy, topk_cross_entropy, topk_probs
-from specrl.drafters.training.prompts import load_prompts, read_prompt_rows
+from specrl.drafters.training.prompts import load_prompts
 from tests.helpers import save_tiny, tiny_model
 
 
@@ -79,16 +79,16 @@ def test_prompt_and_messages_rows(tmp_path, chat_policy):
     assert load_prompts(data, chat_policy, limit=1) == [[4, 5, 3]]
 
 
-def test_bad_rows_name_their_line(tmp_path):
+def test_bad_rows_name_their_line(tmp_path, chat_policy):
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"prompt": "t4"}) + "\n" + json.dumps({"question": "x"}) + "\n")
     with pytest.raises(ValueError, match=r"d.jsonl:2: row has no 'prompt' field \(has \['question'\]\)"):
-        read_prompt_rows(data)
+        load_prompts(data, chat_policy)
     data.write_text(json.dumps({"messages": [{"role": "user"}]}) + "\n")
     with pytest.raises(ValueError, match=r"d.jsonl:1: 'messages' message 0 is .*needs a 'role' and a 'content'"):
-        read_prompt_rows(data)
+        load_prompts(data, chat_policy)
     with pytest.raises(FileNotFoundError, match="make-data"):
-        read_prompt_rows(tmp_path / "missing.jsonl")
+        load_prompts(tmp_path / "missing.jsonl", chat_policy)
 
 
 def test_cli_trains_on_a_data_file(tmp_path, chat_policy):
