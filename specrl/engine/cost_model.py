@@ -4,12 +4,10 @@
     drafter d       seconds = a_d + c_d * its longest draft + b_d * tokens asked of it
     catch-up of d   seconds = e_d * inputs observed (a deferring drafter pays it when next asked)
 
-Each line is a decayed least-squares fit of the engine's own step timings (`observe_*`), so no threshold is
-set by hand. Until a fit has data it leans on a prior: the target's warm-up profile, else counted work
-(multiply-adds plus one pass over the weights) scaled to the first timed forward.
-
-"measured" keeps fitting. "deterministic" never reads a clock: the model is frozen (a saved profile, or
-counted work), so the engine's choices, and the sampled tokens, are a pure function of the seeds.
+Each line is a decayed least-squares fit of the engine's own step timings, pulled toward a prior: the
+target's warm-up profile, else counted work (multiply-adds plus one pass over the weights) scaled to the first
+timed forward. "measured" keeps fitting; "deterministic" never reads a clock (a saved profile, or counted
+work), so the engine's choices, and the sampled tokens, are a pure function of the seeds.
 """
 from __future__ import annotations
 
@@ -119,7 +117,6 @@ class CostModel:
         share = self.drafter_params[name] / max(self.target_params, 1)  # a model drafter's tokens cost its size
         return [0.0, SCALE * share * seconds_per_unit, 0.0]
 
-    # ---- predictions ---------------------------------------------------------------------------------
     def target_s(self, tokens_in: int, batch: int) -> float:
         return self.target.predict(target_x(tokens_in, batch))
 
@@ -138,7 +135,6 @@ class CostModel:
         """Marginal seconds per token asked of drafter `name` (never negative)."""
         return max(self.drafters[name].theta[1] / SCALE, 0.0)
 
-    # ---- learning --------------------------------------------------------------------------------------
     def observe_target(self, tokens_in: int, batch: int, seconds: float) -> None:
         if self.deterministic:
             return
@@ -169,7 +165,6 @@ class CostModel:
         for fit in (self.target, *self.drafters.values()):
             fit.shrink(n)
 
-    # ---- state, profiles -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"version": PROFILE_VERSION, "scaled": self.scaled, "target": self.target.state_dict(),
                 "drafters": {n: f.state_dict() for n, f in self.drafters.items()},
@@ -184,24 +179,35 @@ class CostModel:
                           if n in self.drafters}  # optional: a profile need not price catch-ups
         self.scaled = bool(s["scaled"]) or self.deterministic
 
-    def to_profile(self, path: str | Path, **meta) -> None:
-        """Writes the fitted model as JSON (what `cost_profile` reads), with `meta` (device, dtype, model)."""
-        Path(path).write_text(json.dumps({**self.state_dict(), "meta": meta}, indent=1))
-
     def load_profile(self, path: str | Path) -> None:
-        p = Path(path)
-        if not p.is_file():
-            raise CostProfileError(f"cost_profile {str(p)!r} does not exist: write one with `specrl bench adaptive "
-                                   "--save-profile PATH`, or drop cost_profile (deterministic mode then uses "
-                                   "counted work)")
+        s = read_profile(path)
         try:
-            s = json.loads(p.read_text())
-            if s.get("version") == STRATEGY_PROFILE_VERSION:
-                s = s["cost"]
-            if s.get("version") != PROFILE_VERSION:
-                raise KeyError(f"version {s.get('version')!r}, expected {PROFILE_VERSION}")
-            self.load_state_dict(s)
+            self.load_state_dict(s["cost"] if s["version"] == STRATEGY_PROFILE_VERSION else s)
             self.target.theta  # noqa: B018 (a singular or ragged fit fails here, not mid-run)
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError) as e:
-            raise CostProfileError(f"cost_profile {str(p)!r} is not a cost-model profile ({type(e).__name__}: {e}): "
-                                   "write a fresh one with `specrl bench adaptive --save-profile PATH`") from None
+        except LOAD_ERRORS as e:
+            raise bad_profile(path, e) from None
+
+
+LOAD_ERRORS = (KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError)  # of a malformed state
+
+
+def bad_profile(path: str | Path, e: Exception) -> CostProfileError:
+    return CostProfileError(f"cost_profile {str(path)!r} is not a cost-model profile ({type(e).__name__}: {e}): "
+                            "write a fresh one with `specrl bench adaptive --save-profile PATH`")
+
+
+def read_profile(path: str | Path) -> dict:
+    """The profile at `path` (a cost model, or the adaptive engine's with one under "cost"), as a dict; a clear
+    error for a missing or malformed file."""
+    p = Path(path)
+    if not p.is_file():
+        raise CostProfileError(f"cost_profile {str(p)!r} does not exist: write one with `specrl bench adaptive "
+                               "--save-profile PATH`, or drop cost_profile (deterministic mode then uses "
+                               "counted work)")
+    try:
+        s = json.loads(p.read_text())
+        if s.get("version") not in (PROFILE_VERSION, STRATEGY_PROFILE_VERSION):
+            raise KeyError(f"version {s.get('version')!r}, expected {PROFILE_VERSION} or {STRATEGY_PROFILE_VERSION}")
+    except (json.JSONDecodeError, KeyError, AttributeError) as e:
+        raise bad_profile(p, e) from None
+    return s

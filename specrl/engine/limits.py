@@ -14,14 +14,11 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 NO_LIMIT = 1 << 60  # cgroup v1 writes "no limit" as a huge page-aligned number
 
 
-def mem_available() -> int | None:
-    """/proc/meminfo MemAvailable in bytes."""
-    meminfo = Path("/proc/meminfo")
-    if meminfo.is_file():
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return None
+def proc_bytes(path: str, key: str) -> int | None:
+    """Field `key` (in kB) of a /proc status file such as /proc/meminfo, in bytes; None where it is absent."""
+    p = Path(path)
+    lines = p.read_text().splitlines() if p.is_file() else []
+    return next((int(line.split()[1]) * 1024 for line in lines if line.startswith(key)), None)
 
 
 def _read_int(path: Path) -> int | None:
@@ -59,10 +56,4 @@ def address_space_free() -> int | None:
     limit, _ = resource.getrlimit(resource.RLIMIT_AS)
     if limit == resource.RLIM_INFINITY:
         return None
-    status = Path("/proc/self/status")
-    size = 0
-    if status.is_file():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmSize:"):
-                size = int(line.split()[1]) * 1024
-    return max(limit - size, 0)
+    return max(limit - (proc_bytes("/proc/self/status", "VmSize:") or 0), 0)

@@ -75,18 +75,15 @@ class Sequence:
                 self.stop_reason = tok if tok in (self.params.stop_token_ids or ()) else None
                 self.finish(FinishReason.STOP)
                 break
-            if self.stop_strings is not None and self._hits_stop_string(tok):
-                self.finish(FinishReason.STOP)
-                break
+            if self.stop_strings is not None:  # vLLM looks for stop strings only once min_tokens tokens exist
+                self.stop_reason = self.stop_strings.push(tok, check=len(self.output) >= self.params.min_tokens)
+                if self.stop_reason is not None:
+                    self.finish(FinishReason.STOP)
+                    break
             if self.budget <= 0:
                 self.finish(FinishReason.LENGTH)
                 break
         return kept
-
-    def _hits_stop_string(self, tok: int) -> bool:
-        # vLLM looks for stop strings only once min_tokens tokens exist
-        self.stop_reason = self.stop_strings.push(tok, check=len(self.output) >= self.params.min_tokens)
-        return self.stop_reason is not None
 
     def finish(self, reason: FinishReason) -> None:
         self.status = Status.FINISHED

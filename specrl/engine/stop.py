@@ -1,9 +1,5 @@
-"""Stop strings, matched on text decoded incrementally after every token (vLLM's rule).
-
-The check is a function of the token sequence alone, run once per appended token, so a speculative step
-that accepts several tokens stops at exactly the token where plain decoding would have stopped.
-Bookkeeping only: no tensors.
-"""
+"""Stop strings, matched on text decoded incrementally after every token (vLLM's rule), so a speculative step
+that accepts several tokens stops at exactly the token where plain decoding would have stopped."""
 from __future__ import annotations
 
 from ..model.tokenizer import TextTokenizer

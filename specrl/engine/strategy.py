@@ -26,7 +26,8 @@ class Plan:
 
     def capped(self, seqs: list[Sequence]) -> "Plan":
         """k cut to what each sequence may still emit (0 without a drafter)."""
-        return replace(self, k=[budget_cap(k, s) if w is not None else 0 for w, k, s in zip(self.drafters, self.k, seqs)])
+        return replace(self, k=[budget_cap(k, s) if w is not None else 0
+                                for w, k, s in zip(self.drafters, self.k, seqs)])
 
 
 def budget_cap(k: int, seq: Sequence) -> int:
