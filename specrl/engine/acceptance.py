@@ -16,8 +16,7 @@ KEYS = ("reached", "accepted", "asked", "proposed")  # the counts, per draft pos
 
 
 class AcceptanceStats:
-    """Decayed per-position counts of one drafter's drafts (or of one class of them, e.g. full-length
-    suffix matches)."""
+    """Decayed per-position counts of one drafter's drafts (or of one kind of them, e.g. full-length matches)."""
 
     def __init__(self, k_max: int):
         self.reached = [0.0] * k_max  # [k_max] rows that drafted position j with positions < j accepted
@@ -53,9 +52,8 @@ class AcceptanceStats:
         return self.reached[0]
 
     def alphas(self, k: int, optimistic: bool = True):
-        """Conditional acceptance of draft positions 0..k-1. A position's prior is the estimate of the one before
-        it, so positions seldom reached are priced like the last well observed one (a suffix match that held so
-        far tends to hold on), not like an untried drafter."""
+        """Conditional acceptance of draft positions 0..k-1, each position's prior the estimate of the one before:
+        a suffix match that held so far tends to hold on, unlike an untried drafter."""
         prior = PRIOR_ALPHA
         for j in range(min(k, len(self.reached))):
             prior = (self.accepted[j] + PRIOR_ROWS * prior) / (self.reached[j] + PRIOR_ROWS)

@@ -30,17 +30,13 @@ class LinearFit:
     def __init__(self, dim: int, prior: list[float] | None = None, weight: float = PRIOR_WEIGHT):
         self.dim, self.weight = dim, weight
         self.xx = [[0.0] * dim for _ in range(dim)]
-        self.xy = [0.0] * dim
-        self.n = 0.0
+        self.xy, self.n = [0.0] * dim, 0.0
         self.prior = list(prior) if prior is not None else [0.0] * dim
         self._theta: list[float] | None = None
 
     def add(self, x: list[float], y: float) -> None:
-        d = self.dim
-        for i in range(d):
-            self.xy[i] = COST_DECAY * self.xy[i] + x[i] * y
-            for j in range(d):
-                self.xx[i][j] = COST_DECAY * self.xx[i][j] + x[i] * x[j]
+        self.xy = [COST_DECAY * v + xi * y for v, xi in zip(self.xy, x)]
+        self.xx = [[COST_DECAY * v + xi * xj for v, xj in zip(row, x)] for row, xi in zip(self.xx, x)]
         self.n = COST_DECAY * self.n + 1.0
         self._theta = None
 
@@ -102,8 +98,7 @@ def draft_x(tokens: int, steps: int) -> list[float]:
 class CostModel:
     def __init__(self, target_params: int, drafter_params: dict[str, int], deterministic: bool = False):
         """`drafter_params`: each drafter's own weights (0 for a model-free one), for counted work."""
-        self.target_params, self.drafter_params = target_params, dict(drafter_params)
-        self.deterministic = deterministic
+        self.target_params, self.drafter_params, self.deterministic = target_params, dict(drafter_params), deterministic
         self.target = LinearFit(3, self._counted_target(1.0))
         self.drafters = {n: LinearFit(3, self._counted_draft(n, 1.0), DRAFT_PRIOR_WEIGHT) for n in drafter_params}
         self.catch_ups: dict[str, list[float]] = {}  # drafter -> decayed [seconds, inputs] of its catch-ups
@@ -197,8 +192,7 @@ def bad_profile(path: str | Path, e: Exception) -> CostProfileError:
 
 
 def read_profile(path: str | Path) -> dict:
-    """The profile at `path` (a cost model, or the adaptive engine's with one under "cost"), as a dict; a clear
-    error for a missing or malformed file."""
+    """The profile at `path` (either version) as a dict; a clear error for a missing or malformed file."""
     p = Path(path)
     if not p.is_file():
         raise CostProfileError(f"cost_profile {str(p)!r} does not exist: write one with `specrl bench adaptive "

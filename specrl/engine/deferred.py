@@ -19,8 +19,7 @@ from .sequence import Sequence, Status
 
 
 class Deferred:
-    """`inner` observes only when it is next asked to draft (or when too much waits). Which drafters may defer
-    is their method table row's `defers`: one whose observe is position-local."""
+    """Which drafters may defer is their method table row's `defers`: one whose observe is position-local."""
 
     def __init__(self, inner: Drafter):
         self.inner, self.hidden_layers = inner, inner.hidden_layers
@@ -48,10 +47,7 @@ class Deferred:
             self.catch_up()
 
     def forwards(self) -> list[TargetForward]:
-        """The pending inputs of the sequences still running, as TargetForwards of at most CHUNK inputs
-        per row, in position order; empties the buffer."""
-        if not self.steps:
-            return []
+        """The running sequences' pending inputs as TargetForwards of <= CHUNK inputs a row; empties the buffer."""
         order: dict[int, Sequence] = {}
         index: dict[int, list[int]] = {}  # seq_id -> rows of the concatenated steps, in position order
         offset = 0

@@ -1,9 +1,6 @@
 """What memory this process may use on a CPU: the machine's available memory, a cgroup's limit, and an
-address-space limit (RLIMIT_AS, `ulimit -v`, as HPC schedulers and some containers set).
-
-The lazy KV cache (memory.kv_zeros) reserves its whole budget as address space when it is built, so under
-an address-space limit the budget must fit in what the limit leaves, even though little of it becomes
-resident. Each reader returns None where its limit does not apply.
+address-space limit (RLIMIT_AS, `ulimit -v`), which the lazy KV cache (memory.kv_zeros) must fit in whole
+although little of it becomes resident. Each reader returns None where its limit does not apply.
 """
 from __future__ import annotations
 

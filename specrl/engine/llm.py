@@ -41,11 +41,10 @@ class LLM:
                  tokenizer: str | Path | None = None, trace_path: str | None = None, seed: int = 0,
                  drafter: Drafter | None = None, kv_cache_memory: int | str | None = None,
                  memory_utilization: float = DEFAULT_MEMORY_UTILIZATION, strategy: Strategy | None = None):
-        """`drafter` plugs in a custom Drafter (see specrl.engine.drafting) instead of `spec.method`'s, or a
-        DrafterPool of several; `strategy` a custom schedule over them (engine/strategy.py).
-        `dtype` applies when `model` is a path (a CausalLM keeps its own). The KV cache is sized from
-        `kv_cache_memory` bytes (or "4GiB"), else from `memory_utilization` x the free memory (see
-        specrl.engine.memory): with no `max_model_len` the budget sets it, capped by the model's limit."""
+        """`drafter` plugs in a custom Drafter (specrl.engine.drafting) or a DrafterPool instead of `spec.method`'s,
+        `strategy` a custom schedule over them. `dtype` applies when `model` is a path. The KV cache is sized from
+        `kv_cache_memory` bytes (or "4GiB"), else `memory_utilization` x the free memory (specrl.engine.memory);
+        with no `max_model_len` the budget sets it, capped by the model's limit."""
         if isinstance(model, CausalLM):
             self.model = model.eval()
         else:

@@ -41,8 +41,7 @@ def parse_bytes(value: int | float | str) -> int:
 
 
 def free_memory(device: str | torch.device) -> int:
-    """Bytes free on `device` now: on a CPU MemAvailable, or what the memory cgroup leaves when that is less;
-    on a GPU the CUDA driver's free memory."""
+    """Bytes free on `device` now: the CUDA driver's, or on a CPU MemAvailable or the cgroup's, whichever is less."""
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
@@ -114,9 +113,8 @@ def plan_kv_cache(cfg: ModelConfig, dtype, max_num_seqs: int, max_model_len: int
 
 
 def memory_budget(device, kv_cache_memory: int | str | None, memory_utilization: float) -> tuple[int, str]:
-    """The KV cache's byte budget, and how to raise it (for the errors of a budget too small): `kv_cache_memory`
-    when given, else a fraction of the free memory (and, on a CPU under an address-space limit, of the address
-    space left: the lazy cache reserves all of it)."""
+    """The KV cache's byte budget and how to raise it: `kv_cache_memory`, else a fraction of the free memory (and,
+    on a CPU under an address-space limit, of the address space left: the lazy cache reserves all of it)."""
     if kv_cache_memory is not None:
         budget = parse_bytes(kv_cache_memory)
         if budget <= 0:
@@ -188,8 +186,7 @@ def kv_shape(num_slots: int, kv_heads: int, max_len: int, head_dim: int, spare: 
 
 
 def release_kv(tensor: torch.Tensor) -> bool:
-    """Gives a CPU `kv_zeros` tensor's written pages back to the OS: it reads as zeros again and costs no
-    resident memory until written. False (nothing done) for any other tensor, e.g. on a GPU."""
+    """Gives a CPU `kv_zeros` tensor's written pages back to the OS (it reads as zeros again); False otherwise."""
     region = getattr(tensor, "_kv_region", None)
     if region is None or not hasattr(mmap, "MADV_DONTNEED"):
         return False

@@ -134,8 +134,7 @@ def model_method(spec: SpecConfig, what: str = "draft_model='scratch'") -> str:
 
 
 def build_drafter(spec: SpecConfig, target, num_slots: int, max_len: int):
-    """The Drafter (see specrl.engine.drafting) of `spec.method`; its module is imported only now.
-    draft_model="scratch" starts a model drafter from the policy itself (specrl.drafters.scratch)."""
+    """The Drafter of `spec.method`, its module imported only now (draft_model="scratch": from the policy)."""
     row = get_method(spec.method)
     if row.adaptive:
         raise ValueError("'auto' is not one drafter: the engine builds its drafters and strategy through "

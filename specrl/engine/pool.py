@@ -53,8 +53,5 @@ class DrafterPool:
 
 
 def unwrap(drafter):
-    """The model drafter behind a `DrafterPool` ("auto" holds EAGLE-3 beside the model-free ones) or a
-    `Deferred`; any other drafter is itself."""
-    if isinstance(drafter, DrafterPool):
-        return drafter.inner
-    return drafter.inner if isinstance(drafter, Deferred) else drafter
+    """The model drafter behind a `DrafterPool` or a `Deferred`; any other drafter is itself."""
+    return drafter.inner if isinstance(drafter, (DrafterPool, Deferred)) else drafter

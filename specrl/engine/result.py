@@ -1,6 +1,5 @@
-"""`StepResult`: what one engine step did. The step functions (engine/steps.py) fill it; the engine's
-postprocess hands the same object to the counters (`EngineStats.add`), the tracer and the strategy, so none
-of them re-derives it."""
+"""`StepResult`: what one engine step did, filled by engine/steps.py and read by the counters, the tracer and
+the strategy, so none of them re-derives it."""
 from __future__ import annotations
 
 from collections import Counter

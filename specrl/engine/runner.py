@@ -13,17 +13,12 @@ from .memory import kv_cache
 
 class ModelRunner:
     def __init__(self, model: CausalLM, num_slots: int, max_len: int, hidden_layers: tuple[int, ...] = ()):
-        self.model, self.num_slots = model, num_slots
-        self.hidden_layers = hidden_layers
+        self.model, self.num_slots, self.hidden_layers = model, num_slots, hidden_layers
         cfg = model.config
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.cache = kv_cache(cfg.num_layers, num_slots, cfg.num_kv_heads, max_len, cfg.head_dim, self.device,
                               self.dtype)
-
-    @property
-    def want_full_hidden(self) -> bool:
-        return -1 in self.hidden_layers
 
     @torch.inference_mode()
     def prefill(self, prompts: list[list[int]], slots: list[int], cache_only: bool = False) -> ModelOutput:
@@ -36,9 +31,10 @@ class ModelRunner:
         slot_ids = torch.tensor(slots, device=self.device)
         if cache_only:
             return self.model(ids, positions, self.cache, slot_ids, logits_index=last, compute_logits=False)
-        out = self.model(ids, positions, self.cache, slot_ids,
-                         hidden_layers=self.hidden_layers, logits_index=None if self.want_full_hidden else last)
-        if self.want_full_hidden:  # logits of the last prompt token only
+        full = -1 in self.hidden_layers  # a drafter reads every input's final hidden state
+        out = self.model(ids, positions, self.cache, slot_ids, hidden_layers=self.hidden_layers,
+                         logits_index=None if full else last)
+        if full:  # logits of the last prompt token only
             out = out._replace(logits=out.logits.gather(1, last[..., None].expand(-1, -1, out.logits.shape[-1])))
         return out
 

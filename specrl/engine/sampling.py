@@ -44,10 +44,6 @@ class SamplingParams:
         _check(self.repetition_penalty > 0, f"repetition_penalty={self.repetition_penalty} must be > 0 (1.0 disables "
                "it; > 1 discourages tokens already in the prompt or output)")
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
@@ -95,8 +91,7 @@ def batch_params(seqs: list, device) -> tuple[torch.Tensor, ...]:
 
 def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                  top_p: torch.Tensor) -> torch.Tensor:
-    """The distribution a token is sampled from. logits: [B, T, V]; temperature/top_k/top_p: [B].
-    Greedy rows (temperature 0) become one-hot on the argmax."""
+    """The distribution a token is sampled from, one-hot on the argmax for greedy rows. logits [B, T, V], rest [B]."""
     logits = logits.float()
     greedy = temperature == 0
     temp = torch.where(greedy, torch.ones_like(temperature), temperature)

@@ -37,9 +37,7 @@ class Sequence:
     stop_strings: StopStrings | None = None
     stop_reason: int | str | None = None  # the stop token id (not EOS) or stop string that ended it
     top_logprobs: list[dict[int, float]] = field(default_factory=list)  # when params.logprobs is set
-    # (first output index, weights version) for each run of tokens sampled by one version of the weights:
-    # a weight update in flight starts a new run (LLM.update_weights)
-    versions: list[tuple[int, int]] = field(default_factory=list)
+    versions: list[tuple[int, int]] = field(default_factory=list)  # as CompletionOutput.weight_versions
 
     @property
     def tokens(self) -> list[int]:

@@ -41,7 +41,5 @@ class StopStrings:
         return upto[len(before):]
 
     def output_text(self, include_stop: bool) -> str:
-        """The text up to the stop string (or through it with `include_stop`)."""
-        if self.hit is None:
-            return self.text
+        """The text up to the stop string that ended the sequence (or through it with `include_stop`)."""
         return self.text[:self.hit_at + (len(self.hit) if include_stop else 0)]

@@ -1,6 +1,5 @@
-"""Strategies: the schedule part of an engine step decides, for each running sequence, which drafter drafts
-and how many tokens (0: none). `StaticStrategy` is one drafter at one k for every sequence (what
-`spec.method` = a drafter's name runs); the adaptive one ("auto") is in engine/adaptive/."""
+"""Strategies decide, for each running sequence, which drafter drafts how many tokens (0: none). `StaticStrategy`
+is one drafter at one k for every sequence; the adaptive one ("auto") is in engine/adaptive/."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace

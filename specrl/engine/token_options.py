@@ -60,12 +60,9 @@ def top_logprob_dicts(logits: torch.Tensor, tokens: torch.Tensor, logprobs: torc
     logp = torch.log_softmax(logits.float() / temp[:, None, None], dim=-1)  # [B, T, V]
     values, ids = logp.topk(min(max(n or 0 for n in wanted), logp.shape[-1]), dim=-1)  # [B, T, N]
     values, ids, toks, lps = values.tolist(), ids.tolist(), tokens.tolist(), logprobs.tolist()
-    out = []
-    for b, n in enumerate(wanted):
-        rows = []
-        for t in range(len(toks[b])):
-            row = dict(zip(ids[b][t][:n or 0], values[b][t][:n or 0]))
-            row.setdefault(toks[b][t], lps[b][t])
-            rows.append(row)
-        out.append(rows)
+    out = [[dict(zip(ids[b][t][:n or 0], values[b][t][:n or 0])) for t in range(len(toks[b]))]
+           for b, n in enumerate(wanted)]
+    for b, rows in enumerate(out):
+        for t, row in enumerate(rows):
+            row.setdefault(toks[b][t], lps[b][t])  # the sampled token, when outside the top-N
     return out

@@ -18,12 +18,6 @@ rate against its prediction (ratecheck.py) scales what it predicts, so an arm th
 loses its place. Drafting nothing costs nothing: every drafter still observes the forward, so switching back
 needs no re-prefill. Any draft is verified exactly, so every choice is lossless.
 
-    strategy.py   `AdaptiveStrategy`: the decision and what it learns (costs, acceptance, rate checks)
-    shadow.py     shadow drafts that score the model-free drafters without drafting
-    rows.py       the running rows' own acceptance against the counts'
-    profile.py    a saved profile as a fresh engine's prior
-    factory.py    `build`: the DrafterPool of `spec.drafters` and the strategy over it
-
-Its hand-set constants are in engine/constants.py; which drafters it chose is telemetry the engine keeps
-(`Engine.choices`), not the decision.
+`AdaptiveStrategy` (strategy.py) decides and learns; `build` (factory.py) makes it and its DrafterPool. Its
+hand-set constants are in engine/constants.py; which drafters it chose is telemetry the engine keeps.
 """

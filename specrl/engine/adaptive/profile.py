@@ -32,8 +32,7 @@ def fingerprint(target) -> dict:
 
 
 def shipped_path(spec, target) -> Path | None:
-    """The shipped profile for this engine, if one was measured on its model (the embedded policy, or weights
-    trained from it), device and dtype, with the shipped drafters (no checkpoint of one's own)."""
+    """The shipped profile, where it was measured on this model, device and dtype with the shipped drafters."""
     fp = fingerprint(target)
     path = SHIPPED_DIR / f"auto-{fp['device']}-{fp['dtype']}.json"
     if spec.draft_model is not None or not path.is_file():
@@ -56,8 +55,7 @@ def mismatch(meta: dict, target) -> str | None:
 
 
 def load(strategy, path: str | Path, target) -> bool:
-    """Loads the profile at `path` into a fresh strategy as its prior; False (with a warning) when it was
-    measured on another model, device or dtype."""
+    """Loads the profile at `path` as a fresh strategy's prior; False (with a warning) when measured elsewhere."""
     s = read_profile(path)
     v2 = s["version"] == STRATEGY_PROFILE_VERSION
     why = mismatch(s.get("meta", {}), target) if v2 else None  # a cost-model profile records no fingerprint

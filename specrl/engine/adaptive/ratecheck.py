@@ -38,8 +38,7 @@ class RateChecks:
             self.checks.setdefault(key, RateCheck()).add(real_tokens, predicted_tokens)
 
     def factor(self, label: str, B: int) -> float:
-        """Realised / predicted rate of arm `label` at B rows: its own at this octave of B, shrunk towards its
-        figure at any B, shrunk towards 1."""
+        """Realised / predicted rate of arm `label` at B rows: its octave's, shrunk towards any B's, towards 1."""
         overall = self.checks.get((label,))
         if overall is None:
             return 1.0

@@ -86,8 +86,7 @@ class AdaptiveStrategy(Strategy):
         return self._hybrid(arm, seqs, pool)
 
     def _hybrid(self, arm: Arm, seqs: list[Sequence], pool: DrafterPool) -> Plan:
-        """The model-free lead proposes for every row (microseconds); a row it drafts in full keeps that draft,
-        the model drafter drafts for the others."""
+        """The model-free lead proposes for every row; its full drafts stay, the model drafter drafts the others."""
         caps = [budget_cap(arm.k, s) for s in seqs]
         t = time.perf_counter()
         prop = pool.drafters[arm.lead].propose(seqs, caps)
@@ -139,8 +138,7 @@ class AdaptiveStrategy(Strategy):
                 self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt - catch_up_s)
 
     def _count(self, result: StepResult, asked_by: list[str | None], rows: dict) -> None:
-        """Acceptance per drafter, per model-free drafter for its full-length proposals, and per model
-        drafter filling in a hybrid's rows (FILL)."""
+        """The step's rows into `rows` per (drafter, kind) key (arms.py), each scored against the counts."""
         hybrid = self.arm.lead is not None
         for seq, d, k, n, a in zip(result.seqs, asked_by, result.asked, result.lengths, result.accepted):
             if d is None or k == 0:
