@@ -31,8 +31,7 @@ COST_DECAY = 0.98  # weight of the past per observation: the fit follows roughly
 SCALE = 64.0  # features are in units of 64 tokens / rows, so the ridge prior weighs them alike
 STEP_SCALE = 8.0  # a drafter's longest draft in units of 8 positions, for the same reason
 PRIOR_WEIGHT = 2.0  # the target's prior counts as this many observations: the warm-up profile, soon refined
-# a drafter's prior (counted work, no fixed cost) is a guess that its first timing should overrule: an
-# EAGLE-3 step's Python and kernel overheads dwarf its weights on a CPU
+# a drafter's prior (counted work) is a guess its first timing should overrule: on a CPU overheads dwarf its weights
 DRAFT_PRIOR_WEIGHT = 0.05
 # counted work: one forward reads every weight once, priced as the multiply-adds of this many tokens; only the
 # deterministic mode without a profile, and the measured mode's prior before its first timings, rest on it

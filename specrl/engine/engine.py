@@ -54,7 +54,7 @@ class Engine:
         if self.pool is None:
             return decode_step(self.runner, running)
         # no plan: SD off this step, but the drafters still observe the forward (no re-prefill later)
-        plan = (plan or Plan.off(len(running))).capped(running)
+        plan = (plan or Plan([None] * len(running), [0] * len(running))).capped(running)
         t0 = time.perf_counter()
         prop, draft_s_by = draft(self.pool.drafters, running, plan, self.runner.model.config.vocab_size,
                                  self.runner.device)

@@ -19,10 +19,6 @@ class Plan:
     draft_s: float = 0.0  # seconds the schedule spent drafting (those proposals)
     label: str = "off"  # what the strategy chose, for the engine's record of choices (e.g. "suffix+eagle3@4")
 
-    @classmethod
-    def off(cls, rows: int) -> "Plan":
-        return cls([None] * rows, [0] * rows)
-
     def capped(self, seqs: list[Sequence]) -> "Plan":
         """k cut to what each sequence may still emit (0 without a drafter)."""
         return replace(self, k=[budget_cap(k, s) if w is not None else 0

@@ -125,8 +125,7 @@ class AdaptiveStrategy(Strategy):
         B = result.active
         if self._expect > 0.0 and result.total_s > 0.0:
             self.checks.add(self.arm.label, B, result.emitted_tokens, result.total_s * self._expect)
-        # the forward, sampling, verification and the bookkeeping that grows with the tokens appended: all of
-        # the step but drafting, which the drafters' own fits price
+        # all of the step but drafting (which the drafters' fits price): forward, sampling, verify, bookkeeping
         self.cost.observe_target(result.tokens_in, B, result.verify_s + result.other_s)
         caught_up = {name: d.take() for name, d in self.deferred.items()}
         for name, dt in result.draft_s_by.items():
