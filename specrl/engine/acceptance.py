@@ -1,13 +1,10 @@
 """How many drafts a drafter gets accepted, per draft position: the adaptive engine's acceptance estimates.
 
 Drafts are prefix-consistent (asking for k tokens gives the first k of what the drafter proposes for k_max),
-so one step at a long draft tells the accepted count of every shorter one. Per position j we count the rows
-that reached it and those whose draft j was accepted; a row asked for k tokens then expects
-sum_{j<k} prod_{i<=j} alpha_i accepted drafts, alpha_i the conditional acceptance at i. Counts only: no clock,
-no tensors, so measured and deterministic mode agree.
-
-An optimistic bonus (UCB) on every alpha makes a little-seen drafter look better than its mean, so the
-schedule tries it where trying could pay (small batches), and, as counts decay, tries again later.
+so one step at a long draft tells the accepted count of every shorter one. A row asked for k tokens expects
+sum_{j<k} prod_{i<=j} alpha_i accepted drafts, alpha_i the conditional acceptance at position i. Counts only,
+no clock, so measured and deterministic mode agree. An optimistic bonus (UCB) on every alpha makes a
+little-seen drafter look better than its mean, so the schedule tries it where trying could pay.
 """
 from __future__ import annotations
 
@@ -15,10 +12,11 @@ import math
 
 from .constants import ACCEPT_DECAY, BONUS, MAX_ALPHA, PRIOR_ALPHA, PRIOR_ROWS
 
+KEYS = ("reached", "accepted", "asked", "proposed")  # the counts, per draft position
+
 
 class AcceptanceStats:
-    """Decayed per-position counts of one drafter's drafts (or of one class of them, e.g. full-length
-    suffix matches)."""
+    """Decayed per-position counts of one drafter's drafts (or of one kind of them, e.g. full-length matches)."""
 
     def __init__(self, k_max: int):
         self.reached = [0.0] * k_max  # [k_max] rows that drafted position j with positions < j accepted
@@ -54,9 +52,8 @@ class AcceptanceStats:
         return self.reached[0]
 
     def alphas(self, k: int, optimistic: bool = True):
-        """Conditional acceptance of draft positions 0..k-1, in one pass. A position's prior is the estimate of
-        the one before it (PRIOR_ALPHA for the first): positions seldom reached are priced like the last well
-        observed one, not like an untried drafter (a suffix match that held so far tends to hold on)."""
+        """Conditional acceptance of draft positions 0..k-1, each position's prior the estimate of the one before:
+        a suffix match that held so far tends to hold on, unlike an untried drafter."""
         prior = PRIOR_ALPHA
         for j in range(min(k, len(self.reached))):
             prior = (self.accepted[j] + PRIOR_ROWS * prior) / (self.reached[j] + PRIOR_ROWS)
@@ -72,17 +69,15 @@ class AcceptanceStats:
         return total
 
     def shrink(self, rows: float) -> None:
-        """Scales every count so that the rows observed weigh at most `rows` (the estimates stay the same,
-        their weight against new observations falls): a saved profile's counts as a prior."""
+        """Scales every count so that the rows observed weigh at most `rows`, with the same estimates."""
         f = min(1.0, rows / max(self.reached[0], self.asked[0], 1e-9))
         for counts in (self.reached, self.accepted, self.asked, self.proposed):
             counts[:] = [f * v for v in counts]
 
     def state_dict(self) -> dict:
-        return {"reached": list(self.reached), "accepted": list(self.accepted), "asked": list(self.asked),
-                "proposed": list(self.proposed)}
+        return {key: list(getattr(self, key)) for key in KEYS}
 
     def load_state_dict(self, s: dict) -> None:
         n = len(self.reached)
-        for key in ("reached", "accepted", "asked", "proposed"):
+        for key in KEYS:
             setattr(self, key, ([float(v) for v in s[key]] + [0.0] * n)[:n])

@@ -1,6 +1,5 @@
-"""The hand-set constants of the adaptive engine ("auto") and the parts it reads (acceptance counts, cost model,
-deferred observation), in one place, each with the reason for its value. Everything else it decides from
-this machine's own timings and the counted acceptance. Torch-free."""
+"""The hand-set constants of the adaptive engine ("auto") and the parts it reads, each with the reason for its
+value; everything else it decides from this machine's own timings and the counted acceptance. Torch-free."""
 
 # ---- the schedule (engine/adaptive/strategy.py) ---------------------------------------------------------
 PLAN_EVERY = 4  # steps a plan is reused while the batch keeps its size: deciding then costs microseconds a step
@@ -10,8 +9,7 @@ SHADOW_ROWS = 4  # rows per step the model-free drafters shadow-draft for: micro
 CHECK_DECAY = 0.95  # weight of the past per step in an arm's realised / predicted rate: follows ~20 steps
 PROFILE_TOKENS = (1, 2, 3, 5, 9)  # draft lengths + 1 the warm-up profile times the forward at: spans k = 0..8
 PROFILE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # batch sizes it times (up to the engine's slots): octaves
-# times each point is timed, the fastest kept: one point slowed by another process would tilt the fitted cost per
-# token, and with it every plan's draft length
+# times each point is timed, the fastest kept: one point slowed by another process would tilt every plan
 PROFILE_REPEATS = 3
 
 # ---- acceptance counts (engine/acceptance.py) ---------------------------------------------------------------
@@ -33,8 +31,7 @@ COST_DECAY = 0.98  # weight of the past per observation: the fit follows roughly
 SCALE = 64.0  # features are in units of 64 tokens / rows, so the ridge prior weighs them alike
 STEP_SCALE = 8.0  # a drafter's longest draft in units of 8 positions, for the same reason
 PRIOR_WEIGHT = 2.0  # the target's prior counts as this many observations: the warm-up profile, soon refined
-# a drafter's prior (counted work, no fixed cost) is a guess that its first timing should overrule: an
-# EAGLE-3 step's Python and kernel overheads dwarf its weights on a CPU
+# a drafter's prior (counted work) is a guess its first timing should overrule: on a CPU overheads dwarf its weights
 DRAFT_PRIOR_WEIGHT = 0.05
 # counted work: one forward reads every weight once, priced as the multiply-adds of this many tokens; only the
 # deterministic mode without a profile, and the measured mode's prior before its first timings, rest on it

@@ -4,12 +4,10 @@
     drafter d       seconds = a_d + c_d * its longest draft + b_d * tokens asked of it
     catch-up of d   seconds = e_d * inputs observed (a deferring drafter pays it when next asked)
 
-Each line is a decayed least-squares fit of the engine's own step timings (`observe_*`), so no threshold is
-set by hand. Until a fit has data it leans on a prior: the target's warm-up profile, else counted work
-(multiply-adds plus one pass over the weights) scaled to the first timed forward.
-
-"measured" keeps fitting. "deterministic" never reads a clock: the model is frozen (a saved profile, or
-counted work), so the engine's choices, and the sampled tokens, are a pure function of the seeds.
+Each line is a decayed least-squares fit of the engine's own step timings, pulled toward a prior: the
+target's warm-up profile, else counted work (multiply-adds plus one pass over the weights) scaled to the first
+timed forward. "measured" keeps fitting; "deterministic" never reads a clock (a saved profile, or counted
+work), so the engine's choices, and the sampled tokens, are a pure function of the seeds.
 """
 from __future__ import annotations
 
@@ -32,17 +30,13 @@ class LinearFit:
     def __init__(self, dim: int, prior: list[float] | None = None, weight: float = PRIOR_WEIGHT):
         self.dim, self.weight = dim, weight
         self.xx = [[0.0] * dim for _ in range(dim)]
-        self.xy = [0.0] * dim
-        self.n = 0.0
+        self.xy, self.n = [0.0] * dim, 0.0
         self.prior = list(prior) if prior is not None else [0.0] * dim
         self._theta: list[float] | None = None
 
     def add(self, x: list[float], y: float) -> None:
-        d = self.dim
-        for i in range(d):
-            self.xy[i] = COST_DECAY * self.xy[i] + x[i] * y
-            for j in range(d):
-                self.xx[i][j] = COST_DECAY * self.xx[i][j] + x[i] * x[j]
+        self.xy = [COST_DECAY * v + xi * y for v, xi in zip(self.xy, x)]
+        self.xx = [[COST_DECAY * v + xi * xj for v, xj in zip(row, x)] for row, xi in zip(self.xx, x)]
         self.n = COST_DECAY * self.n + 1.0
         self._theta = None
 
@@ -104,8 +98,7 @@ def draft_x(tokens: int, steps: int) -> list[float]:
 class CostModel:
     def __init__(self, target_params: int, drafter_params: dict[str, int], deterministic: bool = False):
         """`drafter_params`: each drafter's own weights (0 for a model-free one), for counted work."""
-        self.target_params, self.drafter_params = target_params, dict(drafter_params)
-        self.deterministic = deterministic
+        self.target_params, self.drafter_params, self.deterministic = target_params, dict(drafter_params), deterministic
         self.target = LinearFit(3, self._counted_target(1.0))
         self.drafters = {n: LinearFit(3, self._counted_draft(n, 1.0), DRAFT_PRIOR_WEIGHT) for n in drafter_params}
         self.catch_ups: dict[str, list[float]] = {}  # drafter -> decayed [seconds, inputs] of its catch-ups
@@ -119,7 +112,6 @@ class CostModel:
         share = self.drafter_params[name] / max(self.target_params, 1)  # a model drafter's tokens cost its size
         return [0.0, SCALE * share * seconds_per_unit, 0.0]
 
-    # ---- predictions ---------------------------------------------------------------------------------
     def target_s(self, tokens_in: int, batch: int) -> float:
         return self.target.predict(target_x(tokens_in, batch))
 
@@ -138,7 +130,6 @@ class CostModel:
         """Marginal seconds per token asked of drafter `name` (never negative)."""
         return max(self.drafters[name].theta[1] / SCALE, 0.0)
 
-    # ---- learning --------------------------------------------------------------------------------------
     def observe_target(self, tokens_in: int, batch: int, seconds: float) -> None:
         if self.deterministic:
             return
@@ -169,7 +160,6 @@ class CostModel:
         for fit in (self.target, *self.drafters.values()):
             fit.shrink(n)
 
-    # ---- state, profiles -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"version": PROFILE_VERSION, "scaled": self.scaled, "target": self.target.state_dict(),
                 "drafters": {n: f.state_dict() for n, f in self.drafters.items()},
@@ -184,24 +174,34 @@ class CostModel:
                           if n in self.drafters}  # optional: a profile need not price catch-ups
         self.scaled = bool(s["scaled"]) or self.deterministic
 
-    def to_profile(self, path: str | Path, **meta) -> None:
-        """Writes the fitted model as JSON (what `cost_profile` reads), with `meta` (device, dtype, model)."""
-        Path(path).write_text(json.dumps({**self.state_dict(), "meta": meta}, indent=1))
-
     def load_profile(self, path: str | Path) -> None:
-        p = Path(path)
-        if not p.is_file():
-            raise CostProfileError(f"cost_profile {str(p)!r} does not exist: write one with `specrl bench adaptive "
-                                   "--save-profile PATH`, or drop cost_profile (deterministic mode then uses "
-                                   "counted work)")
+        s = read_profile(path)
         try:
-            s = json.loads(p.read_text())
-            if s.get("version") == STRATEGY_PROFILE_VERSION:
-                s = s["cost"]
-            if s.get("version") != PROFILE_VERSION:
-                raise KeyError(f"version {s.get('version')!r}, expected {PROFILE_VERSION}")
-            self.load_state_dict(s)
+            self.load_state_dict(s["cost"] if s["version"] == STRATEGY_PROFILE_VERSION else s)
             self.target.theta  # noqa: B018 (a singular or ragged fit fails here, not mid-run)
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError) as e:
-            raise CostProfileError(f"cost_profile {str(p)!r} is not a cost-model profile ({type(e).__name__}: {e}): "
-                                   "write a fresh one with `specrl bench adaptive --save-profile PATH`") from None
+        except LOAD_ERRORS as e:
+            raise bad_profile(path, e) from None
+
+
+LOAD_ERRORS = (KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError)  # of a malformed state
+
+
+def bad_profile(path: str | Path, e: Exception) -> CostProfileError:
+    return CostProfileError(f"cost_profile {str(path)!r} is not a cost-model profile ({type(e).__name__}: {e}): "
+                            "write a fresh one with `specrl bench adaptive --save-profile PATH`")
+
+
+def read_profile(path: str | Path) -> dict:
+    """The profile at `path` (either version) as a dict; a clear error for a missing or malformed file."""
+    p = Path(path)
+    if not p.is_file():
+        raise CostProfileError(f"cost_profile {str(p)!r} does not exist: write one with `specrl bench adaptive "
+                               "--save-profile PATH`, or drop cost_profile (deterministic mode then uses "
+                               "counted work)")
+    try:
+        s = json.loads(p.read_text())
+        if s.get("version") not in (PROFILE_VERSION, STRATEGY_PROFILE_VERSION):
+            raise KeyError(f"version {s.get('version')!r}, expected {PROFILE_VERSION} or {STRATEGY_PROFILE_VERSION}")
+    except (json.JSONDecodeError, KeyError, AttributeError) as e:
+        raise bad_profile(p, e) from None
+    return s

@@ -18,50 +18,36 @@ from .drafting import Drafter, Proposal, TargetForward, caches_of
 from .sequence import Sequence, Status
 
 
+class Deferred:
+    """Which drafters may defer is their method table row's `defers`: one whose observe is position-local."""
 
-class DeferredObservations:
-    """The accepted part of each deferred target forward, compacted to [N valid inputs, ...] per step."""
-
-    def __init__(self):
+    def __init__(self, inner: Drafter):
+        self.inner, self.hidden_layers = inner, inner.hidden_layers
+        # per deferred forward: its rows, their valid inputs, and the accepted inputs compacted to [N, ...]
         self.steps: list[tuple[list[Sequence], list[int], tuple[torch.Tensor, ...]]] = []
         self.pending = 0  # inputs held
         self.live: set[int] = set()  # seq_ids with pending inputs that have not finished
+        self.caught_up = (0, 0.0)  # inputs and seconds of catch-ups before drafting since the last `take`
 
-    def add(self, fwd: TargetForward) -> None:
+    def observe(self, fwd: TargetForward) -> None:
         valid = fwd.valid.tolist()
-        if not any(valid):
-            return
-        T = fwd.positions.shape[1]
-        keep = torch.arange(T, device=fwd.valid.device)[None, :] < fwd.valid[:, None]  # [B, T]
-        last = fwd.last_hidden
-        if last.shape[1] != T:  # a prefill's final hidden of the last input only: no drafter that defers reads it
-            # (one that does asks for the full one with hidden layer -1), so zeros stand in
-            last = last.new_zeros(last.shape[0], T, last.shape[2])  # [B, T, D]
-        flat = (fwd.positions.expand_as(keep)[keep], fwd.next_tokens[keep],  # [N], [N]
-                *(h[keep] for h in fwd.hidden), last[keep])  # [N, D] each
-        self.steps.append((list(fwd.seqs), valid, flat))
-        self.pending += sum(valid)
-        self.live.update(s.seq_id for s in fwd.seqs)
-
-    def release(self, seq: Sequence) -> None:
-        """`seq` finished: once no pending sequence is left, nothing held would be read again."""
-        self.live.discard(seq.seq_id)
-        if not self.live:
-            self.clear()
-
-    @property
-    def full(self) -> bool:
-        return self.pending >= MAX_PENDING
-
-    def clear(self) -> None:
-        self.steps, self.pending = [], 0
-        self.live = set()
+        if any(valid):
+            T = fwd.positions.shape[1]
+            keep = torch.arange(T, device=fwd.valid.device)[None, :] < fwd.valid[:, None]  # [B, T]
+            last = fwd.last_hidden
+            if last.shape[1] != T:  # a prefill's final hidden of the last input only: no drafter that defers reads
+                # it (one that does asks for the full one with hidden layer -1), so zeros stand in
+                last = last.new_zeros(last.shape[0], T, last.shape[2])  # [B, T, D]
+            flat = (fwd.positions.expand_as(keep)[keep], fwd.next_tokens[keep],  # [N], [N]
+                    *(h[keep] for h in fwd.hidden), last[keep])  # [N, D] each
+            self.steps.append((list(fwd.seqs), valid, flat))
+            self.pending += sum(valid)
+            self.live.update(s.seq_id for s in fwd.seqs)
+        if self.pending >= MAX_PENDING:
+            self.catch_up()
 
     def forwards(self) -> list[TargetForward]:
-        """The pending inputs of the sequences still running, as TargetForwards of at most CHUNK inputs
-        per row, in position order; empties the buffer."""
-        if not self.steps:
-            return []
+        """The running sequences' pending inputs as TargetForwards of <= CHUNK inputs a row; empties the buffer."""
         order: dict[int, Sequence] = {}
         index: dict[int, list[int]] = {}  # seq_id -> rows of the concatenated steps, in position order
         offset = 0
@@ -73,7 +59,7 @@ class DeferredObservations:
                 offset += v
         flat = [torch.cat(parts) for parts in zip(*(f for _, _, f in self.steps))]
         n_hidden = len(flat) - 3
-        self.clear()
+        self.steps, self.pending, self.live = [], 0, set()
         out = []
         longest = max((len(v) for v in index.values()), default=0)
         for start in range(0, longest, CHUNK):
@@ -86,25 +72,10 @@ class DeferredObservations:
                                      tuple(flat[2 + j][pick] for j in range(n_hidden)), flat[-1][pick]))
         return out
 
-
-class Deferred:
-    """`inner` observes only when it is next asked to draft (or when too much waits). Which drafters may defer
-    is their method table row's `defers`: one whose observe is position-local."""
-
-    def __init__(self, inner: Drafter):
-        self.inner, self.hidden_layers = inner, inner.hidden_layers
-        self.wait = DeferredObservations()
-        self.caught_up = (0, 0.0)  # inputs and seconds of catch-ups before drafting since the last `take`
-
-    def observe(self, fwd: TargetForward) -> None:
-        self.wait.add(fwd)
-        if self.wait.full:
-            self.catch_up()
-
     def catch_up(self) -> int:
         """`inner` observes what waits, so its state is as if it had observed every forward; returns the inputs."""
         inputs = 0
-        for fwd in self.wait.forwards():
+        for fwd in self.forwards():
             self.inner.observe(fwd)
             inputs += int(fwd.valid.sum())
         return inputs
@@ -122,8 +93,11 @@ class Deferred:
         return out
 
     def release(self, seq: Sequence) -> None:
+        """`seq` finished: once no pending sequence is left, nothing held would be read again."""
         self.inner.release(seq)
-        self.wait.release(seq)
+        self.live.discard(seq.seq_id)
+        if not self.live:
+            self.steps, self.pending = [], 0
 
     def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return caches_of(self.inner)

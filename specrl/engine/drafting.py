@@ -33,8 +33,7 @@ class Drafter(Protocol):
         """Called after every target forward (prefill and verify) with the accepted part."""
 
     def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
-        """Up to k[b] draft tokens that continue seqs[b].tokens, on any device (the engine moves them to
-        the target's)."""
+        """Up to k[b] draft tokens that continue seqs[b].tokens, on any device (the engine moves them)."""
 
     def release(self, seq: Sequence) -> None:
         """The sequence finished; its slot will be reused."""
@@ -42,9 +41,8 @@ class Drafter(Protocol):
 
 @runtime_checkable
 class Stateful(Protocol):
-    """A part whose cross-step state outlives generate() calls (suffix pools of earlier rollouts, drafter
-    weights trained online, the adaptive strategy's counts). The state is a tree of tensors, numbers, strings,
-    lists and dicts: checkpoints store it as safetensors + JSON (specrl.state_files), never as a pickle."""
+    """A part whose state outlives generate() calls (suffix pools, drafter weights trained online, the adaptive
+    strategy's counts): a tree of tensors, numbers, strings, lists and dicts (specrl.state_files, no pickle)."""
 
     def state_dict(self) -> dict: ...
 
@@ -53,8 +51,7 @@ class Stateful(Protocol):
 
 @runtime_checkable
 class HoldsCaches(Protocol):
-    """A drafter with position-indexed KV caches of its own (the model drafters): the engine gives their pages
-    back between generate() calls, as it does the target's."""
+    """A drafter with KV caches of its own, whose pages the engine gives back between generate() calls."""
 
     def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]: ...
 
@@ -89,8 +86,7 @@ def greedy_proposal(seqs: list[Sequence], k: list[int], device,
 
 
 def pad_proposals(drafts: list[list[int]], device) -> Proposal:
-    """Point drafts padded to the longest, built on the CPU and moved in one copy each (a copy per row costs
-    more than the padding)."""
+    """Point drafts padded to the longest, moved in one copy each (a copy per row costs more than padding)."""
     K = max((len(d) for d in drafts), default=0)
     tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).view(len(drafts), K)  # [B, K]
     lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)  # [B]

@@ -1,11 +1,7 @@
-"""The engine under the `LLM` front end. One `step()` reads as three parts:
-
-    schedule     admit waiting sequences (a prefill step), or ask the strategy which drafter drafts how many
-                 tokens for each running sequence (engine/strategy.py, engine/adaptive/)
-    run          draft (each drafter over its rows), one target forward, verify (engine/steps.py)
-    postprocess  one `StepResult` (engine/result.py) to the counters, the tracer and the strategy; retire
-                 finished sequences and release their drafter state
-"""
+"""The engine under the `LLM` front end. One `step()` is: admit waiting sequences (a prefill step) or ask the
+strategy which drafter drafts how many tokens for each running sequence; run draft -> verify -> advance
+(engine/steps.py); postprocess: hand the `StepResult` to the counters, the tracer and the strategy, and retire
+finished sequences."""
 from __future__ import annotations
 
 import time
@@ -28,8 +24,7 @@ class Engine:
         if strategy is not None:  # before any sequence holds a slot (see ModelRunner.time_forward)
             strategy.calibrate(runner.time_forward, runner.num_slots)
         self.stats = EngineStats()
-        # which drafters the strategy chose, over the steps (the strategy keeps none); off unless a caller sets
-        # it (`specrl bench adaptive`): the engine's steps do no bookkeeping nobody reads
+        # which drafters the strategy chose, over the steps; off unless a caller (`specrl bench adaptive`) sets it
         self.choices: Choices | None = None
         self.weights_version = 0  # a tag for the weights the engine holds, recorded on the tokens they sample
 
@@ -59,7 +54,7 @@ class Engine:
         if self.pool is None:
             return decode_step(self.runner, running)
         # no plan: SD off this step, but the drafters still observe the forward (no re-prefill later)
-        plan = (plan or Plan.off(len(running))).capped(running)
+        plan = (plan or Plan([None] * len(running), [0] * len(running))).capped(running)
         t0 = time.perf_counter()
         prop, draft_s_by = draft(self.pool.drafters, running, plan, self.runner.model.config.vocab_size,
                                  self.runner.device)

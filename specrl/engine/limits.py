@@ -1,9 +1,6 @@
 """What memory this process may use on a CPU: the machine's available memory, a cgroup's limit, and an
-address-space limit (RLIMIT_AS, `ulimit -v`, as HPC schedulers and some containers set).
-
-The lazy KV cache (memory.kv_zeros) reserves its whole budget as address space when it is built, so under
-an address-space limit the budget must fit in what the limit leaves, even though little of it becomes
-resident. Each reader returns None where its limit does not apply.
+address-space limit (RLIMIT_AS, `ulimit -v`), which the lazy KV cache (memory.kv_zeros) must fit in whole
+although little of it becomes resident. Each reader returns None where its limit does not apply.
 """
 from __future__ import annotations
 
@@ -14,14 +11,11 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 NO_LIMIT = 1 << 60  # cgroup v1 writes "no limit" as a huge page-aligned number
 
 
-def mem_available() -> int | None:
-    """/proc/meminfo MemAvailable in bytes."""
-    meminfo = Path("/proc/meminfo")
-    if meminfo.is_file():
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return None
+def proc_bytes(path: str, key: str) -> int | None:
+    """Field `key` (in kB) of a /proc status file such as /proc/meminfo, in bytes; None where it is absent."""
+    p = Path(path)
+    lines = p.read_text().splitlines() if p.is_file() else []
+    return next((int(line.split()[1]) * 1024 for line in lines if line.startswith(key)), None)
 
 
 def _read_int(path: Path) -> int | None:
@@ -59,10 +53,4 @@ def address_space_free() -> int | None:
     limit, _ = resource.getrlimit(resource.RLIMIT_AS)
     if limit == resource.RLIM_INFINITY:
         return None
-    status = Path("/proc/self/status")
-    size = 0
-    if status.is_file():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmSize:"):
-                size = int(line.split()[1]) * 1024
-    return max(limit - size, 0)
+    return max(limit - (proc_bytes("/proc/self/status", "VmSize:") or 0), 0)

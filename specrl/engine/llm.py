@@ -27,7 +27,6 @@ from .stop import StopStrings
 from .strategy import Strategy
 from .result import StepResult
 from .stats import EngineStats, Tracer
-from .steps import refill_step
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +41,10 @@ class LLM:
                  tokenizer: str | Path | None = None, trace_path: str | None = None, seed: int = 0,
                  drafter: Drafter | None = None, kv_cache_memory: int | str | None = None,
                  memory_utilization: float = DEFAULT_MEMORY_UTILIZATION, strategy: Strategy | None = None):
-        """`drafter` plugs in a custom Drafter (see specrl.engine.drafting) instead of `spec.method`'s, or a
-        DrafterPool of several; `strategy` a custom schedule over them (engine/strategy.py).
-        `dtype` applies when `model` is a path (a CausalLM keeps its own). The KV cache is sized from
-        `kv_cache_memory` bytes (or "4GiB"), else from `memory_utilization` x the free memory (see
-        specrl.engine.memory): with no `max_model_len` the budget sets it, capped by the model's limit."""
+        """`drafter` plugs in a custom Drafter (specrl.engine.drafting) or a DrafterPool instead of `spec.method`'s,
+        `strategy` a custom schedule over them. `dtype` applies when `model` is a path. The KV cache is sized from
+        `kv_cache_memory` bytes (or "4GiB"), else `memory_utilization` x the free memory (specrl.engine.memory);
+        with no `max_model_len` the budget sets it, capped by the model's limit."""
         if isinstance(model, CausalLM):
             self.model = model.eval()
         else:
@@ -59,18 +57,18 @@ class LLM:
             check_tokenizer_matches(self.tokenizer, cfg.vocab_size, str(src))
         p = next(self.model.parameters())
         skip_cudnn_attention(p.device)
-        budget = memory_budget(p.device, kv_cache_memory, memory_utilization)
-        self.kv_plan = plan_kv_cache(cfg, p.dtype, max_num_seqs, max_model_len, budget.bytes, SPARE,
-                                     budget.fix)
+        budget, fix = memory_budget(p.device, kv_cache_memory, memory_utilization)
+        self.kv_plan = plan_kv_cache(cfg, p.dtype, max_num_seqs, max_model_len, budget, SPARE, fix)
         log.info(self.kv_plan.describe())
         self.max_model_len = self.kv_plan.max_model_len
         self.max_num_seqs = self.kv_plan.num_slots
         self.spec = spec if spec is not None else SpecConfig()
         pool, built = build_engine_drafting(self.spec, drafter, self.model, self.max_num_seqs, self.max_model_len)
         strategy = strategy if strategy is not None and pool is not None else built
-        runner = ModelRunner(self.model, self.max_num_seqs, self.max_model_len,
-                             tuple(pool.hidden_layers) if pool is not None else ())
-        self.engine = Engine(runner, pool, strategy, Tracer(trace_path, self.spec.method, cfg.num_params))
+        self.runner = ModelRunner(self.model, self.max_num_seqs, self.max_model_len,
+                                  tuple(pool.hidden_layers) if pool is not None else ())
+        self.tracer = Tracer(trace_path, self.spec.method, cfg.num_params)
+        self.engine = Engine(self.runner, pool, strategy, self.tracer)
         # checked between engine steps: True cancels the running generate() (e.g. from another thread)
         self.should_stop: Callable[[], bool] | None = None
         # called between engine steps with the number of unfinished sequences (hot swaps, long-tail work)
@@ -78,11 +76,6 @@ class LLM:
         self._rng = random.Random(seed)
         self._next_seq_id = 0
         self._scheduler: Scheduler | None = None  # the running generate()'s, for updates in flight
-
-    # the engine's parts, on the front end
-    @property
-    def runner(self) -> ModelRunner:
-        return self.engine.runner
 
     @property
     def drafter(self):
@@ -92,10 +85,6 @@ class LLM:
         if pool is None:
             return None
         return pool if len(pool.drafters) > 1 or is_adaptive(self.spec.method) else next(iter(pool.drafters.values()))
-
-    @property
-    def tracer(self) -> Tracer:
-        return self.engine.tracer
 
     @property
     def weights_version(self) -> int:
@@ -113,22 +102,19 @@ class LLM:
         self.engine.stats = EngineStats()
 
     def update_weights(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> None:
-        """Weight sync from the trainer (same parameter names as the HF checkpoint), tagged `version`.
-
-        Between two engine steps of a running generate() (from `between_steps`) it is an update in flight: the
-        running sequences' KV cache is recomputed, so every later token comes from the new policy exactly, and
-        `CompletionOutput.weight_versions` records which version sampled which tokens. Never call it from
-        another thread during generate()."""
+        """Weight sync from the trainer (the HF checkpoint's parameter names), tagged `version`. From
+        `between_steps` it is an update in flight: the running sequences' KV cache is recomputed, so every later
+        token comes from the new policy exactly (`CompletionOutput.weight_versions` says which version sampled
+        which token). Never call it from another thread during generate()."""
         self.runner.load_weights(state_dict)
         if version is not None:
             self.weights_version = version
         running = self._scheduler.running if self._scheduler is not None else []
-        if running:
-            refill_step(self.runner, running)
+        if running:  # every input but the last, which the next step feeds; drafters keep their (stale) state
+            self.runner.prefill([s.tokens[:-1] for s in running], [s.slot for s in running], cache_only=True)
             for seq in running:
                 seq.mark_version(self.weights_version)
 
-    # ---- generate -------------------------------------------------------------------------------------
     def generate(self, prompts: list, params: SamplingParams | list[SamplingParams] | None = None,
                  progress: bool = False) -> list[RequestOutput]:
         token_prompts = self._encode(prompts)
@@ -181,10 +167,8 @@ class LLM:
 
     @staticmethod
     def _params_list(params, n: int) -> list[SamplingParams]:
-        if params is None:
-            params = SamplingParams()
-        if isinstance(params, SamplingParams):
-            return [params] * n
+        if params is None or isinstance(params, SamplingParams):
+            return [params if params is not None else SamplingParams()] * n
         if len(params) != n:
             raise ValueError(f"got {len(params)} SamplingParams for {n} prompts: pass one, or one per prompt")
         return list(params)
@@ -225,9 +209,8 @@ class LLM:
             self.free_kv_pages()
 
     def free_kv_pages(self) -> None:
-        """Between generate() calls no sequence holds a slot, so the target's and a model drafter's KV pages go
-        back to the OS (`release_kv`): a trainer step in the same process does not sit on the last rollout's
-        cache. Each slot is prefilled again when next used."""
+        """Gives the target's and the model drafters' KV pages back to the OS between generate() calls, so a
+        trainer step in the same process does not sit on the last rollout's cache."""
         if self.runner.device.type != "cpu":
             return
         pool = self.engine.pool
@@ -262,7 +245,6 @@ class LLM:
                              "tokenizer.json: pass LLM(..., tokenizer=DIR) or use stop_token_ids")
         return StopStrings(self.text_tokenizer, sp.stop, sp.skip_special_tokens)
 
-    # ---- chat -----------------------------------------------------------------------------------------
     def get_tokenizer(self) -> TextTokenizer:
         """The checkpoint's tokenizer (encode, decode, apply_chat_template, special tokens), as in vLLM."""
         if self.text_tokenizer is None:

@@ -1,14 +1,10 @@
-"""How big the engine's KV cache is: slots x max_model_len, sized from a memory budget; and its zeroed
-storage, which on a CPU costs resident memory only where a position is written.
+"""How big the engine's KV cache is, slots x max_model_len, from a memory budget (`kv_cache_memory` bytes, else
+`memory_utilization` x the memory free once the weights are loaded); and its zeroed storage.
 
-The budget is `kv_cache_memory` bytes, or else `memory_utilization` x the memory free once the weights are
-loaded. Without `max_model_len` the longest context that gives each of `max_num_seqs` slots a row is used;
-with one, fewer slots when the budget cannot hold them all; an error when not even one sequence fits. A
-model drafter's own cache comes on top.
-
-On a CPU the cache is an anonymous private mapping (`kv_zeros`): resident memory follows the positions
-sequences reach, and position-indexed rows let rejected drafts be overwritten with no rollback. Against
-paged blocks: docs/memory.md.
+Without `max_model_len` the longest context that gives each of `max_num_seqs` slots a row is used; with one,
+fewer slots when the budget cannot hold them all. A model drafter's own cache comes on top. On a CPU the cache
+is an anonymous private mapping (`kv_zeros`), so resident memory follows the positions sequences reach.
+Against paged blocks: docs/memory.md.
 """
 from __future__ import annotations
 
@@ -17,7 +13,6 @@ import math
 import mmap
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
@@ -26,8 +21,7 @@ from ..model import ModelConfig, check_device, resolve_dtype
 from . import limits
 from .methods import MAX_SPEC_TOKENS
 
-# positions a KV cache keeps past a sequence's budget: a verify forward writes up to MAX_SPEC_TOKENS drafts and
-# the bonus there
+# positions a KV cache keeps past a sequence's budget: a verify forward writes its drafts and the bonus there
 SPARE = MAX_SPEC_TOKENS + 1
 
 DEFAULT_MEMORY_UTILIZATION = 0.5  # of the free memory; the rest stays for activations and other processes
@@ -47,12 +41,11 @@ def parse_bytes(value: int | float | str) -> int:
 
 
 def free_memory(device: str | torch.device) -> int:
-    """Bytes free on `device` now: on a CPU MemAvailable, or what the memory cgroup leaves when that is less;
-    on a GPU the CUDA driver's free memory."""
+    """Bytes free on `device` now: the CUDA driver's, or on a CPU MemAvailable or the cgroup's, whichever is less."""
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    free = [b for b in (limits.mem_available(), limits.cgroup_free()) if b is not None]
+    free = [b for b in (limits.proc_bytes("/proc/meminfo", "MemAvailable:"), limits.cgroup_free()) if b is not None]
     if not free:
         raise RuntimeError("cannot read free memory (no /proc/meminfo MemAvailable on this system): pass "
                            "kv_cache_memory=BYTES to size the KV cache")
@@ -88,11 +81,6 @@ class AddressSpaceError(UserError, MemoryError):
     """The KV cache's mapping does not fit in the address space the process may still take."""
 
 
-class Budget(NamedTuple):
-    bytes: int
-    fix: str  # how to raise it, for the errors of a budget too small
-
-
 def plan_kv_cache(cfg: ModelConfig, dtype, max_num_seqs: int, max_model_len: int | None, budget: int,
                   spare: int, knobs: str = DEFAULT_FIX) -> KVPlan:
     """Slots and context length that fit `budget` bytes. Each slot holds `spare` extra positions (room for
@@ -114,8 +102,7 @@ def plan_kv_cache(cfg: ModelConfig, dtype, max_num_seqs: int, max_model_len: int
         hard = True
     else:
         slots = max_num_seqs
-        fit = budget // (slots * per_token) - spare
-        length = min(limit, fit)
+        length = min(limit, budget // (slots * per_token) - spare)
         if length < 2:
             need = slots * (2 + spare) * per_token
             raise ValueError(f"the KV budget of {budget} bytes is too small for max_num_seqs={slots} sequences "
@@ -125,23 +112,23 @@ def plan_kv_cache(cfg: ModelConfig, dtype, max_num_seqs: int, max_model_len: int
     return KVPlan(slots, length, slots * (length + spare) * per_token, resolve_dtype(dtype), budget, hard)
 
 
-def memory_budget(device, kv_cache_memory: int | str | None, memory_utilization: float) -> Budget:
-    """The KV cache's byte budget: `kv_cache_memory` when given, else a fraction of the free memory (and, on
-    a CPU under an address-space limit, of the address space left: the lazy cache reserves all of it)."""
+def memory_budget(device, kv_cache_memory: int | str | None, memory_utilization: float) -> tuple[int, str]:
+    """The KV cache's byte budget and how to raise it: `kv_cache_memory`, else a fraction of the free memory (and,
+    on a CPU under an address-space limit, of the address space left: the lazy cache reserves all of it)."""
     if kv_cache_memory is not None:
         budget = parse_bytes(kv_cache_memory)
         if budget <= 0:
             raise ValueError(f"kv_cache_memory={kv_cache_memory!r}: expected a positive size, e.g. 4GiB")
-        return Budget(budget, "raise kv_cache_memory")
+        return budget, "raise kv_cache_memory"
     if not 0 < memory_utilization <= 1:
         raise ValueError(f"memory_utilization={memory_utilization}: expected a fraction in (0, 1] of the free "
                          f"memory, e.g. {DEFAULT_MEMORY_UTILIZATION}; or pass kv_cache_memory=BYTES")
     free = int(free_memory(device) * memory_utilization)
     space = limits.address_space_free() if torch.device(device).type == "cpu" else None
     if space is not None and int(space * memory_utilization) < free:
-        return Budget(int(space * memory_utilization), f"raise the address-space limit (ulimit -v: "
-                      f"{space} bytes left, memory_utilization={memory_utilization} of it)")
-    return Budget(free, DEFAULT_FIX)
+        return int(space * memory_utilization), (f"raise the address-space limit (ulimit -v: {space} bytes left, "
+                                                 f"memory_utilization={memory_utilization} of it)")
+    return free, DEFAULT_FIX
 
 
 def check_dtype(device, dtype) -> torch.dtype:
@@ -199,8 +186,7 @@ def kv_shape(num_slots: int, kv_heads: int, max_len: int, head_dim: int, spare: 
 
 
 def release_kv(tensor: torch.Tensor) -> bool:
-    """Gives a CPU `kv_zeros` tensor's written pages back to the OS: it reads as zeros again and costs no
-    resident memory until written. False (nothing done) for any other tensor, e.g. on a GPU."""
+    """Gives a CPU `kv_zeros` tensor's written pages back to the OS (it reads as zeros again); False otherwise."""
     region = getattr(tensor, "_kv_region", None)
     if region is None or not hasattr(mmap, "MADV_DONTNEED"):
         return False

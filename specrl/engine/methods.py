@@ -1,10 +1,7 @@
-"""Speculative-decoding settings (`SpecConfig`, the `spec=` argument of `LLM`) and the one table of drafters.
-
-Every list of method names in specrl (config validation, `specrl bench spec`, `specrl train-drafter`, the
-simulator's `--sd-method`, "auto"'s inner drafter) is derived from `TABLE`. The engine builds a drafter
-through its row's module path (a plugin lookup with importlib), so the engine core has no static import of
-`specrl.drafters`: drafters import the core, never the other way round. Torch-free, so light commands (e.g.
-`specrl simulate`) can read the table without importing torch.
+"""Speculative-decoding settings (`SpecConfig`, the `spec=` argument of `LLM`) and the one table of drafters,
+from which every list of method names in specrl is derived. The engine builds a drafter through its row's
+module path (importlib), so the engine core never imports `specrl.drafters`. Torch-free, so light commands
+(e.g. `specrl simulate`) can read the table without importing torch.
 """
 from __future__ import annotations
 
@@ -14,11 +11,11 @@ from pathlib import Path
 
 from ..errors import require
 
-# The longest draft a step may verify. Engine and drafter KV caches keep this many spare positions past a
-# sequence's budget, and the per-position acceptance counters have this many slots: one limit for all.
+# The longest draft a step may verify: the spare positions of every KV cache and the slots of the per-position
+# acceptance counters, one limit for all.
 MAX_SPEC_TOKENS = 16
 
-# Where the shipped drafters live, one subdirectory per model-based method (`specrl train-drafter` default).
+# one subdirectory per model-based method (`specrl train-drafter` default)
 SHIPPED_DRAFTERS_DIR = Path(__file__).resolve().parents[1] / "tasks" / "assets" / "drafters"
 
 
@@ -32,9 +29,8 @@ class DrafterMethod:
     # "auto" may defer its observations while it is idle (engine/deferred.py): its observe is position-local
     # (cache rows from each input alone); MTP's modules read the next inputs, so it observes every step
     defers: bool = False
-    # the simulator's default drafting cost, a share of the target's forward: a one-layer head over the target's
-    # features (None: sim/cost.py eagle_draft_frac of the model), a ~10x smaller draft model (0.1), or CPU work
-    # that the fitted overheads hold (0.0)
+    # the simulator's default drafting cost, a share of the target's forward (None: sim/cost.py eagle_draft_frac;
+    # 0.0: CPU work that the fitted overheads hold)
     sim_draft_frac: float | None = 0.0
 
     @property
@@ -88,7 +84,7 @@ class SpecConfig:
     adaptive_mode: str = "measured"
     cost_profile: str | None = None  # a cost model saved as JSON (`specrl bench adaptive --save-profile`)
 
-    # keys that no longer exist and what replaced them (from_dict's table: an old config names them in a clear error)
+    # keys that no longer exist and what replaced them, for a clear error on an old config
     REMOVED = {
         "auto_max_batch": "'auto' no longer turns SD off above a fixed batch size: its cost model, measured on "
                           "this machine during the run, decides per step whether drafting pays (see rollout.spec."
@@ -98,7 +94,7 @@ class SpecConfig:
     }
 
     def __post_init__(self):
-        self.validate()  # LLM(spec=SpecConfig(...)) is built in Python, not only from a config file
+        self.validate()  # also when built in Python, LLM(spec=SpecConfig(...))
 
     def validate(self) -> None:
         require(self.method is None or self.method in METHODS, "method", self.method,
@@ -138,8 +134,7 @@ def model_method(spec: SpecConfig, what: str = "draft_model='scratch'") -> str:
 
 
 def build_drafter(spec: SpecConfig, target, num_slots: int, max_len: int):
-    """The Drafter (see specrl.engine.drafting) of `spec.method`; its module is imported only now.
-    draft_model="scratch" starts a model drafter from the policy itself (specrl.drafters.scratch)."""
+    """The Drafter of `spec.method`, its module imported only now (draft_model="scratch": from the policy)."""
     row = get_method(spec.method)
     if row.adaptive:
         raise ValueError("'auto' is not one drafter: the engine builds its drafters and strategy through "

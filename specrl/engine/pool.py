@@ -7,11 +7,9 @@ from .sequence import Sequence
 
 
 class DrafterPool:
-    """Every drafter observes every target forward (prefill and verify), drafting that step or not, so
-    switching a sequence from one drafter to another needs no re-prefill; the engine's strategy picks which
-    of them drafts for which sequence. A drafter that defers its observations is held wrapped
-    (engine/deferred.py). Its state (for checkpoints) is each stateful drafter's plus the strategy's learned
-    state (`strategy`, attached by the engine)."""
+    """Every drafter observes every target forward, drafting that step or not, so switching a sequence to
+    another drafter needs no re-prefill. Its state (for checkpoints) is each stateful drafter's plus that of
+    the `strategy` the engine attaches."""
 
     def __init__(self, drafters: dict[str, Drafter], model_based: tuple[str, ...] = ()):
         if not drafters:
@@ -55,8 +53,5 @@ class DrafterPool:
 
 
 def unwrap(drafter):
-    """The model drafter behind a `DrafterPool` ("auto" holds EAGLE-3 beside the model-free ones) or a
-    `Deferred`; any other drafter is itself."""
-    if isinstance(drafter, DrafterPool):
-        return drafter.inner
-    return drafter.inner if isinstance(drafter, Deferred) else drafter
+    """The model drafter behind a `DrafterPool` or a `Deferred`; any other drafter is itself."""
+    return drafter.inner if isinstance(drafter, (DrafterPool, Deferred)) else drafter

@@ -1,8 +1,8 @@
-"""`StepResult`: what one engine step did. The step functions (engine/steps.py) fill it; the engine's
-postprocess hands the same object to the counters (`EngineStats.add`), the tracer and the strategy, so none
-of them re-derives it."""
+"""`StepResult`: what one engine step did, filled by engine/steps.py and read by the counters, the tracer and
+the strategy, so none of them re-derives it."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from .sequence import Sequence
@@ -45,8 +45,5 @@ class StepResult:
                "emitted_tokens": self.emitted_tokens, "draft_s": self.draft_s, "verify_s": self.verify_s,
                "other_s": self.other_s, "context_len_mean": self.context_len_mean}
         if len({d for d in self.drafters if d is not None}) > 1 or self.draft_s_by:
-            mix: dict[str, int] = {}
-            for d in self.drafters:
-                mix[d or "none"] = mix.get(d or "none", 0) + 1
-            row["mix"] = mix  # rows per drafter ("none": no draft)
+            row["mix"] = dict(Counter(d or "none" for d in self.drafters))  # rows per drafter ("none": no draft)
         return row

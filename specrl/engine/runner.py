@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from ..model import CausalLM, ModelOutput
 from ..model.layers import slot_index
@@ -12,36 +13,28 @@ from .memory import kv_cache
 
 class ModelRunner:
     def __init__(self, model: CausalLM, num_slots: int, max_len: int, hidden_layers: tuple[int, ...] = ()):
-        self.model, self.num_slots = model, num_slots
-        self.hidden_layers = hidden_layers
+        self.model, self.num_slots, self.hidden_layers = model, num_slots, hidden_layers
         cfg = model.config
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.cache = kv_cache(cfg.num_layers, num_slots, cfg.num_kv_heads, max_len, cfg.head_dim, self.device,
                               self.dtype)
 
-    @property
-    def want_full_hidden(self) -> bool:
-        return -1 in self.hidden_layers
-
     @torch.inference_mode()
     def prefill(self, prompts: list[list[int]], slots: list[int], cache_only: bool = False) -> ModelOutput:
-        """Right-padded batch of prompts, one slot each. Pad positions write past the prompt, where the
-        first decode step overwrites them before any query can read them. `cache_only`: write the KV cache
-        only (a refill after a weight update): no logits, and the final norm on the last row alone."""
-        T = max(len(p) for p in prompts)
-        ids = torch.zeros(len(prompts), T, dtype=torch.long)
-        for b, p in enumerate(prompts):
-            ids[b, :len(p)] = torch.tensor(p)
-        ids = ids.to(self.device)
+        """Right-padded batch of prompts, one slot each (pad positions write past the prompt, where the first
+        decode step overwrites them unread). `cache_only`: write the KV cache only (a refill), no logits."""
+        ids = pad_sequence([torch.tensor(p) for p in prompts], batch_first=True).to(self.device)  # [G, T]
+        T = ids.shape[1]
         positions = torch.arange(T, device=self.device).expand(len(prompts), T)  # [G, T]
         last = torch.tensor([len(p) - 1 for p in prompts], device=self.device)[:, None]  # [G, 1]
         slot_ids = torch.tensor(slots, device=self.device)
         if cache_only:
             return self.model(ids, positions, self.cache, slot_ids, logits_index=last, compute_logits=False)
-        out = self.model(ids, positions, self.cache, slot_ids,
-                         hidden_layers=self.hidden_layers, logits_index=None if self.want_full_hidden else last)
-        if self.want_full_hidden:  # logits of the last prompt token only
+        full = -1 in self.hidden_layers  # a drafter reads every input's final hidden state
+        out = self.model(ids, positions, self.cache, slot_ids, hidden_layers=self.hidden_layers,
+                         logits_index=None if full else last)
+        if full:  # logits of the last prompt token only
             out = out._replace(logits=out.logits.gather(1, last[..., None].expand(-1, -1, out.logits.shape[-1])))
         return out
 
@@ -63,10 +56,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def time_forward(self, batch: int, length: int) -> float:
-        """Seconds of one forward of `batch` rows x `length` tokens, softmax over the logits included (what
-        a verify step pays before sampling): the adaptive engine's warm-up profile. Call it only while no
-        sequence holds a slot: it writes cache rows 0..length-1 of slots 0..batch-1, which the next
-        prefill of those slots overwrites."""
+        """Seconds of one forward of `batch` rows x `length` tokens, softmax included (the adaptive engine's
+        warm-up profile). Only while no sequence holds a slot: it writes cache rows of slots 0..batch-1."""
         tokens = torch.zeros(batch, length, dtype=torch.long, device=self.device)  # [B, T]
         positions = torch.arange(length, device=self.device).expand(batch, length)  # [B, T]
         t = time.perf_counter()

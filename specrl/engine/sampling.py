@@ -1,9 +1,5 @@
-"""Sampling parameters and the pure tensor functions that turn logits into tokens.
-
-Randomness is counter-based: the uniform that picks the token at position p of sequence s is a hash of
-(seed_s, p, stream). A sample therefore depends only on its own seed and the logits, never on which other
-sequences share the batch or how the scheduler packed them, which makes runs reproducible.
-"""
+"""Sampling parameters and the pure tensor functions that turn logits into tokens, with counter-based
+randomness (engine/rng.py): a sample depends only on its own seed and the logits, never on the batch."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -32,34 +28,26 @@ class SamplingParams:
     repetition_penalty: float = 1.0
 
     def __post_init__(self):
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature={self.temperature} must be >= 0 (0 means greedy)")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p} must be in (0, 1]; use 1.0 to disable nucleus sampling")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"top_k={self.top_k} must be -1 (disabled) or >= 1")
-        if self.n < 1:
-            raise ValueError(f"n={self.n} must be >= 1 (samples per prompt)")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens={self.max_tokens} must be >= 1")
-        self._check_text_options()
-
-    def _check_text_options(self) -> None:
+        _check(self.temperature >= 0, f"temperature={self.temperature} must be >= 0 (0 means greedy)")
+        _check(0 < self.top_p <= 1, f"top_p={self.top_p} must be in (0, 1]; use 1.0 to disable nucleus sampling")
+        _check(self.top_k != 0 and self.top_k >= -1, f"top_k={self.top_k} must be -1 (disabled) or >= 1")
+        _check(self.n >= 1, f"n={self.n} must be >= 1 (samples per prompt)")
+        _check(self.max_tokens >= 1, f"max_tokens={self.max_tokens} must be >= 1")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        if self.stop is not None and not all(isinstance(s, str) and s for s in self.stop):
-            raise ValueError(f"stop={self.stop!r} must be a list of non-empty strings")
-        if not 0 <= self.min_tokens <= self.max_tokens:
-            raise ValueError(f"min_tokens={self.min_tokens} must be in [0, max_tokens={self.max_tokens}]")
-        if self.logprobs is not None and self.logprobs < 0:
-            raise ValueError(f"logprobs={self.logprobs} must be None or >= 0 (top-N logprobs per token)")
-        if not self.repetition_penalty > 0:
-            raise ValueError(f"repetition_penalty={self.repetition_penalty} must be > 0 (1.0 disables it; > 1 "
-                             "discourages tokens already in the prompt or output)")
+        _check(self.stop is None or all(isinstance(s, str) and s for s in self.stop),
+               f"stop={self.stop!r} must be a list of non-empty strings")
+        _check(0 <= self.min_tokens <= self.max_tokens,
+               f"min_tokens={self.min_tokens} must be in [0, max_tokens={self.max_tokens}]")
+        _check(self.logprobs is None or self.logprobs >= 0,
+               f"logprobs={self.logprobs} must be None or >= 0 (top-N logprobs per token)")
+        _check(self.repetition_penalty > 0, f"repetition_penalty={self.repetition_penalty} must be > 0 (1.0 disables "
+               "it; > 1 discourages tokens already in the prompt or output)")
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
 
 
 def per_prompt(params: SamplingParams, count: int, start: int = 0) -> list[SamplingParams]:
@@ -93,8 +81,7 @@ def hash_uniform(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> t
 
 
 def batch_params(seqs: list, device) -> tuple[torch.Tensor, ...]:
-    """Each sequence's sampling settings as tensors: temperature [B], top_k [B], top_p [B], seed [B]. Shared
-    by the engine's steps and by drafters that sample the way the target does (EAGLE-3)."""
+    """Each sequence's sampling settings as tensors: temperature [B], top_k [B], top_p [B], seed [B]."""
     temperature = torch.tensor([s.params.temperature for s in seqs], dtype=torch.float32, device=device)
     top_k = torch.tensor([s.params.top_k for s in seqs], dtype=torch.long, device=device)
     top_p = torch.tensor([s.params.top_p for s in seqs], dtype=torch.float32, device=device)
@@ -104,8 +91,7 @@ def batch_params(seqs: list, device) -> tuple[torch.Tensor, ...]:
 
 def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                  top_p: torch.Tensor) -> torch.Tensor:
-    """The distribution a token is sampled from. logits: [B, T, V]; temperature/top_k/top_p: [B].
-    Greedy rows (temperature 0) become one-hot on the argmax."""
+    """The distribution a token is sampled from, one-hot on the argmax for greedy rows. logits [B, T, V], rest [B]."""
     logits = logits.float()
     greedy = temperature == 0
     temp = torch.where(greedy, torch.ones_like(temperature), temperature)
@@ -140,24 +126,3 @@ def sample_from(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     # rounding can push idx past the last token with mass; fall back to that token
     last_nonzero = (probs > 0).long().cumsum(-1).argmax(-1)
     return torch.minimum(idx, last_nonzero)
-
-
-def mask_banned(logits: torch.Tensor, banned: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-    """min_tokens: -inf on `banned` ids [B, V] at the positions where `active` [B, T]; logits [B, T, V]."""
-    return logits.masked_fill(banned[:, None, :] & active[..., None], float("-inf"))
-
-
-def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
-    """CTRL / vLLM repetition penalty: seen tokens' logits divided by `penalty` when positive, multiplied when
-    negative. logits [B, T, V], seen [B, T, V] bool (tokens in the context before each position), penalty [B]."""
-    pen = penalty[:, None, None].to(logits.dtype)
-    penalized = torch.where(logits > 0, logits / pen, logits * pen)  # [B, T, V]
-    return torch.where(seen, penalized, logits)
-
-
-def top_logprobs(logits: torch.Tensor, temperature: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The n most likely tokens under softmax(logits / T) (greedy rows: T = 1): values and ids, [B, T, n]."""
-    temp = torch.where(temperature == 0, torch.ones_like(temperature), temperature)
-    logp = torch.log_softmax(logits.float() / temp[:, None, None], dim=-1)  # [B, T, V]
-    return logp.topk(min(n, logp.shape[-1]), dim=-1)
-

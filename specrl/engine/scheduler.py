@@ -20,8 +20,7 @@ class Scheduler:
         return not self.waiting and not self.running
 
     def admit(self) -> list[list[Sequence]]:
-        """Moves waiting sequences into free slots. Returns them grouped by prompt: a group shares one
-        prefill. A group larger than the free slots is split, so no slot stays idle."""
+        """Moves waiting sequences into free slots, grouped by prompt (a group shares one prefill; split if need be)."""
         groups: list[list[Sequence]] = []
         while self.waiting and self.free_slots:
             seq = self.waiting.popleft()
@@ -37,8 +36,6 @@ class Scheduler:
 
     def retire_finished(self) -> list[Sequence]:
         done = [s for s in self.running if s.status is Status.FINISHED]
-        if done:
-            self.running = [s for s in self.running if s.status is not Status.FINISHED]
-            for seq in done:
-                self.free_slots.append(seq.slot)
+        self.running = [s for s in self.running if s.status is not Status.FINISHED]
+        self.free_slots.extend(s.slot for s in done)
         return done

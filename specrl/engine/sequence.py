@@ -37,9 +37,7 @@ class Sequence:
     stop_strings: StopStrings | None = None
     stop_reason: int | str | None = None  # the stop token id (not EOS) or stop string that ended it
     top_logprobs: list[dict[int, float]] = field(default_factory=list)  # when params.logprobs is set
-    # (first output index, weights version) for each run of tokens sampled by one version of the weights:
-    # a weight update in flight starts a new run (LLM.update_weights)
-    versions: list[tuple[int, int]] = field(default_factory=list)
+    versions: list[tuple[int, int]] = field(default_factory=list)  # as CompletionOutput.weight_versions
 
     @property
     def tokens(self) -> list[int]:
@@ -75,18 +73,15 @@ class Sequence:
                 self.stop_reason = tok if tok in (self.params.stop_token_ids or ()) else None
                 self.finish(FinishReason.STOP)
                 break
-            if self.stop_strings is not None and self._hits_stop_string(tok):
-                self.finish(FinishReason.STOP)
-                break
+            if self.stop_strings is not None:  # vLLM looks for stop strings only once min_tokens tokens exist
+                self.stop_reason = self.stop_strings.push(tok, check=len(self.output) >= self.params.min_tokens)
+                if self.stop_reason is not None:
+                    self.finish(FinishReason.STOP)
+                    break
             if self.budget <= 0:
                 self.finish(FinishReason.LENGTH)
                 break
         return kept
-
-    def _hits_stop_string(self, tok: int) -> bool:
-        # vLLM looks for stop strings only once min_tokens tokens exist
-        self.stop_reason = self.stop_strings.push(tok, check=len(self.output) >= self.params.min_tokens)
-        return self.stop_reason is not None
 
     def finish(self, reason: FinishReason) -> None:
         self.status = Status.FINISHED

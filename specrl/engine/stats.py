@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from .methods import MAX_SPEC_TOKENS
@@ -59,18 +60,15 @@ class Choices:
     """Which drafter the strategy chose for how many rows, over the steps (`specrl bench adaptive` reports it)."""
 
     def __init__(self):
-        self.rows: dict[str, int] = {}  # rows per drafter ("none": no draft), and "k_sum": the drafts asked
+        self.rows: Counter[str] = Counter()  # rows per drafter ("none": no draft), and "k_sum": the drafts asked
         self.history: list[dict] | None = None  # set to [] to log every step's choice
 
     def add(self, r: StepResult) -> None:
         if r.phase == "prefill":
             return
-        mix: dict[str, int] = {}
-        for d in r.drafters_asked or [None] * r.active:
-            mix[d or "none"] = mix.get(d or "none", 0) + 1
-        for name, n in mix.items():
-            self.rows[name] = self.rows.get(name, 0) + n
-        self.rows["k_sum"] = self.rows.get("k_sum", 0) + sum(r.asked)
+        mix = dict(Counter(d or "none" for d in r.drafters_asked or [None] * r.active))
+        self.rows.update(mix)
+        self.rows["k_sum"] += sum(r.asked)
         if self.history is not None:
             drafted = [k for k in r.asked if k > 0]
             self.history.append({"running": r.active, "mix": mix, "mean_k": sum(drafted) / max(len(drafted), 1),
@@ -78,7 +76,7 @@ class Choices:
 
     def reset(self) -> None:
         """Counts afresh (logging stays on or off); what the strategy has learnt is not touched."""
-        self.rows = {}
+        self.rows = Counter()
         self.history = None if self.history is None else []
 
 

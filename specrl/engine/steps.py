@@ -1,10 +1,7 @@
-"""The engine's kinds of step, as tensor work over a list of running sequences.
-
-A speculative step reads draft -> verify -> advance; a decode step is its verify with no drafts, and a prefill
-samples its first tokens with the same tail (`sample`: penalties and min_tokens, the distribution p, a sample
-or the verdict on the drafts, logprobs). Each samples with `hash_uniform(seed, absolute position, stream)`, so
-the token drawn at a position does not depend on how the step was batched. Each returns a `StepResult`
-(engine/result.py) and touches no counters: the engine times the parts and its postprocess reads the result.
+"""The engine's kinds of step, as tensor work over a list of running sequences: a speculative step is draft ->
+verify -> advance, a decode step its verify with no drafts, and a prefill samples its first tokens with the same
+tail (`sample`). Each draws with `hash_uniform(seed, absolute position, stream)`, so a token does not depend on
+how the step was batched, and returns a `StepResult`, touching no counters.
 """
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ import time
 from typing import NamedTuple
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from .drafting import Drafter, Proposal, TargetForward, on_device
 from .result import StepResult
@@ -67,23 +65,13 @@ def prefill_step(runner: ModelRunner, groups: list[list[Sequence]], drafter: Dra
     append(seqs, sample(out.logits[rep], seqs, torch.tensor([len(s.prompt) for s in seqs], device=runner.device)))
     # step 3: the drafter sees the prompt's hidden states, each input paired with the token after it
     if drafter is not None:
-        T = max(len(g[0].prompt) for g in groups)
-        next_tokens = torch.zeros(len(seqs), T, dtype=torch.long)
-        for b, s in enumerate(seqs):
-            next_tokens[b, :len(s.prompt)] = torch.tensor(s.prompt[1:] + s.output[:1])
+        next_tokens = pad_sequence([torch.tensor(s.prompt[1:] + s.output[:1]) for s in seqs], True)  # [N, T]
+        T = next_tokens.shape[1]
         drafter.observe(TargetForward(
             seqs, torch.arange(T, device=runner.device).expand(len(seqs), T), next_tokens.to(runner.device),
             torch.tensor([len(s.prompt) for s in seqs], device=runner.device),
             tuple(h[rep] for h in out.hidden), out.last_hidden[rep]))
     return StepResult("prefill", seqs, tokens_in=sum(len(g[0].prompt) for g in groups), emitted_tokens=len(seqs))
-
-
-def refill_step(runner: ModelRunner, seqs: list[Sequence]) -> None:
-    """After a weight update in flight: recompute the running sequences' cache with the new weights, so
-    their next tokens are sampled from the new policy exactly (as if it had generated the prefix itself).
-    Every input but the last, which the next step feeds, is written; the drafter keeps its own state (stale
-    drafts only lower acceptance)."""
-    runner.prefill([s.tokens[:-1] for s in seqs], [s.slot for s in seqs], cache_only=True)
 
 
 def decode_step(runner: ModelRunner, seqs: list[Sequence]) -> StepResult:
@@ -94,8 +82,7 @@ def decode_step(runner: ModelRunner, seqs: list[Sequence]) -> StepResult:
 
 
 def draft(drafters: dict[str, Drafter], seqs: list[Sequence], plan: Plan, vocab: int, device) -> tuple[Proposal, dict]:
-    """One [B, K] proposal: each drafter over its rows of the (budget-capped) plan, or the plan's ready
-    proposal cut to each row's k; and each drafter's seconds."""
+    """One [B, K] proposal from each drafter over its rows of the (capped) plan, and each drafter's seconds."""
     parts, draft_s_by = [], {}
     for name in dict.fromkeys(w for w, ki in zip(plan.drafters, plan.k) if w is not None and ki > 0):
         rows = [b for b, w in enumerate(plan.drafters) if w == name and plan.k[b] > 0]
@@ -112,9 +99,8 @@ def draft(drafters: dict[str, Drafter], seqs: list[Sequence], plan: Plan, vocab:
 
 
 def merge_proposals(parts: list[tuple[list[int], Proposal]], B: int, vocab: int, device) -> Proposal:
-    """One [B, K] proposal from several drafters' proposals over disjoint rows (`rows`, `proposal`). When any
-    part carries draft distributions, the point drafts of the others become one-hot rows of q, so one
-    verify handles both; rows no part covers draft nothing."""
+    """One [B, K] proposal from (rows, proposal) parts over disjoint rows; when any part carries q, the point
+    drafts of the others become one-hot rows of q (`draft_q`). Rows no part covers draft nothing."""
     K = max((p.tokens.shape[1] for _, p in parts), default=0)
     tokens = torch.zeros(B, K, dtype=torch.long, device=device)
     lengths = torch.zeros(B, dtype=torch.long, device=device)
@@ -126,17 +112,12 @@ def merge_proposals(parts: list[tuple[list[int], Proposal]], B: int, vocab: int,
         tokens[idx, :Kp] = p.tokens
         lengths[idx] = p.lengths
         if probs is not None and Kp > 0:
-            if p.probs is not None:
-                probs[idx, :Kp] = p.probs.float()
-            else:
-                one_hot = torch.zeros(len(rows), Kp, vocab, device=device)  # [R, Kp, V]
-                probs[idx, :Kp] = one_hot.scatter_(-1, p.tokens[..., None], 1.0)
+            probs[idx, :Kp] = draft_q(p.tokens, p.probs, p.lengths, vocab)  # [R, Kp, V]
     return Proposal(tokens, lengths, probs)
 
 
 def cut(prop: Proposal, rows: list[int], k: list[int]) -> Proposal:
-    """Rows `rows` of a proposal made over every running sequence, each cut to its k (a prefix of a draft
-    is itself a draft: the schedule may ask a cheap drafter first and keep part of what it proposed)."""
+    """Rows `rows` of a proposal made over every running sequence, each cut to its k (a draft's prefix is a draft)."""
     idx = torch.tensor(rows, dtype=torch.long, device=prop.tokens.device)
     K = min(max(k, default=0), prop.tokens.shape[1])
     lengths = torch.minimum(prop.lengths[idx], torch.tensor(k, dtype=torch.long, device=idx.device))

@@ -1,9 +1,5 @@
-"""Stop strings, matched on text decoded incrementally after every token (vLLM's rule).
-
-The check is a function of the token sequence alone, run once per appended token, so a speculative step
-that accepts several tokens stops at exactly the token where plain decoding would have stopped.
-Bookkeeping only: no tensors.
-"""
+"""Stop strings, matched on text decoded incrementally after every token (vLLM's rule), so a speculative step
+that accepts several tokens stops at exactly the token where plain decoding would have stopped."""
 from __future__ import annotations
 
 from ..model.tokenizer import TextTokenizer
@@ -45,7 +41,5 @@ class StopStrings:
         return upto[len(before):]
 
     def output_text(self, include_stop: bool) -> str:
-        """The text up to the stop string (or through it with `include_stop`)."""
-        if self.hit is None:
-            return self.text
+        """The text up to the stop string that ended the sequence (or through it with `include_stop`)."""
         return self.text[:self.hit_at + (len(self.hit) if include_stop else 0)]

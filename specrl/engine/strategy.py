@@ -1,6 +1,5 @@
-"""Strategies: the schedule part of an engine step decides, for each running sequence, which drafter drafts
-and how many tokens (0: none). `StaticStrategy` is one drafter at one k for every sequence (what
-`spec.method` = a drafter's name runs); the adaptive one ("auto") is in engine/adaptive/."""
+"""Strategies decide, for each running sequence, which drafter drafts how many tokens (0: none). `StaticStrategy`
+is one drafter at one k for every sequence; the adaptive one ("auto") is in engine/adaptive/."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -20,13 +19,10 @@ class Plan:
     draft_s: float = 0.0  # seconds the schedule spent drafting (those proposals)
     label: str = "off"  # what the strategy chose, for the engine's record of choices (e.g. "suffix+eagle3@4")
 
-    @classmethod
-    def off(cls, rows: int) -> "Plan":
-        return cls([None] * rows, [0] * rows)
-
     def capped(self, seqs: list[Sequence]) -> "Plan":
         """k cut to what each sequence may still emit (0 without a drafter)."""
-        return replace(self, k=[budget_cap(k, s) if w is not None else 0 for w, k, s in zip(self.drafters, self.k, seqs)])
+        return replace(self, k=[budget_cap(k, s) if w is not None else 0
+                                for w, k, s in zip(self.drafters, self.k, seqs)])
 
 
 def budget_cap(k: int, seq: Sequence) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from .sampling import mask_banned, penalize_repeats, top_logprobs
 from .sequence import Sequence
 
 
@@ -24,8 +23,8 @@ def apply_min_tokens(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor
         ids = [i for i in s.stop_ids if 0 <= i < V]
         if under[b] and ids:
             banned[b, ids] = True
-    active = torch.arange(T)[None, :] < torch.tensor(under)[:, None]  # [B, T]
-    return mask_banned(logits, banned.to(logits.device), active.to(logits.device))
+    active = (torch.arange(T)[None, :] < torch.tensor(under)[:, None]).to(logits.device)  # [B, T]
+    return logits.masked_fill(banned.to(logits.device)[:, None, :] & active[..., None], float("-inf"))
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seqs: list[Sequence],
@@ -44,8 +43,10 @@ def apply_repetition_penalty(logits: torch.Tensor, seqs: list[Sequence],
         one_hot = torch.zeros(B, T - 1, V, device=logits.device).scatter_(-1, drafts[:, :T - 1, None], 1.0)
         before = torch.cat([torch.zeros_like(one_hot[:, :1]), one_hot.cumsum(1)], dim=1) > 0  # [B, T, V]
         seen = seen | before
-    penalty = torch.tensor([s.params.repetition_penalty for s in seqs], device=logits.device)  # [B]
-    return penalize_repeats(logits, seen, penalty)
+    # CTRL / vLLM: a seen token's logit is divided by the penalty when positive, multiplied when negative
+    pen = torch.tensor([s.params.repetition_penalty for s in seqs], device=logits.device).to(logits.dtype)  # [B]
+    pen = pen[:, None, None]
+    return torch.where(seen, torch.where(logits > 0, logits / pen, logits * pen), logits)
 
 
 def top_logprob_dicts(logits: torch.Tensor, tokens: torch.Tensor, logprobs: torch.Tensor, seqs: list[Sequence],
@@ -55,14 +56,13 @@ def top_logprob_dicts(logits: torch.Tensor, tokens: torch.Tensor, logprobs: torc
     wanted = [s.params.logprobs for s in seqs]
     if all(n is None for n in wanted):
         return None
-    values, ids = top_logprobs(logits, temperature, max(n or 0 for n in wanted))  # [B, T, N]
+    temp = torch.where(temperature == 0, torch.ones_like(temperature), temperature)  # greedy rows: T = 1
+    logp = torch.log_softmax(logits.float() / temp[:, None, None], dim=-1)  # [B, T, V]
+    values, ids = logp.topk(min(max(n or 0 for n in wanted), logp.shape[-1]), dim=-1)  # [B, T, N]
     values, ids, toks, lps = values.tolist(), ids.tolist(), tokens.tolist(), logprobs.tolist()
-    out = []
-    for b, n in enumerate(wanted):
-        rows = []
-        for t in range(len(toks[b])):
-            row = dict(zip(ids[b][t][:n or 0], values[b][t][:n or 0]))
-            row.setdefault(toks[b][t], lps[b][t])
-            rows.append(row)
-        out.append(rows)
+    out = [[dict(zip(ids[b][t][:n or 0], values[b][t][:n or 0])) for t in range(len(toks[b]))]
+           for b, n in enumerate(wanted)]
+    for b, rows in enumerate(out):
+        for t, row in enumerate(rows):
+            row.setdefault(toks[b][t], lps[b][t])  # the sampled token, when outside the top-N
     return out

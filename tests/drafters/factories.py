@@ -6,6 +6,7 @@ path runs often) in a one-layer-shorter copy, and `mtp`, whose modules are rando
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import replace
 
 import torch
@@ -31,7 +32,7 @@ def _auto(model, tmp_path):
         from specrl.engine.cost_model import CostModel
         cost = CostModel(model.config.num_params, {"suffix": 0, "ngram": 0, "eagle3": 0}, deterministic=True)
         cost.target.prior = [1.0, 1e-6, 0.0]  # a forward costs the same whatever it verifies
-        cost.to_profile(profile)
+        profile.write_text(json.dumps(cost.state_dict()))
     return model, SpecConfig(method="auto", num_speculative_tokens=4, ngram_min=1, draft_model=eagle.draft_model,
                              drafters=("suffix", "ngram", "eagle3"), adaptive_mode="deterministic",
                              cost_profile=str(profile))

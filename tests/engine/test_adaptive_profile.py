@@ -11,7 +11,7 @@ from specrl.engine.adaptive import profile
 from specrl.engine.adaptive.arms import ALL
 from specrl.engine.adaptive.strategy import AdaptiveStrategy
 from specrl.engine.constants import PLAN_EVERY, PROFILE_ROWS
-from specrl.engine.cost_model import STRATEGY_PROFILE_VERSION, CostModel, CostProfileError
+from specrl.engine.cost_model import STRATEGY_PROFILE_VERSION, CostModel, CostProfileError, read_profile
 from specrl.engine.pool import DrafterPool
 from specrl.engine.result import StepResult
 from tests.engine.test_adaptive import PointDrafter, flat_cost, seqs, teach
@@ -120,7 +120,7 @@ def test_the_shipped_profile_fits_the_embedded_policy_and_no_other():
     from specrl.tasks import default_policy_path
     policy = load_model(default_policy_path())
     path = profile.shipped_path(SpecConfig(method="auto"), policy)
-    assert path is not None and profile.mismatch(profile.read(path)["meta"], policy) is None
+    assert path is not None and profile.mismatch(read_profile(path)["meta"], policy) is None
     assert profile.shipped_path(SpecConfig(method="auto", draft_model="/my/head"), policy) is None  # own drafters
     assert profile.shipped_path(SpecConfig(method="auto"), tiny_model()) is None
 

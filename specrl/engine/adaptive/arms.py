@@ -6,10 +6,8 @@ from dataclasses import dataclass
 
 from ..constants import ARM_KS
 
-# the kind of rows a drafter's acceptance counts cover: all the rows it drafted for (ALL); a model-free
-# drafter's full-length proposals (FULL); a model drafter filling in a hybrid's rows, those the lead had no
-# full draft for, which are harder than a row taken at random (FILL: pooling them would price the drafter alone
-# too low)
+# the rows a drafter's acceptance counts cover: all it drafted for (ALL); a model-free drafter's full-length
+# proposals (FULL); a model drafter filling in a hybrid's rows, harder than a row at random (FILL)
 ALL, FULL, FILL = "all", "full", "fill"
 OLD_KEYS = {"*": FULL, "~": FILL}  # checkpoints keyed by strings, "suffix*" and "eagle3~" (converted on load)
 
@@ -46,8 +44,7 @@ def arm_grid(names: list[str], point: set[str], k_max: int) -> list[Arm]:
 
 
 def count_keys(names: list[str], point: set[str]) -> list[tuple[str, str]]:
-    """Every (drafter, kind) the counts keep: ALL for each, FULL for the model-free ones, FILL for the model
-    drafters when there is a model-free lead to fill in for."""
+    """Every (drafter, kind) counted: ALL for each, FULL for model-free ones, FILL for model ones beside a lead."""
     model = [n for n in names if n not in point]
     return [(n, ALL) for n in names] + [(n, FULL) for n in names if n in point] + \
         ([(m, FILL) for m in model] if point else [])

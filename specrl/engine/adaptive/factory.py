@@ -19,14 +19,9 @@ log = logging.getLogger(__name__)
 
 def own_params(drafter, target) -> int:
     """Parameters of a drafter's own modules (not the target's it may hold a reference to)."""
-    seen, total = {id(p) for p in target.parameters()}, 0
-    for value in vars(drafter).values():
-        if isinstance(value, torch.nn.Module):
-            for p in value.parameters():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    total += p.numel()
-    return total
+    shared = {id(p) for p in target.parameters()}
+    own = {id(p): p for m in vars(drafter).values() if isinstance(m, torch.nn.Module) for p in m.parameters()}
+    return sum(p.numel() for i, p in own.items() if i not in shared)
 
 
 def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> tuple[DrafterPool, AdaptiveStrategy]:

@@ -7,15 +7,11 @@ from ..constants import CHECK_DECAY
 
 
 class RateCheck:
-    """For one arm: realised over predicted tokens, each a decayed sum over the steps the arm ran (the predicted
-    tokens of a step are the predicted rate times the step's seconds), shrunk towards `prior` (log 1 = trust the
-    model) while it has few steps. The predictions price the forward and the drafting from their fits and
-    acceptance from the counts; what neither sees (a drafter's catch-up, merging drafts, per-token bookkeeping
-    that grows with the draft, acceptance that differs between the rows an arm drafts for and those it was
-    counted on) shows up here, from the step's own clock. A ratio of sums, not a mean of per-step log ratios:
-    a step's emitted tokens vary widely at a few rows (a point drafter's match is taken whole or not at all),
-    and the mean log of a varying count sits below the log of its mean, which would price exactly predicted
-    model-free drafters below their rate at small batches."""
+    """For one arm: realised over predicted tokens, each a decayed sum over the steps the arm ran, shrunk towards
+    `prior` (log 1: trust the model) while it has few steps. It sees what the predictions do not (a catch-up,
+    merging drafts, bookkeeping that grows with the draft, rows that accept unlike those counted). A ratio of
+    sums, not a mean of log ratios: at a few rows a step's emitted tokens vary widely, and the mean log of a
+    varying count sits below the log of its mean, which would underprice model-free drafters."""
 
     def __init__(self, real: float = 0.0, predicted: float = 0.0, n: float = 0.0):
         self.real, self.predicted, self.n = real, predicted, n
@@ -42,8 +38,7 @@ class RateChecks:
             self.checks.setdefault(key, RateCheck()).add(real_tokens, predicted_tokens)
 
     def factor(self, label: str, B: int) -> float:
-        """Realised / predicted rate of arm `label` at B rows: its own at this octave of B, shrunk towards its
-        figure at any B, shrunk towards 1."""
+        """Realised / predicted rate of arm `label` at B rows: its octave's, shrunk towards any B's, towards 1."""
         overall = self.checks.get((label,))
         if overall is None:
             return 1.0
@@ -61,6 +56,5 @@ class RateChecks:
         return [[list(key), c.real, c.predicted, c.n] for key, c in self.checks.items()]
 
     def load_state_dict(self, state: list) -> None:
-        """Checks saved as [key, real, predicted, n]; those saved as means of log ratios ([key, sum, n], before
-        the ratio of sums) are dropped: they carry the bias this form removes."""
+        """Rows [key, real, predicted, n]; a 3-long row (a mean of log ratios) is dropped: it carries that bias."""
         self.checks = {tuple(row[0]): RateCheck(*map(float, row[1:])) for row in state if len(row) == 4}

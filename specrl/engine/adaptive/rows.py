@@ -1,12 +1,10 @@
 """`RowRates`: how the running rows accept each drafter's drafts against what the acceptance counts expect.
 
-The counts pool every row a drafter drafted for, over the last ~100 steps. The rows still running late in a
-workload (the long tail) are the long responses, and these can accept a drafter's drafts well below the
-batch's average (docs/results/bench_adaptive.md, "Runs 12 and 13"). Pooled counts then overprice that drafter exactly
-where a step serves only a few rows. So each row keeps, per drafter, decayed sums of the drafts it accepted
-and of what the counts expected of it. A plan scales a drafter's expected acceptance by the ratio of those
-sums over the rows it will serve, shrunk towards 1 while they are small. Counts only, no clock, so
-deterministic mode stays a pure function of the seeds."""
+The counts pool every row over the last ~100 steps, but the rows still running in the long tail are the long
+responses, which can accept a drafter's drafts well below the batch's average (docs/results/bench_adaptive.md,
+"Runs 12 and 13"), so pooled counts overprice that drafter exactly where a step serves few rows. A plan scales a
+drafter's expected acceptance by accepted over expected drafts, decayed per row, summed over the rows it will
+serve and shrunk towards 1. Counts only, no clock, so deterministic mode stays a pure function of the seeds."""
 from __future__ import annotations
 
 from ..constants import ROW_DECAY, ROW_PRIOR_DRAFTS

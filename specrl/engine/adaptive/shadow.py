@@ -1,9 +1,7 @@
-"""Shadow drafts: the model-free drafters propose k_max tokens for a few rows each step (microseconds), and
-each draft is scored against the tokens the row then emits. For a point draft that is an unbiased look at its
-acceptance: the verifier accepts draft x with probability p(x), which is the probability that the policy's own
-sample is x, and every emitted token is an exact policy sample. So the schedule learns which model-free
-drafter pays, at every draft length, without spending steps on trying each (a drafter drafting short never
-shows its long drafts otherwise)."""
+"""Shadow drafts: the model-free drafters propose k_max tokens for a few rows each step (microseconds), each
+scored against the tokens the row then emits. For a point draft that is an unbiased look at its acceptance
+(the verifier accepts x with probability p(x), the chance that the policy's own exact sample is x), so the
+schedule learns which model-free drafter pays at every draft length without spending steps on trying each."""
 from __future__ import annotations
 
 from ..constants import SHADOW_ROWS
@@ -33,7 +31,7 @@ class ShadowDrafts:
             for seq, toks, length in zip(free, prop.tokens.tolist(), prop.lengths.tolist()):
                 self.pending.append((name, seq, seq.num_tokens, toks[:length]))
 
-    def score(self, rows: dict, per_row=None) -> None:
+    def score(self, rows: dict, per_row) -> None:
         """Counts into `rows` the drafts whose outcome is known: the row emitted past the draft (or past a
         rejection), or finished; and hands each to `per_row(seq_id, drafter, asked, accepted)`."""
         pending = []
@@ -51,6 +49,5 @@ class ShadowDrafts:
                 continue
             keys = ((name, ALL), (name, FULL)) if len(draft) >= asked else ((name, ALL),)
             tally(rows, keys, asked, min(len(draft), asked), min(a, asked))
-            if per_row is not None:
-                per_row(seq.seq_id, name, asked, min(a, asked))
+            per_row(seq.seq_id, name, asked, min(a, asked))
         self.pending = pending

@@ -37,7 +37,6 @@ class AdaptiveStrategy(Strategy):
         self._row_factor: dict[str, float] = {}  # per drafter, over the rows the plan serves
         self._expected_now: dict[tuple, float] = {}
 
-    # ---- predictions ---------------------------------------------------------------------------------
     def predicted_rate(self, arm: Arm, B: int, optimistic: bool = True) -> float:
         """Tokens per second of a step of B rows under `arm`, from the cost model and the acceptance counts."""
         if arm.drafter is None:
@@ -66,7 +65,6 @@ class AdaptiveStrategy(Strategy):
         rates = {arm: self.predicted_rate(arm, B) * self.checks.factor(arm.label, B) for arm in self.arms}
         return max(self.arms, key=lambda a: (rates[a], -a.k))  # ties: the shorter draft
 
-    # ---- schedule ----------------------------------------------------------------------------------------
     def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan | None:
         B = len(seqs)
         if B != self._planned_for or self._age >= PLAN_EVERY or self._trying:
@@ -88,8 +86,7 @@ class AdaptiveStrategy(Strategy):
         return self._hybrid(arm, seqs, pool)
 
     def _hybrid(self, arm: Arm, seqs: list[Sequence], pool: DrafterPool) -> Plan:
-        """The model-free lead proposes for every row (microseconds); a row it drafts in full keeps that draft,
-        the model drafter drafts for the others."""
+        """The model-free lead proposes for every row; its full drafts stay, the model drafter drafts the others."""
         caps = [budget_cap(arm.k, s) for s in seqs]
         t = time.perf_counter()
         prop = pool.drafters[arm.lead].propose(seqs, caps)
@@ -99,9 +96,8 @@ class AdaptiveStrategy(Strategy):
         return Plan(which, [arm.k] * len(seqs), {arm.lead: prop}, draft_s=dt, label=arm.label)
 
     def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int) -> None:
-        """The warm-up profile (measured mode only): time the target forward over a grid of batch sizes and
-        draft lengths (the fastest of PROFILE_REPEATS timings each), so the cost model starts from this machine's
-        figures rather than counted work, and keeps them as the prior that the run's own timings refine."""
+        """The warm-up profile (measured mode only): the target forward timed over a grid of batch sizes and
+        draft lengths becomes the cost model's prior, which the run's own timings refine."""
         if self.deterministic:
             return
         sizes = sorted({b for b in PROFILE_BATCHES if b <= max_batch} | {max_batch})
@@ -111,7 +107,6 @@ class AdaptiveStrategy(Strategy):
                 self.cost.observe_target(B * T, B, min(time_forward(B, T) for _ in range(PROFILE_REPEATS)))
         self.cost.target.prior = list(self.cost.target.theta)
 
-    # ---- feedback --------------------------------------------------------------------------------------
     def update(self, result: StepResult) -> None:
         if result.phase == "prefill":
             return
@@ -130,8 +125,7 @@ class AdaptiveStrategy(Strategy):
         B = result.active
         if self._expect > 0.0 and result.total_s > 0.0:
             self.checks.add(self.arm.label, B, result.emitted_tokens, result.total_s * self._expect)
-        # the forward, sampling, verification and the bookkeeping that grows with the tokens appended: all of
-        # the step but drafting, which the drafters' own fits price
+        # all of the step but drafting (which the drafters' fits price): forward, sampling, verify, bookkeeping
         self.cost.observe_target(result.tokens_in, B, result.verify_s + result.other_s)
         caught_up = {name: d.take() for name, d in self.deferred.items()}
         for name, dt in result.draft_s_by.items():
@@ -143,8 +137,7 @@ class AdaptiveStrategy(Strategy):
                 self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt - catch_up_s)
 
     def _count(self, result: StepResult, asked_by: list[str | None], rows: dict) -> None:
-        """Acceptance per drafter, per model-free drafter for its full-length proposals, and per model
-        drafter filling in a hybrid's rows (FILL)."""
+        """The step's rows into `rows` per (drafter, kind) key (arms.py), each scored against the counts."""
         hybrid = self.arm.lead is not None
         for seq, d, k, n, a in zip(result.seqs, asked_by, result.asked, result.lengths, result.accepted):
             if d is None or k == 0:
@@ -165,10 +158,8 @@ class AdaptiveStrategy(Strategy):
             expected = self._expected_now[key, k] = self.stats[key].expected(k, optimistic=False)
         self.rows.add(seq_id, drafter, accepted, expected)
 
-    # ---- state -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """The learned state a checkpoint keeps: the cost model, the acceptance counts, the rate checks and which
-        rows shadow-draft next."""
+        """The learned state a checkpoint keeps."""
         return copy.deepcopy({"cost": self.cost.state_dict(),
                               "stats": [[list(key), s.state_dict()] for key, s in self.stats.items()],
                               "checks": self.checks.state_dict(), "shadow_turn": self.shadows.turn})
