@@ -1,6 +1,7 @@
 """Shared pieces of offline drafter training (eagle3, draft_model, mtp): self-distillation data from the
-policy's own generations, length-bucketed batches, the losses, the fit and its settings. Every method's
-trainer is `train(policy_path, out_dir, data, args) -> dict`, `data` from `collect_sequences`.
+policy's own generations (to built-in or JSONL-file prompts), length-bucketed batches, the losses, the fit and
+its settings. Every method's trainer is `train(policy_path, out_dir, data, args) -> dict`, `data` from
+`collect_sequences`.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 
 from ...errors import MissingFileError, require, require_min
 from ...optim import OptimSettings, build_optimizer, clip_grad, clock_step
+from ...train.data import PromptEncoder, read_prompts
 
 Pair = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
 
@@ -74,6 +76,18 @@ def default_prompts(num: int, seed: int = 0) -> list[str]:
     from ...tasks import make_problems
 
     return [p.prompt for p in make_problems(num, seed=seed, split="train")]
+
+
+def load_prompts(path: str | Path, model_dir: str | Path, limit: int | None = None) -> list[list[int]]:
+    """A JSONL file's first `limit` prompts (all when None) for `specrl train-drafter --data FILE`, encoded as
+    `specrl train` encodes them (train.data.PromptEncoder: a `prompt` string becomes a user turn of the
+    checkpoint's chat template when it has one), so the drafter learns on the text the policy sees in rollouts;
+    a row with neither `prompt` nor `messages` is an error naming its line."""
+    encoder = PromptEncoder(model_dir)
+    rows = read_prompts(path, flag="--data file")
+    if not rows:
+        raise ValueError(f"--data file {str(path)!r} has no rows")
+    return [encoder.encode(r) for r in rows[:limit]]
 
 
 class TokenBatch(NamedTuple):
