@@ -15,7 +15,7 @@ from typing import Callable, Iterator, NamedTuple
 import torch
 
 from ...errors import MissingFileError, require, require_min
-from ...optim import OptimSettings, build_optimizer, clip_grad, clock_step
+from ...optim import OptimSettings, build_optimizer, clock_step, descend
 from ...train.data import PromptEncoder, read_prompts
 
 Pair = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
@@ -200,10 +200,7 @@ def fit(module: torch.nn.Module, loss_fn: Callable, batches: Iterator, args: Dra
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16_autocast):
                 out = loss_fn(next(batches))
             loss, info = out if isinstance(out, tuple) else (out, info)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            clip_grad(module, args.optim.grad_clip)
-            opt.step()
+            descend(opt, module, loss, args.optim.grad_clip)
             step += 1
             first = loss.item() if first is None else first
             ema = loss.item() if math.isnan(ema) else 0.9 * ema + 0.1 * loss.item()
