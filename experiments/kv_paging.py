@@ -51,7 +51,7 @@ def prompts_for(args, llm) -> list[list[int]]:
     if args.model is None:
         from specrl.tasks import make_problems
         return [llm.tokenizer.encode(p.prompt).ids for p in make_problems(args.num_prompts, seed=7, split="test")]
-    from specrl.drafters.training.prompts import load_prompts
+    from specrl.drafters.training.data import load_prompts
     return load_prompts(args.prompts, args.model, args.num_prompts)
 
 

@@ -90,3 +90,12 @@ def clip_grad(model: nn.Module, max_norm: float | None) -> float:
         return 0.0
     limit = max_norm if max_norm is not None and max_norm > 0 else math.inf
     return float(torch.nn.utils.clip_grad_norm_(params, limit, error_if_nonfinite=False))
+
+
+def descend(opt: torch.optim.Optimizer, model: nn.Module, loss: torch.Tensor, max_norm: float | None) -> float:
+    """One plain update: fresh gradients of ``loss``, clipped (``clip_grad``), applied; the norm before clipping."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = clip_grad(model, max_norm)
+    opt.step()
+    return norm

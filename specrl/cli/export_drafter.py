@@ -56,8 +56,10 @@ def resolve_source(src: Path) -> tuple[Path, Path | None]:
 
 def exporter_of(drafter: Path):
     """The export for the checkpoint in `drafter`, told by the architectures its config.json names."""
+    from ..drafters.eagle3.head import PUBLIC_ARCHS
+
     hf = json.loads((drafter / "config.json").read_text())
-    if {"Eagle3Head", "LlamaForCausalLMEagle3", "Eagle3Speculator"} & set(hf.get("architectures", [])):
+    if {"Eagle3Head", *PUBLIC_ARCHS} & set(hf.get("architectures", [])):
         return export_head
     if hf.get("num_nextn_predict_layers"):
         raise UserError(f"{str(drafter)!r} holds MTP modules, which have no standalone public layout: ship them "

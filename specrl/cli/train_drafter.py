@@ -1,7 +1,7 @@
 """`specrl train-drafter method=eagle3|draft_model|mtp [policy=PATH out=DIR key=value ...]`: offline self-distillation.
 
 step 1: sample the policy's own responses (SD off, `temperature`, default 1) to embedded-task prompts, or with
-        `data=FILE` to a JSONL file's `prompt` strings / chat `messages` (see drafters/training/prompts.py);
+        `data=FILE` to a JSONL file's `prompt` strings / chat `messages` (see drafters/training/data.py load_prompts);
         with `cache=DIR` they are read from there when a run with this policy and these settings wrote them
         (drafters/training/cache.py), and the teacher outputs and the fit's state are kept there too;
 step 2: hand them to the method's trainer, `train(policy_path, out_dir, data, args) -> dict` (`resume=true`:
@@ -23,7 +23,7 @@ from ..config import load_config, require, to_dict
 from ..config.files import argv_overrides
 from ..drafters.training.cache import digest_files, load_or_collect
 from ..drafters.training.data import DrafterTrainArgs, collect_sequences, default_prompts
-from ..drafters.training.prompts import load_prompts
+from ..drafters.training.data import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 from ..engine.methods import TRAINABLE_METHODS, get_method
 from .bench_common import policy_path

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import enum
-import pathlib
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, TypeVar, Union
 
 import yaml
 
@@ -85,28 +83,14 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         return value
     if origin is Union or origin is types.UnionType:
         return _coerce_union(args, value, key)
-    if origin is Literal:
-        return _coerce_literal(args, value, key)
     if origin in (list, tuple) or tp in (list, tuple):
         return _coerce_sequence(tp, value, key)
-    if origin is dict or tp is dict:
-        if not isinstance(value, Mapping):
-            raise _type_error(key, value, "a mapping")
-        key_tp, val_tp = args or (Any, Any)
-        return {_coerce(key_tp, k, key): _coerce(val_tp, v, _join(key, str(k))) for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if isinstance(value, Mapping):
             return from_dict(tp, value, key)
         raise _type_error(key, value, f"a mapping of {tp.__name__} fields")
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        if isinstance(value, tp):
-            return value
-        for member in tp:
-            if value == member.value or (isinstance(value, str) and value.lower() == member.name.lower()):
-                return member
-        raise _type_error(key, value, "one of " + ", ".join(repr(m.value) for m in tp))
     if tp in _SCALARS:
         parse, expected = _SCALARS[tp]
         try:
@@ -136,18 +120,6 @@ def _coerce_union(args: tuple, value: Any, key: str) -> Any:
             pass
     names = " or ".join(_type_name(o) for o in options) + (" or null" if allows_none else "")
     raise _type_error(key, value, names)
-
-
-def _coerce_literal(args: tuple, value: Any, key: str) -> Any:
-    if any(type(value) is type(a) and value == a for a in args):  # True must not match Literal[1]
-        return value
-    for arg in args:
-        try:
-            if _coerce(type(arg), value, key) == arg:
-                return arg
-        except ConfigError:
-            pass
-    raise _type_error(key, value, "one of " + ", ".join(repr(a) for a in args))
 
 
 def _coerce_sequence(tp: Any, value: Any, key: str) -> Any:
@@ -207,19 +179,12 @@ def _to_str(v: Any) -> str:
     return str(v)
 
 
-def _to_path(v: Any) -> pathlib.Path:
-    if not isinstance(v, (str, pathlib.PurePath)):
-        raise ValueError(v)
-    return pathlib.Path(v)
-
-
 # type -> (parser raising ValueError, what the error message says was expected)
 _SCALARS: dict[type, tuple[Callable[[Any], Any], str]] = {
     bool: (_to_bool, "a boolean (true/false)"),
     int: (_to_int, "an integer"),
     float: (_to_float, "a number such as 0.5 or 1e-4"),
     str: (_to_str, "a string"),
-    pathlib.Path: (_to_path, "a path"),
 }
 
 
@@ -227,14 +192,10 @@ def to_dict(obj: Any) -> Any:
     """Plain YAML-safe data (dicts, lists, scalars) from a dataclass tree."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, enum.Enum):
-        return obj.value
     if isinstance(obj, Mapping):
         return {k: to_dict(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
-    if isinstance(obj, pathlib.PurePath):
-        return str(obj)
     return obj
 
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from ..errors import require, require_min
 from ..model import CausalLM, ModelConfig, load_model, save_model
-from ..optim import OptimSettings, build_optimizer, clip_grad, clock_step
+from ..optim import OptimSettings, build_optimizer, clock_step, descend
 from .arith import ArithSpec, Problem, is_counted, make_problems, task_spec
 from .batches import train_batches
 from .grow import grow, grown_config
@@ -171,10 +171,7 @@ def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, 
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
             logits = model(b.input_ids).logits  # [B, T, V]
         loss = F.cross_entropy(logits.float().flatten(0, 1), b.targets.flatten(), ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_grad(model, stage.optim.grad_clip)
-        opt.step()
+        descend(opt, model, loss, stage.optim.grad_clip)
         step += 1
         loss_ema = loss.item() if math.isnan(loss_ema) else 0.95 * loss_ema + 0.05 * loss.item()
         if on_step:

@@ -1,6 +1,7 @@
 """Shared pieces of offline drafter training (eagle3, draft_model, mtp): self-distillation data from the
-policy's own generations, length-bucketed batches, the losses, the fit and its settings. Every method's
-trainer is `train(policy_path, out_dir, data, args) -> dict`, `data` from `collect_sequences`.
+policy's own generations (to built-in or JSONL-file prompts), length-bucketed batches, the losses, the fit and
+its settings. Every method's trainer is `train(policy_path, out_dir, data, args) -> dict`, `data` from
+`collect_sequences`.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from typing import Callable, Iterator, NamedTuple
 import torch
 
 from ...errors import MissingFileError, require, require_min
-from ...optim import OptimSettings, build_optimizer, clip_grad, clock_step
+from ...optim import OptimSettings, build_optimizer, clock_step, descend
+from ...train.data import PromptEncoder, read_prompts
 
 Pair = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
 
@@ -74,6 +76,18 @@ def default_prompts(num: int, seed: int = 0) -> list[str]:
     from ...tasks import make_problems
 
     return [p.prompt for p in make_problems(num, seed=seed, split="train")]
+
+
+def load_prompts(path: str | Path, model_dir: str | Path, limit: int | None = None) -> list[list[int]]:
+    """A JSONL file's first `limit` prompts (all when None) for `specrl train-drafter --data FILE`, encoded as
+    `specrl train` encodes them (train.data.PromptEncoder: a `prompt` string becomes a user turn of the
+    checkpoint's chat template when it has one), so the drafter learns on the text the policy sees in rollouts;
+    a row with neither `prompt` nor `messages` is an error naming its line."""
+    encoder = PromptEncoder(model_dir)
+    rows = read_prompts(path, flag="--data file")
+    if not rows:
+        raise ValueError(f"--data file {str(path)!r} has no rows")
+    return [encoder.encode(r) for r in rows[:limit]]
 
 
 class TokenBatch(NamedTuple):
@@ -186,10 +200,7 @@ def fit(module: torch.nn.Module, loss_fn: Callable, batches: Iterator, args: Dra
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16_autocast):
                 out = loss_fn(next(batches))
             loss, info = out if isinstance(out, tuple) else (out, info)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            clip_grad(module, args.optim.grad_clip)
-            opt.step()
+            descend(opt, module, loss, args.optim.grad_clip)
             step += 1
             first = loss.item() if first is None else first
             ema = loss.item() if math.isnan(ema) else 0.9 * ema + 0.1 * loss.item()

@@ -11,8 +11,7 @@ import torch
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.cli import train_drafter
 from specrl.drafters.eagle3.train import precompute_teacher
-from specrl.drafters.training.data import TopK, soft_cross_entropy, topk_cross_entropy, topk_probs
-from specrl.drafters.training.prompts import load_prompts
+from specrl.drafters.training.data import TopK, load_prompts, soft_cross_entropy, topk_cross_entropy, topk_probs
 from tests.helpers import save_tiny, tiny_model
 
 
