@@ -68,6 +68,11 @@ class AcceptanceStats:
             total += run
         return total
 
+    @staticmethod
+    def most(k: int) -> float:
+        """The largest expectation `expected(k)` can give: every position at MAX_ALPHA, so it stays below k."""
+        return MAX_ALPHA * (1.0 - MAX_ALPHA ** k) / (1.0 - MAX_ALPHA)
+
     def shrink(self, rows: float) -> None:
         """Scales every count so that the rows observed weigh at most `rows`, with the same estimates."""
         f = min(1.0, rows / max(self.reached[0], self.asked[0], 1e-9))

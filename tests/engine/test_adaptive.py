@@ -351,6 +351,24 @@ def test_rows_that_accept_a_drafter_less_than_its_counts_get_another_drafter_and
     assert strategy.arm.label == "suffix@4"
 
 
+def test_rows_that_accept_more_than_the_counts_never_expect_every_draft():
+    # MAX_ALPHA keeps a drafter's expectation below k, or a certain drafter would always ask k_max. Rows that
+    # accept more than the counts scale it up (factor > 1); the scaled value must stay under that same cap.
+    from specrl.engine.acceptance import AcceptanceStats
+    pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(6)})})
+    strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, flat_cost(["suffix"]))
+    teach(strategy, "suffix", 4, rows=100_000)  # every position at MAX_ALPHA: expected(4) = most(4) < 4
+    rows = seqs(2)
+    for _ in range(PLAN_EVERY + 1):  # the rows accept every draft, above what the counts expect
+        strategy.schedule(rows, pool)
+        strategy.update(StepResult("spec", rows, tokens_in=10, emitted_tokens=10, drafters_asked=["suffix"] * 2,
+                                   asked=[4, 4], lengths=[4, 4], accepted=[4, 4]))
+    strategy.schedule(rows, pool)
+    assert strategy._row_factor["suffix"] > 1.0
+    assert strategy._expected(("suffix", ALL), 4, False) == pytest.approx(AcceptanceStats.most(4))
+    assert AcceptanceStats.most(4) < 4
+
+
 def run_auto(spec, prompts, params, state=None):
     llm = LLM(tiny_model(seed=3, vocab=32, hidden=48, layers=2, max_pos=64), spec=spec, max_num_seqs=8)
     if state is not None:

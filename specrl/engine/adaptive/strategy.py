@@ -35,7 +35,7 @@ class AdaptiveStrategy(Strategy):
         self.shadows = ShadowDrafts([n for n in self.names if n in self.point], k_max)
         self.rows = RowRates()  # the running rows' own acceptance against the counts'
         self._row_factor: dict[str, float] = {}  # per drafter, over the rows the plan serves
-        self._expected_now: dict[tuple, float] = {}
+        self._expected_now: dict[tuple, float] = {}  # (key, k) -> the counts' expectation before this step's rows
 
     def predicted_rate(self, arm: Arm, B: int, optimistic: bool = True) -> float:
         """Tokens per second of a step of B rows under `arm`, from the cost model and the acceptance counts."""
@@ -59,7 +59,8 @@ class AdaptiveStrategy(Strategy):
     def _expected(self, key: tuple[str, str], k: int, optimistic: bool) -> float:
         """Accepted drafts a row asked for k expects: the counts under `key`, scaled by how the rows this plan
         serves have accepted that drafter's drafts against the counts (RowRates)."""
-        return min(self.stats[key].expected(k, optimistic) * self._row_factor.get(key[0], 1.0), float(k))
+        scaled = self.stats[key].expected(k, optimistic) * self._row_factor.get(key[0], 1.0)
+        return min(scaled, AcceptanceStats.most(k))  # a factor above 1 must not reach k (MAX_ALPHA's reason)
 
     def best_arm(self, B: int) -> Arm:
         rates = {arm: self.predicted_rate(arm, B) * self.checks.factor(arm.label, B) for arm in self.arms}
@@ -114,7 +115,7 @@ class AdaptiveStrategy(Strategy):
         if not self.deterministic:
             self._learn_costs(result, asked_by)
         rows: dict[tuple, list[list[int]]] = {}  # stats key -> (asked, proposed, accepted) per row
-        self._expected_now: dict[tuple, float] = {}  # (key, k) -> the counts' expectation, before this step's
+        self._expected_now = {}
         self._count(result, asked_by, rows)
         self.shadows.score(rows, self._score_row)
         for key, (asked, lengths, accepted) in rows.items():
