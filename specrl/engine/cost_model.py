@@ -177,7 +177,10 @@ class CostModel:
     def load_profile(self, path: str | Path) -> None:
         s = read_profile(path)
         try:
-            self.load_state_dict(s["cost"] if s["version"] == STRATEGY_PROFILE_VERSION else s)
+            cost = s["cost"] if s["version"] == STRATEGY_PROFILE_VERSION else s
+            if cost.get("version") != PROFILE_VERSION:  # a strategy profile's cost fits carry their own version
+                raise KeyError(f"version {cost.get('version')!r}, expected {PROFILE_VERSION}")
+            self.load_state_dict(cost)
             self.target.theta  # noqa: B018 (a singular or ragged fit fails here, not mid-run)
         except LOAD_ERRORS as e:
             raise bad_profile(path, e) from None

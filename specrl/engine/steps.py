@@ -65,7 +65,8 @@ def prefill_step(runner: ModelRunner, groups: list[list[Sequence]], drafter: Dra
     append(seqs, sample(out.logits[rep], seqs, torch.tensor([len(s.prompt) for s in seqs], device=runner.device)))
     # step 3: the drafter sees the prompt's hidden states, each input paired with the token after it
     if drafter is not None:
-        next_tokens = pad_sequence([torch.tensor(s.prompt[1:] + s.output[:1]) for s in seqs], True)  # [N, T]
+        next_tokens = pad_sequence([torch.tensor(s.prompt[1:] + s.output[:1]) for s in seqs],
+                                   batch_first=True)  # [N, T]
         T = next_tokens.shape[1]
         drafter.observe(TargetForward(
             seqs, torch.arange(T, device=runner.device).expand(len(seqs), T), next_tokens.to(runner.device),

@@ -60,3 +60,7 @@ def test_profile_round_trip(tmp_path):
     assert frozen.target_s(120, 8) == pytest.approx(m.target_s(120, 8))
     with pytest.raises(CostProfileError, match="does not exist"):
         frozen.load_profile(tmp_path / "absent.json")
+    # a strategy profile (version 2) holds the model under "cost", whose own version is checked too
+    (tmp_path / "s.json").write_text(json.dumps({"version": 2, "cost": {**m.state_dict(), "version": 99}}))
+    with pytest.raises(CostProfileError, match="version 99, expected 1"):
+        frozen.load_profile(tmp_path / "s.json")
