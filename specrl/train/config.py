@@ -73,7 +73,8 @@ class DataConfig:
         knobs = {"hops_median": self.hops_median, "hops_sigma": self.hops_sigma, "max_hops": self.max_hops}
         if not self.is_task:
             for key, value in knobs.items():
-                require(value is None, key, value, "null with a file source", "hop counts shape the embedded tasks only")
+                require(value is None, key, value, "null with a file source",
+                        "hop counts shape the embedded tasks only")
             return
         from ..tasks.arith import COUNTER_DIGITS, TASKS
         require(self.source in TASKS, "source", self.source, f"an embedded task, one of {list(TASKS)}, or a .jsonl / "

@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from specrl.rl import entropy_from_logits
@@ -31,3 +32,11 @@ def test_low_precision_input_returns_float32_and_gradients_flow():
     assert entropy_from_logits(logits.bfloat16()).dtype == torch.float32
     entropy_from_logits(logits).sum().backward()
     assert logits.grad is not None and torch.isfinite(logits.grad).all()
+
+
+def test_no_rows_and_bad_chunk_size():
+    # no positions: an empty [0] float32 result, whatever the chunking
+    assert entropy_from_logits(torch.zeros(0, 5)).shape == (0,)
+    assert entropy_from_logits(torch.zeros(0, 5), chunk_size=None).dtype == torch.float32
+    with pytest.raises(ValueError, match="chunk_size=0"):
+        entropy_from_logits(torch.zeros(2, 5), chunk_size=0)

@@ -10,7 +10,7 @@ from specrl import LLM, SamplingParams
 from specrl.config import ConfigError
 from specrl.model.layers import packed_positions
 from specrl.train.config import AlgorithmConfig, OptimConfig
-from specrl.train.packing import pack
+from specrl.train.packing import micro_batch_groups, pack
 from specrl.train.trainer import ForwardInfo, PolicyTrainer, collate
 from tests.helpers import tiny_model
 
@@ -113,3 +113,17 @@ def test_a_token_budget_below_the_longest_row_names_the_knob(packing):
     t = _trainer(model, packing, micro_tokens=longest - 1)
     with pytest.raises(ConfigError, match=f"optim.micro_batch_tokens.*at least {longest}"):
         t.step(batch)
+
+
+def test_micro_batch_groups_cap_rows_and_tokens():
+    lengths, idx = torch.tensor([2, 3, 5, 7]), torch.arange(4)  # sorted ascending
+
+    def groups(packed: bool, max_tokens: int) -> list[list[int]]:
+        return [g.tolist() for g in micro_batch_groups(idx, lengths, 3, max_tokens, packed)]
+
+    # packed counts real tokens: 2+3+5 = 10 fits 10, a 4th row would break the 3-row cap
+    assert groups(True, 10) == [[0, 1, 2], [3]]
+    # padded counts rows x the last (longest) row: 3 x 5 = 15 > 10, then 2 x 7 = 14 > 10
+    assert groups(False, 10) == [[0, 1], [2], [3]]
+    # no token cap: only the row cap
+    assert groups(False, 0) == [[0, 1, 2], [3]]

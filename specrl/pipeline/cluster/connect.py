@@ -7,6 +7,7 @@ from typing import Callable
 
 from ...train.config import RayConfig
 
+
 def require_ray():
     """The `ray` module, or a MissingDependency (an ImportError) that says how to install it."""
     from ...errors import MissingDependency
