@@ -36,7 +36,7 @@ def recipe(method: str):
 def build(spec: SpecConfig, target: CausalLM, num_slots: int, max_len: int):
     """Registry hook for draft_model='scratch': the module, fp32 on the CPU, moved to the target's device and
     dtype ("auto" builds its inner drafter through the registry)."""
-    method = model_method(spec)
+    trainer = recipe(model_method(spec))
     p = next(target.parameters())
-    module = recipe(method).scratch(target, 0).to(device=p.device, dtype=p.dtype).eval().requires_grad_(False)
-    return recipe(method).engine_drafter(module, target, num_slots, max_len)
+    module = trainer.scratch(target, 0).to(device=p.device, dtype=p.dtype).eval().requires_grad_(False)
+    return trainer.engine_drafter(module, target, num_slots, max_len)

@@ -160,15 +160,15 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
 def cached_teacher(policy, data: list[Pair], layers: tuple[int, ...], args: DrafterTrainArgs) -> Teacher:
     """`precompute_teacher`, read from / written to `args.cache_dir` when set; a cached file made over other
     sequences (another digest of `data`) is recomputed."""
-    path = teacher_path(args.cache_dir, layers, args.teacher_topk, args.bf16_autocast) if args.cache_dir else None
-    if path is not None and path.is_file():
+    if not args.cache_dir:
+        return precompute_teacher(policy, data, layers, args.batch_tokens, args.bf16_autocast, args.teacher_topk)
+    path, digest = teacher_path(args.cache_dir, layers, args.teacher_topk, args.bf16_autocast), data_digest(data)
+    if path.is_file():
         saved = torch.load(path)
-        if saved["data"] == data_digest(data):
+        if saved["data"] == digest:
             return Teacher(saved["features"], [TopK(p, i) for p, i in saved["probs"]])
     teacher = precompute_teacher(policy, data, layers, args.batch_tokens, args.bf16_autocast, args.teacher_topk)
-    if path is not None:
-        probs = [tuple(t) for t in teacher.probs]
-        save(path, {"data": data_digest(data), "features": teacher.features, "probs": probs})
+    save(path, {"data": digest, "features": teacher.features, "probs": [tuple(t) for t in teacher.probs]})
     return teacher
 
 
