@@ -15,11 +15,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specrl import LLM  # noqa: E402
-from specrl.cli.bench_common import task_prompts, timed_generate, warm_up  # noqa: E402
-from specrl.tasks import default_policy_path  # noqa: E402
+from specrl.cli.bench_common import policy_path, timed_generate, warm_up  # noqa: E402
 from specrl.train.config import TrainConfig  # noqa: E402
 
-from adaptive_rounds import workload  # noqa: E402  (experiments/: the bench's rows)
+from adaptive_rounds import prompt_sets, workload  # noqa: E402  (experiments/: the bench's rows)
 
 
 def main() -> None:
@@ -30,12 +29,10 @@ def main() -> None:
     args = ap.parse_args()
     config = TrainConfig()
     rollout = config.rollout
-    path = args.model or str(default_policy_path())
-    rl = args.batch is None
-    slots, n, repeats, max_tokens, split = workload("rl" if rl else str(args.batch), config)
-    llm = LLM(path, max_num_seqs=slots, spec=rollout.spec)
-    prompts = task_prompts(llm, rollout.prompts_per_step if rl else slots * repeats, seed=args.seed + 7, split=split)
-    warm = task_prompts(llm, rollout.prompts_per_step if rl else slots, seed=args.seed + 8, split=split)
+    row = "rl" if args.batch is None else str(args.batch)
+    slots, n, repeats, max_tokens, _ = workload(row, config)
+    llm = LLM(policy_path(args.model), max_num_seqs=slots, spec=rollout.spec)
+    prompts, warm = prompt_sets(llm, row, config, args.seed)
     strategy = llm.engine.strategy
     schedule, update = strategy.schedule, strategy.update
     live = {"on": False, "plan": None}

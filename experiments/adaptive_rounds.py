@@ -37,14 +37,30 @@ def workload(row: str, config):
     return slots, 1, max(2, -(-MIN_PROMPTS // slots)), 256, "test"
 
 
+def prompt_sets(llm, row: str, config, seed: int) -> tuple[list[list[int]], list[list[int]]]:
+    """A row's measured prompts and its warm-up prompts (other ones), drawn as bench adaptive draws them."""
+    from specrl.cli.bench_common import task_prompts
+    slots, _, batches, _, split = workload(row, config)
+    rl = row == "rl"
+    measured, warm = (config.rollout.prompts_per_step,) * 2 if rl else (slots * batches, slots)
+    return (task_prompts(llm, measured, seed=seed + 7, split=split),
+            task_prompts(llm, warm, seed=seed + 8, split=split))
+
+
+def pooled_rate(rows: list[dict], arm: str) -> float:
+    """An arm's tokens per second over all its rows."""
+    mine = [r for r in rows if r["arm"] == arm]
+    return sum(r["tokens"] for r in mine) / sum(r["seconds"] for r in mine)
+
+
 def measure(path: str, row: str, arm: str, seed: int, warmup_tokens: int) -> dict:
     from specrl import LLM, SpecConfig
-    from specrl.cli.bench_common import task_prompts, timed_generate, warm_up
+    from specrl.cli.bench_common import timed_generate, warm_up
     from specrl.engine.adaptive import rows as row_rates
     from specrl.engine.stats import Choices
     from specrl.train.config import TrainConfig
     config = TrainConfig()
-    slots, n, batches, max_tokens, split = workload(row, config)
+    slots, n, batches, max_tokens, _ = workload(row, config)
     method, k = (arm.split("@")[0], int(arm.split("@")[1])) if "@" in arm else (arm, 0)
     extra = {"drafters": tuple(method.split(":")[1].split("+"))} if ":" in method else {}
     name = method.split(":")[0].removesuffix("-norows")
@@ -54,10 +70,7 @@ def measure(path: str, row: str, arm: str, seed: int, warmup_tokens: int) -> dic
         row_rates.RowRates.factor = lambda self, ids, drafter: 1.0
     try:
         llm = LLM(path, device="cpu", dtype="float32", max_num_seqs=slots, spec=spec)
-        prompts = task_prompts(llm, config.rollout.prompts_per_step if row == "rl" else slots * batches,
-                               seed=seed + 7, split=split)
-        warm = task_prompts(llm, config.rollout.prompts_per_step if row == "rl" else slots, seed=seed + 8,
-                            split=split)
+        prompts, warm = prompt_sets(llm, row, config, seed)
         choices = None
         if method.startswith("auto"):
             choices = llm.engine.choices = Choices()
@@ -84,8 +97,7 @@ def summarize(rows: list[dict]) -> None:
         mine = [r for r in rows if r["row"] == row]
         arms = list(dict.fromkeys(r["arm"] for r in mine))
         seeds = sorted({r["seed"] for r in mine})
-        pooled = {a: sum(r["tokens"] for r in mine if r["arm"] == a) / sum(r["seconds"] for r in mine if r["arm"] == a)
-                  for a in arms}
+        pooled = {a: pooled_rate(mine, a) for a in arms}
         static = [a for a in arms if a != "off" and not a.startswith("auto")]
         print(f"row {row}: {len(seeds)} rounds", file=out)
         for a in arms:
@@ -113,8 +125,7 @@ def summarize(rows: list[dict]) -> None:
             rest = [r for r in mine if r["seed"] != s]
             if not rest:
                 continue
-            tps = {a: sum(r["tokens"] for r in rest if r["arm"] == a) / sum(r["seconds"] for r in rest if r["arm"] == a)
-                   for a in static}
+            tps = {a: pooled_rate(rest, a) for a in static}
             one = {r["arm"]: r["tokens_per_s"] for r in mine if r["seed"] == s}
             b = max(static, key=tps.get)
             print(f"  round {s}: the other rounds' best static ({b}) scores {one[b] / max(one[a] for a in static):.3f}"

@@ -11,11 +11,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specrl import LLM, SpecConfig  # noqa: E402
-from specrl.cli.bench_common import task_prompts, timed_generate, warm_up  # noqa: E402
-from specrl.tasks import default_policy_path  # noqa: E402
+from specrl.cli.bench_common import policy_path, timed_generate, warm_up  # noqa: E402
 from specrl.train.config import TrainConfig  # noqa: E402
 
-from adaptive_rounds import workload  # noqa: E402  (experiments/: the bench's rows)
+from adaptive_rounds import prompt_sets, workload  # noqa: E402  (experiments/: the bench's rows)
 
 
 class StepRows:
@@ -39,12 +38,9 @@ def bucket(active: int) -> int:
 
 def run(method: str, k: int, row: str) -> None:
     config = TrainConfig()
-    rollout = config.rollout
-    rl = row == "rl"
-    slots, n, batches, max_tokens, split = workload(row, config)
-    llm = LLM(str(default_policy_path()), max_num_seqs=slots, spec=SpecConfig(method=method, num_speculative_tokens=k))
-    prompts = task_prompts(llm, rollout.prompts_per_step if rl else slots * batches, seed=7, split=split)
-    warm = task_prompts(llm, rollout.prompts_per_step if rl else slots, seed=8, split=split)
+    slots, n, batches, max_tokens, _ = workload(row, config)
+    llm = LLM(policy_path(None), max_num_seqs=slots, spec=SpecConfig(method=method, num_speculative_tokens=k))
+    prompts, warm = prompt_sets(llm, row, config, 0)
     steps = llm.engine.tracer = StepRows()
     warm_up(llm, warm, n, 64, 0)
     steps.on = True
@@ -60,7 +56,7 @@ def run(method: str, k: int, row: str) -> None:
 
 
 if __name__ == "__main__":
-    for workload in sys.argv[1].split(","):
+    for row in sys.argv[1].split(","):  # not `workload`: that would rebind the function run() calls
         for arm in sys.argv[2].split(","):
             name, k = arm.split("@")
-            run(name, int(k), workload)
+            run(name, int(k), row)
