@@ -243,7 +243,7 @@ class OptimConfig(OptimSettings):
     warmup_steps: int = 3
     min_lr_ratio: float = 0.1
     micro_batch_size: int = 32  # rows per forward/backward; gradients accumulate over a step's micro-batches
-    # rows back to back without padding (specrl.train.packing); false: right-padded (docs/results/packing.md)
+    # rows back to back without padding (specrl.train.batch); false: right-padded (docs/results/packing.md)
     packing: bool = True
     # also cap a micro-batch's tokens (packed: its real tokens; padded: rows x longest row); 0: rows only;
     # null: what `activation_memory` holds by trainer.micro_batch_token_cap's estimate

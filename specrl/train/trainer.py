@@ -27,9 +27,9 @@ from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits
                   truncated_importance_ratio)
 from ..rl.audit import step_test
 from .audit import SCORES, AuditRequest, TokenScorer
-from .batch import TrainBatch, collate  # noqa: F401 - collate: the trainer's input, imported from here too
+from .batch import (Packed, TrainBatch, check_longest_row, collate,  # noqa: F401 - collate: the trainer's input
+                    micro_batch_groups, pack)
 from .config import AlgorithmConfig, OptimConfig
-from .packing import Packed, check_longest_row, micro_batch_groups, pack
 
 
 class NonFiniteLossError(RuntimeError):
@@ -135,12 +135,15 @@ class PolicyTrainer:
         self.temperature, self.norm_len = temperature, norm_len
         self.policy_loss = POLICY_LOSSES.get(algo.policy_loss)  # "clipped": PPO/GRPO with DAPO clip-higher
         model.checkpoint_layers = optim.activation_checkpointing
+        state = training_state_bytes(model)
         self.token_cap = optim.micro_batch_tokens
         if self.token_cap is None:  # sized from the activation budget
             mtp_depths = model.mtp.depth if model.mtp is not None and algo.mtp_coef > 0 else 0
-            budget = activation_budget(optim.activation_memory, training_state_bytes(model))
+            budget = activation_budget(optim.activation_memory, state)
             self.token_cap = micro_batch_token_cap(model.config, budget, optim.activation_checkpointing, mtp_depths)
-        self.large = training_state_bytes(model) >= LARGE_STATE
+        # trim the heap before every micro-batch of a large model on a CPU (its heap grows, its compute dwarfs the
+        # page faults), never for a small one (the trim costs more than it saves: docs/results/house.md)
+        self.trims_heap = state >= LARGE_STATE and self.device.type == "cpu"
         self.optimizer = build_optimizer(model, optim)
         self.scheduler = warmup_cosine_scheduler(self.optimizer, optim, total_steps * algo.updates_per_step)
         # the frozen reference of the KL penalty: the policy as it was when training started
@@ -166,24 +169,21 @@ class PolicyTrainer:
         check_longest_row(lengths[idx], self.token_cap, sized_from_memory=self.optim_cfg.micro_batch_tokens is None)
         return micro_batch_groups(idx, lengths, self.optim_cfg.micro_batch_size, self.token_cap, self.optim_cfg.packing)
 
-    @property
-    def trims_heap(self) -> bool:
-        """Trim the heap before every micro-batch of a large model on a CPU (its heap grows, its compute dwarfs the
-        page faults), never for a small one (the trim costs more than it saves: docs/results/house.md)."""
-        return self.large and self.device.type == "cpu"
-
     def autocast(self):
         """bf16 autocast when optim.autocast: weights, gradients and optimizer state stay in the model's dtype."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.optim_cfg.autocast)
 
     @torch.no_grad()
-    def score(self, model: CausalLM, batch: TrainBatch) -> Tensor:
-        """Logprobs [N, T] of the batch's targets under `model`, micro-batched, without gradients."""
+    def score(self, model: CausalLM, batch: TrainBatch, rows: Tensor | None = None, audit: tuple | None = None
+              ) -> Tensor:
+        """Logprobs [N, T] of the targets of `rows` (default all; 0 elsewhere) under `model`, micro-batched, without
+        gradients; `audit` (scores, scorer) has the sampler audit score those tokens into `scores` too."""
         out = torch.zeros_like(batch.gen_logp)  # [N, T]
-        for idx in self.micro_batches(torch.arange(batch.num_rows), batch.lengths):
+        for idx in self.micro_batches(torch.arange(batch.num_rows) if rows is None else rows, batch.lengths):
             mb, packed = self._micro_batch(batch, idx)
             last = self._run(model, mb, packed).last_hidden  # [b, t, D], packed [1, n, D]
-            logp, _ = self._logprobs(model, last, mb, packed, with_entropy=False)
+            sink = None if audit is None else (*audit, idx)
+            logp, _ = self._logprobs(model, last, mb, packed, with_entropy=False, audit=sink)
             out[idx, :mb.input_ids.shape[1]] = logp.cpu()
         return out
 
@@ -256,10 +256,7 @@ class PolicyTrainer:
         reuse = audit.model is None and self.algo.updates_per_step == 1
         covered = self.learning_rows(batch, rows) if reuse else rows[:0]
         model = audit.model if audit.model is not None else self.model
-        for idx in self.micro_batches(rows[audit.rows & ~torch.isin(rows, covered)], batch.lengths):
-            mb, packed = self._micro_batch(batch, idx)
-            last = self._run(model, mb, packed).last_hidden  # [b, t, D], packed [1, n, D]
-            self._logprobs(model, last, mb, packed, with_entropy=False, audit=(scores, audit.scorer, idx))
+        self.score(model, batch, rows[audit.rows & ~torch.isin(rows, covered)], (scores, audit.scorer))
         self._audit_fill = (scores, audit.scorer, audit.rows) if reuse else None
         self._audit_s = before + time.perf_counter() - t0  # its sinks' time included once
         return scores
