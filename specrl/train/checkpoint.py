@@ -127,7 +127,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         drafter = load_state(path, DRAFTER_STATE) if has_state(path, DRAFTER_STATE) else None
     except (OSError, ValueError, StateFileError) as e:
         raise unreadable(path, e) from e
-    random.setstate(_tuplify(state["python_rng"]))
+    version, internal, gauss = state["python_rng"]  # JSON made its tuples lists
+    random.setstate((version, tuple(internal), gauss))
     return Checkpoint(path, int(state["step"]), state, drafter)
 
 
@@ -140,7 +141,3 @@ READ_ERRORS = (OSError, ValueError, RuntimeError, KeyError, SafetensorError, Sta
 # what reading a checkpoint's files can raise while the run's parts are built from them; narrower than
 # READ_ERRORS so that a bad setting (a KV budget, a device) is not blamed on the checkpoint
 FILE_ERRORS = (OSError, SafetensorError, StateFileError, ModelFileError)
-
-
-def _tuplify(x):
-    return tuple(_tuplify(v) for v in x) if isinstance(x, list) else x

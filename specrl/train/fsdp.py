@@ -36,14 +36,6 @@ def init_process_group(rank: int, world: int, master: str, device: str = "cpu") 
                             timeout=timedelta(minutes=10))
 
 
-def shard(model: CausalLM) -> CausalLM:
-    """FSDP2 over each decoder layer, then the rest (embeddings, final norm, lm_head, MTP modules)."""
-    for layer in model.model.layers:
-        fully_shard(layer)
-    fully_shard(model)
-    return model
-
-
 class FSDPLearner:
     def __init__(self, policy: CausalLM, trainer: PolicyTrainer, version: int, tokenizer_dir: str | Path,
                  scorer: TokenScorer | None):
@@ -59,7 +51,10 @@ class FSDPLearner:
         if cfg.algorithm.kl_coef > 0:
             raise ValueError(f"algorithm.kl_coef={cfg.algorithm.kl_coef}: the KL reference is not sharded yet; "
                              "use ray.trainers=1 or kl_coef=0")
-        policy = shard(load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype)))
+        policy = load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype))
+        for layer in policy.model.layers:  # each decoder layer, then the rest (embeddings, norm, lm_head, MTP)
+            fully_shard(layer)
+        fully_shard(policy)
         trainer = PolicyTrainer(policy, cfg.algorithm, cfg.optim, cfg.schedule.max_steps, cfg.rollout.temperature,
                                 cfg.budget.max_tokens)
         return cls(policy, trainer, version, tokenizer_dir or model_dir, audit_scorer(cfg))
@@ -83,7 +78,10 @@ class FSDPLearner:
         weights = get_model_state_dict(self.policy, options=FULL)  # collective; full on rank 0 only
         optim = get_optimizer_state_dict(self.policy, self.trainer.optimizer, options=FULL)
         if dist.get_rank() == 0:
-            save_model(_plain(self.policy, weights), directory / "model", tokenizer_dir=self.tokenizer_dir)
+            with torch.device("meta"):
+                plain = CausalLM(self.policy.config)  # unsharded, to hold the gathered weights
+            plain.load_state_dict(weights, assign=True)
+            save_model(plain, directory / "model", tokenizer_dir=self.tokenizer_dir)
             save_state(directory, TRAINER_STATE, {"optimizer": optim, "scheduler": self.trainer.scheduler.state_dict(),
                                                   "ref_model": None, "torch_rng": torch.get_rng_state()})
         dist.barrier()
@@ -95,12 +93,4 @@ class FSDPLearner:
         self.trainer.scheduler.load_state_dict(state["scheduler"])
         set_optimizer_state_dict(self.policy, self.trainer.optimizer, state["optimizer"],
                                  options=StateDictOptions(full_state_dict=True))
-
-
-def _plain(policy: CausalLM, weights: dict[str, torch.Tensor]) -> CausalLM:
-    """An unsharded CausalLM holding `weights`, for save_model."""
-    with torch.device("meta"):
-        model = CausalLM(policy.config)
-    model.load_state_dict(weights, assign=True)
-    return model
 

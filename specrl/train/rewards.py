@@ -25,10 +25,7 @@ class RewardFn(Protocol):
 
 REWARDS: Registry[RewardFn] = Registry("reward")
 register_reward = REWARDS.register
-
-
-def get_reward(name: str) -> RewardFn:
-    return REWARDS.get(name)  # an unknown name raises a ValueError listing the valid ones
+get_reward = REWARDS.get  # an unknown name raises a ValueError listing the valid ones
 
 
 @register_reward("chain")
