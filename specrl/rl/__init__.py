@@ -3,8 +3,8 @@ from the rest of specrl: the engine and the trainers import from here."""
 from specrl.rl.advantages import ADVANTAGES, compute_advantages, group_ids_from_size, group_stats, register_advantage
 from specrl.rl.logprobs import entropy_from_logits, token_logprobs
 from specrl.rl.losses import (AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, PolicyLoss, aggregate, aggregate_denom,
-                              clipped_policy_loss, kl_penalty, masked_mean, masked_sum, register_aggregation, register_kl,
-                              register_policy_loss, truncated_importance_ratio)
+                              clipped_policy_loss, kl_penalty, masked_mean, masked_sum, register_aggregation,
+                              register_kl, register_policy_loss, truncated_importance_ratio)
 from specrl.rl.registry import Registry
 
 __all__ = ["ADVANTAGES", "AGGREGATIONS", "KL_ESTIMATORS", "POLICY_LOSSES", "PolicyLoss", "Registry", "aggregate",

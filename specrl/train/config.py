@@ -70,10 +70,9 @@ class DataConfig:
                 ">= 1 or null")
         require(self.eval_temperature is None or self.eval_temperature >= 0, "eval_temperature",
                 self.eval_temperature, ">= 0 or null", "null samples at the rollout temperature, 0 is greedy")
-        knobs = {"hops_median": self.hops_median, "hops_sigma": self.hops_sigma, "max_hops": self.max_hops}
         if not self.is_task:
-            for key, value in knobs.items():
-                require(value is None, key, value, "null with a file source",
+            for key in ("hops_median", "hops_sigma", "max_hops"):
+                require(getattr(self, key) is None, key, getattr(self, key), "null with a file source",
                         "hop counts shape the embedded tasks only")
             return
         from ..tasks.arith import COUNTER_DIGITS, TASKS
@@ -145,15 +144,13 @@ class DrafterConfig:
 
     def validate(self) -> None:
         require(self.schedule in DRAFTER_SCHEDULES, "schedule", self.schedule, f"one of {list(DRAFTER_SCHEDULES)}")
-        require(self.tail_max_running >= 1, "tail_max_running", self.tail_max_running, ">= 1")
         require(self.optim.warmup_steps == 0 and self.optim.min_lr_ratio == 1, "optim.warmup_steps",
                 self.optim.warmup_steps, "0, with optim.min_lr_ratio 1 (the online drafter's learning rate is "
                 "constant)", "leave rollout.drafter.optim.warmup_steps and min_lr_ratio at their defaults")
-        require(self.reward_w_max >= 1, "reward_w_max", self.reward_w_max, ">= 1")
+        require_min(self, 1, "tail_max_running", "reward_w_max", "updates_per_step", "ttt_steps", "mtp_depths")
         require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
         require(self.kl_coef >= 0 and self.accept_coef >= 0 and self.kl_coef + self.accept_coef > 0, "kl_coef",
                 self.kl_coef, ">= 0, with accept_coef >= 0 and not both 0")
-        require_min(self, 1, "updates_per_step", "ttt_steps", "mtp_depths")
         require(0 < self.sample_fraction <= 1, "sample_fraction", self.sample_fraction, "in (0, 1]")
 
 
@@ -196,17 +193,15 @@ class RolloutConfig:
         require(0 < self.memory_utilization <= 1, "memory_utilization", self.memory_utilization, "in (0, 1]")
         require(self.kv_cache_memory is None or is_positive_size(self.kv_cache_memory), "kv_cache_memory",
                 self.kv_cache_memory, "a positive size such as 2GiB or 2147483648", "or null to use memory_utilization")
-        require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, ">= 1")
+        require_min(self, 1, "prompts_per_step", "max_num_seqs", "audit_window")
         require(self.n >= 2, "n", self.n, ">= 2 samples per prompt", "GRPO needs a group to compare against")
         require(self.temperature > 0, "temperature", self.temperature, "> 0",
                 "RL samples need temperature > 0; greedy is used for evaluation only")
         require(self.max_tokens is None or self.max_tokens >= 1, "max_tokens", self.max_tokens, ">= 1 or null")
-        require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, ">= 1")
         require(self.audit in AUDIT_MODES, "audit", self.audit, f"one of {list(AUDIT_MODES)}",
                 "on stops the run on a failed sampler audit, fallback turns SD off, off skips the audit")
         require(self.audit_groups is None or self.audit_groups >= 1, "audit_groups", self.audit_groups,
                 ">= 1 or null (every group)")
-        require(self.audit_window >= 1, "audit_window", self.audit_window, ">= 1 steps")
 
 
 @dataclass
@@ -270,9 +265,8 @@ class ScheduleConfig:
     keep_last: int = 2  # checkpoints kept on disk
 
     def validate(self) -> None:
-        require(self.max_steps >= 1, "max_steps", self.max_steps, ">= 1")
-        require(self.eval_every >= 0, "eval_every", self.eval_every, ">= 0")
-        require(self.save_every >= 1, "save_every", self.save_every, ">= 1")
+        require_min(self, 1, "max_steps", "save_every")
+        require_min(self, 0, "eval_every")
         require(self.keep_last >= 1, "keep_last", self.keep_last, ">= 1", "at least the last checkpoint is kept")
 
 
@@ -317,9 +311,8 @@ class RayConfig:
 
     def validate(self) -> None:
         require_min(self, 1, "rollout_actors", "trainers")
-        require_min(self, 0, "rollout_cpus", "rollout_gpus", "trainer_cpus", "trainer_gpus")
+        require_min(self, 0, "rollout_cpus", "rollout_gpus", "trainer_cpus", "trainer_gpus", "max_restarts", "num_cpus")
         require(self.placement in PLACEMENTS, "placement", self.placement, f"one of {list(PLACEMENTS)}")
-        require_min(self, 0, "max_restarts", "num_cpus")
 
 
 @dataclass
@@ -357,19 +350,6 @@ class TrainConfig:
         self.fill_budget()
         require(self.dtype in DTYPES, "dtype", self.dtype, f"one of {sorted(DTYPES)}", "float32 keeps logprob_diff ~0")
         require(self.num_threads >= 0, "num_threads", self.num_threads, ">= 0")
-        self._validate_online_drafter()
-
-    @property
-    def budget(self) -> Budget:
-        """The response and held-out budgets: each key as set, or the data source's (DataConfig.budget) when null."""
-        own = Budget(self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens)
-        return Budget(*(v if v is not None else default for v, default in zip(own, self.data.budget)))
-
-    def fill_budget(self) -> None:
-        """Null budget keys take their resolved values, so that the run's config.yaml records them."""
-        self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens = self.budget
-
-    def _validate_online_drafter(self) -> None:
         d, spec = self.rollout.drafter, self.rollout.spec
         if not d.online:
             return
@@ -384,3 +364,14 @@ class TrainConfig:
                 d.schedule, "after_step or long_tail in the sync pipeline", "set pipeline.mode=async")
         require(d.schedule != "long_tail" or self.pipeline.mode == "sync", "rollout.drafter.schedule", d.schedule,
                 "after_step or beside_trainer in the async pipeline", "set pipeline.mode=sync")
+
+    @property
+    def budget(self) -> Budget:
+        """The response and held-out budgets: each key as set, or the data source's (DataConfig.budget) when null."""
+        own = Budget(self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens)
+        return Budget(*(v if v is not None else default for v, default in zip(own, self.data.budget)))
+
+    def fill_budget(self) -> None:
+        """Null budget keys take their resolved values, so that the run's config.yaml records them."""
+        self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens = self.budget
+
