@@ -1,10 +1,8 @@
-"""User errors: bad input (a value, a path, a file) rather than a bug in specrl.
-
-`specrl` ends a user error with one line on stderr and a non-zero exit code (`specrl.cli.main`). Each class
-also derives from the builtin type library callers already catch; a plain `ValueError` or `OSError` prints as
-one line too (`USER_ERRORS`). Anything else is a bug and keeps its traceback (`SPECRL_DEBUG=1` shows it for
-user errors too). `Terminated` (SIGTERM) lives here so that loops of any layer can raise it again.
-"""
+"""User errors: bad input (a value, a path, a file), not a bug in specrl. `specrl` ends one, or a plain
+`ValueError` or `OSError` (`USER_ERRORS`), with one line on stderr and a non-zero exit code (`specrl.cli.main`);
+anything else keeps its traceback (`SPECRL_DEBUG=1` shows it for user errors too). Each class also derives from
+the builtin type library callers already catch. `Terminated` (SIGTERM) lives here so that loops of any layer can
+raise it again."""
 from __future__ import annotations
 
 import threading

@@ -1,11 +1,8 @@
-"""Freed memory goes back to the OS: glibc's malloc_trim where a process has just freed a lot.
-
-glibc raises its mmap threshold each time a large block is freed, so later tensors of a few MiB come from the
-heap, whose freed space stays resident and fragments from step to step. `malloc_trim(0)` returns every free
-heap page, at the cost of a walk over the heap and of faulting the pages in again, so it is called only where
-it pays (`PolicyTrainer.trims_heap`, the end of a generate()), and not on a heap with little free. A small
-fixed mmap threshold would fault every activation in page by page (docs/memory.md).
-"""
+"""glibc's malloc_trim where a process has just freed a lot: glibc raises its mmap threshold each time a large
+block is freed, so later tensors of a few MiB come from the heap, whose freed space stays resident and fragments
+from step to step. A trim returns every free heap page, at the cost of a heap walk and of faulting the pages in
+again, so it runs only where it pays (`PolicyTrainer.trims_heap`, the end of a generate()), not on a heap with
+little free. A small fixed mmap threshold would fault every activation in page by page (docs/memory.md)."""
 from __future__ import annotations
 
 import ctypes

@@ -1,11 +1,8 @@
-"""State trees on disk as safetensors + JSON, never pickle.
-
-A state tree is what `state_dict()` methods return: nested dicts (any int/str keys), lists, tuples, scalars,
-strings, None and tensors. `save_state(dir, name, tree)` writes `name.safetensors` (every tensor, keyed by
-its path in the tree) and `name.json` (everything else, with each tensor replaced by a reference), so a
-checkpoint from elsewhere can be read without running any code it carries. `load_state` inverts it exactly,
-except that tuples come back as lists.
-"""
+"""State trees on disk as safetensors + JSON, never pickle, so that a checkpoint from elsewhere can be read
+without running any code it carries. A state tree is what `state_dict()` returns: nested dicts (any int/str
+keys), lists, tuples, scalars, strings, None and tensors. `save_state` writes every tensor to NAME.safetensors,
+keyed by its path in the tree, and the rest to NAME.json with references in their place; `load_state` inverts
+it exactly, except that tuples come back as lists."""
 from __future__ import annotations
 
 import json

@@ -59,14 +59,6 @@ def rloo_advantages(rewards: Tensor, group_ids: Tensor, eps: float) -> Tensor:
     return scale * (rewards - stats.mean)  # [N]
 
 
-def group_ids_from_size(n: int, group_size: int, device: torch.device | None = None) -> Tensor:
-    """Ids for N responses laid out as consecutive groups of ``group_size`` (n samples per prompt)."""
-    if group_size < 1 or n % group_size != 0:
-        raise ValueError(f"group_size={group_size} does not divide the {n} rewards; pass the number of samples per "
-                         "prompt, or pass group_ids instead")
-    return torch.arange(n, device=device) // group_size  # [N]
-
-
 def compute_advantages(name: str, rewards: Tensor, group_ids: Tensor | None = None, group_size: int | None = None,
                        eps: float = 1e-6) -> Tensor:
     """Advantages [N] for rewards [N] with estimator ``name``; give ``group_ids`` [N] or ``group_size``."""
@@ -75,8 +67,12 @@ def compute_advantages(name: str, rewards: Tensor, group_ids: Tensor | None = No
         raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}; flatten them first")
     if (group_ids is None) == (group_size is None):
         raise ValueError("pass exactly one of group_ids or group_size to compute_advantages")
-    if group_ids is None:
-        group_ids = group_ids_from_size(rewards.numel(), group_size, rewards.device)
+    if group_ids is None:  # consecutive groups of group_size (n samples per prompt)
+        n = rewards.numel()
+        if group_size < 1 or n % group_size != 0:
+            raise ValueError(f"group_size={group_size} does not divide the {n} rewards; pass the number of samples "
+                             "per prompt, or pass group_ids instead")
+        group_ids = torch.arange(n, device=rewards.device) // group_size  # [N]
     if group_ids.shape != rewards.shape:
         raise ValueError(f"group_ids shape {tuple(group_ids.shape)} must match rewards shape {tuple(rewards.shape)}")
     return fn(rewards.float() if not rewards.is_floating_point() else rewards, group_ids, eps)

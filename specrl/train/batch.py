@@ -11,7 +11,6 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..config import ConfigError
 from ..model import ModelOutput
 
 
@@ -75,17 +74,6 @@ def pack(mb: TrainBatch) -> Packed:
     lengths = mb.lengths.to(mb.input_ids.device)  # [b]
     valid = torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]  # [b, T]
     return Packed(mb.input_ids[valid][None], mb.targets[valid][None], valid, tuple(mb.lengths.tolist()))
-
-
-def check_longest_row(lengths: Tensor, max_tokens: int, sized_from_memory: bool) -> None:
-    """A row longer than a micro-batch's token cap fits in no micro-batch: a ConfigError names the knob to
-    raise (`optim.micro_batch_tokens`, or `optim.activation_memory` where the cap was sized from it)."""
-    longest = int(lengths.max()) if len(lengths) else 0
-    if max_tokens and longest > max_tokens:
-        fix = (f"set optim.micro_batch_tokens to at least {longest}, or raise optim.activation_memory (the cap "
-               "was sized from it)") if sized_from_memory else f"raise it to at least {longest}"
-        raise ConfigError(f"optim.micro_batch_tokens: a micro-batch holds at most {max_tokens} tokens, but a row "
-                          f"of the batch has {longest} (prompt + response); {fix}")
 
 
 def micro_batch_groups(idx: Tensor, lengths: Tensor, max_rows: int, max_tokens: int, packed: bool) -> list[Tensor]:

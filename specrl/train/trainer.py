@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from ..config import ConfigError
 from ..engine.memory import parse_bytes
 from ..heap import TRIM_MIN_FREE, trim
 from ..model import CausalLM, ModelOutput
@@ -27,8 +28,7 @@ from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits
                   truncated_importance_ratio)
 from ..rl.audit import step_test
 from .audit import SCORES, AuditRequest, TokenScorer
-from .batch import (Packed, TrainBatch, check_longest_row, collate,  # noqa: F401 - collate: the trainer's input
-                    micro_batch_groups, pack)
+from .batch import Packed, TrainBatch, collate, micro_batch_groups, pack  # noqa: F401 - collate: the input
 from .config import AlgorithmConfig, OptimConfig
 
 
@@ -164,9 +164,16 @@ class PolicyTrainer:
 
     def micro_batches(self, idx: Tensor, lengths: Tensor) -> list[Tensor]:
         """Rows sorted by length, in micro-batches of at most micro_batch_size rows and `token_cap` tokens (packed:
-        real tokens; padded: rows x the longest row); a row longer than the cap is a ConfigError."""
+        real tokens; padded: rows x the longest row); a row longer than the cap fits in none, a ConfigError."""
         idx = idx[torch.argsort(lengths[idx], stable=True)]
-        check_longest_row(lengths[idx], self.token_cap, sized_from_memory=self.optim_cfg.micro_batch_tokens is None)
+        longest = int(lengths[idx].max()) if len(idx) else 0
+        if self.token_cap and longest > self.token_cap:
+            fix = f"raise it to at least {longest}"
+            if self.optim_cfg.micro_batch_tokens is None:
+                fix = (f"set optim.micro_batch_tokens to at least {longest}, or raise optim.activation_memory (the "
+                       "cap was sized from it)")
+            raise ConfigError(f"optim.micro_batch_tokens: a micro-batch holds at most {self.token_cap} tokens, but a "
+                              f"row of the batch has {longest} (prompt + response); {fix}")
         return micro_batch_groups(idx, lengths, self.optim_cfg.micro_batch_size, self.token_cap, self.optim_cfg.packing)
 
     def autocast(self):

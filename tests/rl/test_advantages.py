@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from specrl.rl import ADVANTAGES, compute_advantages, group_ids_from_size, group_stats, register_advantage
+from specrl.rl import ADVANTAGES, compute_advantages, group_stats, register_advantage
 
 
 def test_grpo_two_groups_of_two():
@@ -50,10 +50,12 @@ def test_integer_rewards_are_cast_to_float():
     torch.testing.assert_close(adv, torch.tensor([1.0, -1.0]))
 
 
-def test_group_ids_from_size():
-    assert group_ids_from_size(6, 3).tolist() == [0, 0, 0, 1, 1, 1]
+def test_group_size_makes_consecutive_groups():
+    # groups [0, 0, 0] and [1, 1, 1] by position: means 1/3 and 2/3; dr_grpo is r - mean
+    adv = compute_advantages("dr_grpo", torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0]), group_size=3)
+    torch.testing.assert_close(adv, torch.tensor([2 / 3, -1 / 3, -1 / 3, 1 / 3, 1 / 3, -2 / 3]))
     with pytest.raises(ValueError, match="group_size=4 does not divide the 6 rewards"):
-        group_ids_from_size(6, 4)
+        compute_advantages("grpo", torch.zeros(6), group_size=4)
 
 
 def test_unknown_name_lists_valid_ones():
