@@ -11,8 +11,6 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..model import ModelOutput
-
 
 class TrainBatch(NamedTuple):
     input_ids: Tensor  # [N, T] prompt + response[:-1], right-padded
@@ -62,10 +60,6 @@ class Packed(NamedTuple):
         out = x.new_zeros(*self.valid.shape, *x.shape[2:])  # [b, T, ...]
         out[self.valid] = x[0]
         return out
-
-    def unpack_output(self, out: ModelOutput) -> ModelOutput:
-        """A packed forward's hidden states in the padded layout (what the forward hook reads)."""
-        return ModelOutput(None, tuple(map(self.unpack, out.hidden)), self.unpack(out.last_hidden))
 
 
 def pack(mb: TrainBatch) -> Packed:

@@ -10,6 +10,7 @@ from typing import NamedTuple, Protocol
 
 from ..errors import InputFormatError, MissingDependency, MissingFileError
 from ..engine.rng import MASK64, SPLITMIX_GAMMA, SPLITMIX_MUL1, SPLITMIX_MUL2
+from ..model.chat import ChatTemplateError, check_conversation
 from .config import DataConfig
 
 MESSAGES_KEY = "messages"
@@ -87,19 +88,15 @@ def _prompt_rows(path: str | Path, prompt_key: str, answer_key: str | None, flag
         if answer_key is not None and answer_key not in rec:
             raise InputFormatError(f"{where}: row has no {answer_key!r} field; every row needs one, or set "
                                    "data.answer_key")
-        yield _row_prompt(rec, prompt_key, where), None if answer_key is None else str(rec[answer_key])
-
-
-def _row_prompt(rec: dict, prompt_key: str, where: str) -> str | list[dict]:
-    """A text prompt, or a conversation (list of {role, content}) rendered later by the chat template."""
-    if prompt_key in rec:
-        return str(rec[prompt_key])
-    from ..model.chat import ChatTemplateError, check_conversation
-    try:
-        check_conversation(rec[MESSAGES_KEY], where=f"{MESSAGES_KEY!r}")
-    except ChatTemplateError as e:
-        raise InputFormatError(f"{where}: {e}") from None
-    return [dict(m) for m in rec[MESSAGES_KEY]]
+        if prompt_key in rec:
+            prompt = str(rec[prompt_key])
+        else:  # a conversation (list of {role, content}), rendered later by the chat template
+            try:
+                check_conversation(rec[MESSAGES_KEY], where=f"{MESSAGES_KEY!r}")
+            except ChatTemplateError as e:
+                raise InputFormatError(f"{where}: {e}") from None
+            prompt = [dict(m) for m in rec[MESSAGES_KEY]]
+        yield prompt, None if answer_key is None else str(rec[answer_key])
 
 
 def _jsonl_records(path: Path):
@@ -146,12 +143,11 @@ class PromptEncoder:
 
     def __init__(self, model_dir: str | Path, use_chat_template: bool = True):
         from ..model import load_text_tokenizer
-        text = load_text_tokenizer(model_dir)
-        if text is None:
+        self.text = load_text_tokenizer(model_dir)
+        if self.text is None:
             raise FileNotFoundError(f"no tokenizer.json in {str(model_dir)!r}: the policy needs its tokenizer "
                                     "to encode prompts and decode completions")
-        self.text = text
-        self.use_chat_template = use_chat_template and text.chat_template is not None
+        self.use_chat_template = use_chat_template and self.text.chat_template is not None
 
     def encode(self, prompt: str | list[dict]) -> list[int]:
         if isinstance(prompt, str) and not self.use_chat_template:

@@ -304,7 +304,8 @@ class PolicyTrainer:
         hook = self.forward_hook
         out = self._run(self.model, mb, packed, hook.hidden_layers if hook is not None else ())
         if hook is not None:
-            view = out if packed is None else packed.unpack_output(out)
+            view = out if packed is None else ModelOutput(None, tuple(map(packed.unpack, out.hidden)),
+                                                          packed.unpack(out.last_hidden))  # the padded layout
             hook(ForwardInfo(view, mb.input_ids, mb.mask, idx, self._logits))
         return out
 
