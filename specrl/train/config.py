@@ -347,7 +347,8 @@ class TrainConfig:
 
     def validate(self) -> None:
         require(self.log_samples >= 0, "log_samples", self.log_samples, ">= 0", "0 writes no samples.jsonl")
-        self.fill_budget()
+        # null budget keys take their resolved values, so that the run's config.yaml records them
+        self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens = self.budget
         require(self.dtype in DTYPES, "dtype", self.dtype, f"one of {sorted(DTYPES)}", "float32 keeps logprob_diff ~0")
         require(self.num_threads >= 0, "num_threads", self.num_threads, ">= 0")
         d, spec = self.rollout.drafter, self.rollout.spec
@@ -370,8 +371,3 @@ class TrainConfig:
         """The response and held-out budgets: each key as set, or the data source's (DataConfig.budget) when null."""
         own = Budget(self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens)
         return Budget(*(v if v is not None else default for v, default in zip(own, self.data.budget)))
-
-    def fill_budget(self) -> None:
-        """Null budget keys take their resolved values, so that the run's config.yaml records them."""
-        self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens = self.budget
-

@@ -68,7 +68,7 @@ def test_shipped_default_yaml_matches_the_dataclass_defaults():
     from specrl.cli.train import build_config
     path = Path(__file__).parents[2] / "configs" / "default.yaml"
     expected = TrainConfig()
-    expected.fill_budget()  # validation fills the null budget keys with the default task's
+    expected.validate()  # validation fills the null budget keys with the default task's
     assert build_config(str(path), []) == expected
 
 
