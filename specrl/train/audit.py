@@ -23,8 +23,7 @@ SCORES = 3  # token_scores columns: u, w, impossible
 
 
 class TokenScorer:
-    """(logits [n, V], targets [n], rows [n], positions [n]) -> token_scores [n, 3], under temperature, top-p
-    and top-k applied exactly as the engine's sampling applies them."""
+    """(logits [n, V], targets [n], rows [n], positions [n]) -> token_scores [n, 3] under the rollout's sampling."""
 
     def __init__(self, temperature: float, top_p: float = 1.0, top_k: int = -1, seed: int = 0):
         self.temperature = torch.tensor([temperature], dtype=torch.float32)

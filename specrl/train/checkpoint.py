@@ -8,9 +8,8 @@
                   its trainer's state
     state.json    step, Python RNG state, run bookkeeping; written last
 
-Every file is safetensors or JSON (specrl.state_files), so nothing is unpickled. A checkpoint is written
-under a temporary name and renamed into place, so a crash leaves the previous ones intact; only then are
-checkpoints older than the last K removed.
+Every file is safetensors or JSON (specrl.state_files), so nothing is unpickled; `save_checkpoint` writes
+atomically, so a crash leaves the previous checkpoints intact.
 """
 from __future__ import annotations
 

@@ -220,10 +220,9 @@ class AlgorithmConfig:
 
     def validate(self) -> None:
         from ..rl import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
-        for key, value, reg in (("advantage", self.advantage, ADVANTAGES), ("loss_agg", self.loss_agg, AGGREGATIONS),
-                                ("kl_estimator", self.kl_estimator, KL_ESTIMATORS),
-                                ("policy_loss", self.policy_loss, POLICY_LOSSES)):
-            require(value in reg, key, value, f"one of {reg.names}")
+        for key, reg in (("advantage", ADVANTAGES), ("loss_agg", AGGREGATIONS), ("kl_estimator", KL_ESTIMATORS),
+                         ("policy_loss", POLICY_LOSSES)):
+            require(getattr(self, key) in reg, key, getattr(self, key), f"one of {reg.names}")
         require(0 <= self.clip_low < 1, "clip_low", self.clip_low, "in [0, 1)")
         require_min(self, 0, "clip_high", "kl_coef")
         require(self.updates_per_step >= 1, "updates_per_step", self.updates_per_step, ">= 1")
