@@ -19,17 +19,13 @@ def require_ray():
     return ray
 
 
-def repo_root() -> Path:
-    """The directory that holds this `specrl` package: put on the actors' PYTHONPATH so they run this code."""
-    return Path(__file__).resolve().parents[3]
-
-
 def connect(cfg: RayConfig):
     """Ray, initialised: joins `cfg.address` ("auto" or HOST:PORT) or starts a light local instance."""
     ray = require_ray()
     if ray.is_initialized():
         return ray
-    path = os.pathsep.join(p for p in (str(repo_root()), os.environ.get("PYTHONPATH", "")) if p)
+    repo = Path(__file__).resolve().parents[3]  # holds this `specrl` package: the actors run this code
+    path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH", "")) if p)
     env = {"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}}
     if cfg.address is not None:
         ray.init(address=cfg.address, runtime_env=env, log_to_driver=False)

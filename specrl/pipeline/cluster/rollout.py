@@ -158,14 +158,12 @@ class RayRolloutBackend:
     def _broadcast(self, method: str, ref) -> None:
         """Every actor loads the weights behind `ref` (a dead one is restarted, and loads them then)."""
         import ray
-        t0 = time.perf_counter()
         actors = list(self.actors)
         for slot, done in enumerate([getattr(a, method).remote(*ref) for a in actors]):
             try:
                 ray.get(done)
             except ray.exceptions.RayActorError as e:
                 self._restart(slot, e, actors[slot])
-        self._transfer_s = time.perf_counter() - t0
 
     @staticmethod
     def _put(weights: NamedTensors):
@@ -175,9 +173,8 @@ class RayRolloutBackend:
     def update_weights(self, weights: NamedTensors, version: int) -> None:
         t0 = time.perf_counter()
         self._weights = (self._put(weights), version)
-        put_s = time.perf_counter() - t0
         self._broadcast("update_weights", self._weights)
-        self._transfer_s += put_s
+        self._transfer_s = time.perf_counter() - t0  # the object store's put and every actor's load
         self._version = version
 
     def update_drafter(self, weights: NamedTensors, version: int) -> None:
@@ -220,8 +217,7 @@ class RayRolloutBackend:
 
 
 def ray_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None = None) -> RayRolloutBackend:
-    """N rollout actors (`ray.rollout_actors`), each an in-process engine over `model_dir`.
-    Engine traces (`trace_path`) are not collected from actors."""
+    """`ray.rollout_actors` in-process engines over `model_dir` (their engine traces are not collected)."""
     rc = cfg.ray
     make = placed(rc, "rollout", RolloutActor, num_cpus=rc.rollout_cpus, num_gpus=rc.rollout_gpus, max_concurrency=4)
     threads = max(1, int(rc.rollout_cpus))
