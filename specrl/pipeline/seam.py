@@ -149,7 +149,6 @@ BACKENDS: dict[str, Backend] = {
     "local": Backend("specrl.pipeline.local:local_backend", LOCAL_LEARNER, in_process=True),
     "ray": Backend("specrl.pipeline.cluster.rollout:ray_backend", "specrl.pipeline.cluster.learner:ray_learner",
                    check="specrl.pipeline.cluster.connect:require_ray"),
-    # vLLM's engine in its own processes (its own copy of the policy), trained by the in-process learner
     "vllm": Backend("specrl.pipeline.vllm.build:vllm_backend", LOCAL_LEARNER,
                     check="specrl.pipeline.vllm.build:require_vllm"),
 }

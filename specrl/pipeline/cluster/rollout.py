@@ -225,9 +225,7 @@ class RayRolloutBackend:
         self._broadcast("update_drafter", self._drafter)
         self.drafter_version = version
 
-    def stats(self) -> dict:
-        """The merged engine counters of the last generate(), the seconds the weights that fed it took to
-        reach every actor, and the actor restarts and dropped (redrawn) groups so far."""
+    def stats(self) -> dict:  # the last generate()'s merged counters, with seam.ROW_STATS
         return {**self._stats, "weight_transfer_s": self._transfer_s, "actor_restarts": sum(self.restarts),
                 "dropped_groups": self._dropped}
 
