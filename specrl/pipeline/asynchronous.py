@@ -38,7 +38,7 @@ class PolicyVersions:
     def __init__(self):
         self._cond = threading.Condition()
         self._states: dict[int, dict[str, torch.Tensor] | None] = {}
-        self._closed = False
+        self.closed = False  # the trainer stopped
 
     def publish(self, version: int, weights: NamedTensors | None) -> None:
         state = None if weights is None else {k: v.detach().clone() for k, v in weights}
@@ -47,23 +47,15 @@ class PolicyVersions:
             self._cond.notify_all()
 
     def take(self, version: int) -> dict[str, torch.Tensor] | None:
-        """Blocks until `version` is published and hands it over (each version is loaded once); drops
-        older snapshots. None once closed (see `closed`)."""
+        """Blocks until `version` is published and hands it over (the worker takes each version once, in
+        order); None once closed."""
         with self._cond:
-            self._cond.wait_for(lambda: version in self._states or self._closed)
-            if self._closed:
-                return None
-            for v in [v for v in self._states if v < version]:
-                del self._states[v]
-            return self._states.pop(version)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
+            self._cond.wait_for(lambda: version in self._states or self.closed)
+            return None if self.closed else self._states.pop(version)
 
     def close(self) -> None:
         with self._cond:
-            self._closed = True
+            self.closed = True
             self._cond.notify_all()
 
 
@@ -135,9 +127,8 @@ def run_async(run: RunDir, parts: Parts, cfg: TrainConfig, start: int, bar: Step
             wait = time.perf_counter() - t0  # the trainer idles: rollout is the slower stage
             rollout, stale = drop_stale(rollout, cfg.pipeline.max_policy_lag)
             row, times = checked(learn_and_publish, run, step, rollout, parts, cfg, versions)
-            now = time.perf_counter()
             # the stages overlap, so a step is the wall interval between two updates (no step_cpu_s)
-            times.update(step_s=now - last, wait_rollout_s=wait, rollout_threads=rollout_threads,
+            times.update(step_s=time.perf_counter() - last, wait_rollout_s=wait, rollout_threads=rollout_threads,
                          train_threads=train_threads, **load)
             row.update(row_times(times), wait_rollout_s=wait, policy_lag=step - rollout.version, stale_groups=stale)
             if cfg.pipeline.inflight_updates:

@@ -62,8 +62,6 @@ class LocalBackend:
                 self._apply(*self._take(weights=True))
 
     def set_idle_work(self, work: Callable[[], None] | None, max_running: int = 8) -> None:
-        """`work()` runs once per generate(), between engine steps, once at most `max_running` sequences are
-        unfinished (the long tail's idle capacity)."""
         self._idle = None if work is None else (work, max_running)
 
     def _between_steps(self, unfinished: int) -> None:
@@ -96,22 +94,15 @@ class LocalBackend:
         """Applied now when no generate() runs; else kept (a copy) until the next engine step (`inflight`)
         or the end of the call. A version older than one already applied or waiting is ignored: two
         senders (a broadcast and an actor restart) may race, and weights never go back."""
-        with self._lock:
+        with self._lock:  # held while applying, so no generate() starts on half-copied weights
             if version < self._newest:
                 return
             self._newest = version
-            if not self._generating:  # under the lock, so no generate() starts on half-copied weights
+            if self._generating:  # a copy: the sender may change its tensors after this
+                self._pending_weights = ({k: v.detach().clone() for k, v in weights}, version)
+            else:
                 self._pending_weights = None
                 self._apply(None, (dict(weights), version))
-                return
-        named = {k: v.detach().clone() for k, v in weights}  # the sender may change its tensors after this
-        with self._lock:
-            if version < self._newest:  # a newer version came while we copied
-                return
-            if self._generating:
-                self._pending_weights = (named, version)
-            else:  # the call ended while we copied
-                self._apply(None, (named, version))
 
     def update_drafter(self, weights: NamedTensors, version: int) -> None:
         """Checked now; applied now when idle, else between the running generate()'s next two engine steps."""

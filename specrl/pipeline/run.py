@@ -101,8 +101,7 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.rollout.trace:
         parts.workload_log = lambda row: run.log(row, WORKLOAD_FILE, tensorboard=False)
     if ckpt is not None:
-        _restore(parts, ckpt)
-        _replay_audit(parts, read_jsonl(run.path / "metrics.jsonl"))
+        _restore(parts, ckpt, read_jsonl(run.path / "metrics.jsonl"))
     bar = StepProgress(cfg.schedule.max_steps, start, cfg.progress)
     try:
         load(DRIVERS[cfg.pipeline.mode])(run, parts, cfg, start, bar)
@@ -147,19 +146,16 @@ def _start(cfg: TrainConfig) -> tuple[RunDir, Checkpoint | None]:
     return run, ckpt
 
 
-def _restore(parts: Parts, ckpt: Checkpoint) -> None:
-    """The optimizer state and torch RNG into the learner, the drafter's state into the rollout engine."""
+def _restore(parts: Parts, ckpt: Checkpoint, rows: list[dict]) -> None:
+    """The optimizer state and torch RNG into the learner, the drafter's state into the rollout engine, and
+    the sampler alarm's window (and a fallback that turned SD off) replayed from the run's metrics `rows`, so
+    a resumed run's evidence equals the uninterrupted run's."""
     try:
         parts.learner.learner.load(ckpt.path)
     except READ_ERRORS as e:
         raise unreadable(ckpt.path, e) from e
     if ckpt.drafter is not None and parts.rollout.backend.drafter_state() is not None:
         parts.rollout.backend.load_drafter_state(ckpt.drafter)
-
-
-def _replay_audit(parts: Parts, rows: list[dict]) -> None:
-    """The sampler alarm's window (and a fallback that turned SD off) from the resumed run's metrics rows, so
-    a resumed run's evidence equals the uninterrupted run's."""
     if parts.sampler_alarm is None:
         return
     for row in rows:

@@ -82,23 +82,19 @@ class RunDir:
     def log(self, row: dict, file: str = "metrics.jsonl", tensorboard: bool = True) -> None:
         with open(self.path / file, "a") as f:
             f.write(json.dumps(row) + "\n")
-        tb = self._writer() if tensorboard else None
-        if tb is not None:
-            prefix = "eval/" if file == "eval.jsonl" else "train/"
-            for k, v in row.items():
-                if k != "step" and isinstance(v, (int, float)):
-                    tb.add_scalar(prefix + k, v, row["step"])
-            tb.flush()
-
-    def _writer(self):
-        if self._tb is None and self._tb_enabled:
+        if tensorboard and self._tb is None and self._tb_enabled:
             try:
                 from torch.utils.tensorboard import SummaryWriter
                 self._tb = SummaryWriter(str(self.path / "tb"))
             except ImportError:
                 warnings.warn("tensorboard is not installed: no TensorBoard events (pip install tensorboard)")
                 self._tb_enabled = False
-        return self._tb
+        if tensorboard and self._tb is not None:
+            prefix = "eval/" if file == "eval.jsonl" else "train/"
+            for k, v in row.items():
+                if k != "step" and isinstance(v, (int, float)):
+                    self._tb.add_scalar(prefix + k, v, row["step"])
+            self._tb.flush()
 
     def close(self) -> None:
         if self._tb is not None:

@@ -120,7 +120,6 @@ CAPABILITIES = {"learner": (OnlineDrafter, SharedPolicy), "backend": (IdleWork, 
 
 
 def members(protocol: type) -> set[str]:
-    """The names a protocol declares: its methods and its annotated attributes."""
     names = {n for n in vars(protocol) if not n.startswith("_")}
     return names | set(getattr(protocol, "__annotations__", {}))
 
@@ -150,9 +149,8 @@ BACKENDS: dict[str, Backend] = {
     "local": Backend("specrl.pipeline.local:local_backend", LOCAL_LEARNER, in_process=True),
     "ray": Backend("specrl.pipeline.cluster.rollout:ray_backend", "specrl.pipeline.cluster.learner:ray_learner",
                    check="specrl.pipeline.cluster.connect:require_ray"),
-    # vLLM's engine in its own processes (its own copy of the policy), trained by the in-process learner
     "vllm": Backend("specrl.pipeline.vllm.build:vllm_backend", LOCAL_LEARNER,
-                    check="specrl.pipeline.vllm:require_vllm"),
+                    check="specrl.pipeline.vllm.build:require_vllm"),
 }
 IN_PROCESS_ENGINE = "local"  # the rollout factory of engines a process builds for itself (async eval, Ray actors)
 

@@ -78,7 +78,7 @@ class Rollout:
     stats: dict  # the engine's counters over this generate() call
     wall_s: float
     cpu_s: float
-    newest_version: int | None = None  # None: version
+    newest_version: int  # the newest version that sampled any of their tokens
 
     @property
     def token_lags(self) -> dict[int, int]:
@@ -164,7 +164,7 @@ def audit_rows(rollout: Rollout, cfg: TrainConfig, num_rows: int) -> AuditRows |
     if ro.audit == "off":
         return None
     groups = choose_groups(len(rollout.outputs), ro.audit_groups, step_seed(cfg.seed, rollout.step, salt=AUDIT_SALT))
-    one_version = rollout.newest_version is None or rollout.newest_version == rollout.version
+    one_version = rollout.newest_version == rollout.version
     return AuditRows(group_rows(groups, ro.n, num_rows), rollout.version if one_version else None)
 
 
@@ -191,17 +191,6 @@ def check_signal(parts: Parts, row: dict, bar: StepProgress) -> None:
         bar.log(f"WARNING step {row['step']}: every sample's reward was {row['reward_mean']:g} for the last {n} "
                 f"steps: no learning signal (zero advantages). Read {SAMPLES_FILE} in the run directory to see "
                 "what the policy writes, and check reward.name against it")
-
-
-def check_health(parts: Parts, row: dict, bar: StepProgress) -> None:
-    """Adds drafter_version and drafter_alarm to the row; an alarm is also printed."""
-    if parts.health is None:
-        return
-    engine, trainer = parts.rollout.backend.drafter_version, parts.learner.learner.drafter_version
-    alarm, message = parts.health.check(row["acceptance_length"], engine, trainer)
-    row.update(drafter_version=engine, drafter_alarm=alarm)
-    if alarm:
-        bar.log(f"WARNING step {row['step']}: drafter alarm: {message}")
 
 
 def check_sampler(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: StepProgress) -> None:
@@ -283,14 +272,20 @@ def run_eval(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepPr
 
 def finish_step(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: StepProgress,
                 save_drafter: bool = True) -> None:
-    """After a step's update: the held-out evaluation when due (a separate eval backend gets the new
-    weights first), the metrics row, and the checkpoint (with the drafter's state when `save_drafter`)."""
+    """After a step's update: the reward and drafter alarms, the held-out evaluation when due (a separate eval
+    backend gets the new weights first), the metrics row, and the checkpoint (with the drafter's state when
+    `save_drafter`)."""
     sched, done = cfg.schedule, row["step"]
     learner = parts.learner.learner
     for sample in row.pop(SAMPLES_KEY, []):
         run.log(sample, SAMPLES_FILE, tensorboard=False)
     check_signal(parts, row, bar)
-    check_health(parts, row, bar)
+    if parts.health is not None:
+        engine = parts.rollout.backend.drafter_version
+        alarm, message = parts.health.check(row["acceptance_length"], engine, learner.drafter_version)
+        row.update(drafter_version=engine, drafter_alarm=alarm)
+        if alarm:
+            bar.log(f"WARNING step {done}: drafter alarm: {message}")
     if parts.held_out and (done == sched.max_steps or (sched.eval_every and done % sched.eval_every == 0)):
         if parts.eval_backend is not None:
             sync_weights(learner, parts.eval_backend)

@@ -95,7 +95,7 @@ def test_a_killed_rollout_actor_is_restarted_and_its_groups_regenerated(setup, t
 def test_an_actor_that_keeps_dying_stops_with_its_name_and_last_error(setup, tmp_path):
     model, data = setup
     cfg = build_config(None, overrides(model, data, tmp_path, **{"pipeline.backend": "ray"}))
-    from specrl.pipeline.cluster.actors import RolloutActor
+    from specrl.pipeline.cluster.rollout import RolloutActor
     cls = ray.remote(num_cpus=0)(RolloutActor)
     made = []
 

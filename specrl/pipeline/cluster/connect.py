@@ -19,17 +19,13 @@ def require_ray():
     return ray
 
 
-def repo_root() -> Path:
-    """The directory that holds this `specrl` package: put on the actors' PYTHONPATH so they run this code."""
-    return Path(__file__).resolve().parents[3]
-
-
 def connect(cfg: RayConfig):
     """Ray, initialised: joins `cfg.address` ("auto" or HOST:PORT) or starts a light local instance."""
     ray = require_ray()
     if ray.is_initialized():
         return ray
-    path = os.pathsep.join(p for p in (str(repo_root()), os.environ.get("PYTHONPATH", "")) if p)
+    repo = Path(__file__).resolve().parents[3]  # holds this `specrl` package: the actors run this code
+    path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH", "")) if p)
     env = {"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}}
     if cfg.address is not None:
         ray.init(address=cfg.address, runtime_env=env, log_to_driver=False)
@@ -40,7 +36,7 @@ def connect(cfg: RayConfig):
     return ray
 
 
-_GROUPS: list = []  # this run's (rollout, trainer) placement groups: made once, shared by both sides
+_GROUPS: list = []  # this run's placement groups (`_make_groups`): made once, shared by both sides
 
 
 def release() -> None:
@@ -48,24 +44,21 @@ def release() -> None:
     if not _GROUPS:
         return
     from ray.util.placement_group import remove_placement_group
-    for pg in {id(g): g for g in _GROUPS}.values():
+    for pg in _GROUPS:
         remove_placement_group(pg)
     _GROUPS.clear()
 
 
-def _make_groups(cfg: RayConfig) -> tuple[object, object]:
-    """(rollout group, trainer group) of `cfg.placement`: one STRICT_PACK group shared by all actors
-    (colocated: one node), or a PACK group each (split: Ray may place them on different nodes)."""
+def _make_groups(cfg: RayConfig) -> list:
+    """The placement groups of `cfg.placement`: one STRICT_PACK group shared by all actors (colocated: one
+    node), or [rollout group, trainer group], PACK each (split: Ray may place them on different nodes)."""
     ray = require_ray()
     from ray.util.placement_group import placement_group
 
     rollout = [_bundle(cfg.rollout_cpus, cfg.rollout_gpus)] * cfg.rollout_actors
     trainer = [_bundle(cfg.trainer_cpus, cfg.trainer_gpus)] * cfg.trainers
-    if cfg.placement == "colocated":
-        pg = placement_group(rollout + trainer, strategy="STRICT_PACK")
-        ray.get(pg.ready())
-        return pg, pg
-    groups = placement_group(rollout, strategy="PACK"), placement_group(trainer, strategy="PACK")
+    groups = ([placement_group(rollout + trainer, strategy="STRICT_PACK")] if cfg.placement == "colocated" else
+              [placement_group(rollout, strategy="PACK"), placement_group(trainer, strategy="PACK")])
     ray.get([g.ready() for g in groups])
     return groups
 
@@ -77,7 +70,7 @@ def placed(cfg: RayConfig, role: str, body: type, **options) -> Callable:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
     if not _GROUPS:
         _GROUPS.extend(_make_groups(cfg))
-    pg = _GROUPS[1 if role == "trainer" else 0]
+    pg = _GROUPS[-1 if role == "trainer" else 0]
     offset = cfg.rollout_actors if role == "trainer" and cfg.placement == "colocated" else 0  # its first bundle
     cls = ray.remote(**options)(body)
 

@@ -3,17 +3,60 @@
 Every rank gets the whole batch (see specrl.train.fsdp); rank 0 returns the metrics, hands the full
 weights to the object store (the drivers pass the reference on: one put per version) and writes the
 checkpoints. The run directory must be reachable from rank 0's node (a shared file system off one machine).
+`TrainerActor` is a plain class, made remote (`connect.placed`) only when Ray is in use: one learner process,
+the whole policy (one trainer) or one FSDP2 shard of it (two or more).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import torch
+
 from ...train.config import TrainConfig
 from ..seam import RunStopped, TrainBatch
-from .actors import TrainerActor
 from .connect import placed
 from .rollout import WeightsRef
+
+
+class TrainerActor:
+    """Rank `rank` of `world` trainer processes; rank 0 hands out the full weights and writes checkpoints."""
+
+    def __init__(self, rank: int, world: int, threads: int):
+        torch.set_num_threads(threads)
+        self.rank, self.world = rank, world
+
+    def address(self) -> str:
+        """HOST:PORT on this actor's node for the process group's rendezvous (rank 0's is used)."""
+        import socket
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return f"{socket.gethostbyname(socket.gethostname())}:{port}"
+
+    def setup(self, model_dir: str, cfg: TrainConfig, version: int, tokenizer_dir: str, master: str) -> None:
+        """Builds this rank's learner; with two or more ranks every rank must call it at once."""
+        if self.world == 1:
+            from ..learner import LocalLearner
+            self.learner = LocalLearner.build(model_dir, cfg, version, tokenizer_dir=tokenizer_dir)
+        else:
+            from ...train.fsdp import FSDPLearner, init_process_group
+            init_process_group(self.rank, self.world, master, cfg.device)
+            self.learner = FSDPLearner.build(model_dir, cfg, version, tokenizer_dir=tokenizer_dir)
+
+    def step(self, batch: TrainBatch, is_cap: float | None, audit=None) -> dict[str, float]:
+        return self.learner.step(batch, is_cap, audit=audit)
+
+    def weights(self) -> dict[str, torch.Tensor] | None:
+        """The full weights on rank 0 (into the object store once, as this task's return value)."""
+        state = dict(self.learner.named_weights())  # every rank joins the FSDP all-gathers
+        return state if self.rank == 0 else None
+
+    def save(self, directory: str) -> None:
+        self.learner.save(Path(directory))
+
+    def load(self, directory: str) -> None:
+        self.learner.load(Path(directory))
 
 
 class RayLearner:

@@ -4,7 +4,8 @@ generate() splits a step's prompts into contiguous runs, one per actor, so a GRP
 gathers the outputs back in prompt order. Per-prompt seeds fix each group's samples whichever actor draws
 them, so the run matches an in-process one. Each weight version goes into Ray's object store once; a rollout
 actor that dies mid-step is restarted with the current weights and its prompts generated again, up to
-`ray.max_restarts`. How and why: docs/ray.md.
+`ray.max_restarts`. How and why: docs/ray.md. `RolloutActor` is a plain class, made remote (`connect.placed`)
+only when Ray is in use: an actor owns one in-process engine (the "local" backend's) and its drafter.
 """
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import threading
 import time
 from pathlib import Path
 
+import torch
+
 from ...engine import RequestOutput, SamplingParams
 from ...engine.llm import GenerationCancelled
 from ...train.config import TrainConfig
-from ..seam import NamedTensors, RunStopped, group_version
-from .actors import RolloutActor
+from ..seam import IN_PROCESS_ENGINE, NamedTensors, RunStopped, get_backend, group_version, load
 from .connect import placed, release
 
 POLL_S = 0.2  # how often a waiting generate() checks for cancel()
@@ -31,10 +33,9 @@ def merge_stats(parts: list[dict]) -> dict:
     out = {k: sum(p[k] for p in parts) for k, v in parts[0].items() if isinstance(v, (int, float))}
     out["acceptance_length"] = out.get("decode_tokens", 0) / max(out.get("seq_forwards", 0), 1)
     out["acceptance_rate"] = out.get("accepted_tokens", 0) / max(out.get("draft_tokens", 0), 1)
-    depth = max(len(p.get("acceptance_rate_per_pos", [])) for p in parts)
-    out["acceptance_rate_per_pos"] = [  # weighted by each actor's drafts, which the rates do not carry: a mean
-        sum(p["acceptance_rate_per_pos"][i] for p in parts if len(p.get("acceptance_rate_per_pos", [])) > i) /
-        max(sum(len(p.get("acceptance_rate_per_pos", [])) > i for p in parts), 1) for i in range(depth)]
+    rates = [p.get("acceptance_rate_per_pos", []) for p in parts]
+    columns = [[r[i] for r in rates if len(r) > i] for i in range(max(map(len, rates)))]
+    out["acceptance_rate_per_pos"] = [sum(c) / len(c) for c in columns]  # a mean: the rates lack each actor's drafts
     return out
 
 
@@ -51,6 +52,48 @@ class WeightsRef:
 
 class ActorFailed(RunStopped):
     """A rollout actor died more often than `ray.max_restarts` allows (the run stops; its directory is intact)."""
+
+
+class RolloutActor:
+    def __init__(self, model_dir: str | Path, cfg: TrainConfig, threads: int):
+        torch.set_num_threads(threads)
+        self.backend = load(get_backend(IN_PROCESS_ENGINE).rollout)(model_dir, cfg)
+        self._busy = threading.Event()
+
+    def generate(self, prompts: list[list[int]], params: list, tags: dict) -> tuple[list, dict, int]:
+        """(outputs, the engine's counters over this call, the weights version that generated them)."""
+        self._busy.set()
+        try:
+            self.backend.reset_stats()
+            self.backend.set_trace_tags(tags)
+            outs = self.backend.generate(prompts, params)
+            return outs, self.backend.stats(), self.backend.weights_version
+        finally:
+            self._busy.clear()
+
+    def busy(self) -> bool:
+        return self._busy.is_set()
+
+    def update_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        self.backend.update_weights(weights.items(), version)
+
+    def set_version(self, version: int) -> None:
+        self.backend.weights_version = version
+
+    def update_drafter(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        self.backend.update_drafter(weights.items(), version)
+
+    def cancel(self) -> None:
+        self.backend.cancel()
+
+    def drafter_state(self) -> dict | None:
+        return self.backend.drafter_state()
+
+    def load_drafter_state(self, state: dict) -> None:
+        self.backend.load_drafter_state(state)
+
+    def close(self) -> None:
+        self.backend.close()
 
 
 class RayRolloutBackend:
@@ -158,14 +201,12 @@ class RayRolloutBackend:
     def _broadcast(self, method: str, ref) -> None:
         """Every actor loads the weights behind `ref` (a dead one is restarted, and loads them then)."""
         import ray
-        t0 = time.perf_counter()
         actors = list(self.actors)
         for slot, done in enumerate([getattr(a, method).remote(*ref) for a in actors]):
             try:
                 ray.get(done)
             except ray.exceptions.RayActorError as e:
                 self._restart(slot, e, actors[slot])
-        self._transfer_s = time.perf_counter() - t0
 
     @staticmethod
     def _put(weights: NamedTensors):
@@ -175,9 +216,8 @@ class RayRolloutBackend:
     def update_weights(self, weights: NamedTensors, version: int) -> None:
         t0 = time.perf_counter()
         self._weights = (self._put(weights), version)
-        put_s = time.perf_counter() - t0
         self._broadcast("update_weights", self._weights)
-        self._transfer_s += put_s
+        self._transfer_s = time.perf_counter() - t0  # the object store's put and every actor's load
         self._version = version
 
     def update_drafter(self, weights: NamedTensors, version: int) -> None:
@@ -185,9 +225,7 @@ class RayRolloutBackend:
         self._broadcast("update_drafter", self._drafter)
         self.drafter_version = version
 
-    def stats(self) -> dict:
-        """The merged engine counters of the last generate(), the seconds the weights that fed it took to
-        reach every actor, and the actor restarts and dropped (redrawn) groups so far."""
+    def stats(self) -> dict:  # the last generate()'s merged counters, with seam.ROW_STATS
         return {**self._stats, "weight_transfer_s": self._transfer_s, "actor_restarts": sum(self.restarts),
                 "dropped_groups": self._dropped}
 
@@ -220,8 +258,7 @@ class RayRolloutBackend:
 
 
 def ray_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None = None) -> RayRolloutBackend:
-    """N rollout actors (`ray.rollout_actors`), each an in-process engine over `model_dir`.
-    Engine traces (`trace_path`) are not collected from actors."""
+    """`ray.rollout_actors` in-process engines over `model_dir` (their engine traces are not collected)."""
     rc = cfg.ray
     make = placed(rc, "rollout", RolloutActor, num_cpus=rc.rollout_cpus, num_gpus=rc.rollout_gpus, max_concurrency=4)
     threads = max(1, int(rc.rollout_cpus))

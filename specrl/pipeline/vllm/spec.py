@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -96,15 +96,12 @@ def mtp(spec: SpecConfig, ctx: Context) -> dict:
 def auto(spec: SpecConfig, ctx: Context) -> dict:
     skipped = []
     for name in spec.drafters:
-        inner = SpecConfig(method=name, num_speculative_tokens=spec.num_speculative_tokens,
-                           draft_model=spec.draft_model, ngram_min=spec.ngram_min, ngram_max=spec.ngram_max,
-                           suffix_scale=spec.suffix_scale)
         try:
-            config = VLLM_METHODS[name].build(inner, ctx)
+            config = VLLM_METHODS[name].build(replace(spec, method=name), ctx)
         except UnsupportedMethod as e:
             skipped.append(f"{name}: {e}")
             continue
-        drafter_params = 0 if not VLLM_METHODS[name].model_based else _params(Path(config["model"]))
+        drafter_params = _params(Path(config["model"])) if get_method(name).model_based else 0
         schedule = batch_schedule(_params(ctx.policy_dir), drafter_params, spec.num_speculative_tokens,
                                   ctx.max_num_seqs, spec.cost_profile)
         return {**config, "num_speculative_tokens_per_batch_size": schedule}
@@ -147,7 +144,6 @@ def _has_arctic() -> bool:
 @dataclass(frozen=True)
 class VllmMethod:
     build: Callable[[SpecConfig, Context], dict]
-    model_based: bool = False  # its config names a checkpoint (`model`)
     # (its checkpoint dir) -> a function from the learner's drafter weights to what vLLM's drafter loads;
     # None: no weights to refit
     refit: Callable[[Path], Callable] | None = None
@@ -155,8 +151,8 @@ class VllmMethod:
 
 
 VLLM_METHODS: dict[str, VllmMethod] = {
-    "ngram": VllmMethod(ngram), "draft_model": VllmMethod(draft_model, model_based=True, refit=model_tensors),
-    "eagle3": VllmMethod(eagle3, model_based=True, refit=eagle3_tensors),
+    "ngram": VllmMethod(ngram), "draft_model": VllmMethod(draft_model, refit=model_tensors),
+    "eagle3": VllmMethod(eagle3, refit=eagle3_tensors),
     "suffix": VllmMethod(suffix, available=_has_arctic),
     "mtp": VllmMethod(mtp, available=lambda: False), "auto": VllmMethod(auto),
 }
