@@ -43,7 +43,7 @@ class DraftModelDrafter(ModelDrafter):
     hidden_layers: tuple[int, ...] = ()
 
     def __init__(self, draft: CausalLM, num_slots: int, max_len: int):
-        self.model = self.module = draft.eval()
+        self.module = draft.eval()
         cfg = draft.config
         p = next(draft.parameters())
         self.device = p.device
@@ -75,7 +75,7 @@ class DraftModelDrafter(ModelDrafter):
         for j in range(K):
             yield tok
             if j + 1 < K:
-                logits = self.model(tok[:, None], (pos + j)[:, None], self.cache, slots).logits  # [B, 1, V]
+                logits = self.module(tok[:, None], (pos + j)[:, None], self.cache, slots).logits  # [B, 1, V]
                 tok = logits[:, -1].argmax(-1)
 
     def _catch_up(self, seqs: list[Sequence], slots: torch.Tensor) -> torch.Tensor:
@@ -90,7 +90,7 @@ class DraftModelDrafter(ModelDrafter):
         # pad that would leave the cache goes to the scratch row
         positions = (torch.tensor(starts)[:, None] + torch.arange(T)).clamp_max(self.scratch)  # [B, T]
         last = torch.tensor([len(t) - 1 for t in news], device=self.device)[:, None]  # [B, 1]
-        out = self.model(ids.to(self.device), positions.to(self.device), self.cache, slots, logits_index=last)
+        out = self.module(ids.to(self.device), positions.to(self.device), self.cache, slots, logits_index=last)
         return out.logits[:, -1].argmax(-1)  # [B]
 
     def release(self, seq: Sequence) -> None:

@@ -33,7 +33,7 @@ class Eagle3Drafter(ModelDrafter):
     method = "eagle3"
 
     def __init__(self, head: Eagle3Head, target, num_slots: int, max_len: int, sample_drafts: bool = True):
-        self.head = self.module = head
+        self.module = head
         self.target, self.sample_drafts = target, sample_drafts
         layers = head.config.target_hidden_layers
         self.hidden_layers = tuple(sorted(set(layers)))
@@ -51,8 +51,8 @@ class Eagle3Drafter(ModelDrafter):
     def observe(self, fwd: TargetForward) -> None:
         B = len(fwd.seqs)
         slots = slot_index([s.slot for s in fwd.seqs], self.device, max_runs=0)  # a slice (views) or [B]
-        fused = self.head.fuse([fwd.hidden[i] for i in self._pick])  # [B, T, D]
-        out = self.head(fused, self.target.embed(fwd.next_tokens), fwd.positions, self.kv, slots)  # [B, T, D]
+        fused = self.module.fuse([fwd.hidden[i] for i in self._pick])  # [B, T, D]
+        out = self.module(fused, self.target.embed(fwd.next_tokens), fwd.positions, self.kv, slots)  # [B, T, D]
         rows = torch.arange(B, device=self.device)
         last = (fwd.valid - 1).clamp(min=0)  # [B]
         self.last_h[slots] = out[rows, last]
@@ -73,7 +73,7 @@ class Eagle3Drafter(ModelDrafter):
             u = hash_uniform(params[3], pos + 2 + steps, STREAM_DRAFT)  # [B, K]
         drafts, qs = [], []
         for j in range(K):  # one head forward per draft step for the whole batch
-            logits = self.head.full_logits(h, self.target)  # [B, 1, V], -inf outside a draft vocabulary
+            logits = self.module.full_logits(h, self.target)  # [B, 1, V], -inf outside a draft vocabulary
             if params is None:
                 tok = logits.argmax(-1)  # [B, 1]
             else:  # q = the head's distribution under each row's own temperature/top-k/top-p
@@ -82,7 +82,7 @@ class Eagle3Drafter(ModelDrafter):
                 qs.append(q)
             drafts.append(tok)
             if j + 1 < K:
-                h = self.head(h, self.target.embed(tok), pos + 1 + j, self.kv, slots)  # [B, 1, D]
+                h = self.module(h, self.target.embed(tok), pos + 1 + j, self.kv, slots)  # [B, 1, D]
         return Proposal(torch.cat(drafts, dim=1), lengths, torch.cat(qs, dim=1) if qs else None)  # [B, K], [B, K, V]
 
 
