@@ -166,6 +166,14 @@ class Eagle3Head(nn.Module):
             return None
         return torch.arange(len(self.d2t), device=self.d2t.device) + self.d2t
 
+    @property
+    def draft_id_of(self) -> torch.Tensor | None:
+        """The inverse of `target_ids`: the draft id of each target id [V], -1 outside the draft vocabulary."""
+        if self.lm_head is None:
+            return None
+        index = torch.full((self.config.vocab_size,), -1, dtype=torch.long, device=self.d2t.device)  # [V]
+        return index.index_copy(0, self.target_ids, torch.arange(len(self.d2t), device=self.d2t.device))
+
     def draft_logits(self, h: torch.Tensor, target) -> torch.Tensor:
         """Pre-norm output h [B, T, D] -> logits over the draft vocabulary [B, T, Vd] (Vd = V without one)."""
         x = self.norm(h)

@@ -203,10 +203,7 @@ def train_head(head: Eagle3Head, policy, data: list[Pair], args: DrafterTrainArg
     """Trains the head only (the policy is frozen) with the shared drafter loop."""
     policy.requires_grad_(False)
     teacher = cached_teacher(policy, data, head.config.target_hidden_layers, args)
-    full_to_draft = None  # [V] draft id of each target id, -1 outside a reduced draft vocabulary
-    if head.lm_head is not None:  # teacher tokens outside it go to the rest bucket (topk_cross_entropy)
-        full_to_draft = torch.full((head.config.vocab_size,), -1, dtype=torch.long)
-        full_to_draft[head.target_ids] = torch.arange(head.config.draft_vocab_size)
+    full_to_draft = head.draft_id_of  # teacher tokens outside a draft vocabulary go to the rest bucket (id -1)
 
     def loss_fn(idx):
         batch = pad_batch([data[i] for i in idx])
