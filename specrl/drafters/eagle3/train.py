@@ -36,9 +36,6 @@ class Eagle3Options:
     draft_vocab_size: int | None = None
 
     def __post_init__(self):
-        self.validate()
-
-    def validate(self) -> None:
         require(self.ttt_steps >= 1, "ttt_steps", self.ttt_steps, ">= 1")
         require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
         require(self.draft_vocab_size is None or self.draft_vocab_size >= 1, "draft_vocab_size",
@@ -46,9 +43,7 @@ class Eagle3Options:
 
 
 def shift_left(x: torch.Tensor, n: int) -> torch.Tensor:
-    """x[:, t] <- x[:, t+n], zero-filled past the end. x: [B, T, ...]."""
-    if n == 0:
-        return x
+    """x[:, t] <- x[:, t+n], zero-filled past the end (n >= 1). x: [B, T, ...]."""
     return torch.cat([x[:, n:], torch.zeros_like(x[:, :n])], dim=1)
 
 
@@ -145,8 +140,7 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
         T = len(data[order[-1]][0]) + len(data[order[-1]][1])  # longest first: sets the padded width
         idx = [order.pop() for _ in range(min(len(order), max(1, batch_tokens // T)))]
         batch = pad_batch([data[i] for i in idx])
-        amp = torch.autocast(next(policy.parameters()).device.type, dtype=torch.bfloat16, enabled=autocast)
-        with amp:
+        with torch.autocast(next(policy.parameters()).device.type, dtype=torch.bfloat16, enabled=autocast):
             out = policy(batch.ids, batch.positions, hidden_layers=wanted, compute_logits=False)
             top = chunked_topk(policy.lm_head, out.last_hidden, topk)  # [B, T, k] each
         feats = torch.cat([out.hidden[wanted.index(i)] for i in layers], dim=-1).bfloat16()  # [B, T, 3D]
@@ -177,9 +171,7 @@ def chunked_topk(lm_head: torch.nn.Linear, hidden: torch.Tensor, k: int) -> TopK
     k > 0 the [B, T, V] logits never exist at once (k = 0 asks for whole rows, which are then the result)."""
     B, T, D = hidden.shape
     flat, step = hidden.reshape(B * T, D), head_chunk_tokens(lm_head.out_features)
-    parts = []
-    for i in range(0, B * T, step):
-        parts.append(topk_probs(lm_head(flat[i:i + step]), k))  # from [n, V] logits
+    parts = [topk_probs(lm_head(flat[i:i + step]), k) for i in range(0, B * T, step)]  # from [n, V] logits each
     return TopK(torch.cat([p.probs for p in parts]).view(B, T, -1), torch.cat([p.ids for p in parts]).view(B, T, -1))
 
 
