@@ -89,13 +89,11 @@ class Eagle3Drafter(ModelDrafter):
 def check_compatible(head: Eagle3Head, target_cfg, source: str) -> None:
     """The head was made for a policy of this vocabulary, width and depth (`target_cfg`: its ModelConfig)."""
     hc, tc = head.config, target_cfg
-    if hc.vocab_size != tc.vocab_size:
-        raise ValueError(f"EAGLE-3 head {source!r} has vocab_size {hc.vocab_size} but the policy has "
-                         f"{tc.vocab_size}: the head reuses the policy's embeddings and lm_head, so train one for "
-                         f"this policy ({DEFAULT_INSTALL_HINT} --policy PATH)")
-    if hc.hidden_size != tc.hidden_size:
-        raise ValueError(f"EAGLE-3 head {source!r} has hidden_size {hc.hidden_size} but the policy has "
-                         f"{tc.hidden_size}: train a head for this policy ({DEFAULT_INSTALL_HINT} --policy PATH)")
+    for key in ("vocab_size", "hidden_size"):
+        if getattr(hc, key) != getattr(tc, key):
+            raise ValueError(f"EAGLE-3 head {source!r} has {key} {getattr(hc, key)} but the policy has "
+                             f"{getattr(tc, key)}: the head reuses the policy's embeddings and lm_head, so train "
+                             f"one for this policy ({DEFAULT_INSTALL_HINT} --policy PATH)")
     bad = [i for i in hc.target_hidden_layers if not 0 <= i < tc.num_layers]
     if bad:
         raise ValueError(f"EAGLE-3 head {source!r} reads target layers {bad}, but the policy has layers "

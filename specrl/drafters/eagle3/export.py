@@ -157,10 +157,7 @@ def public_tensors(head: Eagle3Head, lm_head_weight: torch.Tensor | None, dtype:
     tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
     if full:
         return tensors
-    d2t = head.d2t.cpu()  # [Vd]
-    t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)  # [V]
-    t2d[torch.arange(len(d2t)) + d2t] = True
-    return {**tensors, "d2t": d2t.contiguous(), "t2d": t2d}
+    return {**tensors, "d2t": head.d2t.cpu().contiguous(), "t2d": head.draft_id_of.cpu() >= 0}  # t2d: [V] bool
 
 
 def export_eagle3(head: Eagle3Head, out: str | Path, target_cfg, lm_head_weight: torch.Tensor | None = None, *,

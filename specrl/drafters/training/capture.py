@@ -44,18 +44,13 @@ class DrafterBatch(NamedTuple):
                             {i: h[:, :T][keep] for i, h in self.hidden.items()}, self.rows[keep.to(self.rows.device)])
 
 
-def model_layers(layers: tuple[int, ...]) -> tuple[int, ...]:
-    """The decoder layers to ask the model for, in the order it returns them (ascending, no -1)."""
-    return tuple(sorted({i for i in layers if i != LAST}))
-
-
 class Capture:
     """The policy trainer's forward hook of online drafter training: keeps one `DrafterBatch` per micro-batch
     in `batches`, the `layers` of `pick_rows(b)`'s rows (all of them without `pick_rows`)."""
 
     def __init__(self, layers: tuple[int, ...], pick_rows: Callable[[int], Tensor | None] | None = None):
         self.layers, self.pick_rows = layers, pick_rows
-        self.hidden_layers = model_layers(layers)
+        self.hidden_layers = tuple(sorted({i for i in layers if i != LAST}))  # to ask for, in the model's order
         self.batches: list[DrafterBatch] = []
 
     def __call__(self, info: ForwardInfo) -> None:
