@@ -11,17 +11,14 @@ no d2t/t2d. Each key beside the loader function that reads it: docs/drafter_expo
 """
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
-from ...io import atomic_dir
 from ...model.config import ARCHS
 from .drafter import check_compatible
-from .head import Eagle3Config, Eagle3Head, vllm_layer_ids
+from .head import Eagle3Config, Eagle3Head, vllm_layer_ids, write_head_dir
 
 LAYOUTS = ("eagle3", "speculators")
 log = logging.getLogger("specrl")
@@ -175,7 +172,4 @@ def export_eagle3(head: Eagle3Head, out: str | Path, target_cfg, lm_head_weight:
     tensors = public_tensors(head, lm_head_weight, dtype, layout)
     hf = (eagle3_config(head.config, dtype, target_cfg) if layout == "eagle3"
           else speculators_config(head.config, dtype, target_cfg, verifier, speculative_tokens))
-    with atomic_dir(out) as tmp:
-        (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    return Path(out)
+    return write_head_dir(out, hf, tensors)

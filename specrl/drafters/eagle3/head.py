@@ -235,9 +235,14 @@ def save_head(head: Eagle3Head, path: str | Path, dtype: torch.dtype | None = No
              for k, v in head.state_dict().items()}
     hf = head.config.to_hf()
     hf["torch_dtype"] = str(state["fc.weight"].dtype).removeprefix("torch.")  # not d2t's int64
+    return write_head_dir(path, hf, state)
+
+
+def write_head_dir(path: str | Path, hf: dict, tensors: dict[str, torch.Tensor]) -> Path:
+    """config.json + model.safetensors, atomically: specrl's own layout and export.py's public ones."""
     with atomic_dir(path) as tmp:
         (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     return Path(path)
 
 
