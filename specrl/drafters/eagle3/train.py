@@ -135,9 +135,10 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
     """Features and top-`topk` distributions (0: the whole vocabulary) of every sequence, in bf16/int32."""
     wanted = tuple(sorted(set(layers)))
     features, probs = [None] * len(data), [None] * len(data)
-    order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
+    lengths = [len(p) + len(r) for p, r in data]
+    order = sorted(range(len(data)), key=lengths.__getitem__)
     while order:
-        T = len(data[order[-1]][0]) + len(data[order[-1]][1])  # longest first: sets the padded width
+        T = lengths[order[-1]]  # longest first: sets the padded width
         idx = [order.pop() for _ in range(min(len(order), max(1, batch_tokens // T)))]
         batch = pad_batch([data[i] for i in idx])
         with torch.autocast(next(policy.parameters()).device.type, dtype=torch.bfloat16, enabled=autocast):
@@ -145,9 +146,8 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
             top = chunked_topk(policy.lm_head, out.last_hidden, topk)  # [B, T, k] each
         feats = torch.cat([out.hidden[wanted.index(i)] for i in layers], dim=-1).bfloat16()  # [B, T, 3D]
         for b, i in enumerate(idx):
-            n = len(data[i][0]) + len(data[i][1])
-            features[i] = feats[b, :n].clone()
-            probs[i] = TopK(top.probs[b, :n].bfloat16(), top.ids[b, :n].int())
+            features[i] = feats[b, :lengths[i]].clone()
+            probs[i] = TopK(top.probs[b, :lengths[i]].bfloat16(), top.ids[b, :lengths[i]].int())
     return Teacher(features, probs)
 
 
