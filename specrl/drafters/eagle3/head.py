@@ -72,14 +72,6 @@ class Eagle3Config:
                    layers if layers is not None else default_layers(target.num_layers),
                    target.rms_norm_eps, target.rope_theta)
 
-    def layer_config(self) -> ModelConfig:
-        """The decoder-layer shape as a ModelConfig, so the shared Attention/MLP blocks can be reused
-        (Llama style: no qkv bias, no q/k norm, as in the published EAGLE-3 heads)."""
-        return ModelConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
-                           intermediate_size=self.intermediate_size, num_layers=1, num_heads=self.num_heads,
-                           num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, arch="llama",
-                           rope_theta=self.rope_theta, rms_norm_eps=self.rms_norm_eps)
-
     def to_hf(self) -> dict:
         return {"architectures": ["Eagle3Head"], "model_type": "eagle3", "num_hidden_layers": 1,
                 "target_hidden_layers": list(self.target_hidden_layers), "vocab_size": self.vocab_size,
@@ -133,7 +125,11 @@ def layers_from_hf(hf: dict) -> tuple[int, ...]:
 class Eagle3Layer(nn.Module):
     def __init__(self, cfg: Eagle3Config):
         super().__init__()
-        lc = cfg.layer_config()
+        # the shared Attention/MLP blocks, Llama style (no qkv bias or q/k norm) as in the published EAGLE-3 heads
+        lc = ModelConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_layers=1, arch="llama",
+                         intermediate_size=cfg.intermediate_size, num_heads=cfg.num_heads,
+                         num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, rope_theta=cfg.rope_theta,
+                         rms_norm_eps=cfg.rms_norm_eps)
         D, hd = cfg.hidden_size, cfg.head_dim
         self.self_attn = Attention(lc)
         # attention reads [embedding; hidden], width 2D

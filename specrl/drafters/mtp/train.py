@@ -128,11 +128,9 @@ def online_logits(trainer, mb) -> list:
                                    trainer.cfg.mtp_depths)  # depth d: [b, T-d, V], entry i predicts t_{i+d+1}
     decay = trainer.cfg.unroll_decay
     norm = sum(decay ** d for d in range(len(depths))) or 1.0
-    out = []
-    for d, logits in enumerate(depths, start=1):
-        n = logits.shape[1]  # entry i predicts t_{i+d+1}: the policy's distribution at index i+d
-        out.append((decay ** (d - 1) / norm, logits, mb.logits[:, d:d + n], mb.mask[:, d:d + n]))
-    return out
+    # entry i of depth d predicts t_{i+d+1}: the policy's distribution at index i+d
+    return [(decay ** (d - 1) / norm, logits, mb.logits[:, d:d + logits.shape[1]], mb.mask[:, d:d + logits.shape[1]])
+            for d, logits in enumerate(depths, start=1)]
 
 
 def cli_train(ns, on_log=None):
