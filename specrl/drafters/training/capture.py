@@ -2,11 +2,7 @@
 
 The trainer already runs the policy over every rollout to recompute logprobs, so it hands over the hidden
 states a drafter reads and the policy's next-token logits at no extra forward (NeMo-RL's way; capturing
-during rollout, TLT's, would see only the verify forwards).
-
-    capture = Capture(layers, pick_rows)     # or OnlineDrafterTrainer.forward_hook()
-    policy_trainer.forward_hook = capture    # specrl.train.trainer.ForwardHook
-    policy_trainer.step(batch)               # capture.batches: one DrafterBatch per micro-batch, detached
+during rollout, TLT's, would see only the verify forwards). See online.py for how the parts connect.
 
 Layer -1 stands for the final normed hidden state (MTP's h^0). Only the rows `pick_rows(b)` keeps are copied
 out, so a micro-batch's [b, T, V] logits are held only while its backward runs.
