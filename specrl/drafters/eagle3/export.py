@@ -142,8 +142,7 @@ def public_tensors(head: Eagle3Head, lm_head_weight: torch.Tensor | None, dtype:
     state = {k: v for k, v in head.state_dict().items() if k != "d2t"}
     full = head.lm_head is None or head.config.draft_vocab_size == head.config.vocab_size
     if head.lm_head is not None and full:  # a draft "vocabulary" of every id: its rows in target order, no d2t
-        state["lm_head.weight"] = head.lm_head.weight.new_empty(head.lm_head.weight.shape)  # [V, D]
-        state["lm_head.weight"][head.target_ids] = head.lm_head.weight.detach()
+        state["lm_head.weight"] = head.lm_head.weight.detach()[head.draft_id_of]  # [V, D]
     if head.lm_head is None:
         if lm_head_weight is None:
             raise ValueError("a full-vocabulary EAGLE-3 head drafts with the policy's lm_head, which the public "
