@@ -121,7 +121,8 @@ def test_topk_cross_entropy_sends_tokens_outside_the_draft_vocabulary_to_the_res
     from specrl.drafters.eagle3.export import with_draft_vocab
     from specrl.drafters.training.data import TopK, topk_cross_entropy
     # target vocabulary of 4; the draft vocabulary is target ids {1, 3} (draft ids 0, 1)
-    head = with_draft_vocab(init_head(Eagle3Config(4, 8, 8, 1, 1, 8, (0, 0, 0))), torch.zeros(4, 8), torch.tensor([1, 3]))
+    head = init_head(Eagle3Config(4, 8, 8, 1, 1, 8, (0, 0, 0)))
+    head = with_draft_vocab(head, torch.zeros(4, 8), torch.tensor([1, 3]))
     full_to_draft = head.draft_id_of  # the map train_head applies to the teacher's ids
     assert full_to_draft.tolist() == [-1, 0, -1, 1]
     target = TopK(torch.tensor([[[0.5, 0.3]]]), torch.tensor([[[1, 2]]]))  # p(1)=0.5, p(2)=0.3, rest 0.2
