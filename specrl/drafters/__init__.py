@@ -8,8 +8,8 @@
     ngram/        drafter.py (prompt lookup)
     scratch.py    cold start: a model drafter built from the policy by its method's recipe
     weights.py    hot swap: new drafter weights into a running engine's drafter, all or nothing
-    training/     data.py (offline fit, JSONL prompts), losses.py, capture.py (the policy trainer's forward hook),
-                  online.py (OnlineDrafterTrainer), health.py (the alarm)
+    training/     data.py (offline fit, JSONL prompts), cache.py (its teacher-data cache), losses.py, capture.py
+                  (the policy trainer's forward hook), online.py (OnlineDrafterTrainer), health.py (the alarm)
 
 The settings and the table of methods live in the engine core (`specrl.engine.methods`), which builds a
 drafter from its row's module path and so never imports this package; `specrl.train` imports nothing from it.

@@ -1,9 +1,5 @@
 """Hot swap of a model drafter's weights inside a running engine (online drafter training).
 
-    module = drafter_module(llm.drafter)             # the nn.Module the engine's drafter drafts with
-    load_drafter_weights(llm.drafter, trainer.named_weights(), trainer.version)
-    drafter_version(llm.drafter)                     # -> the version last loaded (0 before any)
-
 The names are the `state_dict()` names of the drafter's module (`ModelDrafter.module`; for `DrafterPool`,
 its model drafter's). The swap is all or nothing: every name and shape is checked before the first copy.
 Tensors are copied in place, so whatever holds the module keeps seeing it.

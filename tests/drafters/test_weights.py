@@ -139,6 +139,6 @@ def test_model_free_drafters_have_no_weights(method):
 def test_auto_swaps_its_model_drafter():
     model = tiny_model(layers=3)
     llm = LLM(model, spec=SpecConfig(method="auto", drafters=("suffix", "eagle3"), draft_model="scratch"))
-    assert drafter_module(llm.drafter) is llm.drafter.inner.head
+    assert drafter_module(llm.drafter) is llm.drafter.inner.module and llm.drafter.inner.method == "eagle3"
     load_drafter_weights(llm.drafter, _noisy(llm.drafter.inner, 0.1).items(), 2)
     assert drafter_version(llm.drafter) == 2

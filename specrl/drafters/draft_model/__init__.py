@@ -1,1 +1,0 @@
-"""A small causal LM as drafter: the drafter and its offline distillation."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from ...engine.drafting import Proposal, TargetForward, greedy_proposal
 from ...engine.memory import kv_cache
@@ -43,7 +44,7 @@ class DraftModelDrafter(ModelDrafter):
     hidden_layers: tuple[int, ...] = ()
 
     def __init__(self, draft: CausalLM, num_slots: int, max_len: int):
-        self.model = self.module = draft.eval()
+        self.module = draft.eval()
         cfg = draft.config
         p = next(draft.parameters())
         self.device = p.device
@@ -75,22 +76,19 @@ class DraftModelDrafter(ModelDrafter):
         for j in range(K):
             yield tok
             if j + 1 < K:
-                logits = self.model(tok[:, None], (pos + j)[:, None], self.cache, slots).logits  # [B, 1, V]
+                logits = self.module(tok[:, None], (pos + j)[:, None], self.cache, slots).logits  # [B, 1, V]
                 tok = logits[:, -1].argmax(-1)
 
     def _catch_up(self, seqs: list[Sequence], slots: torch.Tensor) -> torch.Tensor:
         """Feeds tokens[cached:] of every row, right-padded; returns each row's greedy next token [B]."""
         news = [s.tokens[min(self.cached[s.slot], s.num_tokens - 1):] for s in seqs]
         starts = [s.num_tokens - len(t) for s, t in zip(seqs, news)]
-        T = max(len(t) for t in news)
-        ids = torch.zeros(len(seqs), T, dtype=torch.long)  # [B, T]
-        for b, t in enumerate(news):
-            ids[b, :len(t)] = torch.tensor(t)
+        ids = pad_sequence([torch.tensor(t) for t in news], batch_first=True)  # [B, T]
         # pads continue past the row's tokens, where drafting overwrites them before any read; the rare
         # pad that would leave the cache goes to the scratch row
-        positions = (torch.tensor(starts)[:, None] + torch.arange(T)).clamp_max(self.scratch)  # [B, T]
+        positions = (torch.tensor(starts)[:, None] + torch.arange(ids.shape[1])).clamp_max(self.scratch)  # [B, T]
         last = torch.tensor([len(t) - 1 for t in news], device=self.device)[:, None]  # [B, 1]
-        out = self.model(ids.to(self.device), positions.to(self.device), self.cache, slots, logits_index=last)
+        out = self.module(ids.to(self.device), positions.to(self.device), self.cache, slots, logits_index=last)
         return out.logits[:, -1].argmax(-1)  # [B]
 
     def release(self, seq: Sequence) -> None:

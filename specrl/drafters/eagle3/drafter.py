@@ -33,7 +33,7 @@ class Eagle3Drafter(ModelDrafter):
     method = "eagle3"
 
     def __init__(self, head: Eagle3Head, target, num_slots: int, max_len: int, sample_drafts: bool = True):
-        self.head = self.module = head
+        self.module = head
         self.target, self.sample_drafts = target, sample_drafts
         layers = head.config.target_hidden_layers
         self.hidden_layers = tuple(sorted(set(layers)))
@@ -51,8 +51,8 @@ class Eagle3Drafter(ModelDrafter):
     def observe(self, fwd: TargetForward) -> None:
         B = len(fwd.seqs)
         slots = slot_index([s.slot for s in fwd.seqs], self.device, max_runs=0)  # a slice (views) or [B]
-        fused = self.head.fuse([fwd.hidden[i] for i in self._pick])  # [B, T, D]
-        out = self.head(fused, self.target.embed(fwd.next_tokens), fwd.positions, self.kv, slots)  # [B, T, D]
+        fused = self.module.fuse([fwd.hidden[i] for i in self._pick])  # [B, T, D]
+        out = self.module(fused, self.target.embed(fwd.next_tokens), fwd.positions, self.kv, slots)  # [B, T, D]
         rows = torch.arange(B, device=self.device)
         last = (fwd.valid - 1).clamp(min=0)  # [B]
         self.last_h[slots] = out[rows, last]
@@ -73,7 +73,7 @@ class Eagle3Drafter(ModelDrafter):
             u = hash_uniform(params[3], pos + 2 + steps, STREAM_DRAFT)  # [B, K]
         drafts, qs = [], []
         for j in range(K):  # one head forward per draft step for the whole batch
-            logits = self.head.full_logits(h, self.target)  # [B, 1, V], -inf outside a draft vocabulary
+            logits = self.module.full_logits(h, self.target)  # [B, 1, V], -inf outside a draft vocabulary
             if params is None:
                 tok = logits.argmax(-1)  # [B, 1]
             else:  # q = the head's distribution under each row's own temperature/top-k/top-p
@@ -82,20 +82,18 @@ class Eagle3Drafter(ModelDrafter):
                 qs.append(q)
             drafts.append(tok)
             if j + 1 < K:
-                h = self.head(h, self.target.embed(tok), pos + 1 + j, self.kv, slots)  # [B, 1, D]
+                h = self.module(h, self.target.embed(tok), pos + 1 + j, self.kv, slots)  # [B, 1, D]
         return Proposal(torch.cat(drafts, dim=1), lengths, torch.cat(qs, dim=1) if qs else None)  # [B, K], [B, K, V]
 
 
 def check_compatible(head: Eagle3Head, target_cfg, source: str) -> None:
     """The head was made for a policy of this vocabulary, width and depth (`target_cfg`: its ModelConfig)."""
     hc, tc = head.config, target_cfg
-    if hc.vocab_size != tc.vocab_size:
-        raise ValueError(f"EAGLE-3 head {source!r} has vocab_size {hc.vocab_size} but the policy has "
-                         f"{tc.vocab_size}: the head reuses the policy's embeddings and lm_head, so train one for "
-                         f"this policy ({DEFAULT_INSTALL_HINT} --policy PATH)")
-    if hc.hidden_size != tc.hidden_size:
-        raise ValueError(f"EAGLE-3 head {source!r} has hidden_size {hc.hidden_size} but the policy has "
-                         f"{tc.hidden_size}: train a head for this policy ({DEFAULT_INSTALL_HINT} --policy PATH)")
+    for key in ("vocab_size", "hidden_size"):
+        if getattr(hc, key) != getattr(tc, key):
+            raise ValueError(f"EAGLE-3 head {source!r} has {key} {getattr(hc, key)} but the policy has "
+                             f"{getattr(tc, key)}: the head reuses the policy's embeddings and lm_head, so train "
+                             f"one for this policy ({DEFAULT_INSTALL_HINT} --policy PATH)")
     bad = [i for i in hc.target_hidden_layers if not 0 <= i < tc.num_layers]
     if bad:
         raise ValueError(f"EAGLE-3 head {source!r} reads target layers {bad}, but the policy has layers "

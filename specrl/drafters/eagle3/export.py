@@ -11,17 +11,14 @@ no d2t/t2d. Each key beside the loader function that reads it: docs/drafter_expo
 """
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
-from ...io import atomic_dir
 from ...model.config import ARCHS
 from .drafter import check_compatible
-from .head import Eagle3Config, Eagle3Head, vllm_layer_ids
+from .head import Eagle3Config, Eagle3Head, vllm_layer_ids, write_head_dir
 
 LAYOUTS = ("eagle3", "speculators")
 log = logging.getLogger("specrl")
@@ -145,8 +142,7 @@ def public_tensors(head: Eagle3Head, lm_head_weight: torch.Tensor | None, dtype:
     state = {k: v for k, v in head.state_dict().items() if k != "d2t"}
     full = head.lm_head is None or head.config.draft_vocab_size == head.config.vocab_size
     if head.lm_head is not None and full:  # a draft "vocabulary" of every id: its rows in target order, no d2t
-        state["lm_head.weight"] = head.lm_head.weight.new_empty(head.lm_head.weight.shape)  # [V, D]
-        state["lm_head.weight"][head.target_ids] = head.lm_head.weight.detach()
+        state["lm_head.weight"] = head.lm_head.weight.detach()[head.draft_id_of]  # [V, D]
     if head.lm_head is None:
         if lm_head_weight is None:
             raise ValueError("a full-vocabulary EAGLE-3 head drafts with the policy's lm_head, which the public "
@@ -157,10 +153,7 @@ def public_tensors(head: Eagle3Head, lm_head_weight: torch.Tensor | None, dtype:
     tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
     if full:
         return tensors
-    d2t = head.d2t.cpu()  # [Vd]
-    t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)  # [V]
-    t2d[torch.arange(len(d2t)) + d2t] = True
-    return {**tensors, "d2t": d2t.contiguous(), "t2d": t2d}
+    return {**tensors, "d2t": head.d2t.cpu().contiguous(), "t2d": head.draft_id_of.cpu() >= 0}  # t2d: [V] bool
 
 
 def export_eagle3(head: Eagle3Head, out: str | Path, target_cfg, lm_head_weight: torch.Tensor | None = None, *,
@@ -178,7 +171,4 @@ def export_eagle3(head: Eagle3Head, out: str | Path, target_cfg, lm_head_weight:
     tensors = public_tensors(head, lm_head_weight, dtype, layout)
     hf = (eagle3_config(head.config, dtype, target_cfg) if layout == "eagle3"
           else speculators_config(head.config, dtype, target_cfg, verifier, speculative_tokens))
-    with atomic_dir(out) as tmp:
-        (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    return Path(out)
+    return write_head_dir(out, hf, tensors)

@@ -72,14 +72,6 @@ class Eagle3Config:
                    layers if layers is not None else default_layers(target.num_layers),
                    target.rms_norm_eps, target.rope_theta)
 
-    def layer_config(self) -> ModelConfig:
-        """The decoder-layer shape as a ModelConfig, so the shared Attention/MLP blocks can be reused
-        (Llama style: no qkv bias, no q/k norm, as in the published EAGLE-3 heads)."""
-        return ModelConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
-                           intermediate_size=self.intermediate_size, num_layers=1, num_heads=self.num_heads,
-                           num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, arch="llama",
-                           rope_theta=self.rope_theta, rms_norm_eps=self.rms_norm_eps)
-
     def to_hf(self) -> dict:
         return {"architectures": ["Eagle3Head"], "model_type": "eagle3", "num_hidden_layers": 1,
                 "target_hidden_layers": list(self.target_hidden_layers), "vocab_size": self.vocab_size,
@@ -133,7 +125,11 @@ def layers_from_hf(hf: dict) -> tuple[int, ...]:
 class Eagle3Layer(nn.Module):
     def __init__(self, cfg: Eagle3Config):
         super().__init__()
-        lc = cfg.layer_config()
+        # the shared Attention/MLP blocks, Llama style (no qkv bias or q/k norm) as in the published EAGLE-3 heads
+        lc = ModelConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_layers=1, arch="llama",
+                         intermediate_size=cfg.intermediate_size, num_heads=cfg.num_heads,
+                         num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, rope_theta=cfg.rope_theta,
+                         rms_norm_eps=cfg.rms_norm_eps)
         D, hd = cfg.hidden_size, cfg.head_dim
         self.self_attn = Attention(lc)
         # attention reads [embedding; hidden], width 2D
@@ -165,6 +161,14 @@ class Eagle3Head(nn.Module):
         if self.lm_head is None:
             return None
         return torch.arange(len(self.d2t), device=self.d2t.device) + self.d2t
+
+    @property
+    def draft_id_of(self) -> torch.Tensor | None:
+        """The inverse of `target_ids`: the draft id of each target id [V], -1 outside the draft vocabulary."""
+        if self.lm_head is None:
+            return None
+        index = torch.full((self.config.vocab_size,), -1, dtype=torch.long, device=self.d2t.device)  # [V]
+        return index.index_copy(0, self.target_ids, torch.arange(len(self.d2t), device=self.d2t.device))
 
     def draft_logits(self, h: torch.Tensor, target) -> torch.Tensor:
         """Pre-norm output h [B, T, D] -> logits over the draft vocabulary [B, T, Vd] (Vd = V without one)."""
@@ -227,9 +231,14 @@ def save_head(head: Eagle3Head, path: str | Path, dtype: torch.dtype | None = No
              for k, v in head.state_dict().items()}
     hf = head.config.to_hf()
     hf["torch_dtype"] = str(state["fc.weight"].dtype).removeprefix("torch.")  # not d2t's int64
+    return write_head_dir(path, hf, state)
+
+
+def write_head_dir(path: str | Path, hf: dict, tensors: dict[str, torch.Tensor]) -> Path:
+    """config.json + model.safetensors, atomically: specrl's own layout and export.py's public ones."""
     with atomic_dir(path) as tmp:
         (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     return Path(path)
 
 

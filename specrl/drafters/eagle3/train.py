@@ -36,9 +36,6 @@ class Eagle3Options:
     draft_vocab_size: int | None = None
 
     def __post_init__(self):
-        self.validate()
-
-    def validate(self) -> None:
         require(self.ttt_steps >= 1, "ttt_steps", self.ttt_steps, ">= 1")
         require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
         require(self.draft_vocab_size is None or self.draft_vocab_size >= 1, "draft_vocab_size",
@@ -46,9 +43,7 @@ class Eagle3Options:
 
 
 def shift_left(x: torch.Tensor, n: int) -> torch.Tensor:
-    """x[:, t] <- x[:, t+n], zero-filled past the end. x: [B, T, ...]."""
-    if n == 0:
-        return x
+    """x[:, t] <- x[:, t+n], zero-filled past the end (n >= 1). x: [B, T, ...]."""
     return torch.cat([x[:, n:], torch.zeros_like(x[:, :n])], dim=1)
 
 
@@ -140,20 +135,19 @@ def precompute_teacher(policy, data: list[Pair], layers: tuple[int, ...], batch_
     """Features and top-`topk` distributions (0: the whole vocabulary) of every sequence, in bf16/int32."""
     wanted = tuple(sorted(set(layers)))
     features, probs = [None] * len(data), [None] * len(data)
-    order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
+    lengths = [len(p) + len(r) for p, r in data]
+    order = sorted(range(len(data)), key=lengths.__getitem__)
     while order:
-        T = len(data[order[-1]][0]) + len(data[order[-1]][1])  # longest first: sets the padded width
+        T = lengths[order[-1]]  # longest first: sets the padded width
         idx = [order.pop() for _ in range(min(len(order), max(1, batch_tokens // T)))]
         batch = pad_batch([data[i] for i in idx])
-        amp = torch.autocast(next(policy.parameters()).device.type, dtype=torch.bfloat16, enabled=autocast)
-        with amp:
+        with torch.autocast(next(policy.parameters()).device.type, dtype=torch.bfloat16, enabled=autocast):
             out = policy(batch.ids, batch.positions, hidden_layers=wanted, compute_logits=False)
             top = chunked_topk(policy.lm_head, out.last_hidden, topk)  # [B, T, k] each
         feats = torch.cat([out.hidden[wanted.index(i)] for i in layers], dim=-1).bfloat16()  # [B, T, 3D]
         for b, i in enumerate(idx):
-            n = len(data[i][0]) + len(data[i][1])
-            features[i] = feats[b, :n].clone()
-            probs[i] = TopK(top.probs[b, :n].bfloat16(), top.ids[b, :n].int())
+            features[i] = feats[b, :lengths[i]].clone()
+            probs[i] = TopK(top.probs[b, :lengths[i]].bfloat16(), top.ids[b, :lengths[i]].int())
     return Teacher(features, probs)
 
 
@@ -177,9 +171,7 @@ def chunked_topk(lm_head: torch.nn.Linear, hidden: torch.Tensor, k: int) -> TopK
     k > 0 the [B, T, V] logits never exist at once (k = 0 asks for whole rows, which are then the result)."""
     B, T, D = hidden.shape
     flat, step = hidden.reshape(B * T, D), head_chunk_tokens(lm_head.out_features)
-    parts = []
-    for i in range(0, B * T, step):
-        parts.append(topk_probs(lm_head(flat[i:i + step]), k))  # from [n, V] logits
+    parts = [topk_probs(lm_head(flat[i:i + step]), k) for i in range(0, B * T, step)]  # from [n, V] logits each
     return TopK(torch.cat([p.probs for p in parts]).view(B, T, -1), torch.cat([p.ids for p in parts]).view(B, T, -1))
 
 
@@ -203,10 +195,7 @@ def train_head(head: Eagle3Head, policy, data: list[Pair], args: DrafterTrainArg
     """Trains the head only (the policy is frozen) with the shared drafter loop."""
     policy.requires_grad_(False)
     teacher = cached_teacher(policy, data, head.config.target_hidden_layers, args)
-    full_to_draft = None  # [V] draft id of each target id, -1 outside a reduced draft vocabulary
-    if head.lm_head is not None:  # teacher tokens outside it go to the rest bucket (topk_cross_entropy)
-        full_to_draft = torch.full((head.config.vocab_size,), -1, dtype=torch.long)
-        full_to_draft[head.target_ids] = torch.arange(head.config.draft_vocab_size)
+    full_to_draft = head.draft_id_of  # teacher tokens outside a draft vocabulary go to the rest bucket (id -1)
 
     def loss_fn(idx):
         batch = pad_batch([data[i] for i in idx])

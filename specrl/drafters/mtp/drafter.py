@@ -76,7 +76,7 @@ class MTPDrafter(ModelDrafter):
     hidden_layers: tuple[int, ...] = (-1,)
 
     def __init__(self, target: CausalLM, stack: MTPStack, num_slots: int, max_len: int):
-        self.target, self.stack, self.module = target, stack, stack
+        self.target, self.module = target, stack
         p = next(target.parameters())
         self.device = p.device
         attn = stack.layers[0].block.self_attn
@@ -87,9 +87,9 @@ class MTPDrafter(ModelDrafter):
     def observe(self, fwd: TargetForward) -> None:
         slots = torch.tensor([s.slot for s in fwd.seqs], device=self.device)  # [B]
         h = fwd.last_hidden  # [B, T, D]
-        for d in range(1, self.stack.depth + 1):
+        for d in range(1, self.module.depth + 1):
             ids = F.pad(fwd.next_tokens[:, d - 1:], (0, d - 1))  # [B, T]: t_{i+d}, zeros past the row
-            h = self.stack.step(d, h, self.target.embed(ids), fwd.positions, self.cache[d - 1], slots)
+            h = self.module.step(d, h, self.target.embed(ids), fwd.positions, self.cache[d - 1], slots)
         last = (fwd.valid - 1).clamp_min(0)  # [B] index of the last accepted input
         self.h0[slots] = fwd.last_hidden[torch.arange(len(fwd.seqs), device=self.device), last]  # [B, D]
 
@@ -102,9 +102,9 @@ class MTPDrafter(ModelDrafter):
         tok = torch.tensor([s.tokens[-1] for s in seqs], device=self.device)  # [B]
         h = self.h0[slots][:, None]  # [B, 1, D]
         for j in range(1, K + 1):
-            d = min(j, self.stack.depth)
-            h = self.stack.step(j, h, self.target.embed(tok[:, None]), pos, self.cache[d - 1], slots)  # [B, 1, D]
-            tok = self.stack.logits(j, h, self.target.lm_head)[:, -1].argmax(-1)  # [B]
+            d = min(j, self.module.depth)
+            h = self.module.step(j, h, self.target.embed(tok[:, None]), pos, self.cache[d - 1], slots)  # [B, 1, D]
+            tok = self.module.logits(j, h, self.target.lm_head)[:, -1].argmax(-1)  # [B]
             yield tok
 
     def caches(self) -> list:

@@ -30,9 +30,6 @@ class MTPOptions:
     mtp_only: bool = True  # write only the modules (config.json + mtp.safetensors); False: the policy too
 
     def __post_init__(self):
-        self.validate()
-
-    def validate(self) -> None:
         require(1 <= self.num_modules <= self.mtp_depths, "num_modules", self.num_modules,
                 f"in [1, mtp_depths={self.mtp_depths}]")
         require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
@@ -131,11 +128,9 @@ def online_logits(trainer, mb) -> list:
                                    trainer.cfg.mtp_depths)  # depth d: [b, T-d, V], entry i predicts t_{i+d+1}
     decay = trainer.cfg.unroll_decay
     norm = sum(decay ** d for d in range(len(depths))) or 1.0
-    out = []
-    for d, logits in enumerate(depths, start=1):
-        n = logits.shape[1]  # entry i predicts t_{i+d+1}: the policy's distribution at index i+d
-        out.append((decay ** (d - 1) / norm, logits, mb.logits[:, d:d + n], mb.mask[:, d:d + n]))
-    return out
+    # entry i of depth d predicts t_{i+d+1}: the policy's distribution at index i+d
+    return [(decay ** (d - 1) / norm, logits, mb.logits[:, d:d + logits.shape[1]], mb.mask[:, d:d + logits.shape[1]])
+            for d, logits in enumerate(depths, start=1)]
 
 
 def cli_train(ns, on_log=None):

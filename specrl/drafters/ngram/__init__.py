@@ -1,1 +1,0 @@
-"""N-gram prompt-lookup drafting."""

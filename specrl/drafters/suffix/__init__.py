@@ -1,1 +1,0 @@
-"""Suffix drafting (SuffixDecoding; DAS): the drafter and its suffix tries."""

@@ -2,11 +2,7 @@
 
 The trainer already runs the policy over every rollout to recompute logprobs, so it hands over the hidden
 states a drafter reads and the policy's next-token logits at no extra forward (NeMo-RL's way; capturing
-during rollout, TLT's, would see only the verify forwards).
-
-    capture = Capture(layers, pick_rows)     # or OnlineDrafterTrainer.forward_hook()
-    policy_trainer.forward_hook = capture    # specrl.train.trainer.ForwardHook
-    policy_trainer.step(batch)               # capture.batches: one DrafterBatch per micro-batch, detached
+during rollout, TLT's, would see only the verify forwards). See online.py for how the parts connect.
 
 Layer -1 stands for the final normed hidden state (MTP's h^0). Only the rows `pick_rows(b)` keeps are copied
 out, so a micro-batch's [b, T, V] logits are held only while its backward runs.
@@ -44,18 +40,13 @@ class DrafterBatch(NamedTuple):
                             {i: h[:, :T][keep] for i, h in self.hidden.items()}, self.rows[keep.to(self.rows.device)])
 
 
-def model_layers(layers: tuple[int, ...]) -> tuple[int, ...]:
-    """The decoder layers to ask the model for, in the order it returns them (ascending, no -1)."""
-    return tuple(sorted({i for i in layers if i != LAST}))
-
-
 class Capture:
     """The policy trainer's forward hook of online drafter training: keeps one `DrafterBatch` per micro-batch
     in `batches`, the `layers` of `pick_rows(b)`'s rows (all of them without `pick_rows`)."""
 
     def __init__(self, layers: tuple[int, ...], pick_rows: Callable[[int], Tensor | None] | None = None):
         self.layers, self.pick_rows = layers, pick_rows
-        self.hidden_layers = model_layers(layers)
+        self.hidden_layers = tuple(sorted({i for i in layers if i != LAST}))  # to ask for, in the model's order
         self.batches: list[DrafterBatch] = []
 
     def __call__(self, info: ForwardInfo) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from ...errors import MissingFileError, require, require_min
 from ...optim import OptimSettings, build_optimizer, clock_step, descend
@@ -97,13 +98,11 @@ class TokenBatch(NamedTuple):
 
 
 def pad_batch(pairs: list[Pair]) -> TokenBatch:
-    T = max(len(p) + len(r) for p, r in pairs)
-    ids = torch.zeros(len(pairs), T, dtype=torch.long)  # [B, T]
-    mask = torch.zeros(len(pairs), T, dtype=torch.bool)  # [B, T]
+    ids = pad_sequence([torch.tensor(p + r) for p, r in pairs], batch_first=True)  # [B, T]
+    mask = torch.zeros(ids.shape, dtype=torch.bool)  # [B, T]
     for b, (p, r) in enumerate(pairs):
-        ids[b, :len(p) + len(r)] = torch.tensor(p + r)
         mask[b, len(p) - 1:len(p) + len(r) - 1] = True
-    return TokenBatch(ids, torch.arange(T).expand(len(pairs), T), mask)
+    return TokenBatch(ids, torch.arange(ids.shape[1]).expand(ids.shape), mask)
 
 
 def index_batches(lengths: list[int], batch_tokens: int, seed: int):
@@ -114,13 +113,11 @@ def index_batches(lengths: list[int], batch_tokens: int, seed: int):
     rng = random.Random(seed)
     while True:
         order = sorted(range(len(lengths)), key=lambda i: (lengths[i], rng.random()))
-        batches, cur = [], []
+        batches = [[]]
         for i in order:
-            if cur and (len(cur) + 1) * lengths[i] > batch_tokens:
-                batches.append(cur)
-                cur = []
-            cur.append(i)
-        batches.append(cur)
+            if batches[-1] and (len(batches[-1]) + 1) * lengths[i] > batch_tokens:
+                batches.append([])
+            batches[-1].append(i)
         rng.shuffle(batches)
         yield from batches
 

@@ -1,4 +1,4 @@
-"""A progress bar with an ETA for offline drafter training (rich, drawn only on a terminal; rich is optional)."""
+"""A progress bar with an ETA for offline drafter training (rich, drawn only on a terminal)."""
 from __future__ import annotations
 
 import sys
@@ -18,14 +18,11 @@ def eta_s(step: int, steps: int, elapsed_s: float, budget_s: float) -> float:
 @contextmanager
 def step_progress(steps: int, budget_s: float) -> Iterator[Callable[[int, float], None]]:
     """`with step_progress(steps, budget_s) as update: update(step, elapsed_s)`; a no-op off a terminal."""
-    try:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    except ImportError:
-        Progress = None
-    if Progress is None or not sys.stderr.isatty():
+    if not sys.stderr.isatty():
         yield lambda step, elapsed_s: None
         return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("eta {task.fields[eta]}"), console=Console(stderr=True)) as bar:
         task = bar.add_task("training", total=steps, eta="?")

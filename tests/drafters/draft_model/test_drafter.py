@@ -52,7 +52,7 @@ def test_proposals_equal_cache_free_greedy_after_rejections(tmp_path):
     model = target()
     llm = LLM(model, max_num_seqs=4, spec=random_draft_spec(tmp_path))
     running, prop = propose_after_steps(llm, prompts(4), seed=1)
-    draft = llm.drafter.model
+    draft = llm.drafter.module
     for b, s in enumerate(running):
         toks = list(s.tokens)
         for _ in range(3):

@@ -118,11 +118,15 @@ def test_ttt_unroll_matches_the_drafter_at_inference():
 
 
 def test_topk_cross_entropy_sends_tokens_outside_the_draft_vocabulary_to_the_rest_bucket():
+    from specrl.drafters.eagle3.export import with_draft_vocab
     from specrl.drafters.training.data import TopK, topk_cross_entropy
     # target vocabulary of 4; the draft vocabulary is target ids {1, 3} (draft ids 0, 1)
-    full_to_draft = torch.tensor([-1, 0, -1, 1])
+    head = init_head(Eagle3Config(4, 8, 8, 1, 1, 8, (0, 0, 0)))
+    head = with_draft_vocab(head, torch.zeros(4, 8), torch.tensor([1, 3]))
+    full_to_draft = head.draft_id_of  # the map train_head applies to the teacher's ids
+    assert full_to_draft.tolist() == [-1, 0, -1, 1]
     target = TopK(torch.tensor([[[0.5, 0.3]]]), torch.tensor([[[1, 2]]]))  # p(1)=0.5, p(2)=0.3, rest 0.2
-    draft = TopK(target.probs, full_to_draft[target.ids])  # as train_head maps the teacher's ids
+    draft = TopK(target.probs, full_to_draft[target.ids])
     assert draft.ids.tolist() == [[[0, -1]]]
     logits = torch.log(torch.tensor([[[0.6, 0.4]]]))  # q over draft ids
     # token 2 cannot be drafted: its 0.3 joins the rest 0.2, and the rest is every draft id but 0 (q = 0.4)
