@@ -34,7 +34,7 @@ def get_reward(name: str) -> RewardFn:
 @register_reward("chain")
 @register_reward("arith")
 def arith(completion: str, answer: str, prompt: str = "") -> float:
-    from ..tasks.reward import arith_reward
+    from ..tasks.arith import arith_reward
     return arith_reward(completion, answer, prompt)
 
 
