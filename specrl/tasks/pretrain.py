@@ -146,12 +146,9 @@ def accuracy_by_ops(problems, completions) -> dict[str, float]:
     """Held-out accuracy per bucket of the number of operations."""
     buckets = {"1": (1, 1), "2-3": (2, 3), "4-7": (4, 7), "8-15": (8, 15), "16-31": (16, 31), "32-63": (32, 63),
                "64+": (64, 1 << 30)}
-    out = {}
-    for name, (lo, hi) in buckets.items():
-        hits = [arith_reward(c, p.answer, p.prompt) for p, c in zip(problems, completions) if lo <= p.num_ops <= hi]
-        if hits:
-            out[name] = round(sum(hits) / len(hits), 3)
-    return out
+    rewards = [(p.num_ops, arith_reward(c, p.answer, p.prompt)) for p, c in zip(problems, completions)]
+    hits = {name: [r for n, r in rewards if lo <= n <= hi] for name, (lo, hi) in buckets.items()}
+    return {name: round(sum(h) / len(h), 3) for name, h in hits.items() if h}
 
 
 class Batch(NamedTuple):
@@ -177,27 +174,22 @@ def collate(seqs: list[Row], pad_id: int) -> Batch:
     return Batch(input_ids, targets)
 
 
-def pool_batches(seqs: list[Row], batch_tokens: int, rng: random.Random) -> list[list[Row]]:
-    """Cut a pool sorted by length into batches of at most `batch_tokens` padded tokens, so that short and long
-    problems rarely share a batch and little compute goes to padding; shuffle the batches."""
-    batches: list[list[Row]] = [[]]
-    for s in sorted(seqs, key=lambda s: len(s[0])):
-        # rows are sorted ascending, so the current row sets the padded width of its batch
-        if batches[-1] and (len(batches[-1]) + 1) * len(s[0]) > batch_tokens:
-            batches.append([])
-        batches[-1].append(s)
-    rng.shuffle(batches)
-    return batches
-
-
 def train_batches(tok: Tokenizer, ids: SpecialIds, seed: int, batch_tokens: int, spec: ArithSpec | None = None,
                   pool_size: int = 4096) -> Iterator[Batch]:
-    """Endless stream of supervised batches, `<bos> prompt response <eos>`, a pure function of the seed."""
+    """Endless stream of supervised batches, a pure function of the seed. Each pool of problems is sorted by
+    length and cut into batches of at most `batch_tokens` padded tokens, so that short and long problems rarely
+    share a batch and little compute goes to padding; then the batches are shuffled."""
     rng = random.Random(seed)
     for pool in itertools.count():
         problems = make_problems(pool_size, seed=seed * 100_003 + pool, split="train", spec=spec)
-        for rows in pool_batches([encode_problem(tok, ids, p) for p in problems], batch_tokens, rng):
-            yield collate(rows, ids.pad)
+        batches: list[list[Row]] = [[]]
+        for row in sorted((encode_problem(tok, ids, p) for p in problems), key=lambda r: len(r[0])):
+            # rows are sorted ascending, so the current row sets the padded width of its batch
+            if batches[-1] and (len(batches[-1]) + 1) * len(row[0]) > batch_tokens:
+                batches.append([])
+            batches[-1].append(row)
+        rng.shuffle(batches)
+        yield from (collate(rows, ids.pad) for rows in batches)
 
 
 def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, budget_s: float,
