@@ -67,10 +67,7 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
         pickled = [p.name for p in path.glob("*.bin")] + [p.name for p in path.glob("*.pt")]
         extra = f" Found {pickled}: specrl never unpickles weights; convert them to safetensors." if pickled else ""
         raise MissingFileError(f"no *.safetensors weights in {str(path)!r}.{extra}")
-    state = {}
-    for name in files:
-        state.update(load_safetensors(path / name))
-    return state
+    return {key: tensor for name in files for key, tensor in load_safetensors(path / name).items()}
 
 
 def load_safetensors(file: Path) -> dict[str, torch.Tensor]:

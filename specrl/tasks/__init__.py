@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .arith import DEFAULT_TASK, TASKS, ArithSpec, Problem, is_counted, make_problems, task_spec
-from .reward import arith_reward, extract_answer
+from .arith import (DEFAULT_TASK, TASKS, ArithSpec, Problem, arith_reward, extract_answer, is_counted, make_problems,
+                    task_spec)
 from .tokenizer import SpecialIds, build_tokenizer, load_tokenizer, save_tokenizer
 
 POLICY_DIR = Path(__file__).parent / "assets" / "policy"

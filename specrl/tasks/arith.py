@@ -91,19 +91,6 @@ def chase_solution(f: list[int], start: int, hops: int, counted: bool) -> tuple[
     return "\n".join(lines + [f"A:{x}"]), x
 
 
-def make_problem(rng: random.Random, spec: ArithSpec) -> Problem:
-    """Each scratchpad line `x=f(x)` looks f(x) up in the prompt by matching `x=`."""
-    n = round(math.exp(rng.gauss(math.log(spec.hops_median), spec.hops_sigma)))  # lognormal, then clipped
-    n = min(max(n, spec.min_hops), spec.max_hops)
-    f = [rng.randint(0, 9) for _ in range(10)]
-    start = rng.randint(0, 9)
-    table = " ".join(f"{i}={f[i]}" for i in range(10))
-    prompt = f"Q:{table} s{start} n{n}=?\n"
-    counted = (prompt_hash(prompt) >> 1) % 1000 < 1000 * spec.counted_share  # bit 0 picks the split
-    response, x = chase_solution(f, start, n, counted)
-    return Problem(prompt, response, str(x), n)
-
-
 def prompt_hash(prompt: str) -> int:
     """Split assignment hash: a prompt belongs to the test split iff its hash is odd."""
     return int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=8).digest(), "little")
@@ -119,12 +106,18 @@ def make_problems(n: int, seed: int = 0, split: str = "train", spec: ArithSpec |
         raise ValueError(f"n={n}: expected a non-negative number of problems")
     spec = spec or TASKS[DEFAULT_TASK]
     rng = random.Random(_SPLIT_SALT[split] * 1_000_003 + seed)
-    want_odd = split == "test"
     out: list[Problem] = []
     while len(out) < n:
-        p = make_problem(rng, spec)
-        if (prompt_hash(p.prompt) & 1) == want_odd:
-            out.append(p)
+        hops = round(math.exp(rng.gauss(math.log(spec.hops_median), spec.hops_sigma)))  # lognormal, then clipped
+        hops = min(max(hops, spec.min_hops), spec.max_hops)
+        f = [rng.randint(0, 9) for _ in range(10)]
+        start = rng.randint(0, 9)
+        table = " ".join(f"{i}={f[i]}" for i in range(10))
+        prompt = f"Q:{table} s{start} n{hops}=?\n"
+        h = prompt_hash(prompt)
+        if (h & 1) == (split == "test"):  # bit 0 picks the split, the next bits the style
+            response, x = chase_solution(f, start, hops, counted=(h >> 1) % 1000 < 1000 * spec.counted_share)
+            out.append(Problem(prompt, response, str(x), hops))
     return out
 
 
@@ -146,3 +139,30 @@ def is_counted(response: str) -> bool:
     """Whether a response is written in the counted style (its first line starts `<hops left>:`)."""
     return bool(_COUNTED_LINE.match(response))
 
+
+
+# The final answer line: "A:" then digits, alone on its line, at the end of the completion.
+_ANSWER = re.compile(r"(?:^|\n)A:(\d+)\s*$")
+
+
+def extract_answer(completion: str) -> str | None:
+    """The digits of the last line's `A:<digits>` (special tokens such as a trailing "<eos>" stripped first),
+    or None when the completion is malformed."""
+    m = _ANSWER.search(_clean(completion))
+    return str(int(m.group(1))) if m else None
+
+
+def _clean(completion: str) -> str:
+    return completion.replace("<eos>", "").replace("<pad>", "").strip()
+
+
+def arith_reward(completion: str, answer: str, prompt: str = "") -> float:
+    """1.0 when the final answer equals `answer` and, if `prompt` is given, the scratchpad is exactly one of
+    the prompt's worked solutions (plain or counted); else 0.0. The map often has short cycles, so a chain with
+    the wrong number of hops (or a wrong lookup that lands back on the cycle) can end on the right digit by luck:
+    crediting that would reward the very habit (miscounting hops) that training should remove."""
+    got = extract_answer(completion)
+    if got is None or got != str(int(answer)):
+        return 0.0
+    references = reference_solutions(prompt) if prompt else ()
+    return float(not references or _clean(completion) in references)

@@ -41,13 +41,10 @@ class WordProblem:
 def _step(rng: random.Random, x: int, name: str, item: str, hard: bool) -> tuple[str, int]:
     """One operation on the running count x: (sentence, new count)."""
     top = 30 if hard else 12
-    ops = ["add", "sub", "mul", "div"] if x > 0 else ["add", "mul"]
     divisors = [d for d in range(2, 7) if x % d == 0 and x // d > 0]
-    if not divisors:
-        ops = [o for o in ops if o != "div"]
-    if x > 200:  # keep the numbers readable
-        ops = [o for o in ops if o != "mul"]
-    op = rng.choice(ops)
+    # take away only from a positive count, multiply only while the numbers stay readable, divide only exactly
+    allowed = {"add": True, "sub": x > 0, "mul": x <= 200, "div": bool(divisors)}
+    op = rng.choice([o for o, ok in allowed.items() if ok])
     friend = rng.choice([n for n in NAMES if n != name])
     if op == "add":
         n = rng.randint(1, top)
@@ -73,17 +70,13 @@ def _distractor(rng: random.Random, name: str, item: str) -> str:
                        f"{friend} has {rng.randint(2, 40)} {item}, but keeps them."])
 
 
-def make_tiny_problem(rng: random.Random) -> WordProblem:
-    a, b = rng.randint(1, 9), rng.randint(1, 9)
-    if rng.random() < 0.5:
-        return WordProblem(f"What is {a} + {b}?", a + b, "tiny", 1)
-    a, b = max(a, b), min(a, b)  # answers stay non-negative
-    return WordProblem(f"What is {a} - {b}?", a - b, "tiny", 1)
-
-
 def make_word_problem(rng: random.Random, difficulty: str) -> WordProblem:
     if difficulty == "tiny":
-        return make_tiny_problem(rng)
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        if rng.random() < 0.5:
+            return WordProblem(f"What is {a} + {b}?", a + b, "tiny", 1)
+        a, b = max(a, b), min(a, b)  # answers stay non-negative
+        return WordProblem(f"What is {a} - {b}?", a - b, "tiny", 1)
     hard = difficulty == "hard"
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     x = rng.randint(5, 40) if hard else rng.randint(2, 20)

@@ -7,26 +7,29 @@ earlier at `stop_after`) or at its share of `time_budget_s`. The figures of the 
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import random
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 
 from ..errors import require, require_min
 from ..model import CausalLM, ModelConfig, load_model, save_model
 from ..optim import OptimSettings, build_optimizer, clock_step, descend
-from .arith import ArithSpec, Problem, is_counted, make_problems, task_spec
-from .batches import train_batches
+from .arith import ArithSpec, Problem, arith_reward, is_counted, make_problems, task_spec
 from .grow import grow, grown_config
-from .reward import arith_reward
 from .tokenizer import SpecialIds, build_tokenizer, save_tokenizer, special_ids
+
+Row = tuple[list[int], int]  # a problem's token ids and its prompt length
 
 
 def stage_optim(lr: float, warmup_steps: int = 30, min_lr_ratio: float = 0.05) -> OptimSettings:
@@ -143,12 +146,50 @@ def accuracy_by_ops(problems, completions) -> dict[str, float]:
     """Held-out accuracy per bucket of the number of operations."""
     buckets = {"1": (1, 1), "2-3": (2, 3), "4-7": (4, 7), "8-15": (8, 15), "16-31": (16, 31), "32-63": (32, 63),
                "64+": (64, 1 << 30)}
-    out = {}
-    for name, (lo, hi) in buckets.items():
-        hits = [arith_reward(c, p.answer, p.prompt) for p, c in zip(problems, completions) if lo <= p.num_ops <= hi]
-        if hits:
-            out[name] = round(sum(hits) / len(hits), 3)
-    return out
+    rewards = [(p.num_ops, arith_reward(c, p.answer, p.prompt)) for p, c in zip(problems, completions)]
+    hits = {name: [r for n, r in rewards if lo <= n <= hi] for name, (lo, hi) in buckets.items()}
+    return {name: round(sum(h) / len(h), 3) for name, h in hits.items() if h}
+
+
+class Batch(NamedTuple):
+    input_ids: torch.Tensor   # [B, T] right-padded with <pad>, positions 0..T-1 per row
+    targets: torch.Tensor     # [B, T] next token, -100 where no loss is taken
+
+
+def encode_problem(tok: Tokenizer, ids: SpecialIds, p: Problem) -> Row:
+    """Token ids of `<bos> prompt response <eos>` and the length of `<bos> prompt`."""
+    prompt = tok.encode(p.prompt).ids  # the post-processor prepends <bos>
+    response = tok.encode(p.response, add_special_tokens=False).ids
+    return prompt + response + [ids.eos], len(prompt)
+
+
+def collate(seqs: list[Row], pad_id: int) -> Batch:
+    """Right-pad to the longest row; targets are the next tokens of the response (and EOS)."""
+    T = max(len(s) for s, _ in seqs)
+    input_ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)  # [B, T]
+    targets = torch.full((len(seqs), T), -100, dtype=torch.long)  # [B, T]
+    for i, (s, prompt_len) in enumerate(seqs):
+        input_ids[i, : len(s)] = torch.tensor(s)
+        targets[i, prompt_len - 1 : len(s) - 1] = torch.tensor(s[prompt_len:])  # position t predicts token t+1
+    return Batch(input_ids, targets)
+
+
+def train_batches(tok: Tokenizer, ids: SpecialIds, seed: int, batch_tokens: int, spec: ArithSpec | None = None,
+                  pool_size: int = 4096) -> Iterator[Batch]:
+    """Endless stream of supervised batches, a pure function of the seed. Each pool of problems is sorted by
+    length and cut into batches of at most `batch_tokens` padded tokens, so that short and long problems rarely
+    share a batch and little compute goes to padding; then the batches are shuffled."""
+    rng = random.Random(seed)
+    for pool in itertools.count():
+        problems = make_problems(pool_size, seed=seed * 100_003 + pool, split="train", spec=spec)
+        batches: list[list[Row]] = [[]]
+        for row in sorted((encode_problem(tok, ids, p) for p in problems), key=lambda r: len(r[0])):
+            # rows are sorted ascending, so the current row sets the padded width of its batch
+            if batches[-1] and (len(batches[-1]) + 1) * len(row[0]) > batch_tokens:
+                batches.append([])
+            batches[-1].append(row)
+        rng.shuffle(batches)
+        yield from (collate(rows, ids.pad) for rows in batches)
 
 
 def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, budget_s: float,

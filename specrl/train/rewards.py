@@ -31,7 +31,7 @@ get_reward = REWARDS.get  # an unknown name raises a ValueError listing the vali
 @register_reward("chain")
 @register_reward("arith")
 def arith(completion: str, answer: str, prompt: str = "") -> float:
-    from ..tasks.reward import arith_reward
+    from ..tasks.arith import arith_reward
     return arith_reward(completion, answer, prompt)
 
 

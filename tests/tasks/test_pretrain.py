@@ -5,8 +5,7 @@ import torch
 
 from specrl.model import load_model
 from specrl.tasks.arith import make_problems
-from specrl.tasks.batches import collate, encode_problem
-from specrl.tasks.pretrain import PretrainConfig, Stage, accuracy, pretrain, stage_optim
+from specrl.tasks.pretrain import PretrainConfig, Stage, accuracy, collate, encode_problem, pretrain, stage_optim
 from specrl.tasks.tokenizer import build_tokenizer, special_ids
 from tests.helpers import tiny_model
 

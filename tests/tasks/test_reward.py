@@ -1,6 +1,6 @@
 import pytest
 
-from specrl.tasks.reward import arith_reward, extract_answer
+from specrl.tasks.arith import arith_reward, extract_answer
 
 
 def test_extract_answer():
