@@ -151,12 +151,6 @@ def file_prompts(path: str, model_dir: str, count: int) -> list[list[int]]:
     return [encoder.encode(r) for r in rows[:count]]
 
 
-def peak_rss_mb() -> float:
-    """The process's peak resident memory so far (ru_maxrss; KiB on Linux)."""
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def timed(fn):
     sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
     sync()
