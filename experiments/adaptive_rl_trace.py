@@ -19,8 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specrl import LLM, SpecConfig  # noqa: E402
-from specrl.cli.bench_adaptive import measure  # noqa: E402
-from specrl.cli.bench_common import policy_path, task_prompts  # noqa: E402
+from specrl.cli.bench_common import RATE, measure, policy_path, task_prompts  # noqa: E402
 from specrl.engine.stats import Choices  # noqa: E402
 from specrl.train.config import TrainConfig  # noqa: E402
 
@@ -76,7 +75,7 @@ def main() -> None:
         got, stats = measure(llm, prompts, rollout.n, rollout.max_num_seqs, budget, args.seed, 1, warmup,
                              args.warmup_tokens, after_warmup=after_warmup)
         llm.tracer.close()
-        row = {"arm": name, **got, "acceptance_length": round(stats["acceptance_length"], 3),
+        row = {"arm": name, **{k: got[k] for k in RATE}, "acceptance_length": round(stats["acceptance_length"], 3),
                "bands": by_band(trace, mark["step"])}
         if name == "auto":
             arms: dict[str, Counter] = {}

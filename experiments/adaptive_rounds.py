@@ -39,12 +39,9 @@ def workload(row: str, config):
 
 def prompt_sets(llm, row: str, config, seed: int) -> tuple[list[list[int]], list[list[int]]]:
     """A row's measured prompts and its warm-up prompts (other ones), drawn as bench adaptive draws them."""
-    from specrl.cli.bench_common import task_prompts
-    slots, _, batches, _, split = workload(row, config)
-    rl = row == "rl"
-    measured, warm = (config.rollout.prompts_per_step,) * 2 if rl else (slots * batches, slots)
-    return (task_prompts(llm, measured, seed=seed + 7, split=split),
-            task_prompts(llm, warm, seed=seed + 8, split=split))
+    from specrl.cli.bench_common import prompt_sets as row_prompt_sets
+    slots, _, batches, _, _ = workload(row, config)
+    return row_prompt_sets(llm, row == "rl", slots, batches, config.rollout, seed)
 
 
 def pooled_rate(rows: list[dict], arm: str) -> float:
@@ -55,7 +52,7 @@ def pooled_rate(rows: list[dict], arm: str) -> float:
 
 def measure(path: str, row: str, arm: str, seed: int, warmup_tokens: int) -> dict:
     from specrl import LLM, SpecConfig
-    from specrl.cli.bench_common import timed_generate, warm_up
+    from specrl.cli.bench_common import measure as timed_measure
     from specrl.engine.adaptive import rows as row_rates
     from specrl.engine.stats import Choices
     from specrl.train.config import TrainConfig
@@ -74,13 +71,10 @@ def measure(path: str, row: str, arm: str, seed: int, warmup_tokens: int) -> dic
         choices = None
         if method.startswith("auto"):
             choices = llm.engine.choices = Choices()
-        warm_up(llm, warm, n, warmup_tokens, seed)
-        if choices is not None:
-            choices.reset()
-        got = timed_generate(llm, prompts, n, slots, max_tokens, seed, batches)
+        got, s = timed_measure(llm, prompts, n, slots, max_tokens, seed, batches, warm, warmup_tokens,
+                               after_warmup=choices.reset if choices is not None else None)
     finally:
         row_rates.RowRates.factor = factor
-    s = llm.stats
     out = {"row": row, "arm": arm, "seed": seed, "tokens": got["tokens"], "seconds": round(got["seconds"], 4),
            "tokens_per_s": round(got["tokens_per_s"], 2), "longest": max(map(len, got["ids"])),
            **{key: round(s[key], 4) for key in ("draft_s", "verify_s", "other_s", "prefill_s")},

@@ -20,8 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specrl import LLM, SpecConfig  # noqa: E402
-from specrl.cli.bench_adaptive import measure  # noqa: E402
-from specrl.cli.bench_common import policy_path, task_prompts  # noqa: E402
+from specrl.cli.bench_common import RATE, measure, policy_path, task_prompts  # noqa: E402
 from specrl.engine.adaptive.arms import ALL, Arm  # noqa: E402
 
 
@@ -61,7 +60,7 @@ def main() -> None:
     def run(spec):
         llm = LLM(path, max_num_seqs=B, spec=spec)
         got, stats = measure(llm, prompts, 1, B, args.max_tokens, args.seed, args.repeats, warmup, args.warmup_tokens)
-        return llm, got, stats
+        return llm, {k: got[k] for k in RATE}, stats
     _, off, stats = run(None)
     print(json.dumps({"arm": "off", **off, **per_step(stats)}), flush=True)
     for arm in arms:
@@ -79,6 +78,7 @@ def main() -> None:
     strategy.best_arm = logged
     got, stats = measure(llm, prompts, 1, B, args.max_tokens, args.seed, args.repeats, warmup, args.warmup_tokens,
                          after_warmup=chosen.clear)
+    got = {k: got[k] for k in RATE}
     print(json.dumps({"arm": "auto", **got, "speedup": round(got["tokens_per_s"] / off["tokens_per_s"], 3),
                       **per_step(stats), "plans": dict(chosen.most_common())}), flush=True)
     every = {a.label: round(strategy.predicted_rate(a, B, optimistic=False) * strategy.checks.factor(a.label, B), 1)

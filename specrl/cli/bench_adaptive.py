@@ -19,21 +19,11 @@ from ..engine.adaptive import profile
 from ..engine.methods import DRAFTING_METHODS, METHODS, SpecConfig, is_adaptive
 from ..engine.stats import Choices
 from ..errors import MissingDependency, UserError, pyplot
-from .bench_common import (at_least_one, base_parser, emit, engine, parse_args, policy_path, task_prompts,
-                           timed_generate, warm_up)
+from .bench_common import RATE, at_least_one, base_parser, emit, engine, measure, parse_args, policy_path, prompt_sets
 from .bench_spec import parse_batch_sizes
 
 
 MIN_PROMPTS = 8  # prompts a batch-size row measures at least: with fewer, which samples run long decides it
-
-
-def measure(llm, prompts, n, batch, max_tokens, seed, repeats, warmup, warmup_tokens, after_warmup=None):
-    """Warm-up, then the timed generates -> ({tokens, seconds, tokens_per_s}, the engine's stats)."""
-    warm_up(llm, warmup, n, warmup_tokens, seed)
-    if after_warmup is not None:
-        after_warmup()
-    got = timed_generate(llm, prompts, n, batch, max_tokens, seed, repeats)
-    return {k: got[k] for k in ("tokens", "seconds", "tokens_per_s")}, llm.stats
 
 
 def parse_ks(text: str) -> list[int]:
@@ -89,13 +79,14 @@ def main(argv: list[str]) -> int:
         rl = bs == "rl"
         batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
         repeats = 1 if rl else args.repeats or (1 if args.quick else max(2, -(-MIN_PROMPTS // batch)))
-        prompts = (task_prompts(probe, rollout.prompts_per_step, seed=args.seed + 7, split="train") if rl
-                   else task_prompts(probe, batch * repeats, seed=args.seed + 7))
+        prompts, warmup = prompt_sets(probe, rl, batch, repeats, rollout, args.seed)
         max_tokens = args.rl_max_tokens if rl else args.max_tokens
-        warmup = task_prompts(probe, rollout.prompts_per_step if rl else batch, seed=args.seed + 8,
-                              split="train" if rl else "test")
-        workload = (prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens)
-        base, _ = measure(engine(args, path, batch), *workload)
+
+        def run(llm, after_warmup=None):  # -> (RATE's figures, the engine's stats)
+            got, stats = measure(llm, prompts, n, batch, max_tokens, args.seed, repeats, warmup, args.warmup_tokens,
+                                 after_warmup=after_warmup)
+            return {k: got[k] for k in RATE}, stats
+        base, _ = run(engine(args, path, batch))
         base_tps = base["tokens_per_s"]
         common = {"batch_size": bs if rl else batch, "dtype": args.dtype, "threads": args.threads,
                   "baseline_tokens_per_s": base_tps}
@@ -108,7 +99,7 @@ def main(argv: list[str]) -> int:
                 except (FileNotFoundError, ValueError) as e:  # a drafter that is not built here
                     emit({**common, "strategy": method, "k": k, "error": str(e)[:200]})
                     break
-                got, stats = measure(llm, *workload)
+                got, stats = run(llm)
                 rows.append({**common, "strategy": method, "k": k, **got, "speedup": got["tokens_per_s"] / base_tps,
                              "acceptance_length": stats["acceptance_length"]})
                 emit(rows[-1])
@@ -119,7 +110,7 @@ def main(argv: list[str]) -> int:
         llm.engine.choices = choices
         choices.history = [] if rl or args.history else None
         # auto keeps what it learnt in the warm-up, but counts its choices afresh
-        got, stats = measure(llm, *workload, after_warmup=choices.reset)
+        got, stats = run(llm, after_warmup=choices.reset)
         tps = got["tokens_per_s"]
         steps_rows = sum(v for d, v in choices.rows.items() if d != "k_sum")
         drafted = steps_rows - choices.rows.get("none", 0)

@@ -8,6 +8,7 @@ import time
 import torch
 
 AS_TRAIN = object()  # --threads left out of a bench (base_parser)
+RATE = ("tokens", "seconds", "tokens_per_s")  # of timed_generate's figures, those a bench adaptive row reports
 
 
 def at_least_one(text: str) -> int:
@@ -69,10 +70,15 @@ def engine(args: argparse.Namespace, path: str, max_num_seqs: int, spec=None):
                memory_utilization=args.memory_utilization)
 
 
-def policy_path(path: str | None) -> str:
+def policy_path(path: str | None, flag: str = "--model DIR") -> str:
+    """`path`, or the embedded policy's directory when it is not given."""
     if path:
         return path
-    from ..tasks import default_policy_path
+    try:
+        from ..tasks import default_policy_path
+    except ImportError as e:
+        from ..errors import UserError
+        raise UserError(f"no policy given and the embedded policy is unavailable ({e}); pass {flag}") from e
     return str(default_policy_path())
 
 
@@ -80,6 +86,15 @@ def task_prompts(llm, count: int, seed: int = 1234, split: str = "test") -> list
     """Token ids of the default task's prompts (held-out ones unless `split="train"`)."""
     from ..tasks import make_problems
     return [llm.tokenizer.encode(p.prompt).ids for p in make_problems(count, seed=seed, split=split)]
+
+
+def prompt_sets(llm, rl: bool, batch: int, repeats: int, rollout, seed: int) -> tuple[list, list]:
+    """A batch-size row's measured prompts and its warm-up prompts (other ones): for the RL row one rollout's
+    (`rollout`) of the task's training prompts, else `repeats` batches of held-out ones."""
+    split = "train" if rl else "test"
+    measured, warm = (rollout.prompts_per_step,) * 2 if rl else (batch * repeats, batch)
+    return (task_prompts(llm, measured, seed=seed + 7, split=split),
+            task_prompts(llm, warm, seed=seed + 8, split=split))
 
 
 def warm_up(llm, prompts: list[list[int]], n: int, max_tokens: int, seed: int, temperature: float = 1.0) -> None:
@@ -113,6 +128,17 @@ def timed_generate(llm, prompts: list[list[int]], n: int, batch: int, max_tokens
     return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds, "cpu_s": cpu, "ids": ids}
 
 
+def measure(llm, prompts: list[list[int]], n: int, batch: int, max_tokens: int, seed: int, repeats: int,
+            warmup: list[list[int]], warmup_tokens: int, temperature: float = 1.0,
+            after_warmup=None) -> tuple[dict, dict]:
+    """`warm_up` on the `warmup` prompts, `after_warmup()` (e.g. an adaptive engine's choices counted afresh),
+    then `timed_generate` -> (its dict, the engine's stats)."""
+    warm_up(llm, warmup, n, warmup_tokens, seed, temperature)
+    if after_warmup is not None:
+        after_warmup()
+    return timed_generate(llm, prompts, n, batch, max_tokens, seed, repeats, temperature), llm.stats
+
+
 def file_prompts(path: str, model_dir: str, count: int) -> list[list[int]]:
     """The first `count` rows of a prompt file, encoded as `specrl train` encodes them (chat template)."""
     from ..errors import UserError
@@ -123,12 +149,6 @@ def file_prompts(path: str, model_dir: str, count: int) -> list[list[int]]:
                         "--batch-sizes / --repeats")
     encoder = PromptEncoder(model_dir)
     return [encoder.encode(r) for r in rows[:count]]
-
-
-def peak_rss_mb() -> float:
-    """The process's peak resident memory so far (ru_maxrss; KiB on Linux)."""
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def timed(fn):

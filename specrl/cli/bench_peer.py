@@ -93,39 +93,35 @@ def build(run: dict, model_dir: Path, args, batch: int):
 
 def measure(run: dict, model_dir: Path, args) -> list[dict]:
     """One engine in this process: build, warm up, time one generate() per workload; a row each."""
+    from ..engine import SamplingParams
     loads = {name: workload(name, model_dir, args) for name in run["workloads"]}
     t0 = time.perf_counter()
     engine = build(run, model_dir, args, max(len(p) * n for p, n, _ in loads.values()))
     build_s = time.perf_counter() - t0
+    head = {"model": model_dir.name, **{k: v for k, v in run.items() if k not in ("workloads", "repeat")}}
+    rows = []
     try:
-        return timed(engine, run, model_dir, args, loads, build_s)
+        engine.generate(next(iter(loads.values()))[0][:1], [SamplingParams(max_tokens=8)])  # warm-up (compile)
+        for name, (prompts, n, max_tokens) in loads.items():
+            params = [SamplingParams(n=n, temperature=args.temperature, max_tokens=max_tokens, seed=1000 + i,
+                                     ignore_eos=args.ignore_eos) for i in range(len(prompts))]
+            engine.reset_stats()
+            t0 = time.perf_counter()
+            outs = engine.generate(prompts, params)
+            seconds = time.perf_counter() - t0
+            tokens = sum(len(c.token_ids) for r in outs for c in r.outputs)
+            digests = [digest(c.token_ids) for r in outs for c in r.outputs]
+            row = {**head, "workload": name, "tokens": tokens, "makespan_s": seconds, "tokens_per_s": tokens / seconds,
+                   "repeat": run["repeat"], "build_s": build_s, "max_tokens": max_tokens,
+                   "ignore_eos": args.ignore_eos,
+                   "acceptance_length": (engine.stats() if run["engine"] == "vllm" else engine.stats)  # LLM: a dict
+                   .get("acceptance_length", 1.0), "digests": digests}
+            if run["method"] != "off" and args.temperature > 0 and not args.no_audit:
+                row["audit_p"] = audit_p(model_dir, outs, args.temperature)
+            rows.append(row)
     finally:  # also on SIGTERM (cli/main.py's Terminated): vLLM's engine processes must not outlive us
         if run["engine"] == "vllm":
             engine.close()
-
-
-def timed(engine, run: dict, model_dir: Path, args, loads: dict, build_s: float) -> list[dict]:
-    """Warm-up, then one generate() per workload -> its rows."""
-    from ..engine import SamplingParams
-    head = {"model": model_dir.name, **{k: v for k, v in run.items() if k not in ("workloads", "repeat")}}
-    engine.generate(next(iter(loads.values()))[0][:1], [SamplingParams(max_tokens=8)])  # warm-up (compile)
-    rows = []
-    for name, (prompts, n, max_tokens) in loads.items():
-        params = [SamplingParams(n=n, temperature=args.temperature, max_tokens=max_tokens, seed=1000 + i,
-                                 ignore_eos=args.ignore_eos) for i in range(len(prompts))]
-        engine.reset_stats()
-        t0 = time.perf_counter()
-        outs = engine.generate(prompts, params)
-        seconds = time.perf_counter() - t0
-        tokens = sum(len(c.token_ids) for r in outs for c in r.outputs)
-        digests = [digest(c.token_ids) for r in outs for c in r.outputs]
-        row = {**head, "workload": name, "tokens": tokens, "makespan_s": seconds, "tokens_per_s": tokens / seconds,
-               "repeat": run["repeat"], "build_s": build_s, "max_tokens": max_tokens, "ignore_eos": args.ignore_eos,
-               "acceptance_length": (engine.stats() if run["engine"] == "vllm" else engine.stats)  # LLM: a dict
-               .get("acceptance_length", 1.0), "digests": digests}
-        if run["method"] != "off" and args.temperature > 0 and not args.no_audit:
-            row["audit_p"] = audit_p(model_dir, outs, args.temperature)
-        rows.append(row)
     return rows
 
 

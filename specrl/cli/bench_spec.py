@@ -11,10 +11,12 @@ workload's budget are `specrl train`'s, so the RL row measures what the main job
 """
 from __future__ import annotations
 
+import resource
+
 from ..engine.methods import METHODS, get_method
 from ..errors import UserError
-from .bench_common import (at_least_one, base_parser, emit, engine, file_prompts, parse_args, peak_rss_mb,
-                           policy_path, task_prompts, timed_generate, warm_up)
+from .bench_common import (at_least_one, base_parser, emit, engine, file_prompts, measure, parse_args, policy_path,
+                           prompt_sets)
 
 
 def identity(base: list[list[int]], other: list[list[int]]) -> dict:
@@ -74,19 +76,16 @@ def main(argv: list[str]) -> int:
     for bs in batch_sizes:
         rl = bs == "rl"
         batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
-        count = rollout.prompts_per_step if rl else batch * args.repeats
-        prompts = (file_prompts(args.prompts, path, count) if args.prompts
-                   else task_prompts(probe, count, seed=args.seed + 7, split="train" if rl else "test"))
         repeats = 1 if rl else args.repeats
-        max_tokens = default.budget.max_tokens if rl and not args.quick else args.max_tokens
         # the warm-up runs on the embedded task's other prompts (a --prompts file may hold no spare rows)
-        warmup = task_prompts(probe, rollout.prompts_per_step if rl else batch, seed=args.seed + 8,
-                              split="train" if rl else "test")
+        prompts, warmup = prompt_sets(probe, rl, batch, repeats, rollout, args.seed)
+        if args.prompts:
+            prompts = file_prompts(args.prompts, path, len(prompts))
+        max_tokens = default.budget.max_tokens if rl and not args.quick else args.max_tokens
 
         def run(spec=None):
-            llm = engine(args, path, batch, spec)
-            warm_up(llm, warmup, n, args.warmup_tokens, args.seed, args.temperature)
-            return timed_generate(llm, prompts, n, batch, max_tokens, args.seed, repeats, args.temperature), llm.stats
+            return measure(engine(args, path, batch, spec), prompts, n, batch, max_tokens, args.seed, repeats, warmup,
+                           args.warmup_tokens, args.temperature)
         base, _ = run()
         for method in methods:
             try:
@@ -101,5 +100,6 @@ def main(argv: list[str]) -> int:
                   "acceptance_length": stats["acceptance_length"],
                   "acceptance_rate_per_pos": [round(x, 3) for x in stats["acceptance_rate_per_pos"]],
                   "draft_s": stats["draft_s"], "verify_s": stats["verify_s"], "other_s": stats["other_s"],
-                  "peak_rss_mb": peak_rss_mb(), **(identity(base["ids"], got["ids"]) if args.check_identity else {})})
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
+                  **(identity(base["ids"], got["ids"]) if args.check_identity else {})})
     return 0

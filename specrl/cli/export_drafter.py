@@ -15,7 +15,7 @@ from pathlib import Path
 from ..errors import UserError
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="specrl export-drafter", description=__doc__.split("\n\n")[0])
     ap.add_argument("src", help="a drafter directory, or a run directory (latest checkpoint's drafter/)")
     ap.add_argument("--out", required=True, help="output directory")
@@ -34,7 +34,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     "vLLM defaults num_speculative_tokens to")
     ap.add_argument("--allow-last-layer", action="store_true", help="EAGLE-3: export a head that reads the "
                     "policy's last layer (only the newest vLLM capture code serves it) with a warning")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    drafter, run_policy = resolve_source(Path(args.src))
+    print(json.dumps(exporter_of(drafter)(args, drafter, Path(args.policy) if args.policy else run_policy)))
+    return 0
 
 
 def resolve_source(src: Path) -> tuple[Path, Path | None]:
@@ -67,15 +70,6 @@ def exporter_of(drafter: Path):
     return export_model
 
 
-def counts_from(path: str | None, vocab_size: int):
-    from ..drafters.eagle3.export import token_counts
-    if path is None or not Path(path).is_file():
-        raise UserError(f"--draft-vocab-size needs token frequencies: --data {path!r} is not a file (write one "
-                        "with `specrl generate --out FILE.jsonl`)")
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return token_counts([r["token_ids"] for r in rows if "token_ids" in r], vocab_size)
-
-
 def export_model(args: argparse.Namespace, drafter: Path, policy_dir: Path | None) -> dict:
     """A draft model: a plain Hugging Face checkpoint (it needs no policy)."""
     from ..model import load_model, save_model
@@ -86,7 +80,7 @@ def export_model(args: argparse.Namespace, drafter: Path, policy_dir: Path | Non
 def export_head(args: argparse.Namespace, drafter: Path, policy_dir: Path | None) -> dict:
     """An EAGLE-3 head, for the policy it drafts for, in `args.layout`."""
     from ..model import load_model, resolve_dtype
-    from ..drafters.eagle3.export import draft_vocab, export_eagle3, with_draft_vocab
+    from ..drafters.eagle3.export import draft_vocab, export_eagle3, token_counts, with_draft_vocab
     from ..drafters.eagle3.head import load_head
     if policy_dir is None:
         raise UserError(f"an EAGLE-3 head is exported for the policy it drafts for (the export checks that the "
@@ -96,8 +90,12 @@ def export_head(args: argparse.Namespace, drafter: Path, policy_dir: Path | None
     head = load_head(drafter, dtype=None)  # as stored: the export keeps it
     lm_head = policy.lm_head.weight.detach()
     if args.draft_vocab_size and args.draft_vocab_size != head.config.vocab_size:
-        ids = draft_vocab(counts_from(args.data, head.config.vocab_size), args.draft_vocab_size)
-        head = with_draft_vocab(head, lm_head, ids)
+        if args.data is None or not Path(args.data).is_file():
+            raise UserError(f"--draft-vocab-size needs token frequencies: --data {args.data!r} is not a file (write "
+                            "one with `specrl generate --out FILE.jsonl`)")
+        rows = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
+        counts = token_counts([r["token_ids"] for r in rows if "token_ids" in r], head.config.vocab_size)
+        head = with_draft_vocab(head, lm_head, draft_vocab(counts, args.draft_vocab_size))
     dtype = resolve_dtype(args.dtype) if args.dtype else None
     export_eagle3(head, args.out, policy.config, lm_head, dtype=dtype, layout=args.layout,
                   verifier=args.verifier or str(policy_dir), allow_last_layer=args.allow_last_layer,
@@ -105,10 +103,3 @@ def export_head(args: argparse.Namespace, drafter: Path, policy_dir: Path | None
     return {"method": "eagle3", "out": args.out, "layout": args.layout,
             "draft_vocab_size": head.config.draft_vocab_size or head.config.vocab_size,
             "dtype": str(dtype or next(head.parameters()).dtype).removeprefix("torch.")}
-
-
-def main(argv: list[str]) -> int:
-    args = parse(argv)
-    drafter, run_policy = resolve_source(Path(args.src))
-    print(json.dumps(exporter_of(drafter)(args, drafter, Path(args.policy) if args.policy else run_policy)))
-    return 0

@@ -22,7 +22,7 @@ COMMANDS = {
     "train": ("specrl.cli.train", "main", "GRPO training with speculative rollouts (the main job)"),
     "compare": ("specrl.cli.compare", "main", "runs of `specrl train` side by side: a table and one figure"),
     "generate": ("specrl.cli.generate", "main", "generate completions to JSONL (vLLM-style sampling)"),
-    "bench": ("specrl.cli.bench", "main", "benchmarks: `bench engine`, `bench spec`, `bench peer` (JSON lines)"),
+    "bench": ("specrl.cli.main", "bench", "benchmarks: `bench engine`, `bench spec`, `bench peer` (JSON lines)"),
     "simulate": ("specrl.sim.cli", "main", "performance simulator: project speedups on GPU clusters"),
     "pretrain": ("specrl.cli.pretrain", "main", "build the embedded base policy"),
     "train-drafter": ("specrl.cli.train_drafter", "main", "offline drafter training (eagle3/draft_model/mtp)"),
@@ -31,6 +31,8 @@ COMMANDS = {
     "audit": ("specrl.cli.audit", "main", "were these completions sampled from this model? (any engine's JSONL)"),
     "export-drafter": ("specrl.cli.export_drafter", "main", "write a drafter for vLLM/SGLang (EAGLE-3 layout)"),
 }
+BENCHES = {"engine": "specrl.cli.bench_engine", "spec": "specrl.cli.bench_spec",
+           "adaptive": "specrl.cli.bench_adaptive", "peer": "specrl.cli.bench_peer"}
 
 
 def _terminate(signum, frame):
@@ -91,6 +93,16 @@ def _run(name: str, module: str, func: str, rest: list[str]) -> int:
         return int(result or 0)
     print(f"specrl {name}: error: {message}", file=sys.stderr)
     return code
+
+
+def bench(argv: list[str]) -> int:
+    """`specrl bench engine|spec|adaptive|peer`: print JSON lines."""
+    if not argv or argv[0] not in BENCHES:
+        got = argv[0] if argv else "nothing"
+        print(f"specrl bench: got {got!r}; choose one of {sorted(BENCHES)}, e.g. `specrl bench engine`",
+              file=sys.stderr)
+        return 2
+    return importlib.import_module(BENCHES[argv[0]]).main(argv[1:])
 
 
 def _one_line(e: BaseException) -> str:

@@ -17,24 +17,19 @@ from ..config.files import apply_overrides, argv_overrides
 
 
 def parse_args(argv: list[str] | None):
-    """(out dir, PretrainConfig) from the command line."""
+    """(out dir, PretrainConfig): the default recipe with the `key=value` overrides applied, its stages
+    addressed by name (`stages.chains.steps=...`)."""
     from ..tasks import POLICY_DIR
+    from ..tasks.pretrain import PretrainConfig, Stage
 
     p = argparse.ArgumentParser(prog="specrl pretrain", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=POLICY_DIR, help=f"output directory (default {POLICY_DIR})")
     args, overrides = p.parse_known_args(argv)  # the rest, in order: key=value, e.g. stages.chains.steps=1000
-    return args.out, build_config(argv_overrides(overrides))
-
-
-def build_config(overrides: list[str]):
-    """The default recipe with `overrides` applied; stages are addressed by name (`stages.chains.steps=...`)."""
-    from ..tasks.pretrain import PretrainConfig, Stage
-
     data = to_dict(PretrainConfig())
     names = [st["name"] for st in data["stages"]]
     data["stages"] = dict(zip(names, data["stages"]))
-    apply_overrides(PretrainConfig, data, overrides)
+    apply_overrides(PretrainConfig, data, argv_overrides(overrides))
     for name, stage in data["stages"].items():
         if name not in names:
             raise ConfigError(f"stages.{name} is not a stage of the recipe: expected one of {names}, e.g. "
@@ -42,7 +37,7 @@ def build_config(overrides: list[str]):
         data["stages"][name] = from_dict(Stage, stage, f"stages.{name}")
     cfg = from_dict(PretrainConfig, {**data, "stages": list(data["stages"].values())})
     validate_config(cfg)
-    return cfg
+    return args.out, cfg
 
 
 def main(argv: list[str] | None = None) -> int:

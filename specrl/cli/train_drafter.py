@@ -119,7 +119,7 @@ def run(argv: list[str] | None = None) -> dict:
     train = importlib.import_module(get_method(ns.method).trainer).cli_train(ns, on_log=_log)
     from ..threads import set_threads
     set_threads(ns.threads)
-    policy = policy_path(ns.policy)
+    policy = policy_path(ns.policy, "policy=PATH")
     if ns.out is None and (ns.policy is not None or ns.data is not None):
         raise ValueError(f"pass out=DIR: without it the {ns.method} drafter would replace the shipped one in "
                          f"{default_out(ns.method)}, which belongs to the embedded policy and its task")

@@ -81,20 +81,14 @@ def _is_str_field(cls: type, dotted: str) -> bool:
     """True when ``dotted`` names a field annotated ``str`` or ``str | None`` in the tree of ``cls``."""
     tp: Any = cls
     for part in dotted.split("."):
-        tp = _unwrap_optional(tp)
         hints = typing.get_type_hints(tp) if dataclasses.is_dataclass(tp) else {}
         if part not in hints:
             return False
         tp = hints[part]
-    return _unwrap_optional(tp) is str
-
-
-def _unwrap_optional(tp: Any) -> Any:
-    if typing.get_origin(tp) in (Union, types.UnionType):
         options = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(options) == 1:
-            return options[0]
-    return tp
+        if typing.get_origin(tp) in (Union, types.UnionType) and len(options) == 1:
+            tp = options[0]  # X | None: X
+    return tp is str
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:

@@ -201,6 +201,13 @@ def test_train_drafter_missing_policy(tmp_path, capsys):
     assert code == 2 and "no Hugging Face checkpoint" in one_error_line(err, "train-drafter")
 
 
+def test_train_drafter_without_the_embedded_policy_asks_for_one(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "specrl.tasks", None)  # its import fails
+    code, err = run(["train-drafter", "--method", "eagle3", "--threads", str(torch.get_num_threads())], capsys)
+    assert code == 2 and "embedded policy is unavailable" in one_error_line(err, "train-drafter")
+    assert "pass policy=PATH" in err
+
+
 def test_argparse_errors_are_returned_not_raised(capsys):
     assert main(["generate", "--n", "many"]) == 2
     assert "invalid int value: 'many'" in capsys.readouterr().err
