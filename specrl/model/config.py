@@ -1,7 +1,7 @@
 """Model hyper-parameters, read from and written to Hugging Face `config.json`."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 # model_type -> (HF architecture class name, qkv bias, q/k RMSNorm, the bias flags its config.json carries)
 ARCHS = {
@@ -105,6 +105,3 @@ class ModelConfig:
         if self.num_mtp_modules:
             hf["num_nextn_predict_layers"] = self.num_mtp_modules
         return hf
-
-    def to_dict(self) -> dict:
-        return asdict(self)

@@ -6,13 +6,13 @@ the policy's full next-token distribution (temperature 1) on the policy's own ge
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from ...errors import require
-from ...model import CausalLM, ModelConfig, load_model, save_model
+from ...model import CausalLM, load_model, save_model
 from .drafter import DraftModelDrafter
 from ..scratch import active_layers
 from ..training.data import DrafterTrainArgs, Pair, TokenBatch, fit, soft_cross_entropy, token_batches
@@ -28,7 +28,7 @@ class DraftModelOptions:
 
 def student_from_policy(policy: CausalLM, num_layers: int) -> CausalLM:
     """Same family and vocabulary, `num_layers` layers copied from evenly spaced active policy layers."""
-    cfg = ModelConfig(**{**policy.config.to_dict(), "num_layers": num_layers, "num_mtp_modules": 0})
+    cfg = replace(policy.config, num_layers=num_layers, num_mtp_modules=0)
     student = CausalLM(cfg)
     state, active = policy.state_dict(), active_layers(policy)
     picks = [active[round(i * (len(active) - 1) / max(num_layers - 1, 1))] for i in range(num_layers)]

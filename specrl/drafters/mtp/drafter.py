@@ -11,6 +11,7 @@ The modules come from, in order: `SpecConfig.draft_model` (an MTP-only directory
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -35,7 +36,7 @@ def save_mtp_only(stack: MTPStack, cfg: ModelConfig, path: str | Path, dtype=Non
     """Writes config.json (the policy's config with num_nextn_predict_layers) and mtp.safetensors."""
     state = {f"mtp.{k}": v.detach().to("cpu", resolve_dtype(dtype) if dtype else v.dtype).contiguous()
              for k, v in stack.state_dict().items()}
-    hf = ModelConfig(**{**cfg.to_dict(), "num_mtp_modules": stack.depth}).to_hf()
+    hf = replace(cfg, num_mtp_modules=stack.depth).to_hf()
     with atomic_dir(path) as tmp:
         (tmp / "config.json").write_text(json.dumps(hf, indent=2))
         save_file(state, str(tmp / "mtp.safetensors"), metadata={"format": "pt"})
@@ -68,7 +69,7 @@ def _default_fits(target: CausalLM) -> bool:
     if not cfg_file.is_file():
         return False
     shipped = ModelConfig.from_hf(json.loads(cfg_file.read_text()))
-    return shipped.to_dict() | {"num_mtp_modules": 0} == target.config.to_dict() | {"num_mtp_modules": 0}
+    return replace(shipped, num_mtp_modules=0) == replace(target.config, num_mtp_modules=0)
 
 
 class MTPDrafter(ModelDrafter):

@@ -8,12 +8,12 @@ modules start from `scratch`; by default only they are written (the policy's che
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from ...model import CausalLM, ModelConfig, load_model, save_model
+from ...model import CausalLM, load_model, save_model
 from ...model.mtp import MTPStack
 from ...errors import require
 from ..scratch import active_layers
@@ -40,7 +40,7 @@ def init_stack(policy: CausalLM, num_modules: int, seed: int = 0) -> MTPStack:
     """`num_modules` modules, each the policy's last active decoder layer with its residual outputs zeroed and
     a small random eh_proj, deterministic in `seed` (passing h^{d-1} through would start from the policy's own
     prediction, one token off)."""
-    cfg = ModelConfig(**{**policy.config.to_dict(), "num_mtp_modules": num_modules})
+    cfg = replace(policy.config, num_mtp_modules=num_modules)
     stack = MTPStack(cfg)
     gen = torch.Generator().manual_seed(seed)
     last = policy.model.layers[active_layers(policy)[-1]]
@@ -69,7 +69,7 @@ def mtp_loss(policy: CausalLM, stack: MTPStack, batch: TokenBatch, opts: MTPOpti
 
 def save_with_policy(policy: CausalLM, stack: MTPStack, policy_path: str | Path, out_dir: str | Path) -> None:
     """The policy checkpoint plus `mtp.*` weights, in the policy's stored dtype (the policy is unchanged)."""
-    cfg = ModelConfig(**{**policy.config.to_dict(), "num_mtp_modules": stack.depth})
+    cfg = replace(policy.config, num_mtp_modules=stack.depth)
     full = CausalLM(cfg)
     full.load_state_dict({**policy.state_dict(), **{f"mtp.{k}": v for k, v in stack.state_dict().items()}})
     dtype = json.loads((Path(policy_path) / "config.json").read_text()).get("torch_dtype") or "float32"

@@ -1,12 +1,13 @@
 """MTP drafter and modules: lossless greedy decoding, exact depth-1 drafts, checkpoints, bad input."""
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.drafters.mtp.drafter import save_mtp_only
-from specrl.model import ModelConfig, load_model, save_model
+from specrl.model import load_model, save_model
 from specrl.model.mtp import MTPStack
 from tests.drafters.factories import propose_after_steps
 from tests.helpers import tiny_model
@@ -30,7 +31,7 @@ def random_mtp_spec(k=4):
 def random_mtp_dir_spec(model, tmp_path, modules=2, k=4, seed=7):
     """Random MTP modules for any target, in an MTP-only directory (for the exactness suite's factories)."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(**{**model.config.to_dict(), "num_mtp_modules": modules})
+    cfg = replace(model.config, num_mtp_modules=modules)
     stack = MTPStack(cfg)
     with torch.no_grad():
         for p in stack.parameters():
