@@ -23,6 +23,9 @@ class DraftModelOptions:
     num_layers: int | None = None  # decoder layers of the student; None: a third of the policy's, at least 1
 
     def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
         require(self.num_layers is None or self.num_layers >= 1, "num_layers", self.num_layers, ">= 1 or None")
 
 

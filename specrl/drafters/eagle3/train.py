@@ -36,6 +36,9 @@ class Eagle3Options:
     draft_vocab_size: int | None = None
 
     def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
         require(self.ttt_steps >= 1, "ttt_steps", self.ttt_steps, ">= 1")
         require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
         require(self.draft_vocab_size is None or self.draft_vocab_size >= 1, "draft_vocab_size",

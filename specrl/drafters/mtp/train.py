@@ -30,6 +30,9 @@ class MTPOptions:
     mtp_only: bool = True  # write only the modules (config.json + mtp.safetensors); False: the policy too
 
     def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
         require(1 <= self.num_modules <= self.mtp_depths, "num_modules", self.num_modules,
                 f"in [1, mtp_depths={self.mtp_depths}]")
         require(0 < self.unroll_decay <= 1, "unroll_decay", self.unroll_decay, "in (0, 1]")
