@@ -66,7 +66,8 @@ def test_the_trainer_trims_before_each_micro_batch_of_a_large_model_only_and_the
     t.step(batch)
     assert len(micro_batches) > 1 and not [s for s in seen if s[0] == "trim"]  # a small model: never
     seen.clear()
-    t.trims_heap = True
+    monkeypatch.setattr(trainer_mod, "LARGE_STATE", 0)  # every model is large now: a CPU trainer trims
+    t = _trainer(copy.deepcopy(model), micro=2)
     t.step(batch)
     trims = [i for i, (what, _) in enumerate(seen) if what == "trim"]
     assert len(trims) == len(micro_batches) and all(seen[i + 1][0] == "micro-batch" for i in trims)

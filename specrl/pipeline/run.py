@@ -101,7 +101,7 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.rollout.trace:
         parts.workload_log = lambda row: run.log(row, WORKLOAD_FILE, tensorboard=False)
     if ckpt is not None:
-        _restore(parts, ckpt, read_jsonl(run.path / "metrics.jsonl"))
+        _restore(parts, ckpt, run.path / "metrics.jsonl")
     bar = StepProgress(cfg.schedule.max_steps, start, cfg.progress)
     try:
         load(DRIVERS[cfg.pipeline.mode])(run, parts, cfg, start, bar)
@@ -146,9 +146,9 @@ def _start(cfg: TrainConfig) -> tuple[RunDir, Checkpoint | None]:
     return run, ckpt
 
 
-def _restore(parts: Parts, ckpt: Checkpoint, rows: list[dict]) -> None:
+def _restore(parts: Parts, ckpt: Checkpoint, metrics: Path) -> None:
     """The optimizer state and torch RNG into the learner, the drafter's state into the rollout engine, and
-    the sampler alarm's window (and a fallback that turned SD off) replayed from the run's metrics `rows`, so
+    the sampler alarm's window (and a fallback that turned SD off) replayed from the run's `metrics` rows, so
     a resumed run's evidence equals the uninterrupted run's."""
     try:
         parts.learner.learner.load(ckpt.path)
@@ -158,7 +158,7 @@ def _restore(parts: Parts, ckpt: Checkpoint, rows: list[dict]) -> None:
         parts.rollout.backend.load_drafter_state(ckpt.drafter)
     if parts.sampler_alarm is None:
         return
-    for row in rows:
+    for row in read_jsonl(metrics):
         if "sampler_z" in row:
             parts.sampler_alarm.update(row["sampler_z"], row["sampler_weight"])
         if row.get("sampler_fallback") and not parts.spec_disabled:

@@ -351,19 +351,18 @@ class TrainConfig:
         require(self.dtype in DTYPES, "dtype", self.dtype, f"one of {sorted(DTYPES)}", "float32 keeps logprob_diff ~0")
         require(self.num_threads >= 0, "num_threads", self.num_threads, ">= 0")
         d, spec = self.rollout.drafter, self.rollout.spec
-        if not d.online:
-            return
-        try:
-            model_method(spec, "rollout.drafter.online=true")
-        except ValueError as e:
-            raise ConfigError(f"rollout.spec.method={spec.method!r}: {e}") from None
-        require(self.pipeline.backend != "ray", "rollout.drafter.online", d.online,
-                "false with pipeline.backend=ray (online drafter training runs in-process for now)",
-                "use pipeline.backend=local, or a frozen drafter on Ray")
-        require(d.schedule != "beside_trainer" or self.pipeline.mode == "async", "rollout.drafter.schedule",
-                d.schedule, "after_step or long_tail in the sync pipeline", "set pipeline.mode=async")
-        require(d.schedule != "long_tail" or self.pipeline.mode == "sync", "rollout.drafter.schedule", d.schedule,
-                "after_step or beside_trainer in the async pipeline", "set pipeline.mode=sync")
+        if d.online:
+            try:
+                model_method(spec, "rollout.drafter.online=true")
+            except ValueError as e:
+                raise ConfigError(f"rollout.spec.method={spec.method!r}: {e}") from None
+            require(self.pipeline.backend != "ray", "rollout.drafter.online", d.online,
+                    "false with pipeline.backend=ray (online drafter training runs in-process for now)",
+                    "use pipeline.backend=local, or a frozen drafter on Ray")
+            require(d.schedule != "beside_trainer" or self.pipeline.mode == "async", "rollout.drafter.schedule",
+                    d.schedule, "after_step or long_tail in the sync pipeline", "set pipeline.mode=async")
+            require(d.schedule != "long_tail" or self.pipeline.mode == "sync", "rollout.drafter.schedule",
+                    d.schedule, "after_step or beside_trainer in the async pipeline", "set pipeline.mode=sync")
 
     @property
     def budget(self) -> Budget:

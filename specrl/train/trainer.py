@@ -181,8 +181,8 @@ class PolicyTrainer:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.optim_cfg.autocast)
 
     @torch.no_grad()
-    def score(self, model: CausalLM, batch: TrainBatch, rows: Tensor | None = None, audit: tuple | None = None
-              ) -> Tensor:
+    def score(self, model: CausalLM, batch: TrainBatch, rows: Tensor | None = None,
+              audit: tuple[Tensor, TokenScorer] | None = None) -> Tensor:
         """Logprobs [N, T] of the targets of `rows` (default all; 0 elsewhere) under `model`, micro-batched, without
         gradients; `audit` (scores, scorer) has the sampler audit score those tokens into `scores` too."""
         out = torch.zeros_like(batch.gen_logp)  # [N, T]
@@ -204,7 +204,8 @@ class PolicyTrainer:
             return model(ids, hidden_layers=hidden_layers, compute_logits=False, segments=segments)
 
     def _logprobs(self, model: CausalLM, last: Tensor, mb: TrainBatch, packed: Packed | None,
-                  with_entropy: bool = True, audit: tuple | None = None) -> tuple[Tensor, Tensor | None]:
+                  with_entropy: bool = True, audit: tuple[Tensor, TokenScorer, Tensor] | None = None
+                  ) -> tuple[Tensor, Tensor | None]:
         """`head_logprobs` of `_run`'s final hidden states, in the padded layout [b, T] either way; `audit`
         (scores, scorer, rows) has the sampler audit score the micro-batch's tokens into `scores`."""
         targets = mb.targets if packed is None else packed.targets  # [b, T] or [1, N]
