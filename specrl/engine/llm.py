@@ -22,8 +22,7 @@ from .memory import DEFAULT_MEMORY_UTILIZATION, SPARE, check_dtype, memory_budge
 from .runner import ModelRunner
 from .sampling import SamplingParams
 from .scheduler import Scheduler
-from .sequence import Sequence, Status
-from .stop import StopStrings
+from .sequence import Sequence, Status, StopStrings
 from .strategy import Strategy
 from .result import StepResult
 from .stats import EngineStats, Tracer
