@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .deferred import Deferred
-from .drafting import Drafter, TargetForward, caches_of, has_state
+from .drafting import Drafter, Stateful, TargetForward, caches_of
 from .sequence import Sequence
 
 
@@ -41,14 +41,14 @@ class DrafterPool:
         return [c for d in self.drafters.values() for c in caches_of(d)]
 
     def state_dict(self) -> dict:
-        return {"drafters": {n: d.state_dict() for n, d in self.drafters.items() if has_state(d)},
-                "strategy": self.strategy.state_dict() if has_state(self.strategy) else None}
+        return {"drafters": {n: d.state_dict() for n, d in self.drafters.items() if isinstance(d, Stateful)},
+                "strategy": self.strategy.state_dict() if isinstance(self.strategy, Stateful) else None}
 
     def load_state_dict(self, state: dict) -> None:
         for n, sub in state["drafters"].items():
-            if n in self.drafters and has_state(self.drafters[n]):
+            if n in self.drafters and isinstance(self.drafters[n], Stateful):
                 self.drafters[n].load_state_dict(sub)
-        if state.get("strategy") is not None and has_state(self.strategy):
+        if state.get("strategy") is not None and isinstance(self.strategy, Stateful):
             self.strategy.load_state_dict(state["strategy"])
 
 
