@@ -64,7 +64,7 @@ class LLM:
         pool, built = build_engine_drafting(self.spec, drafter, self.model, self.max_num_seqs, self.max_model_len)
         strategy = strategy if strategy is not None and pool is not None else built
         runner = ModelRunner(self.model, self.max_num_seqs, self.max_model_len,
-                             tuple(pool.hidden_layers) if pool is not None else ())
+                             pool.hidden_layers if pool is not None else ())
         self.engine = Engine(runner, pool, strategy, Tracer(trace_path, self.spec.method, cfg.num_params))
         # checked between engine steps: True cancels the running generate() (e.g. from another thread)
         self.should_stop: Callable[[], bool] | None = None

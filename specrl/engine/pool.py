@@ -16,9 +16,8 @@ class DrafterPool:
             raise ValueError("a DrafterPool needs at least one drafter")
         self.drafters = dict(drafters)
         self.model_based = tuple(n for n in model_based if n in self.drafters)
-        layers = sorted({i for d in self.drafters.values() for i in d.hidden_layers})
-        self.hidden_layers = tuple(layers)
-        kept = [i for i in layers if i >= 0]  # the target returns the non-negative layers, in order
+        self.hidden_layers = tuple(sorted({i for d in self.drafters.values() for i in d.hidden_layers}))
+        kept = [i for i in self.hidden_layers if i >= 0]  # the target returns the non-negative layers, in order
         self._pick = {n: [kept.index(i) for i in sorted(j for j in d.hidden_layers if j >= 0)]
                       for n, d in self.drafters.items()}
         self.strategy = None
