@@ -70,11 +70,11 @@ def main() -> None:
             llm.engine.choices, choices.history = choices, []
 
         def after_warmup():
-            mark["step"] = llm.tracer.step
+            mark["step"] = llm.engine.tracer.step
             choices.reset()
         got, stats = measure(llm, prompts, rollout.n, rollout.max_num_seqs, budget, args.seed, 1, warmup,
                              args.warmup_tokens, after_warmup=after_warmup)
-        llm.tracer.close()
+        llm.engine.tracer.close()
         row = {"arm": name, **{k: got[k] for k in RATE}, "acceptance_length": round(stats["acceptance_length"], 3),
                "bands": by_band(trace, mark["step"])}
         if name == "auto":

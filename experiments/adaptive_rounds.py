@@ -8,8 +8,8 @@ summary pools each arm's tokens and seconds over the rounds, gives `auto` over t
 with its spread, and scores the best static arm of the other rounds on each round (the winner's curse).
 
 Arms: `off`, `METHOD@K`, `auto@K` (the default drafters), `auto:suffix+ngram@K` (auto among those), and
-`auto-norows@K`: auto with the running rows' own acceptance switched off (engine/adaptive/rows.py), as before
-it existed.
+`auto-norows@K`: auto with the running rows' own acceptance switched off (engine/adaptive/ratecheck.py
+RowRates), as before it existed.
 
     python experiments/adaptive_rounds.py --rows rl,64 --seeds 0,1,2 --arms off,suffix@2,auto@4 > rounds.jsonl
     python experiments/adaptive_rounds.py --summary rounds.jsonl
@@ -53,7 +53,7 @@ def pooled_rate(rows: list[dict], arm: str) -> float:
 def measure(path: str, row: str, arm: str, seed: int, warmup_tokens: int) -> dict:
     from specrl import LLM, SpecConfig
     from specrl.cli.bench_common import measure as timed_measure
-    from specrl.engine.adaptive import rows as row_rates
+    from specrl.engine.adaptive import ratecheck as row_rates
     from specrl.engine.stats import Choices
     from specrl.train.config import TrainConfig
     config = TrainConfig()

@@ -88,7 +88,7 @@ def main() -> None:
     release = llm.free_kv_pages
 
     def measure_then_release() -> None:  # generate() ends: read residency before the pages go back
-        resident["bytes"] = sum(resident_bytes(k) + resident_bytes(v) for k, v in llm.runner.cache)
+        resident["bytes"] = sum(resident_bytes(k) + resident_bytes(v) for k, v in llm.engine.runner.cache)
         release()
 
     llm.between_steps, llm.free_kv_pages = between_steps, measure_then_release

@@ -61,11 +61,6 @@ def caches_of(drafter) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return drafter.caches() if isinstance(drafter, HoldsCaches) else []
 
 
-def has_state(part) -> bool:
-    """Whether `part` (a drafter or a strategy) declares the `Stateful` protocol; False for None."""
-    return isinstance(part, Stateful)
-
-
 def on_device(prop: Proposal, device) -> Proposal:
     """`prop` on `device` (no copy for tensors already there): a plugged-in drafter may draft on the CPU."""
     return Proposal(prop.tokens.to(device), prop.lengths.to(device),

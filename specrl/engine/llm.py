@@ -22,10 +22,8 @@ from .memory import DEFAULT_MEMORY_UTILIZATION, SPARE, check_dtype, memory_budge
 from .runner import ModelRunner
 from .sampling import SamplingParams
 from .scheduler import Scheduler
-from .sequence import Sequence, Status
-from .stop import StopStrings
+from .sequence import Sequence, Status, StopStrings
 from .strategy import Strategy
-from .result import StepResult
 from .stats import EngineStats, Tracer
 
 log = logging.getLogger(__name__)
@@ -65,10 +63,9 @@ class LLM:
         self.spec = spec if spec is not None else SpecConfig()
         pool, built = build_engine_drafting(self.spec, drafter, self.model, self.max_num_seqs, self.max_model_len)
         strategy = strategy if strategy is not None and pool is not None else built
-        self.runner = ModelRunner(self.model, self.max_num_seqs, self.max_model_len,
-                                  tuple(pool.hidden_layers) if pool is not None else ())
-        self.tracer = Tracer(trace_path, self.spec.method, cfg.num_params)
-        self.engine = Engine(self.runner, pool, strategy, self.tracer)
+        runner = ModelRunner(self.model, self.max_num_seqs, self.max_model_len,
+                             pool.hidden_layers if pool is not None else ())
+        self.engine = Engine(runner, pool, strategy, Tracer(trace_path, self.spec.method, cfg.num_params))
         # checked between engine steps: True cancels the running generate() (e.g. from another thread)
         self.should_stop: Callable[[], bool] | None = None
         # called between engine steps with the number of unfinished sequences (hot swaps, long-tail work)
@@ -106,12 +103,12 @@ class LLM:
         `between_steps` it is an update in flight: the running sequences' KV cache is recomputed, so every later
         token comes from the new policy exactly (`CompletionOutput.weight_versions` says which version sampled
         which token). Never call it from another thread during generate()."""
-        self.runner.load_weights(state_dict)
+        self.engine.runner.load_weights(state_dict)
         if version is not None:
             self.weights_version = version
         running = self._scheduler.running if self._scheduler is not None else []
         if running:  # every input but the last, which the next step feeds; drafters keep their (stale) state
-            self.runner.prefill([s.tokens[:-1] for s in running], [s.slot for s in running], cache_only=True)
+            self.engine.runner.prefill([s.tokens[:-1] for s in running], [s.slot for s in running], cache_only=True)
             for seq in running:
                 seq.mark_version(self.weights_version)
 
@@ -198,27 +195,24 @@ class LLM:
                     raise GenerationCancelled("generate() was cancelled by LLM.should_stop")
                 if self.between_steps is not None:
                     self.between_steps(len(scheduler.running) + len(scheduler.waiting))
-                self.step(scheduler)
+                self.engine.step(scheduler)
                 if bar is not None:
                     bar[0].update(bar[1], completed=sum(s.status is Status.FINISHED for s in seqs))
         finally:
             self._scheduler = None
             if bar is not None:
                 bar[0].stop()
-            self.tracer.close()
+            self.engine.tracer.close()
             self.free_kv_pages()
 
     def free_kv_pages(self) -> None:
         """Gives the target's and the model drafters' KV pages back to the OS between generate() calls, so a
         trainer step in the same process does not sit on the last rollout's cache."""
-        if self.runner.device.type != "cpu":
+        if self.engine.runner.device.type != "cpu":
             return
         pool = self.engine.pool
-        release_caches(self.runner.cache + (pool.caches() if pool is not None else []))
+        release_caches(self.engine.runner.cache + (pool.caches() if pool is not None else []))
         trim(TRIM_MIN_FREE)  # and the step temporaries' freed heap pages, when there are many (specrl/heap.py)
-
-    def step(self, scheduler: Scheduler) -> StepResult:
-        return self.engine.step(scheduler)
 
     def _outputs(self, prompts, token_prompts, seqs) -> list[RequestOutput]:
         by_request: dict[int, list[CompletionOutput]] = {}

@@ -3,8 +3,9 @@
 
 Without `max_model_len` the longest context that gives each of `max_num_seqs` slots a row is used; with one,
 fewer slots when the budget cannot hold them all. A model drafter's own cache comes on top. On a CPU the cache
-is an anonymous private mapping (`kv_zeros`), so resident memory follows the positions sequences reach.
-Against paged blocks: docs/memory.md.
+is an anonymous private mapping (`kv_zeros`), so resident memory follows the positions sequences reach; the
+budget respects a cgroup's limit and an address-space limit (RLIMIT_AS, `ulimit -v`), which that mapping must
+fit in whole although little of it becomes resident. Against paged blocks: docs/memory.md.
 """
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ import errno
 import math
 import mmap
 import re
+import resource
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from ..errors import UserError
 from ..model import ModelConfig, check_device, resolve_dtype
-from . import limits
 from .methods import MAX_SPEC_TOKENS
 
 # positions a KV cache keeps past a sequence's budget: a verify forward writes its drafts and the bonus there
@@ -40,12 +42,61 @@ def parse_bytes(value: int | float | str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+NO_LIMIT = 1 << 60  # cgroup v1 writes "no limit" as a huge page-aligned number
+
+
+def proc_bytes(path: str, key: str) -> int | None:
+    """Field `key` (in kB) of a /proc status file such as /proc/meminfo, in bytes; None where it is absent."""
+    p = Path(path)
+    lines = p.read_text().splitlines() if p.is_file() else []
+    return next((int(line.split()[1]) * 1024 for line in lines if line.startswith(key)), None)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return None if text == "max" or not text.isdigit() or int(text) >= NO_LIMIT else int(text)
+
+
+def cgroup_free(root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/proc/self/cgroup")) -> int | None:
+    """Bytes the process's memory cgroup has left (memory.max - memory.current on cgroup v2,
+    memory.limit_in_bytes - memory.usage_in_bytes on v1); None without a limit."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        rel = path.lstrip("/")
+        if controllers == "":  # v2: one unified hierarchy
+            files = root / rel / "memory.max", root / rel / "memory.current"
+        elif "memory" in controllers.split(","):
+            files = root / "memory" / rel / "memory.limit_in_bytes", root / "memory" / rel / "memory.usage_in_bytes"
+        else:
+            continue
+        limit, used = _read_int(files[0]), _read_int(files[1])
+        if limit is not None and used is not None:
+            return max(limit - used, 0)
+    return None
+
+
+def address_space_free() -> int | None:
+    """Bytes of address space left under RLIMIT_AS (its soft limit minus VmSize); None without a limit."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit == resource.RLIM_INFINITY:
+        return None
+    return max(limit - (proc_bytes("/proc/self/status", "VmSize:") or 0), 0)
+
+
 def free_memory(device: str | torch.device) -> int:
     """Bytes free on `device` now: the CUDA driver's, or on a CPU MemAvailable or the cgroup's, whichever is less."""
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    free = [b for b in (limits.proc_bytes("/proc/meminfo", "MemAvailable:"), limits.cgroup_free()) if b is not None]
+    free = [b for b in (proc_bytes("/proc/meminfo", "MemAvailable:"), cgroup_free()) if b is not None]
     if not free:
         raise RuntimeError("cannot read free memory (no /proc/meminfo MemAvailable on this system): pass "
                            "kv_cache_memory=BYTES to size the KV cache")
@@ -124,7 +175,7 @@ def memory_budget(device, kv_cache_memory: int | str | None, memory_utilization:
         raise ValueError(f"memory_utilization={memory_utilization}: expected a fraction in (0, 1] of the free "
                          f"memory, e.g. {DEFAULT_MEMORY_UTILIZATION}; or pass kv_cache_memory=BYTES")
     free = int(free_memory(device) * memory_utilization)
-    space = limits.address_space_free() if torch.device(device).type == "cpu" else None
+    space = address_space_free() if torch.device(device).type == "cpu" else None
     if space is not None and int(space * memory_utilization) < free:
         return int(space * memory_utilization), (f"raise the address-space limit (ulimit -v: {space} bytes left, "
                                                  f"memory_utilization={memory_utilization} of it)")
@@ -162,7 +213,7 @@ def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
     except OSError as e:
         if e.errno != errno.ENOMEM:
             raise
-        space = limits.address_space_free()
+        space = address_space_free()
         left = f"; {space} bytes are left under the address-space limit (ulimit -v)" if space is not None else ""
         raise AddressSpaceError(f"cannot reserve {nbytes} bytes of address space for a KV cache{left}: lower "
                                 "kv_cache_memory (or memory_utilization), max_model_len or max_num_seqs") from e

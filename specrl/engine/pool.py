@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .deferred import Deferred
-from .drafting import Drafter, TargetForward, caches_of, has_state
+from .drafting import Drafter, Stateful, TargetForward, caches_of
 from .sequence import Sequence
 
 
@@ -16,9 +16,8 @@ class DrafterPool:
             raise ValueError("a DrafterPool needs at least one drafter")
         self.drafters = dict(drafters)
         self.model_based = tuple(n for n in model_based if n in self.drafters)
-        layers = sorted({i for d in self.drafters.values() for i in d.hidden_layers})
-        self.hidden_layers = tuple(layers)
-        kept = [i for i in layers if i >= 0]  # the target returns the non-negative layers, in order
+        self.hidden_layers = tuple(sorted({i for d in self.drafters.values() for i in d.hidden_layers}))
+        kept = [i for i in self.hidden_layers if i >= 0]  # the target returns the non-negative layers, in order
         self._pick = {n: [kept.index(i) for i in sorted(j for j in d.hidden_layers if j >= 0)]
                       for n, d in self.drafters.items()}
         self.strategy = None
@@ -41,14 +40,14 @@ class DrafterPool:
         return [c for d in self.drafters.values() for c in caches_of(d)]
 
     def state_dict(self) -> dict:
-        return {"drafters": {n: d.state_dict() for n, d in self.drafters.items() if has_state(d)},
-                "strategy": self.strategy.state_dict() if has_state(self.strategy) else None}
+        return {"drafters": {n: d.state_dict() for n, d in self.drafters.items() if isinstance(d, Stateful)},
+                "strategy": self.strategy.state_dict() if isinstance(self.strategy, Stateful) else None}
 
     def load_state_dict(self, state: dict) -> None:
         for n, sub in state["drafters"].items():
-            if n in self.drafters and has_state(self.drafters[n]):
+            if n in self.drafters and isinstance(self.drafters[n], Stateful):
                 self.drafters[n].load_state_dict(sub)
-        if state.get("strategy") is not None and has_state(self.strategy):
+        if state.get("strategy") is not None and isinstance(self.strategy, Stateful):
             self.strategy.load_state_dict(state["strategy"])
 
 

@@ -12,7 +12,7 @@ import torch
 
 from ..drafters.weights import check_fits, drafter_module, drafter_version, load_drafter_weights
 from ..engine import LLM, RequestOutput, SamplingParams
-from ..engine.drafting import has_state
+from ..engine.drafting import Stateful
 from ..model import CausalLM
 from ..train.config import TrainConfig
 from .seam import NamedTensors
@@ -126,22 +126,22 @@ class LocalBackend:
         self.llm.reset_stats()
 
     def set_trace_tags(self, tags: dict) -> None:
-        self.llm.tracer.tags = dict(tags)
+        self.llm.engine.tracer.tags = dict(tags)
 
     def cancel(self) -> None:
         self._cancelled = True
 
     def drafter_state(self) -> dict | None:
-        return self.llm.drafter.state_dict() if has_state(self.llm.drafter) else None
+        return self.llm.drafter.state_dict() if isinstance(self.llm.drafter, Stateful) else None
 
     def load_drafter_state(self, state: dict) -> None:
-        if not has_state(self.llm.drafter):
+        if not isinstance(self.llm.drafter, Stateful):
             raise ValueError(f"the checkpoint holds drafter state but the engine's drafter "
                              f"({self.llm.spec.method!r}) keeps none: resume with the run's own rollout.spec")
         self.llm.drafter.load_state_dict(state)
 
     def close(self) -> None:
-        self.llm.tracer.close()
+        self.llm.engine.tracer.close()
 
 
 def local_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | None = None,

@@ -90,7 +90,7 @@ def propose_after_steps(llm, prompts: list, seed: int, steps: int = 4, k: int = 
     sched = Scheduler(len(prompts))
     sched.add(seqs)
     for _ in range(steps):
-        llm.step(sched)
+        llm.engine.step(sched)
     return sched.running, llm.drafter.propose(sched.running, [k] * len(sched.running))
 
 

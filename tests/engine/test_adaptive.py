@@ -315,7 +315,7 @@ def test_shadow_drafts_teach_a_model_free_drafter_without_drafting():
 
 
 def test_row_rates_are_decayed_sums_of_the_rows_shrunk_towards_the_counts():
-    from specrl.engine.adaptive.rows import RowRates
+    from specrl.engine.adaptive.ratecheck import RowRates
     from specrl.engine.constants import ROW_DECAY, ROW_PRIOR_DRAFTS
     rates = RowRates()
     rates.add(0, "suffix", 1, 2.0)  # row 0 accepted 1 draft where the counts expected 2 ...

@@ -46,7 +46,7 @@ def test_a_deferred_drafter_proposes_what_an_observing_one_does(method, tmp_path
         sched = Scheduler(len(prompts))
         sched.add(seqs)
         for _ in range(9):  # a prefill, then verify steps; the 6-token sequence finishes on the way
-            llm.step(sched)
+            llm.engine.step(sched)
         wrapped = pool.drafters[method]
         if defer:  # MTP's modules read the inputs after each one: it observes every step
             assert isinstance(wrapped, Deferred) == (method != "mtp")

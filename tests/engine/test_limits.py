@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from specrl import LLM
-from specrl.engine import limits, memory
+from specrl.engine import memory
 from tests.helpers import save_tiny, tiny_model
 
 linux = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
@@ -21,25 +21,25 @@ def test_cgroup_limits_v1_and_v2(tmp_path):
     (tmp_path / "memory" / "job" / "memory.limit_in_bytes").write_text("3000\n")
     (tmp_path / "memory" / "job" / "memory.usage_in_bytes").write_text("1000\n")
     (tmp_path / "v1").write_text("9:cpu:/\n4:memory:/job\n")
-    assert limits.cgroup_free(tmp_path, tmp_path / "v1") == 2000
+    assert memory.cgroup_free(tmp_path, tmp_path / "v1") == 2000
     (tmp_path / "svc").mkdir()
     (tmp_path / "svc" / "memory.max").write_text("max\n")  # v2 without a limit
     (tmp_path / "svc" / "memory.current").write_text("500\n")
     (tmp_path / "v2").write_text("0::/svc\n")
-    assert limits.cgroup_free(tmp_path, tmp_path / "v2") is None
+    assert memory.cgroup_free(tmp_path, tmp_path / "v2") is None
     (tmp_path / "svc" / "memory.max").write_text("800\n")
-    assert limits.cgroup_free(tmp_path, tmp_path / "v2") == 300
+    assert memory.cgroup_free(tmp_path, tmp_path / "v2") == 300
 
 
 def test_the_budget_fits_the_address_space_left(monkeypatch):
-    monkeypatch.setattr(limits, "address_space_free", lambda: 10 ** 6)
+    monkeypatch.setattr(memory, "address_space_free", lambda: 10 ** 6)
     budget, fix = memory.memory_budget("cpu", None, 0.5)
     assert budget == 5 * 10 ** 5 and "ulimit -v" in fix
     assert memory.memory_budget("cpu", "2MiB", 0.5)[0] == 2 * 2 ** 20  # an explicit budget is the user's
 
 
 def test_an_address_space_too_small_for_one_sequence_names_the_knob(monkeypatch):
-    monkeypatch.setattr(limits, "address_space_free", lambda: 4000)
+    monkeypatch.setattr(memory, "address_space_free", lambda: 4000)
     with pytest.raises(ValueError, match=r"cannot hold one sequence of max_model_len=40.*raise the address-space "
                                          r"limit \(ulimit -v: 4000 bytes left.*or lower max_model_len"):
         LLM(tiny_model(), max_model_len=40)

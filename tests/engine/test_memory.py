@@ -29,7 +29,7 @@ def test_budget_sets_max_model_len():
     # 4 slots x (30 + spare) positions fit exactly: the budget picks max_model_len 30 < the model's 64
     llm = LLM(tiny_model(max_pos=64), max_num_seqs=4, kv_cache_memory=4 * (30 + SPARE) * PER_TOKEN)
     assert (llm.max_num_seqs, llm.max_model_len) == (4, 30)
-    assert llm.runner.cache[0][0].shape == (4, 2, 30 + SPARE, 8)
+    assert llm.engine.runner.cache[0][0].shape == (4, 2, 30 + SPARE, 8)
     assert llm.kv_plan.bytes == 4 * (30 + SPARE) * PER_TOKEN and not llm.kv_plan.hard_limit
 
 
@@ -82,7 +82,7 @@ def test_bf16_engine_close_to_fp32_with_fp32_logprobs(tmp_path):
     params = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
     ref = LLM(copy.deepcopy(policy)).generate(prompts, params)
     llm = LLM(copy.deepcopy(policy).to(torch.bfloat16))
-    assert llm.runner.cache[0][0].dtype == torch.bfloat16 and llm.kv_plan.bytes % (PER_TOKEN // 2) == 0
+    assert llm.engine.runner.cache[0][0].dtype == torch.bfloat16 and llm.kv_plan.bytes % (PER_TOKEN // 2) == 0
     out = llm.generate(prompts, params)
     for a, b in zip(ref, out):
         a, b = a.outputs[0], b.outputs[0]
@@ -145,6 +145,6 @@ def test_generate_releases_the_cache_and_repeats_exactly():
     llm = LLM(tiny_model(seed=5, vocab=32, max_pos=64), max_num_seqs=4)
     params = SamplingParams(n=3, temperature=1.0, max_tokens=12, seed=7)
     first = [c.token_ids for o in llm.generate([[1, 2, 3], [4, 5]], params) for c in o.outputs]
-    assert all(k.abs().sum().item() == 0 and v.abs().sum().item() == 0 for k, v in llm.runner.cache)
+    assert all(k.abs().sum().item() == 0 and v.abs().sum().item() == 0 for k, v in llm.engine.runner.cache)
     again = [c.token_ids for o in llm.generate([[1, 2, 3], [4, 5]], params) for c in o.outputs]
     assert again == first  # non-regression: every slot is prefilled again, nothing reads a released page

@@ -53,7 +53,7 @@ def test_one_draft_length_limit():
         SpecConfig(num_speculative_tokens=MAX_SPEC_TOKENS + 1)
     assert len(EngineStats().drafted_at) == len(EngineStats().accepted_at) == MAX_SPEC_TOKENS
     llm = LLM(tiny_model(), max_num_seqs=2, max_model_len=10)
-    assert llm.runner.cache[0][0].shape[2] == 10 + MAX_SPEC_TOKENS + 1  # room for a full draft past the budget
+    assert llm.engine.runner.cache[0][0].shape[2] == 10 + MAX_SPEC_TOKENS + 1  # room for a full draft past the budget
 
 
 def _modules():

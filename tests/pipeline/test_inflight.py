@@ -29,7 +29,7 @@ def setup(tmp_path_factory):
 
 def send_after_step(backend: LocalBackend, steps: int, weights: dict, version: int) -> None:
     """Once the engine has run `steps` steps, another thread (a trainer) sends `weights` to the backend."""
-    real, done = backend.llm.step, []
+    real, done = backend.llm.engine.step, []
 
     def step(scheduler):
         real(scheduler)
@@ -38,7 +38,7 @@ def send_after_step(backend: LocalBackend, steps: int, weights: dict, version: i
             sender = threading.Thread(target=backend.update_weights, args=(weights.items(), version))
             sender.start()
             sender.join()
-    backend.llm.step = step
+    backend.llm.engine.step = step
 
 
 @pytest.mark.parametrize("inflight", [True, False])

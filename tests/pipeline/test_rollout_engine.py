@@ -15,7 +15,8 @@ def test_rollout_keys_reach_the_engine(tmp_path):
                                           "rollout.kv_cache_memory=1MiB", "rollout.max_num_seqs=4"])
     llm = local_backend(save_tiny(tmp_path / "m", max_pos=64), cfg).llm
     assert (llm.max_model_len, llm.max_num_seqs) == (40, 4)
-    assert llm.runner.cache[0][0].dtype == torch.bfloat16 and next(llm.model.parameters()).dtype == torch.bfloat16
+    assert llm.engine.runner.cache[0][0].dtype == torch.bfloat16
+    assert next(llm.model.parameters()).dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize("override, match", [
@@ -34,4 +35,4 @@ def test_default_engine_dtype_is_the_policy_s(tmp_path):
         cfg = load_config(TrainConfig, None, ["rollout.max_num_seqs=2", f"dtype={dtype}"])
         llm = local_backend(path, cfg).llm
         want = getattr(torch, dtype)
-        assert llm.runner.cache[0][0].dtype == want and next(llm.model.parameters()).dtype == want
+        assert llm.engine.runner.cache[0][0].dtype == want and next(llm.model.parameters()).dtype == want

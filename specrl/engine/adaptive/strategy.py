@@ -16,8 +16,7 @@ from ..result import StepResult
 from ..sequence import Sequence
 from ..strategy import Plan, Strategy, budget_cap
 from .arms import ALL, FILL, FULL, OFF, OLD_KEYS, Arm, arm_grid, count_keys, tally
-from .ratecheck import RateChecks
-from .rows import RowRates
+from .ratecheck import RateChecks, RowRates
 from .shadow import ShadowDrafts
 
 
