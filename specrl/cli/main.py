@@ -1,4 +1,4 @@
-"""`specrl <command> ...`: each command lives in its own module and is imported only when run.
+"""`specrl <command> ...`: each command lives in its own module (bench's dispatcher here) and is imported only when run.
 
 This is the one error boundary of the CLI: a user error (`specrl.errors.USER_ERRORS`: a bad value, path or
 file) ends any command with one line, `specrl <command>: error: ...`, and exit code 2 (1 for a checkpoint

@@ -52,7 +52,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 def packed_positions(segments: tuple[int, ...], device) -> torch.Tensor:
     """Positions [1, N] of rows of lengths `segments` packed into one sequence: each row's restart at 0."""
-    return torch.cat([torch.arange(n) for n in segments]).to(device)[None]  # [1, N], one copy to the device
+    starts = torch.tensor((0,) + segments[:-1], device=device).cumsum(0)  # [b] each row's first index
+    lengths = torch.tensor(segments, device=device)  # [b]
+    flat = torch.arange(sum(segments), device=device)  # [N]
+    return (flat - starts.repeat_interleave(lengths))[None]  # [1, N]
 
 
 def segment_attention(q, k, v, segments: tuple[int, ...]) -> torch.Tensor:

@@ -140,7 +140,6 @@ def is_counted(response: str) -> bool:
     return bool(_COUNTED_LINE.match(response))
 
 
-
 # The final answer line: "A:" then digits, alone on its line, at the end of the completion.
 _ANSWER = re.compile(r"(?:^|\n)A:(\d+)\s*$")
 

@@ -49,7 +49,7 @@ def grown_config(small: ModelConfig, hidden_size: int, intermediate_size: int, n
 
 def grown_depths(l_small: int, l_big: int) -> list[int]:
     """Where the small model's layers go: evenly spaced over depths 0..L//2 (2 into 6: 0 and 3)."""
-    return [round(i * (l_big // 2) / max(l_small - 1, 1)) for i in range(l_small)]
+    return [round(i * (l_big // 2) / max(l_small - 1, 1)) for i in range(l_small)] if l_small > 1 else [0]
 
 
 @torch.no_grad()
