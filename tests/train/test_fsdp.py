@@ -39,6 +39,7 @@ def _rank(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
     weights = dict(learner.named_weights())
     if rank == 0:
         torch.save({"metrics": metrics, "weights": weights}, out)
+    torch.distributed.barrier()  # both ranks tear gloo down together: rank 1 leaving mid-save aborted it at times
     torch.distributed.destroy_process_group()
 
 
