@@ -103,7 +103,7 @@ def draft(drafters: dict[str, Drafter], seqs: list[Sequence], plan: Plan, vocab:
 
 def merge_proposals(parts: list[tuple[list[int], Proposal]], B: int, vocab: int, device) -> Proposal:
     """One [B, K] proposal from (rows, proposal) parts over disjoint rows; when any part carries q, the point
-    drafts of the others become one-hot rows of q (`draft_q`). Rows no part covers draft nothing."""
+    drafts of the others become one-hot rows of q. Rows no part covers draft nothing."""
     K = max((p.tokens.shape[1] for _, p in parts), default=0)
     tokens = torch.zeros(B, K, dtype=torch.long, device=device)
     lengths = torch.zeros(B, dtype=torch.long, device=device)
@@ -115,7 +115,11 @@ def merge_proposals(parts: list[tuple[list[int], Proposal]], B: int, vocab: int,
         tokens[idx, :Kp] = p.tokens
         lengths[idx] = p.lengths
         if probs is not None and Kp > 0:
-            probs[idx, :Kp] = draft_q(p.tokens, p.probs, p.lengths, vocab)  # [R, Kp, V]
+            if p.probs is not None:  # unmasked: sample() masks the merged q by the merged lengths once
+                probs[idx, :Kp] = p.probs.float()
+            else:
+                one_hot = torch.zeros(len(rows), Kp, vocab, device=device)  # [R, Kp, V] point drafts
+                probs[idx, :Kp] = one_hot.scatter_(-1, p.tokens[..., None], 1.0)
     return Proposal(tokens, lengths, probs)
 
 
