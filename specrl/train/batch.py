@@ -74,10 +74,11 @@ def micro_batch_groups(idx: Tensor, lengths: Tensor, max_rows: int, max_tokens: 
     """Consecutive runs of `idx` (sorted by length, ascending) with at most `max_rows` rows and, unless
     `max_tokens` is 0, at most that many tokens each: packed, their real tokens; padded, rows x the last row."""
     lens, out, start = lengths[idx].tolist(), [], 0
+    total = lens[0] if lens else 0  # real tokens of lens[start:end + 1], kept running
     for end in range(1, len(lens)):
-        run = lens[start:end + 1]
-        tokens = sum(run) if packed else len(run) * run[-1]
+        total += lens[end]
+        tokens = total if packed else (end - start + 1) * lens[end]
         if end - start >= max_rows or (max_tokens and tokens > max_tokens):
             out.append(idx[start:end])
-            start = end
+            start, total = end, lens[end]
     return out + [idx[start:]] if len(idx) else []

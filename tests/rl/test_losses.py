@@ -57,13 +57,6 @@ def test_weights_scale_loss_without_gradient():
     assert not out.loss.requires_grad
 
 
-def test_clip_fraction():
-    # 1 clipped out of 3 unmasked tokens: the share of response tokens whose update was clipped
-    clipped = torch.tensor([[True, False], [False, True]])
-    mask = torch.tensor([[1, 1], [1, 0]])
-    torch.testing.assert_close(masked_mean(clipped.float(), mask), torch.tensor(1 / 3))
-
-
 def test_masked_helpers():
     x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])

@@ -127,3 +127,9 @@ def test_micro_batch_groups_cap_rows_and_tokens():
     assert groups(False, 10) == [[0, 1], [2], [3]]
     # no token cap: only the row cap
     assert groups(False, 0) == [[0, 1, 2], [3]]
+
+
+def test_no_rows_make_no_micro_batches():
+    # an audit whose rows all learn leaves nothing to score: no micro-batch (not one of zero rows, which crashed)
+    for packed in (False, True):
+        assert micro_batch_groups(torch.arange(0), torch.tensor([]), 3, 0, packed) == []
