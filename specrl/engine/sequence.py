@@ -48,6 +48,8 @@ class StopStrings:
 
     def output_text(self, include_stop: bool) -> str:
         """The text up to the stop string that ended the sequence (or through it with `include_stop`)."""
+        if self.hit is None:  # no stop string ended it: all of the text
+            return self.text
         return self.text[:self.hit_at + (len(self.hit) if include_stop else 0)]
 
 
