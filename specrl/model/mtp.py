@@ -36,6 +36,8 @@ class MTPModule(nn.Module):
 class MTPStack(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        if cfg.num_mtp_modules < 1:
+            raise ValueError(f"MTPStack needs num_mtp_modules >= 1, got {cfg.num_mtp_modules}: set it in the config")
         self.head_dim, self.rope_theta = cfg.head_dim, cfg.rope_theta
         self.layers = nn.ModuleList(MTPModule(cfg) for _ in range(cfg.num_mtp_modules))
 
