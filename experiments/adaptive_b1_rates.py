@@ -6,7 +6,7 @@ check factors and the counted acceptance of each drafter at k = 1, 2, 4: which a
 import sys
 
 from specrl import LLM
-from specrl.cli.bench_common import task_prompts, timed_generate, warm_up
+from benchmarks.common import task_prompts, timed_generate, warm_up
 from specrl.tasks import default_policy_path
 from specrl.threads import set_threads
 from specrl.train.config import TrainConfig

@@ -9,7 +9,7 @@ SD off, and a table per (arm, octave of the running count). It found EAGLE-3's c
 import sys, time, json, torch
 torch.set_num_threads(1)
 from specrl import LLM, SamplingParams, SpecConfig
-from specrl.cli.bench_common import policy_path, task_prompts
+from benchmarks.common import policy_path, task_prompts
 B = int(sys.argv[1]); T = int(sys.argv[2])
 path = policy_path(None)
 llm = LLM(path, max_num_seqs=B, spec=SpecConfig(method="auto", num_speculative_tokens=8, drafters=("suffix", "ngram", "eagle3")))

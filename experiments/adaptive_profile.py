@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from specrl import LLM, SamplingParams, SpecConfig
-from specrl.cli.bench_common import task_prompts
+from benchmarks.common import task_prompts
 from specrl.engine.adaptive import profile
 from specrl.engine.methods import DRAFTING_METHODS
 from specrl.tasks import default_policy_path

@@ -7,8 +7,8 @@ import json, sys, time
 import torch
 torch.set_num_threads(1)
 from specrl import LLM, SamplingParams, SpecConfig
-from specrl.cli.bench_common import policy_path, task_prompts
-from specrl.cli.bench_adaptive import plot
+from benchmarks.common import policy_path, task_prompts
+from benchmarks.adaptive import plot
 from specrl.engine.stats import Choices
 from specrl.train.config import TrainConfig
 dtype, max_tokens, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]

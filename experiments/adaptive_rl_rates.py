@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specrl import LLM  # noqa: E402
-from specrl.cli.bench_common import policy_path, timed_generate, warm_up  # noqa: E402
+from benchmarks.common import policy_path, timed_generate, warm_up  # noqa: E402
 from specrl.train.config import TrainConfig  # noqa: E402
 
 from adaptive_rounds import prompt_sets, workload  # noqa: E402  (experiments/: the bench's rows)

@@ -32,14 +32,14 @@ def workload(row: str, config):
     """(slots, samples per prompt, batches, max tokens, split) of a bench adaptive row."""
     if row == "rl":
         return config.rollout.max_num_seqs, config.rollout.n, 1, config.budget.max_tokens, "train"
-    from specrl.cli.bench_adaptive import MIN_PROMPTS
+    from benchmarks.adaptive import MIN_PROMPTS
     slots = int(row)
     return slots, 1, max(2, -(-MIN_PROMPTS // slots)), 256, "test"
 
 
 def prompt_sets(llm, row: str, config, seed: int) -> tuple[list[list[int]], list[list[int]]]:
     """A row's measured prompts and its warm-up prompts (other ones), drawn as bench adaptive draws them."""
-    from specrl.cli.bench_common import prompt_sets as row_prompt_sets
+    from benchmarks.common import prompt_sets as row_prompt_sets
     slots, _, batches, _, _ = workload(row, config)
     return row_prompt_sets(llm, row == "rl", slots, batches, config.rollout, seed)
 
@@ -52,7 +52,7 @@ def pooled_rate(rows: list[dict], arm: str) -> float:
 
 def measure(path: str, row: str, arm: str, seed: int, warmup_tokens: int) -> dict:
     from specrl import LLM, SpecConfig
-    from specrl.cli.bench_common import measure as timed_measure
+    from benchmarks.common import measure as timed_measure
     from specrl.engine.adaptive import ratecheck as row_rates
     from specrl.engine.stats import Choices
     from specrl.train.config import TrainConfig
@@ -138,7 +138,7 @@ def main() -> int:
     if args.summary:
         summarize([json.loads(line) for line in open(args.summary)])
         return 0
-    from specrl.cli.bench_common import policy_path
+    from benchmarks.common import policy_path
     path = policy_path(args.model)
     arms, rows = args.arms.split(","), []
     for row in args.rows.split(","):

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specrl import LLM, SpecConfig  # noqa: E402
-from specrl.cli.bench_common import RATE, measure, policy_path, task_prompts  # noqa: E402
+from benchmarks.common import RATE, measure, policy_path, task_prompts  # noqa: E402
 from specrl.engine.adaptive.arms import ALL, Arm  # noqa: E402
 
 

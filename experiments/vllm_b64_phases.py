@@ -49,7 +49,7 @@ def build(engine: str, model: str, prefix_caching: bool, profile_dir: Path | Non
         extra["profiler_config"] = {"profiler": "torch", "torch_profiler_dir": str(profile_dir),
                                     "torch_profiler_with_stack": False, "torch_profiler_use_gzip": True}
     vllm.LLM = lambda *a, **kw: base(*a, **kw, **extra)  # the bench's engine, plus these settings
-    from specrl.cli.bench_peer import build as bench_build
+    from benchmarks.peer import build as bench_build
     return bench_build({"engine": "vllm", "method": "off", "vllm_mode": "eager"}, Path(model),
                        SimpleNamespace(k=4, threads=1), 64)
 
@@ -78,7 +78,7 @@ def main() -> None:
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--repeats", type=int, default=1, help="timed (unprofiled) rounds of prefill + full")
     args = ap.parse_args()
-    from specrl.cli.bench_peer import workload
+    from benchmarks.peer import workload
     from specrl.engine import SamplingParams
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ def main() -> None:
     import torch
     from types import SimpleNamespace
     from specrl import LLM
-    from specrl.cli.bench_peer import workload
+    from benchmarks.peer import workload
     from specrl.engine import SamplingParams
     from specrl.threads import set_threads
     set_threads(1)

@@ -126,6 +126,17 @@ def test_train_imports_nothing_from_the_drafters():
                      "PolicyTrainer.forward_hook from specrl.drafters (or the pipeline) instead")
 
 
+def test_the_package_does_not_import_the_benchmarks():
+    """`specrl bench` reaches benchmarks/ by name when run (cli/main.py); nothing in specrl/ imports it."""
+    bad = []
+    for f in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bad += [f"{f.relative_to(ROOT.parent)}: {n}" for n in names if n.split(".")[0] == "benchmarks"]
+    assert not bad, f"specrl/ imports the benchmarks: {bad}; move what both need into specrl (e.g. cli/runtime.py)"
+
+
 def test_drafters_use_the_engine_core_only():
     """What the engine runs (drafters, heads, auto, hot swap) uses its core only. Training code may drive the
     front end: offline training collects the policy's own generations with an `LLM`."""

@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--draft-model", default=None)
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
-    from .bench_common import add_runtime_args, engine, parse_args, policy_path
+    from .runtime import add_runtime_args, engine, parse_args, policy_path
     add_runtime_args(ap)
     args = parse_args(ap, argv)  # and torch's threads from --threads
     from .. import SamplingParams, SpecConfig

@@ -1,4 +1,5 @@
-"""`specrl <command> ...`: each command lives in its own module (bench's dispatcher here) and is imported only when run.
+"""`specrl <command> ...`: each command lives in its own module (bench's dispatcher here, the benchmarks in the
+repository's benchmarks/) and is imported only when run.
 
 This is the one error boundary of the CLI: a user error (`specrl.errors.USER_ERRORS`: a bad value, path or
 file) ends any command with one line, `specrl <command>: error: ...`, and exit code 2 (1 for a checkpoint
@@ -16,7 +17,7 @@ import sys
 import threading
 import traceback
 
-from ..errors import TERMINATING, USER_ERRORS, Terminated
+from ..errors import TERMINATING, USER_ERRORS, MissingFileError, Terminated
 
 COMMANDS = {
     "train": ("specrl.cli.train", "main", "GRPO training with speculative rollouts (the main job)"),
@@ -31,8 +32,7 @@ COMMANDS = {
     "audit": ("specrl.cli.audit", "main", "were these completions sampled from this model? (any engine's JSONL)"),
     "export-drafter": ("specrl.cli.export_drafter", "main", "write a drafter for vLLM/SGLang (EAGLE-3 layout)"),
 }
-BENCHES = {"engine": "specrl.cli.bench_engine", "spec": "specrl.cli.bench_spec",
-           "adaptive": "specrl.cli.bench_adaptive", "peer": "specrl.cli.bench_peer"}
+BENCHES = ("engine", "spec", "adaptive", "peer")  # modules of the repository's benchmarks/ (STYLE.md rule 8)
 
 
 def _terminate(signum, frame):
@@ -102,7 +102,15 @@ def bench(argv: list[str]) -> int:
         print(f"specrl bench: got {got!r}; choose one of {sorted(BENCHES)}, e.g. `specrl bench engine`",
               file=sys.stderr)
         return 2
-    return importlib.import_module(BENCHES[argv[0]]).main(argv[1:])
+    try:
+        module = importlib.import_module(f"benchmarks.{argv[0]}")
+    except ModuleNotFoundError as e:
+        if e.name != "benchmarks":
+            raise
+        raise MissingFileError("the benchmarks live in the repository's benchmarks/ folder, which this install "
+                               "lacks: run from a clone installed with `pip install -e .`, or with PYTHONPATH "
+                               "set to the clone") from e
+    return module.main(argv[1:])
 
 
 def _one_line(e: BaseException) -> str:

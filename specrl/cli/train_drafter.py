@@ -26,7 +26,7 @@ from ..drafters.training.data import DrafterTrainArgs, collect_sequences, defaul
 from ..drafters.training.data import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 from ..engine.methods import TRAINABLE_METHODS, get_method
-from .bench_common import policy_path
+from .runtime import policy_path
 
 
 @dataclass

@@ -201,11 +201,11 @@ def test_train_drafter_missing_policy(tmp_path, capsys):
     assert code == 2 and "no Hugging Face checkpoint" in one_error_line(err, "train-drafter")
 
 
-def test_train_drafter_without_the_embedded_policy_asks_for_one(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "specrl.tasks", None)  # its import fails
+def test_train_drafter_without_the_embedded_policy_asks_for_one(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr("specrl.tasks.POLICY_DIR", tmp_path)  # no config.json, no weights
     code, err = run(["train-drafter", "--method", "eagle3", "--threads", str(torch.get_num_threads())], capsys)
-    assert code == 2 and "embedded policy is unavailable" in one_error_line(err, "train-drafter")
-    assert "pass policy=PATH" in err
+    assert code == 2 and "the embedded base policy is missing" in one_error_line(err, "train-drafter")
+    assert "specrl pretrain --out" in err and "or pass policy=PATH" in err
 
 
 def test_argparse_errors_are_returned_not_raised(capsys):

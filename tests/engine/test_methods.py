@@ -27,7 +27,8 @@ def test_every_row_points_at_a_drafter_and_its_trainer(row):
 
 
 def test_every_list_of_methods_is_the_table():
-    from specrl.cli import bench_spec, train_drafter
+    from benchmarks import spec as bench_spec
+    from specrl.cli import train_drafter
     from specrl.sim.build import SD_METHODS
     assert METHODS == ("draft_model", "eagle3", "mtp", "ngram", "suffix", "auto")
     assert TRAINABLE_METHODS == ("draft_model", "eagle3", "mtp")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from specrl.cli.bench_peer import measure, plan, summary
+from benchmarks.peer import measure, plan, summary
 from specrl.cli.main import main
 from tests.helpers import save_tiny
 
@@ -66,7 +66,7 @@ def test_one_engine_times_each_workload_and_a_sampled_sd_row_has_its_audit(tiny)
 
 
 def test_rl_takes_the_default_runs_budget_unless_told(tiny):
-    from specrl.cli.bench_peer import workload
+    from benchmarks.peer import workload
     prompts, n, budget = workload("rl", tiny, _args())
     assert (len(prompts), n, budget) == (8, 8, 1100)
     assert workload("rl", tiny, _args(rl_max_tokens=64))[2] == 64

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import resource
 
-from ..engine.methods import METHODS, get_method
-from ..errors import UserError
-from .bench_common import (at_least_one, base_parser, emit, engine, file_prompts, measure, parse_args, policy_path,
+from specrl.engine.methods import METHODS, get_method
+from specrl.errors import UserError
+from .common import (at_least_one, base_parser, emit, engine, file_prompts, measure, parse_args, policy_path,
                            prompt_sets)
 
 
@@ -59,8 +59,8 @@ def main(argv: list[str]) -> int:
     for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 512, 64), ("repeats", 3, 1)):
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
-    from .. import SpecConfig
-    from ..train.config import TrainConfig
+    from specrl import SpecConfig
+    from specrl.train.config import TrainConfig
     default = TrainConfig()
     rollout = default.rollout  # the RL workload is the default run's rollout
     args.k = args.k or rollout.spec.num_speculative_tokens

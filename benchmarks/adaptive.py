@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import sys
 
-from ..engine.adaptive import profile
-from ..engine.methods import DRAFTING_METHODS, METHODS, SpecConfig, is_adaptive
-from ..engine.stats import Choices
-from ..errors import MissingDependency, UserError, pyplot
-from .bench_common import RATE, at_least_one, base_parser, emit, engine, measure, parse_args, policy_path, prompt_sets
-from .bench_spec import parse_batch_sizes
+from specrl.engine.adaptive import profile
+from specrl.engine.methods import DRAFTING_METHODS, METHODS, SpecConfig, is_adaptive
+from specrl.engine.stats import Choices
+from specrl.errors import MissingDependency, UserError, pyplot
+from .common import RATE, at_least_one, base_parser, emit, engine, measure, parse_args, policy_path, prompt_sets
+from .spec import parse_batch_sizes
 
 
 MIN_PROMPTS = 8  # prompts a batch-size row measures at least: with fewer, which samples run long decides it
@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--history", default=None, help="write what auto chose at each step of each workload here "
                                                     "(JSON lines: running sequences, drafter mix, mean k, arm)")
     args = parse_args(ap, argv)
-    from ..train.config import TrainConfig
+    from specrl.train.config import TrainConfig
     default = TrainConfig()
     rollout = default.rollout  # the RL workload is the default run's rollout, with its task's budget
     for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 256, 32),

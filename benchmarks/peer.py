@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .bench_common import emit, policy_path
+from .common import emit, policy_path
 
 ENGINES = ("specrl", "vllm")
 WORKLOADS = ("b1", "b64", "rl")
@@ -32,7 +32,7 @@ CHILD_GRACE_S = 30.0  # a child's engine close: vLLM's shutdown and the reap of 
 
 
 def split(text: str, allowed: tuple[str, ...] | None, flag: str) -> list[str]:
-    from ..errors import UserError
+    from specrl.errors import UserError
     items = [t for t in text.split(",") if t]
     bad = [t for t in items if allowed is not None and t not in allowed]
     if not items or bad:
@@ -43,7 +43,7 @@ def split(text: str, allowed: tuple[str, ...] | None, flag: str) -> list[str]:
 def plan(args) -> list[dict]:
     """The engine processes in order: per round and method, the engines alternate which goes first; each
     process times every workload."""
-    from ..engine.methods import get_method
+    from specrl.engine.methods import get_method
     engines, workloads = split(args.engines, ENGINES, "--engines"), split(args.workloads, WORKLOADS, "--workloads")
     methods, modes = split(args.methods, None, "--methods"), split(args.vllm_modes, VLLM_MODES, "--vllm-modes")
     for m in methods:
@@ -61,9 +61,9 @@ def plan(args) -> list[dict]:
 
 def workload(name: str, model_dir: Path, args) -> tuple[list[list[int]], int, int]:
     """(prompt ids, samples per prompt, max_tokens) of a workload."""
-    from ..tasks import make_problems
-    from ..train.config import TrainConfig
-    from ..train.data import PromptEncoder
+    from specrl.tasks import make_problems
+    from specrl.train.config import TrainConfig
+    from specrl.train.data import PromptEncoder
     cfg = TrainConfig()
     count, n = {"b1": (1, 1), "b64": (64, 1), "rl": (cfg.rollout.prompts_per_step, cfg.rollout.n)}[name]
     encoder = PromptEncoder(model_dir)
@@ -76,14 +76,14 @@ def build(run: dict, model_dir: Path, args, batch: int):
     """The engine of one measurement, behind generate(prompts, [SamplingParams])."""
     method = None if run["method"] == "off" else run["method"]
     if run["engine"] == "specrl":
-        from .. import LLM, SpecConfig
-        from ..threads import set_threads
+        from specrl import LLM, SpecConfig
+        from specrl.threads import set_threads
         set_threads(args.threads)
         spec = SpecConfig(method=method, num_speculative_tokens=args.k) if method else None
         return LLM(str(model_dir), dtype="float32", max_num_seqs=batch, spec=spec)
-    from ..config import load_config
-    from ..pipeline.vllm.build import vllm_backend
-    from ..train.config import TrainConfig
+    from specrl.config import load_config
+    from specrl.pipeline.vllm.build import vllm_backend
+    from specrl.train.config import TrainConfig
     cfg = load_config(TrainConfig, None, [f"rollout.spec.method={method or 'null'}", "dtype=float32",
                                           f"rollout.spec.num_speculative_tokens={args.k}",
                                           f"rollout.max_num_seqs={batch}",
@@ -93,7 +93,7 @@ def build(run: dict, model_dir: Path, args, batch: int):
 
 def measure(run: dict, model_dir: Path, args) -> list[dict]:
     """One engine in this process: build, warm up, time one generate() per workload; a row each."""
-    from ..engine import SamplingParams
+    from specrl.engine import SamplingParams
     loads = {name: workload(name, model_dir, args) for name in run["workloads"]}
     t0 = time.perf_counter()
     engine = build(run, model_dir, args, max(len(p) * n for p, n, _ in loads.values()))
@@ -132,9 +132,9 @@ def digest(token_ids) -> str:
 
 def audit_p(model_dir: Path, outs, temperature: float) -> float:
     """The sampler audit's p-value on these completions (specrl audit's test)."""
-    from ..model import load_model
-    from ..rl.audit import step_test
-    from ..train.audit import TokenScorer, score_completions
+    from specrl.model import load_model
+    from specrl.rl.audit import step_test
+    from specrl.train.audit import TokenScorer, score_completions
     model = load_model(str(model_dir), dtype="float32").eval()
     prompts = [r.prompt_token_ids for r in outs for _ in r.outputs]
     completions = [c.token_ids for r in outs for c in r.outputs]

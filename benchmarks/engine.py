@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .bench_common import base_parser, emit, engine, file_prompts, parse_args, policy_path, task_prompts, timed
+from .common import base_parser, emit, engine, file_prompts, parse_args, policy_path, task_prompts, timed
 
 
 def hf_generate(hf, prompts: list[list[int]], n: int, max_new: int, ignore_eos: bool, pad_id: int, eos: list[int],
@@ -35,8 +35,8 @@ def hf_generate(hf, prompts: list[list[int]], n: int, max_new: int, ignore_eos: 
 
 
 def run_workload(name, llm, hf, prompts, n, max_tokens, ignore_eos, device, max_num_seqs) -> dict:
-    from .. import SamplingParams
-    from ..engine.sampling import per_prompt
+    from specrl import SamplingParams
+    from specrl.engine.sampling import per_prompt
     cfg = llm.model.config
     params = per_prompt(SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, ignore_eos=ignore_eos, seed=0),
                         len(prompts))
@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(ap, argv)
     import transformers
 
-    from ..model import resolve_dtype
+    from specrl.model import resolve_dtype
     torch.manual_seed(args.seed)
     path = policy_path(args.model)
     llm = engine(args, path, args.max_num_seqs)

@@ -7,7 +7,11 @@ import time
 
 import torch
 
-AS_TRAIN = object()  # --threads left out of a bench (base_parser)
+from specrl.cli.runtime import AS_TRAIN, add_runtime_args, engine, parse_args, policy_path
+
+__all__ = ["RATE", "at_least_one", "base_parser", "emit", "engine", "file_prompts", "measure", "parse_args",
+           "policy_path", "prompt_sets", "task_prompts", "timed", "timed_generate", "warm_up"]
+
 RATE = ("tokens", "seconds", "tokens_per_s")  # of timed_generate's figures, those a bench adaptive row reports
 
 
@@ -33,58 +37,9 @@ def base_parser(prog: str, description: str, warmup: bool = False) -> argparse.A
     return ap
 
 
-def add_runtime_args(ap: argparse.ArgumentParser, threads_default: str = "the free cores") -> None:
-    """The policy, where and how it runs, and its KV cache (specrl.engine.memory): shared by `specrl generate` and
-    `specrl bench ...`."""
-    from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
-    ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None, help=f"torch CPU threads (default: {threads_default})")
-    ap.add_argument("--max-model-len", type=int, default=None,
-                    help="context length per sequence (default: what the KV budget gives, capped by the model)")
-    ap.add_argument("--kv-cache-memory", default=None, help="KV cache budget, e.g. 2GiB (default: a fraction of "
-                    "the free memory, --memory-utilization)")
-    ap.add_argument("--memory-utilization", type=float, default=DEFAULT_MEMORY_UTILIZATION,
-                    help="fraction of the free memory the KV cache may take when --kv-cache-memory is not given")
-
-
-def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """`ap.parse_args(argv)`, then torch's thread count from --threads (left out: the free cores, or in a bench
-    torch's default, recorded in args.threads)."""
-    args = ap.parse_args(argv)
-    if args.threads is AS_TRAIN:
-        args.threads = torch.get_num_threads()
-    else:
-        from ..threads import set_threads
-        set_threads(args.threads)
-    return args
-
-
-def engine(args: argparse.Namespace, path: str, max_num_seqs: int, spec=None):
-    """An LLM on --device and --dtype, its KV cache sized by `add_runtime_args`' options."""
-    from .. import LLM
-    return LLM(path, device=args.device, dtype=args.dtype, spec=spec, max_num_seqs=max_num_seqs,
-               max_model_len=args.max_model_len, kv_cache_memory=args.kv_cache_memory,
-               memory_utilization=args.memory_utilization)
-
-
-def policy_path(path: str | None, flag: str = "--model DIR") -> str:
-    """`path`, or the embedded policy's directory when it is not given."""
-    if path:
-        return path
-    try:
-        from ..tasks import default_policy_path
-    except ImportError as e:
-        from ..errors import UserError
-        raise UserError(f"no policy given and the embedded policy is unavailable ({e}); pass {flag}") from e
-    return str(default_policy_path())
-
-
 def task_prompts(llm, count: int, seed: int = 1234, split: str = "test") -> list[list[int]]:
     """Token ids of the default task's prompts (held-out ones unless `split="train"`)."""
-    from ..tasks import make_problems
+    from specrl.tasks import make_problems
     return [llm.tokenizer.encode(p.prompt).ids for p in make_problems(count, seed=seed, split=split)]
 
 
@@ -101,7 +56,7 @@ def warm_up(llm, prompts: list[list[int]], n: int, max_tokens: int, seed: int, t
     """A generate of the workload's shape on other prompts, then fresh stats: what the main job's engine has
     learnt after its first step (the adaptive engine's cost model and acceptance counts, a suffix tree's
     responses), the same for every strategy."""
-    from .. import SamplingParams
+    from specrl import SamplingParams
     if max_tokens > 0:
         llm.generate(prompts, [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed + 99 + i)
                                for i in range(len(prompts))])
@@ -112,8 +67,8 @@ def timed_generate(llm, prompts: list[list[int]], n: int, batch: int, max_tokens
                    temperature: float = 1.0) -> dict:
     """`repeats` generates of `batch` prompts each (all of them when n > 1), every prompt with its own seed ->
     tokens, wall seconds, tokens_per_s, process-CPU seconds and every completion's token ids."""
-    from .. import SamplingParams
-    from ..engine.sampling import per_prompt
+    from specrl import SamplingParams
+    from specrl.engine.sampling import per_prompt
     seconds, cpu, ids = 0.0, 0.0, []
     for r in range(repeats):
         chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
@@ -141,8 +96,8 @@ def measure(llm, prompts: list[list[int]], n: int, batch: int, max_tokens: int, 
 
 def file_prompts(path: str, model_dir: str, count: int) -> list[list[int]]:
     """The first `count` rows of a prompt file, encoded as `specrl train` encodes them (chat template)."""
-    from ..errors import UserError
-    from ..train.data import PromptEncoder, read_prompts
+    from specrl.errors import UserError
+    from specrl.train.data import PromptEncoder, read_prompts
     rows = read_prompts(path, flag="--prompts")
     if len(rows) < count:
         raise UserError(f"--prompts {path!r} has {len(rows)} rows; this workload needs {count}: add rows or lower "
