@@ -37,7 +37,7 @@ def parse_ks(text: str) -> list[int]:
     return ks
 
 
-def main(argv: list[str]) -> int:
+def parser():
     ap = base_parser("specrl bench adaptive", __doc__, warmup=True)
     ap.add_argument("--methods", default=None, help="the static drafters to compare (default: all; auto then "
                                                     "chooses among `specrl train`'s default drafters), else also "
@@ -57,7 +57,11 @@ def main(argv: list[str]) -> int:
                                                     "embedded policy on this device and dtype)")
     ap.add_argument("--history", default=None, help="write what auto chose at each step of each workload here "
                                                     "(JSON lines: running sequences, drafter mix, mean k, arm)")
-    args = parse_args(ap, argv)
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(parser(), argv)
     from specrl.train.config import TrainConfig
     default = TrainConfig()
     rollout = default.rollout  # the RL workload is the default run's rollout, with its task's budget
@@ -87,42 +91,20 @@ def main(argv: list[str]) -> int:
                                  after_warmup=after_warmup)
             return {k: got[k] for k in RATE}, stats
         base, _ = run(engine(args, path, batch))
-        base_tps = base["tokens_per_s"]
         common = {"batch_size": bs if rl else batch, "dtype": args.dtype, "threads": args.threads,
-                  "baseline_tokens_per_s": base_tps}
+                  "baseline_tokens_per_s": base["tokens_per_s"]}
         rows.append({**common, "strategy": "off", "k": 0, **base, "speedup": 1.0})
         emit(rows[-1])
-        for method in methods:
-            for k in ks:
-                try:
-                    llm = engine(args, path, batch, SpecConfig(method=method, num_speculative_tokens=k))
-                except (FileNotFoundError, ValueError) as e:  # a drafter that is not built here
-                    emit({**common, "strategy": method, "k": k, "error": str(e)[:200]})
-                    break
-                got, stats = run(llm)
-                rows.append({**common, "strategy": method, "k": k, **got, "speedup": got["tokens_per_s"] / base_tps,
-                             "acceptance_length": stats["acceptance_length"]})
-                emit(rows[-1])
+        rows += static_rows(args, path, batch, methods, ks, common, run)
         llm = engine(args, path, batch, SpecConfig(method="auto", num_speculative_tokens=max(ks),
                                                    adaptive_mode=args.adaptive_mode, cost_profile=args.profile,
                                                    drafters=auto_drafters(methods, methods_given)))
-        strategy, choices = llm.engine.strategy, Choices()
+        choices = Choices()
         llm.engine.choices = choices
         choices.history = [] if rl or args.history else None
         # auto keeps what it learnt in the warm-up, but counts its choices afresh
         got, stats = run(llm, after_warmup=choices.reset)
-        tps = got["tokens_per_s"]
-        steps_rows = sum(v for d, v in choices.rows.items() if d != "k_sum")
-        drafted = steps_rows - choices.rows.get("none", 0)
-        static = [r for r in rows if r["batch_size"] == common["batch_size"] and is_static(r)]
-        best = max(static, key=lambda r: r["speedup"], default=None)
-        rows.append({**common, "strategy": "auto", "k": max(ks), **got, "speedup": tps / base_tps,
-                     "acceptance_length": stats["acceptance_length"],
-                     "mix": {d: round(v / max(steps_rows, 1), 3) for d, v in choices.rows.items() if d != "k_sum"},
-                     "mean_k": choices.rows.get("k_sum", 0) / max(drafted, 1),
-                     "best_static": f"{best['strategy']}@{best['k']}" if best else None,
-                     "vs_best_static": tps / best["tokens_per_s"] if best else None,
-                     "drafters": list(llm.drafter.drafters)})
+        rows.append(auto_row(got, stats, choices, common, max(ks), rows, list(llm.drafter.drafters)))
         emit(rows[-1])
         if rl:
             history = choices.history
@@ -130,10 +112,47 @@ def main(argv: list[str]) -> int:
             with open(args.history, "w" if bs == batch_sizes[0] else "a") as f:
                 f.writelines(json.dumps({"batch_size": common["batch_size"], **h}) + "\n" for h in choices.history)
         if args.save_profile and (rl or bs == batch_sizes[-1]):
-            profile.save(strategy, args.save_profile, llm.model, path=str(path))
+            profile.save(llm.engine.strategy, args.save_profile, llm.model, path=str(path))
     if args.png:
         plot(rows, history, args.png, args.dtype)
     return 0
+
+
+def static_rows(args, path: str, batch: int, methods: list[str], ks: list[int], common: dict, run) -> list[dict]:
+    """Every drafter at every k of --ks, each row emitted as it is measured; a drafter not built here emits its
+    error once and is skipped."""
+    rows = []
+    for method in methods:
+        for k in ks:
+            try:
+                llm = engine(args, path, batch, SpecConfig(method=method, num_speculative_tokens=k))
+            except (FileNotFoundError, ValueError) as e:
+                emit({**common, "strategy": method, "k": k, "error": str(e)[:200]})
+                break
+            got, stats = run(llm)
+            rows.append({**common, "strategy": method, "k": k, **got,
+                         "speedup": got["tokens_per_s"] / common["baseline_tokens_per_s"],
+                         "acceptance_length": stats["acceptance_length"]})
+            emit(rows[-1])
+    return rows
+
+
+def auto_row(got: dict, stats: dict, choices: Choices, common: dict, k: int, rows: list[dict],
+             drafters: list[str]) -> dict:
+    """auto's row: its rate, the drafter mix and mean k it chose, and how it compares with the best static row
+    of the same batch size."""
+    tps = got["tokens_per_s"]
+    steps_rows = sum(v for d, v in choices.rows.items() if d != "k_sum")
+    drafted = steps_rows - choices.rows.get("none", 0)
+    static = [r for r in rows if r["batch_size"] == common["batch_size"] and is_static(r)]
+    best = max(static, key=lambda r: r["speedup"], default=None)
+    return {**common, "strategy": "auto", "k": k, **got, "speedup": tps / common["baseline_tokens_per_s"],
+            "acceptance_length": stats["acceptance_length"],
+            "mix": {d: round(v / max(steps_rows, 1), 3) for d, v in choices.rows.items() if d != "k_sum"},
+            "mean_k": choices.rows.get("k_sum", 0) / max(drafted, 1),
+            "best_static": f"{best['strategy']}@{best['k']}" if best else None,
+            "vs_best_static": tps / best["tokens_per_s"] if best else None,
+            "drafters": drafters}
 
 
 def auto_drafters(methods: list[str], given: bool) -> tuple[str, ...]:
