@@ -6,7 +6,7 @@ SD off, and a table per (arm, octave of the running count). It found EAGLE-3's c
 
     python experiments/adaptive_price_check.py B MAX_TOKENS     # e.g. 64 192
 """
-import sys, time, json, torch
+import sys, time, torch
 torch.set_num_threads(1)
 from specrl import LLM, SamplingParams, SpecConfig
 from benchmarks.common import policy_path, task_prompts

@@ -14,7 +14,6 @@ def main() -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--max-tokens", type=int, default=32)
     args = ap.parse_args()
-    import torch
     from types import SimpleNamespace
     from specrl import LLM
     from benchmarks.peer import workload

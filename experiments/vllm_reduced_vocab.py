@@ -3,7 +3,7 @@ shipped head (d2t and t2d written), greedy identity with specrl's engine without
 
     PYTHONPATH=. python experiments/vllm_reduced_vocab.py [WORK_DIR]
 """
-import json, sys, time
+import json, sys
 from pathlib import Path
 def main():
     from specrl.cli.main import main as cli
