@@ -174,14 +174,23 @@ class CostModel:
                           if n in self.drafters}  # optional: a profile need not price catch-ups
         self.scaled = bool(s["scaled"]) or self.deterministic
 
+    def load_fits(self, s: dict) -> bool:
+        """The cost fits of profile `s` (`read_profile`'s dict, either version), their version checked; False when
+        it carries none (an adaptive-engine profile may carry only counts). A malformed state raises LOAD_ERRORS."""
+        cost = s.get("cost") if s["version"] == STRATEGY_PROFILE_VERSION else s
+        if cost is None:
+            return False
+        if cost.get("version") != PROFILE_VERSION:  # a strategy profile's cost fits carry their own version
+            raise KeyError(f"version {cost.get('version')!r}, expected {PROFILE_VERSION}")
+        self.load_state_dict(cost)
+        self.target.theta  # noqa: B018 (a singular or ragged fit fails here, not mid-run)
+        return True
+
     def load_profile(self, path: str | Path) -> None:
         s = read_profile(path)
         try:
-            cost = s["cost"] if s["version"] == STRATEGY_PROFILE_VERSION else s
-            if cost.get("version") != PROFILE_VERSION:  # a strategy profile's cost fits carry their own version
-                raise KeyError(f"version {cost.get('version')!r}, expected {PROFILE_VERSION}")
-            self.load_state_dict(cost)
-            self.target.theta  # noqa: B018 (a singular or ragged fit fails here, not mid-run)
+            if not self.load_fits(s):
+                raise KeyError("cost")
         except LOAD_ERRORS as e:
             raise bad_profile(path, e) from None
 

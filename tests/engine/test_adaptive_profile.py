@@ -63,6 +63,18 @@ def test_a_profile_round_trips_its_counts_checks_and_fits_as_a_prior(tmp_path):
     assert frozen.target_s(20, 4) == pytest.approx(before.cost.target_s(20, 4))
 
 
+def test_cost_fits_of_another_version_are_refused_by_auto_and_by_the_cost_model_alike(tmp_path):
+    target = tiny_model()
+    path, _ = saved(tmp_path, target, 1, 3)
+    state = json.loads(path.read_text())
+    state["cost"]["version"] = 99  # the fits' own version, inside a current adaptive-engine profile
+    path.write_text(json.dumps(state))
+    for load in (lambda: profile.load(strategy(), path, target),  # auto's path (rollout.spec.cost_profile)
+                 lambda: CostModel(1000, {n: 0 for n in NAMES}, deterministic=True).load_profile(path)):  # vLLM's
+        with pytest.raises(CostProfileError, match=r"version 99, expected 1.*--save-profile PATH"):
+            load()
+
+
 def test_a_prior_moves_the_first_plan(tmp_path):
     path, _ = saved(tmp_path, tiny_model(), 4, 0)
     pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(4)}), "eagle3": PointDrafter({})})

@@ -63,12 +63,8 @@ def load(strategy, path: str | Path, target) -> bool:
         log.warning("cost_profile %r ignored: it was measured on %s. Write one for this engine with `specrl bench "
                     "adaptive --model ... --device ... --dtype ... --save-profile PATH`", str(path), why)
         return False
-    # a profile may carry no cost fits (the shipped one: its clock was another job's), only counts
-    cost = s.get("cost") if v2 else s
-    try:
-        if cost is not None:
-            strategy.cost.load_state_dict(cost)
-            strategy.cost.target.theta  # noqa: B018 (a singular or ragged fit fails here, not mid-run)
+    try:  # a profile may carry no cost fits (the shipped one: its clock was another job's), only counts
+        has_fits = strategy.cost.load_fits(s)
         if v2:  # the acceptance counts and rate checks, each shrunk to a prior's weight
             for key, sub in s["stats"]:
                 stats = strategy.stats.get(tuple(key))
@@ -79,7 +75,7 @@ def load(strategy, path: str | Path, target) -> bool:
             strategy.checks.shrink(PROFILE_CHECK_STEPS)
     except LOAD_ERRORS as e:
         raise bad_profile(path, e) from None
-    if cost is not None and not strategy.deterministic:
+    if has_fits and not strategy.deterministic:
         strategy.cost.shrink(PROFILE_FIT_STEPS)
     return True
 
