@@ -77,6 +77,9 @@ def make_word_problem(rng: random.Random, difficulty: str) -> WordProblem:
             return WordProblem(f"What is {a} + {b}?", a + b, "tiny", 1)
         a, b = max(a, b), min(a, b)  # answers stay non-negative
         return WordProblem(f"What is {a} - {b}?", a - b, "tiny", 1)
+    if difficulty not in ("easy", "hard"):
+        raise ValueError(f"difficulty {difficulty!r}: expected 'tiny', 'easy' or 'hard' (or 'mix' for "
+                         "make_word_problems)")
     hard = difficulty == "hard"
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     x = rng.randint(5, 40) if hard else rng.randint(2, 20)

@@ -3,12 +3,13 @@ reader, distractors only in hard problems, and `specrl make-data math` rows that
 from __future__ import annotations
 
 import json
+import random
 import re
 
 import pytest
 
 from specrl.cli.main import main as cli_main
-from specrl.tasks.math_word import make_word_problems
+from specrl.tasks.math_word import make_word_problem, make_word_problems
 from specrl.train.data import read_rows
 from specrl.train.rewards import get_reward
 
@@ -64,6 +65,8 @@ def test_deterministic_by_seed_and_prefix_stable():
 def test_bad_difficulty_lists_valid():
     with pytest.raises(ValueError, match=r"difficulty 'medium': expected one of \['tiny', 'easy', 'hard', 'mix'\]"):
         make_word_problems(1, "medium")
+    with pytest.raises(ValueError, match=r"difficulty 'mix': expected 'tiny', 'easy' or 'hard'"):
+        make_word_problem(random.Random(0), "mix")  # one problem has one difficulty; unchecked, "mix" came out easy
 
 
 def test_make_data_cli_rows_load_and_score(tmp_path):
