@@ -76,8 +76,8 @@ class AcceptanceStats:
     def shrink(self, rows: float) -> None:
         """Scales every count so that the rows observed weigh at most `rows`, with the same estimates."""
         f = min(1.0, rows / max(self.reached[0], self.asked[0], 1e-9))
-        for counts in (self.reached, self.accepted, self.asked, self.proposed):
-            counts[:] = [f * v for v in counts]
+        for key in KEYS:
+            getattr(self, key)[:] = [f * v for v in getattr(self, key)]
 
     def state_dict(self) -> dict:
         return {key: list(getattr(self, key)) for key in KEYS}
