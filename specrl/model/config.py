@@ -2,12 +2,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-# model_type -> (HF architecture class name, qkv bias, q/k RMSNorm, the bias flags its config.json carries)
-ARCHS = {
-    "llama": ("LlamaForCausalLM", False, False, {"attention_bias": False, "mlp_bias": False}),
-    "qwen2": ("Qwen2ForCausalLM", True, False, {}),
-    "qwen3": ("Qwen3ForCausalLM", False, True, {"attention_bias": False}),
+
+class Arch(NamedTuple):
+    hf_class: str  # the HF architecture class name
+    qkv_bias: bool
+    qk_norm: bool  # RMSNorm on q and k
+    bias_flags: dict  # the bias flags its config.json carries
+
+
+ARCHS = {  # model_type -> Arch
+    "llama": Arch("LlamaForCausalLM", False, False, {"attention_bias": False, "mlp_bias": False}),
+    "qwen2": Arch("Qwen2ForCausalLM", True, False, {}),
+    "qwen3": Arch("Qwen3ForCausalLM", False, True, {"attention_bias": False}),
 }
 
 
@@ -47,11 +55,11 @@ class ModelConfig:
 
     @property
     def qkv_bias(self) -> bool:
-        return ARCHS[self.arch][1]
+        return ARCHS[self.arch].qkv_bias
 
     @property
     def qk_norm(self) -> bool:
-        return ARCHS[self.arch][2]
+        return ARCHS[self.arch].qk_norm
 
     @property
     def num_params(self) -> int:
@@ -91,7 +99,7 @@ class ModelConfig:
                    pad_token_id=hf.get("pad_token_id"), num_mtp_modules=hf.get("num_nextn_predict_layers", 0) or 0)
 
     def to_hf(self) -> dict:
-        hf = {"architectures": [ARCHS[self.arch][0]], "model_type": self.arch, "vocab_size": self.vocab_size,
+        hf = {"architectures": [ARCHS[self.arch].hf_class], "model_type": self.arch, "vocab_size": self.vocab_size,
               "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
               "num_hidden_layers": self.num_layers, "num_attention_heads": self.num_heads,
               "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim, "hidden_act": "silu",
@@ -101,7 +109,7 @@ class ModelConfig:
               "bos_token_id": self.bos_token_id,
               "eos_token_id": self.eos_token_id[0] if len(self.eos_token_id) == 1 else self.eos_token_id,
               "pad_token_id": self.pad_token_id, "attention_dropout": 0.0, "use_cache": True}
-        hf.update(ARCHS[self.arch][3])
+        hf.update(ARCHS[self.arch].bias_flags)
         if self.num_mtp_modules:
             hf["num_nextn_predict_layers"] = self.num_mtp_modules
         return hf

@@ -130,7 +130,7 @@ def speculators_config(cfg: Eagle3Config, dtype: torch.dtype, target_cfg, verifi
             "speculators_config": {
                 "algorithm": "eagle3", "default_proposal_method": "greedy",
                 "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens}],
-                "verifier": {"name_or_path": verifier, "architectures": [ARCHS[target_cfg.arch][0]]}},
+                "verifier": {"name_or_path": verifier, "architectures": [ARCHS[target_cfg.arch].hf_class]}},
             "torch_dtype": str(dtype).removeprefix("torch.")}
 
 
