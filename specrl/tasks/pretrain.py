@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+from ..batching import length_buckets
 from ..errors import require, require_min
 from ..model import CausalLM, ModelConfig, load_model, save_model
 from ..optim import OptimSettings, build_optimizer, clock_step, descend
@@ -182,14 +183,11 @@ def train_batches(tok: Tokenizer, ids: SpecialIds, seed: int, batch_tokens: int,
     rng = random.Random(seed)
     for pool in itertools.count():
         problems = make_problems(pool_size, seed=seed * 100_003 + pool, split="train", spec=spec)
-        batches: list[list[Row]] = [[]]
-        for row in sorted((encode_problem(tok, ids, p) for p in problems), key=lambda r: len(r[0])):
-            # rows are sorted ascending, so the current row sets the padded width of its batch
-            if batches[-1] and (len(batches[-1]) + 1) * len(row[0]) > batch_tokens:
-                batches.append([])
-            batches[-1].append(row)
+        rows = [encode_problem(tok, ids, p) for p in problems]
+        lengths = [len(seq) for seq, _ in rows]
+        batches = length_buckets(sorted(range(len(rows)), key=lengths.__getitem__), lengths, batch_tokens)
         rng.shuffle(batches)
-        yield from (collate(rows, ids.pad) for rows in batches)
+        yield from (collate([rows[i] for i in batch], ids.pad) for batch in batches)
 
 
 def train_stage(model, stage: Stage, index: int, cfg: PretrainConfig, tok, ids, budget_s: float,

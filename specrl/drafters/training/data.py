@@ -15,6 +15,7 @@ from typing import Callable, Iterator, NamedTuple
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from ...batching import length_buckets
 from ...errors import MissingFileError, require, require_min
 from ...optim import OptimSettings, build_optimizer, clock_step, descend
 from ...train.data import PromptEncoder, read_prompts
@@ -113,11 +114,7 @@ def index_batches(lengths: list[int], batch_tokens: int, seed: int):
     rng = random.Random(seed)
     while True:
         order = sorted(range(len(lengths)), key=lambda i: (lengths[i], rng.random()))
-        batches = [[]]
-        for i in order:
-            if batches[-1] and (len(batches[-1]) + 1) * lengths[i] > batch_tokens:
-                batches.append([])
-            batches[-1].append(i)
+        batches = length_buckets(order, lengths, batch_tokens)
         rng.shuffle(batches)
         yield from batches
 
