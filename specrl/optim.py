@@ -92,10 +92,9 @@ def clip_grad(model: nn.Module, max_norm: float | None) -> float:
     return float(torch.nn.utils.clip_grad_norm_(params, limit, error_if_nonfinite=False))
 
 
-def descend(opt: torch.optim.Optimizer, model: nn.Module, loss: torch.Tensor, max_norm: float | None) -> float:
-    """One plain update: fresh gradients of ``loss``, clipped (``clip_grad``), applied; the norm before clipping."""
+def descend(opt: torch.optim.Optimizer, model: nn.Module, loss: torch.Tensor, max_norm: float | None) -> None:
+    """One plain update: fresh gradients of ``loss``, clipped (``clip_grad``), applied."""
     opt.zero_grad(set_to_none=True)
     loss.backward()
-    norm = clip_grad(model, max_norm)
+    clip_grad(model, max_norm)
     opt.step()
-    return norm
