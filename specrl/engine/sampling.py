@@ -28,26 +28,27 @@ class SamplingParams:
     repetition_penalty: float = 1.0
 
     def __post_init__(self):
-        _check(self.temperature >= 0, f"temperature={self.temperature} must be >= 0 (0 means greedy)")
-        _check(0 < self.top_p <= 1, f"top_p={self.top_p} must be in (0, 1]; use 1.0 to disable nucleus sampling")
-        _check(self.top_k != 0 and self.top_k >= -1, f"top_k={self.top_k} must be -1 (disabled) or >= 1")
-        _check(self.n >= 1, f"n={self.n} must be >= 1 (samples per prompt)")
-        _check(self.max_tokens >= 1, f"max_tokens={self.max_tokens} must be >= 1")
+        # each message is formatted only when its check fails: a rollout builds one of these per request
+        self._check(self.temperature >= 0, "temperature={self.temperature} must be >= 0 (0 means greedy)")
+        self._check(0 < self.top_p <= 1,
+                    "top_p={self.top_p} must be in (0, 1]; use 1.0 to disable nucleus sampling")
+        self._check(self.top_k != 0 and self.top_k >= -1, "top_k={self.top_k} must be -1 (disabled) or >= 1")
+        self._check(self.n >= 1, "n={self.n} must be >= 1 (samples per prompt)")
+        self._check(self.max_tokens >= 1, "max_tokens={self.max_tokens} must be >= 1")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        _check(self.stop is None or all(isinstance(s, str) and s for s in self.stop),
-               f"stop={self.stop!r} must be a list of non-empty strings")
-        _check(0 <= self.min_tokens <= self.max_tokens,
-               f"min_tokens={self.min_tokens} must be in [0, max_tokens={self.max_tokens}]")
-        _check(self.logprobs is None or self.logprobs >= 0,
-               f"logprobs={self.logprobs} must be None or >= 0 (top-N logprobs per token)")
-        _check(self.repetition_penalty > 0, f"repetition_penalty={self.repetition_penalty} must be > 0 (1.0 disables "
-               "it; > 1 discourages tokens already in the prompt or output)")
+        self._check(self.stop is None or all(isinstance(s, str) and s for s in self.stop),
+                    "stop={self.stop!r} must be a list of non-empty strings")
+        self._check(0 <= self.min_tokens <= self.max_tokens,
+                    "min_tokens={self.min_tokens} must be in [0, max_tokens={self.max_tokens}]")
+        self._check(self.logprobs is None or self.logprobs >= 0,
+                    "logprobs={self.logprobs} must be None or >= 0 (top-N logprobs per token)")
+        self._check(self.repetition_penalty > 0, "repetition_penalty={self.repetition_penalty} must be > 0 (1.0 "
+                    "disables it; > 1 discourages tokens already in the prompt or output)")
 
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
+    def _check(self, ok: bool, message: str) -> None:
+        if not ok:
+            raise ValueError(message.format(self=self))
 
 
 def per_prompt(params: SamplingParams, count: int, start: int = 0) -> list[SamplingParams]:
