@@ -140,5 +140,8 @@ def test_auto_swaps_its_model_drafter():
     model = tiny_model(layers=3)
     llm = LLM(model, spec=SpecConfig(method="auto", drafters=("suffix", "eagle3"), draft_model="scratch"))
     assert drafter_module(llm.drafter) is llm.drafter.inner.module and llm.drafter.inner.method == "eagle3"
-    load_drafter_weights(llm.drafter, _noisy(llm.drafter.inner, 0.1).items(), 2)
-    assert drafter_version(llm.drafter) == 2
+    named = _noisy(llm.drafter.inner, 0.1)
+    load_drafter_weights(llm.drafter, named.items(), 2)  # through the pool: the weights reach its EAGLE-3 head
+    for k, v in llm.drafter.inner.module.state_dict().items():
+        assert torch.equal(v, named[k]), k
+    assert drafter_version(llm.drafter) == 2 and llm.drafter.inner.version == 2

@@ -26,7 +26,15 @@ def test_collate_masks_prompt_and_padding():
     assert batch.input_ids.tolist() == [[1, 5, 6, 7, 2], [1, 5, 6, 2, 0]]
     # loss on the response and EOS only: position t predicts token t+1
     assert batch.targets.tolist() == [[-100, -100, 7, 2, -100], [-100, 6, 2, -100, -100]]
-    assert (batch.targets != -100).sum() == 4
+    tok = build_tokenizer()  # and on encoded problems of different lengths: loss on each response and EOS only
+    ids = special_ids(tok)
+    rows = [encode_problem(tok, ids, p) for p in make_problems(4, seed=1)]
+    batch = collate(rows, ids.pad)
+    for b, (seq, prompt_len) in enumerate(rows):
+        taken = (batch.targets[b] != -100).nonzero().flatten().tolist()
+        assert taken == list(range(prompt_len - 1, len(seq) - 1))
+        assert batch.targets[b, taken].tolist() == seq[prompt_len:] == batch.input_ids[b, 1:len(seq)][taken].tolist()
+        assert (batch.input_ids[b, len(seq):] == ids.pad).all()
 
 
 def test_encode_problem_layout():
