@@ -170,3 +170,31 @@ def test_teacher_top_k_computed_in_chunks_equals_the_whole_logits(monkeypatch):
     want = topk_probs(model.lm_head(hidden), 5)
     assert got.ids.shape == (3, 7, 5)
     assert torch.equal(got.ids, want.ids) and torch.allclose(got.probs, want.probs, atol=1e-6)
+
+
+def test_train_head_remaps_the_teacher_ids_into_the_draft_vocabulary(monkeypatch, one_thread):
+    from specrl.drafters.eagle3 import train as eagle3_train
+    from specrl.drafters.eagle3.export import with_draft_vocab
+    from specrl.drafters.training.data import TopK
+    policy = tiny_model(layers=3)  # vocabulary of 32
+    full = init_head(Eagle3Config.for_target(policy.config), seed=0)
+    head = with_draft_vocab(full, policy.lm_head.weight.detach(), torch.tensor([2, 5, 9]))
+    # draft ids 0, 1, 2 are target ids 2, 5, 9 (d2t = [2, 4, 7]: target = draft + d2t[draft]); a teacher token
+    # must go the other way, target -> draft: 9 -> 2, 2 -> 0, and 4, outside the draft vocabulary, -> -1 (the rest)
+    assert head.d2t.tolist() == [2, 4, 7]
+    probs = torch.tensor([[0.5, 0.3, 0.1]] * 5, dtype=torch.bfloat16)  # [T, k]: the teacher's top 3 at each of 5
+    ids = torch.tensor([[9, 2, 4]] * 5, dtype=torch.int32)  # [T, k]
+    features = torch.zeros(5, 3 * policy.config.hidden_size, dtype=torch.bfloat16)  # [T, 3D]
+    monkeypatch.setattr(eagle3_train, "cached_teacher", lambda *a: eagle3_train.Teacher([features], [TopK(probs, ids)]))
+    seen, ttt_loss = [], eagle3_train.ttt_loss
+
+    def spy(head, policy, batch, features, target, opts):
+        seen.append(target)
+        return ttt_loss(head, policy, batch, features, target, opts)
+
+    monkeypatch.setattr(eagle3_train, "ttt_loss", spy)
+    train_head(head, policy, [([0, 3], [4, 6, 7])], DrafterTrainArgs(steps=1, batch_tokens=512, bf16_autocast=False),
+               Eagle3Options(ttt_steps=2))
+    assert len(seen) == 1
+    assert seen[0].ids.tolist() == [[[2, 0, -1]] * 5]  # [B, T, k]
+    assert torch.equal(seen[0].probs, probs[None])  # the probabilities stay with their tokens
