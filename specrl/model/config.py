@@ -45,7 +45,7 @@ class ModelConfig:
     def __post_init__(self):
         if self.arch not in ARCHS:
             raise UnsupportedModelError(f"unsupported architecture {self.arch!r}; supported: {sorted(ARCHS)} "
-                                        f"(HF classes {[a[0] for a in ARCHS.values()]})")
+                                        f"(HF classes {[a.hf_class for a in ARCHS.values()]})")
         if self.head_dim == 0:
             self.head_dim = self.hidden_size // self.num_heads
         if self.num_heads % self.num_kv_heads:
@@ -77,7 +77,7 @@ class ModelConfig:
         if model_type not in ARCHS:
             raise UnsupportedModelError(
                 f"unsupported model_type {model_type!r} (architectures={hf.get('architectures')}); specrl supports "
-                f"{sorted(ARCHS)} ({', '.join(a[0] for a in ARCHS.values())}). Convert the checkpoint or "
+                f"{sorted(ARCHS)} ({', '.join(a.hf_class for a in ARCHS.values())}). Convert the checkpoint or "
                 "use a Llama/Qwen2/Qwen3-family model.")
         rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
