@@ -87,11 +87,11 @@ def solve(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
-def target_x(tokens_in: int, batch: int) -> list[float]:
+def _target_x(tokens_in: int, batch: int) -> list[float]:
     return [1.0, tokens_in / SCALE, batch / SCALE]
 
 
-def draft_x(tokens: int, steps: int) -> list[float]:
+def _draft_x(tokens: int, steps: int) -> list[float]:
     return [1.0, tokens / SCALE, steps / STEP_SCALE]
 
 
@@ -113,11 +113,11 @@ class CostModel:
         return [0.0, SCALE * share * seconds_per_unit, 0.0]
 
     def target_s(self, tokens_in: int, batch: int) -> float:
-        return self.target.predict(target_x(tokens_in, batch))
+        return self.target.predict(_target_x(tokens_in, batch))
 
     def draft_s(self, name: str, tokens: int, steps: int) -> float:
         """Seconds drafter `name` takes to propose `tokens` tokens, `steps` the longest draft (0: no call)."""
-        return self.drafters[name].predict(draft_x(tokens, steps)) if tokens > 0 else 0.0
+        return self.drafters[name].predict(_draft_x(tokens, steps)) if tokens > 0 else 0.0
 
     def catch_up_s(self, name: str, inputs: float) -> float:
         """Seconds drafter `name` takes to observe `inputs` deferred inputs: measured, else (before its first
@@ -139,7 +139,7 @@ class CostModel:
             for n, fit in self.drafters.items():
                 fit.prior = self._counted_draft(n, per_unit)
             self.scaled = True
-        self.target.add(target_x(tokens_in, batch), seconds)
+        self.target.add(_target_x(tokens_in, batch), seconds)
 
     def observe_catch_up(self, name: str, inputs: int, seconds: float) -> None:
         if self.deterministic or inputs <= 0:
@@ -150,7 +150,7 @@ class CostModel:
     def observe_draft(self, name: str, tokens: int, steps: int, seconds: float) -> None:
         if self.deterministic or tokens <= 0 or name not in self.drafters:
             return
-        self.drafters[name].add(draft_x(tokens, steps), seconds)
+        self.drafters[name].add(_draft_x(tokens, steps), seconds)
 
     def shrink(self, n: float) -> None:
         """Every fit weighs at most `n` observations: a saved profile as the prior of this machine's timings."""

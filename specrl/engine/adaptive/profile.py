@@ -21,7 +21,7 @@ from ..cost_model import LOAD_ERRORS, STRATEGY_PROFILE_VERSION, bad_profile, rea
 log = logging.getLogger(__name__)
 
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "tasks" / "assets" / "profiles"
-MATCHED = ("model", "device", "dtype")  # what a profile must share with the engine to be its prior
+_MATCHED = ("model", "device", "dtype")  # what a profile must share with the engine to be its prior
 
 
 def fingerprint(target) -> dict:
@@ -50,7 +50,7 @@ def save(strategy, out: str | Path, target, **meta) -> None:
 def mismatch(meta: dict, target) -> str | None:
     """What differs between a profile's measurements and this engine (None: nothing it records)."""
     here = fingerprint(target)
-    diff = [f"{key} {meta[key]!r} (here {here[key]!r})" for key in MATCHED if key in meta and meta[key] != here[key]]
+    diff = [f"{key} {meta[key]!r} (here {here[key]!r})" for key in _MATCHED if key in meta and meta[key] != here[key]]
     return ", ".join(diff) or None
 
 
