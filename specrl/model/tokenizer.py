@@ -44,20 +44,13 @@ class TextTokenizer:
         extra = [_token_text(t) for t in self.config.get("additional_special_tokens") or ()]
         if extra:
             self.special_tokens_map["additional_special_tokens"] = extra
-        self.all_special_ids = frozenset(self._special_ids())
+        flagged = self.config.get("added_tokens_decoder") or {}  # may flag tokens that tokenizer.json does not
+        texts = [t for v in self.special_tokens_map.values() for t in (v if isinstance(v, list) else [v])]
+        self.all_special_ids = frozenset(
+            {i for i, tok in self.backend.get_added_tokens_decoder().items() if tok.special}
+            | {int(i) for i, entry in flagged.items() if isinstance(entry, dict) and entry.get("special")}
+            | {i for i in map(self.backend.token_to_id, texts) if i is not None})
         self.eos_token_ids = tuple(dict.fromkeys(i for i in (self.eos_token_id, *eos_token_ids) if i is not None))
-
-    def _special_ids(self):
-        for i, tok in self.backend.get_added_tokens_decoder().items():
-            if tok.special:
-                yield i
-        for i, entry in (self.config.get("added_tokens_decoder") or {}).items():
-            if isinstance(entry, dict) and entry.get("special"):
-                yield int(i)
-        for key, text in self.special_tokens_map.items():
-            for t in (text if isinstance(text, list) else [text]):
-                if self.backend.token_to_id(t) is not None:
-                    yield self.backend.token_to_id(t)
 
     # transformers' special-token attributes
     bos_token = property(lambda self: self.special_tokens_map.get("bos_token"))
@@ -102,8 +95,7 @@ def _token_text(value) -> str | None:
 
 
 def load_text_tokenizer(path: str | Path) -> TextTokenizer | None:
-    """tokenizer.json + tokenizer_config.json + chat template + generation_config.json's eos ids, or None
-    when the directory has no tokenizer.json."""
+    """A checkpoint directory's TextTokenizer (generation_config.json's eos ids too); None without tokenizer.json."""
     path = Path(path)
     backend = load_tokenizer(path)
     if backend is None:
