@@ -132,14 +132,12 @@ def save_model(model: CausalLM, path: str | Path, tokenizer_dir: str | Path | No
     with atomic_dir(path) as tmp:
         (tmp / "config.json").write_text(json.dumps(hf, indent=2))
         shards = shard_state(state, max_shard_bytes)
-        if len(shards) == 1:
-            save_file(shards[0], str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        else:
-            weight_map = {}
-            for i, shard in enumerate(shards):
-                name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-                save_file(shard, str(tmp / name), metadata={"format": "pt"})
-                weight_map.update({k: name for k in shard})
+        n = len(shards)
+        names = [f"model-{i + 1:05d}-of-{n:05d}.safetensors" if n > 1 else "model.safetensors" for i in range(n)]
+        for name, shard in zip(names, shards):
+            save_file(shard, str(tmp / name), metadata={"format": "pt"})
+        if n > 1:
+            weight_map = {k: name for name, shard in zip(names, shards) for k in shard}
             (tmp / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
         for name in TOKENIZER_FILES:
             if (src / name).is_file():
