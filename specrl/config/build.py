@@ -18,8 +18,6 @@ from ..errors import ConfigError, require, require_min  # noqa: F401 (specrl.con
 T = TypeVar("T")
 
 NONE_STRINGS = ("null", "none", "~", "")
-_TRUE_STRINGS = ("true", "yes", "on", "1")
-_FALSE_STRINGS = ("false", "no", "off", "0")
 
 
 def parse_yaml_scalar(raw: str) -> Any:
@@ -150,9 +148,9 @@ def _number(v: Any) -> Any:
 def _to_bool(v: Any) -> bool:
     """The one bool parser of every command: true/yes/on/1 and false/no/off/0 (YAML reads `1` as an int)."""
     low = v.strip().lower() if isinstance(v, str) else str(v) if type(v) is int else v
-    if v is True or low in _TRUE_STRINGS:
+    if v is True or low in ("true", "yes", "on", "1"):
         return True
-    if v is False or low in _FALSE_STRINGS:
+    if v is False or low in ("false", "no", "off", "0"):
         return False
     raise ValueError(v)
 
@@ -210,10 +208,7 @@ def _type_name(tp: Any) -> str:
 def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in update.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = v
+        out[k] = _deep_merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), dict) else v
     return out
 
 
