@@ -10,8 +10,7 @@ AS_TRAIN = object()  # --threads left out of a bench (benchmarks/common.py base_
 
 
 def add_runtime_args(ap: argparse.ArgumentParser, threads_default: str = "the free cores") -> None:
-    """The policy, where and how it runs, and its KV cache (specrl.engine.memory): shared by `specrl generate` and
-    `specrl bench ...`."""
+    """The flags of the policy, where and how it runs, and its KV cache (specrl.engine.memory)."""
     from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
     ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -31,8 +31,7 @@ from .runtime import policy_path
 
 @dataclass
 class TrainDrafterConfig:
-    """`specrl train-drafter`'s settings: `key=value` words, as `specrl train` takes them (`--key value` reads
-    the same)."""
+    """`specrl train-drafter`'s `key=value` settings, as `specrl train` takes them (`--key value` too)."""
     method: str | None = None  # required: one of TRAINABLE_METHODS
     policy: str | None = None  # policy checkpoint dir; null: the embedded policy
     out: str | None = None  # output dir; null (embedded policy and task only): the method's shipped drafter dir
@@ -87,10 +86,6 @@ def default_out(method: str) -> Path:
     return get_method(method).shipped_dir
 
 
-def _log(step: int, row: dict) -> None:
-    print(json.dumps({"step": step, **row}), file=sys.stderr, flush=True)
-
-
 def sampling_settings(ns: TrainDrafterConfig) -> dict:
     """What the sampled responses depend on besides the policy (the cache's key)."""
     return {"data": digest_files([Path(ns.data)]) if ns.data else "embedded task", "prompts": ns.prompts,
@@ -107,7 +102,6 @@ def collect(ns: TrainDrafterConfig, policy: str) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `specrl train-drafter`; bad input ends in specrl.cli.main's error boundary."""
     run(argv)
     return 0
 
@@ -116,7 +110,8 @@ def run(argv: list[str] | None = None) -> dict:
     """Collect, train, save; returns the metrics."""
     ns = parse_args(argv)
     # the method's train(policy_path, out_dir, data, args), its own options bound (drafters/scratch.py `recipe`)
-    train = importlib.import_module(get_method(ns.method).trainer).cli_train(ns, on_log=_log)
+    train = importlib.import_module(get_method(ns.method).trainer).cli_train(
+        ns, on_log=lambda step, row: print(json.dumps({"step": step, **row}), file=sys.stderr, flush=True))
     from ..threads import set_threads
     set_threads(ns.threads)
     policy = policy_path(ns.policy, "policy=PATH")
