@@ -53,7 +53,6 @@ def pyplot(needed_by: str):
     return plt
 
 
-# what `specrl` prints as one line instead of a traceback
 USER_ERRORS = (UserError, ValueError, OSError)
 
 

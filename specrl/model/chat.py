@@ -1,10 +1,5 @@
-"""Chat templates: found beside a tokenizer and rendered with jinja2 the way `transformers` renders them.
-
-A template comes from `chat_template.jinja` or else the `chat_template` key of `tokenizer_config.json`, as
-in `transformers`, and renders in the same environment as `apply_chat_template` (trim_blocks/lstrip_blocks,
-loop controls, `raise_exception`, `strftime_now`, a `tojson` that keeps non-ASCII text), inside a sandbox:
-templates come from the Hub and are untrusted code.
-"""
+"""Chat templates, found beside a tokenizer as `transformers` finds them and rendered in the environment of its
+`apply_chat_template`, inside a sandbox: templates come from the Hub and are untrusted code."""
 from __future__ import annotations
 
 import json
