@@ -55,12 +55,11 @@ def load_run(arg: str) -> Run:
 
 def summary(run: Run, first: Run) -> dict:
     acc = [e["accuracy"] for e in run.evals if not math.isnan(e["accuracy"])]
+    means = {key: run.mean(key) for key in ("step_s", "rollout_s", "train_s", "acceptance_length")}
     return {"run": run.name, "steps": run.rows[-1]["step"], "final_accuracy": acc[-1] if acc else None,
-            "peak_accuracy": max(acc) if acc else None, "step_s": run.mean("step_s"),
-            "rollout_s": run.mean("rollout_s"), "train_s": run.mean("train_s"),
-            "acceptance_length": run.mean("acceptance_length"),
-            "step_speedup": first.mean("step_s") / run.mean("step_s"),
-            "rollout_speedup": first.mean("rollout_s") / run.mean("rollout_s")}
+            "peak_accuracy": max(acc) if acc else None, **means,
+            "step_speedup": first.mean("step_s") / means["step_s"],
+            "rollout_speedup": first.mean("rollout_s") / means["rollout_s"]}
 
 
 COLUMNS = (("run", "run", "{}"), ("steps", "steps", "{}"), ("final_accuracy", "acc final", "{:.3f}"),
