@@ -33,7 +33,6 @@ from specrl.pipeline.run_dir import read_jsonl
 
 ALPHA = 1e-3
 GROUPS, N, PROMPTS = 2, 8, 8  # the default run: 2 audited groups of 8 samples, of 8 prompts a step
-CHUNK = 8  # calibration steps generated in one engine call (a step's samples are seeded alone)
 PIT_WINDOW, PIT_Z = 5, 3.2905267314918945  # the PIT's former alarm: Stouffer over 5 steps, two-sided 1e-3
 FAULTS = {"temp_1.1": ("off", {"temperature": 1.1}), "temp_0.9": ("off", {"temperature": 0.9}),
           "top_p_0.9": ("off", {"top_p": 0.9}), "bonus_pq": ("auto", {}), "residual_p": ("auto", {}),
@@ -86,14 +85,15 @@ class Steps:
         policy = str(default_policy_path())
         self.source = build_sources(TrainConfig().data, seed)[0]
         self.encoder = PromptEncoder(policy, True)
-        kv = "512MiB" if max_tokens <= 64 else "1200MiB"
+        kv = f"{chunk * GROUPS * N * (max_tokens + 400) * 10 // 1024 + 64}MiB"  # ~10 KiB a token of context
         self.llm = LLM(policy, seed=seed, max_num_seqs=chunk * GROUPS * N, kv_cache_memory=kv, **paths()[path])
         self.model = load_model(policy).eval()
         self.seed, self.max_tokens = seed, max_tokens
 
-    def __call__(self, steps: list[int], temperature: float = 1.0, top_p: float = 1.0) -> list[StepEvidence]:
-        """The evidence of each of `steps`, generated in one engine call (seeded per step and prompt, so a step's
-        samples do not depend on which steps share the call)."""
+    def __call__(self, steps: list[int], temperature: float = 1.0, top_p: float = 1.0) -> list[tuple]:
+        """(evidence, KL) of each of `steps`, generated in one engine call (seeded per step and prompt, so a
+        step's samples do not depend on which steps share the call). KL: with another temperature than 1, the
+        sum over the step's tokens of KL(sampled || audited), the most log-evidence any test can expect."""
         from specrl.engine import SamplingParams
         from specrl.pipeline.steps import AUDIT_SALT
         from specrl.train.data import step_seed
@@ -111,8 +111,23 @@ class Steps:
             ps = [list(r.prompt_token_ids) for r in part for _ in r.outputs]
             cs = [list(c.token_ids) for r in part for c in r.outputs]
             scorer = TokenScorer(1.0, seed=self.seed * 1_000_003 + step)
-            evidence.append(step_evidence(score_completions(self.model, scorer, ps, cs, rows_per_batch=16)))
+            ev = step_evidence(score_completions(self.model, scorer, ps, cs, rows_per_batch=16))
+            evidence.append((ev, kl_tempered(self.model, ps, cs, temperature) if temperature != 1.0 else None))
         return evidence
+
+
+@torch.no_grad()
+def kl_tempered(model, prompts: list[list[int]], completions: list[list[int]], temperature: float) -> float:
+    """sum over the completions' positions of KL(softmax(l / T) || softmax(l)): the expected log likelihood
+    ratio of the sampled distribution against the audited one, an upper bound on any e-process's growth."""
+    total = 0.0
+    for p, c in zip(prompts, completions):
+        if not c:
+            continue
+        logits = model(torch.tensor([p + c[:-1]])).logits[0, len(p) - 1:].double()  # [r, V]
+        log_q, log_p = torch.log_softmax(logits / temperature, -1), torch.log_softmax(logits, -1)
+        total += float((log_q.exp() * (log_q - log_p)).sum())
+    return total
 
 
 def _done(out: Path, key: str, name: str) -> list[dict]:
@@ -134,11 +149,11 @@ def calibration(args) -> None:
     for path in args.paths:
         have = {r["step"] for r in _done(args.out, "path", path)}
         todo = [s for s in range(args.steps) if s not in have]
-        steps = Steps(path, args.seed, args.max_tokens, CHUNK) if todo else None
-        for k in range(0, len(todo), CHUNK):
+        steps = Steps(path, args.seed, args.max_tokens, args.chunk) if todo else None
+        for k in range(0, len(todo), args.chunk):
             t0 = time.perf_counter()
-            chunk = todo[k:k + CHUNK]
-            for s, ev in zip(chunk, steps(chunk)):
+            chunk = todo[k:k + args.chunk]
+            for s, (ev, _) in zip(chunk, steps(chunk)):
                 _write(args.out, _row(ev, kind="calibration", path=path, step=s, max_tokens=args.max_tokens,
                                       s=(time.perf_counter() - t0) / len(chunk)))
 
@@ -149,22 +164,22 @@ def power(args) -> None:
     for fault in args.faults:
         path, sampling = FAULTS[fault]
         rows = _done(args.out, "fault", fault)
-        if rows and alarms(rows)["steps_e"] is not None:
-            continue
+        todo = [s for s in range(args.steps) if s not in {r["step"] for r in rows}]
         engine_steps.verify = broken_verify(fault) if path != "off" else original
         try:
             steps = None
-            for s in range(args.steps):
-                if any(r["step"] == s for r in rows):
-                    continue
-                steps = steps or Steps(path, args.seed, args.max_tokens)
-                t0 = time.perf_counter()
-                row = _row(steps([s], **sampling)[0], kind="power", fault=fault, path=path, step=s,
-                           max_tokens=args.max_tokens, s=time.perf_counter() - t0)
-                _write(args.out, row)
-                rows.append(row)
-                if alarms(rows)["steps_e"] is not None and alarms(rows)["steps_pit"] is not None:
+            for k in range(0, len(todo), args.chunk):
+                a = alarms(rows) if rows else {"steps_e": None, "steps_pit": None}
+                if a["steps_e"] is not None and a["steps_pit"] is not None:
                     break  # both alarms rang
+                steps = steps or Steps(path, args.seed, args.max_tokens, args.chunk)
+                t0 = time.perf_counter()
+                chunk = todo[k:k + args.chunk]
+                for s, (ev, kl) in zip(chunk, steps(chunk, **sampling)):
+                    row = _row(ev, kind="power", fault=fault, path=path, step=s, max_tokens=args.max_tokens,
+                               s=(time.perf_counter() - t0) / len(chunk), kl=kl)
+                    _write(args.out, row)
+                    rows.append(row)
         finally:
             engine_steps.verify = original
 
@@ -206,8 +221,10 @@ def summary(args) -> None:
     for (kind, name), rs in sorted(groups.items()):
         a = alarms(rs)
         z = [r["z"] for r in rs]
+        kl = [r["kl"] for r in rs if r.get("kl") is not None]
         print(json.dumps({"kind": kind, "name": name, **a, "z_first": round(z[0], 2),
-                          "z_mean": round(sum(z) / len(z), 3), "tokens_a_step": round(a["tokens"] / len(rs))}))
+                          "z_mean": round(sum(z) / len(z), 3), "tokens_a_step": round(a["tokens"] / len(rs)),
+                          **({"kl_sum": sum(kl), "kl_steps": len(kl)} if kl else {})}))
     for run in args.runs:
         m = read_jsonl(Path(run) / "metrics.jsonl")
         share = [r["sampler_s"] / r["step_s"] for r in m if "sampler_s" in r]
@@ -253,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         if name != "dumps":
             p.add_argument("--steps", type=int, default=10)
             p.add_argument("--max-tokens", type=int, default=1100)
+            p.add_argument("--chunk", type=int, default=8, help="steps generated in one engine call (each step's "
+                           "samples are seeded alone, so the rows do not depend on it)")
     sub.choices["calibration"].add_argument("--paths", nargs="+", default=list(paths()))
     sub.choices["power"].add_argument("--faults", nargs="+", default=list(FAULTS), choices=list(FAULTS))
     sub.choices["dumps"].add_argument("files", nargs="+", type=Path)
