@@ -7,7 +7,7 @@ import math
 def draw_eprocess(ax, steps: list[float], log_e: list[float], alpha: float, label: str = "e-process") -> None:
     """Plots log10 of the e-value at each step, its running maximum, and log10(1/alpha) on `ax`."""
     shown = [min(v, 1e3) / math.log(10) for v in log_e]  # an impossible token's inf is drawn at the top
-    peak, best = [], -math.inf
+    peak, best = [], 0.0  # the e-process starts at 1
     for v in shown:
         best = max(best, v)
         peak.append(best)
