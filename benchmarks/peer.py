@@ -131,15 +131,13 @@ def digest(token_ids) -> str:
 
 
 def audit_p(model_dir: Path, outs, temperature: float) -> float:
-    """The sampler audit's p-value on these completions (specrl audit's test)."""
+    """The sampler audit's p-value on these completions (specrl audit's e-process: 1 / its running maximum)."""
+    from specrl.audit.offline import audit_completions
     from specrl.model import load_model
-    from specrl.rl.audit import step_test
-    from specrl.train.audit import TokenScorer, score_completions
     model = load_model(str(model_dir), dtype="float32").eval()
     prompts = [r.prompt_token_ids for r in outs for _ in r.outputs]
     completions = [c.token_ids for r in outs for c in r.outputs]
-    scores = score_completions(model, TokenScorer(temperature, 1.0, -1, 0), prompts, completions, rows_per_batch=4)
-    return step_test(scores).p_value
+    return audit_completions(model, prompts, completions, temperature)[0]["p_value"]
 
 
 def child(run: dict, model_dir: Path, argv: list[str]) -> list[dict]:

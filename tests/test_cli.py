@@ -19,7 +19,7 @@ def test_unknown_command_suggests(capsys):
 
 def test_bench_needs_a_known_benchmark(capsys):
     assert main(["bench", "engin"]) == 2
-    assert "choose one of ['adaptive', 'engine', 'peer', 'spec']" in capsys.readouterr().err
+    assert "choose one of ['adaptive', 'audit', 'engine', 'peer', 'spec']" in capsys.readouterr().err
 
 
 def test_module_entry_point_runs():

@@ -1,10 +1,11 @@
-"""`specrl audit --model DIR --rollouts FILE.jsonl [--temperature T] [--top-p P] [--top-k K] [--plot FILE.png]`:
-were these completions drawn from this model? The sampler audit of `specrl train` (specrl/rl/audit.py) on a
-dump from any engine (vLLM, verl, NeMo-RL): each row has `prompt_ids` and `completion_ids`, token ids of the
-model's vocabulary, so no tokenizer is read. Prints one JSON line: `p_value` (two-sided), `z` (the weighted
-randomized-PIT statistic, N(0, 1) for an exact sampler), `tokens`, and the share of tokens in the PIT's top and
-bottom 5%. `--plot` draws the PIT histogram (uniform for an exact sampler). Temperature 0 is greedy: the test
-is then identity (every token must be the argmax), not a PIT.
+"""`specrl audit --model DIR --rollouts FILE.jsonl [--temperature T] [--top-p P] [--top-k K] [--alpha A]
+[--plot FILE.png]`: were these completions drawn from this model at these settings? The sampler audit of
+`specrl train` (specrl/audit/) on a dump from any engine (vLLM, verl, NeMo-RL): each row has `prompt_ids` and
+`completion_ids`, token ids of the model's vocabulary, so no tokenizer is read. Prints one JSON line: `e_value`
+and `log_e` (the e-process over the file's tokens, row by row), `p_value` (1 / its running maximum: the smallest
+alpha it rejects at, exact for any policy), `rejected` at `--alpha`, `tokens`, and the randomized-PIT `z` as a
+diagnostic. A dump sampled at other settings than the flags is no error: its e-value says so. `--plot` draws
+the e-process against 1/alpha. Temperature 0 is greedy: the test is then identity (every token the argmax).
 """
 from __future__ import annotations
 
@@ -63,16 +64,13 @@ def greedy_mismatches(model, prompts: list[list[int]], completions: list[list[in
     return bad, total
 
 
-def plot_pit(scores: torch.Tensor, path: Path, title: str) -> None:
+def plot_eprocess(path_log_e: torch.Tensor, alpha: float, path: Path, title: str) -> None:
     plt = pyplot("--plot")
-    u, w = scores[:, 0].numpy(), scores[:, 1].numpy()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, weights, name in ((axes[0], None, "tokens"), (axes[1], w, "weight (1 - max p)")):
-        ax.hist(u, bins=20, range=(0, 1), weights=weights, density=True)
-        ax.axhline(1.0, color="k", lw=1, ls="--")
-        ax.set_xlabel("randomized PIT u (vocabulary by probability, descending)")
-        ax.set_ylabel(f"density ({name})")
-    fig.suptitle(title)
+    from ..audit.plot import draw_eprocess
+    fig, ax = plt.subplots(figsize=(7, 4))
+    draw_eprocess(ax, list(range(1, len(path_log_e) + 1)), path_log_e.tolist(), alpha)
+    ax.set_xlabel("audited tokens (rows in file order)")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -85,14 +83,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--top-k", type=int, default=-1)
-    ap.add_argument("--seed", type=int, default=0, help="the audit's own uniforms (randomized PIT)")
-    ap.add_argument("--plot", type=Path, default=None, help="PNG of the PIT histogram")
+    ap.add_argument("--seed", type=int, default=0, help="the audit's own uniforms (the PIT diagnostic)")
+    ap.add_argument("--alpha", type=float, default=1e-3, help="the false-alarm probability it rejects at")
+    ap.add_argument("--plot", type=Path, default=None, help="PNG of the e-process against 1/alpha")
     ap.add_argument("--dtype", default="float32")
     args = ap.parse_args(argv)
     from ..engine.sampling import SamplingParams
     from ..model import load_model
-    from ..rl.audit import step_test
-    from ..train.audit import TokenScorer, score_completions
+    from ..audit.offline import audit_completions
+    if not 0 < args.alpha < 1:
+        raise UserError(f"--alpha {args.alpha:g} is outside (0, 1): pass the false-alarm probability to reject at, "
+                        "e.g. --alpha 1e-3")
     SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)  # the engine's checks
     model = load_model(args.model, dtype=args.dtype).eval()
     prompts, completions = read_rollouts(args.rollouts, model.config.vocab_size)
@@ -104,17 +105,14 @@ def main(argv: list[str] | None = None) -> int:
         out.update(test="greedy_identity", tokens=total, mismatches=bad, p_value=1.0 if bad == 0 else 0.0)
         print(json.dumps(out))
         return 0
-    scores = score_completions(model, TokenScorer(args.temperature, args.top_p, args.top_k, args.seed),
-                               prompts, completions, rows_per_batch=4)  # [n, 3]
-    if len(scores) == 0:
+    if not any(completions):
         raise UserError(f"--rollouts {str(args.rollouts)!r}: every completion is empty; nothing to audit")
-    t = step_test(scores)
-    u = scores[:, 0]
-    out.update(test="weighted_randomized_pit", p_value=t.p_value, z=t.z, tokens=t.tokens, weight=t.weight,
-               impossible=t.impossible, pit_top5=float((u > 0.95).double().mean()),
-               pit_bottom5=float((u < 0.05).double().mean()))
+    result, path = audit_completions(model, prompts, completions, args.temperature, args.top_p, args.top_k,
+                                     args.seed, args.alpha)
+    out.update(result)
     if args.plot is not None:
-        plot_pit(scores, args.plot, f"{args.rollouts.name}: z = {t.z:+.2f}, p = {t.p_value:.2g}, {t.tokens} tokens")
+        plot_eprocess(path, args.alpha, args.plot, f"{args.rollouts.name}: e = {result['e_value']:.3g}, "
+                      f"p = {result['p_value']:.2g}, {result['tokens']} tokens")
         out["plot"] = str(args.plot)
     print(json.dumps(out))
     return 0

@@ -32,7 +32,7 @@ COMMANDS = {
     "audit": ("specrl.cli.audit", "main", "were these completions sampled from this model? (any engine's JSONL)"),
     "export-drafter": ("specrl.cli.export_drafter", "main", "write a drafter for vLLM/SGLang (EAGLE-3 layout)"),
 }
-BENCHES = ("engine", "spec", "adaptive", "peer")  # modules of the repository's benchmarks/ (STYLE.md rule 8)
+BENCHES = ("engine", "spec", "adaptive", "peer", "audit")  # modules of the repository's benchmarks/ (STYLE.md rule 8)
 
 
 def _terminate(signum, frame):
@@ -96,7 +96,7 @@ def _run(name: str, module: str, func: str, rest: list[str]) -> int:
 
 
 def bench(argv: list[str]) -> int:
-    """`specrl bench engine|spec|adaptive|peer`: print JSON lines."""
+    """`specrl bench engine|spec|adaptive|peer|audit`: print JSON lines."""
     if not argv or argv[0] not in BENCHES:
         got = argv[0] if argv else "nothing"
         print(f"specrl bench: got {got!r}; choose one of {sorted(BENCHES)}, e.g. `specrl bench engine`",

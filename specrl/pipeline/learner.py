@@ -13,6 +13,7 @@ from typing import Iterator
 
 import torch
 
+from ..audit import AuditRows, LearnerAudit
 from ..drafters.training.capture import DrafterBatch
 from ..drafters.training.online import OnlineDrafterTrainer
 from ..model import CausalLM, load_model, resolve_dtype, save_model
@@ -20,7 +21,6 @@ from ..state_files import has_state, load_state, save_state
 from ..train.batch import TrainBatch
 from ..train.checkpoint import TRAINER_STATE
 from ..train.config import TrainConfig
-from ..train.audit import AuditRequest, AuditRows, TokenScorer, audit_scorer
 from ..train.trainer import PolicyTrainer
 
 DRAFTER_TRAINER_STATE = "drafter_trainer"
@@ -35,10 +35,7 @@ class LocalLearner:
         self.drafter, self.defer_drafter = drafter, defer_drafter
         self._pending: tuple[list[DrafterBatch], torch.Tensor | None] | None = None  # captured, not yet trained
         self._drafter_metrics: dict[str, float] = {}  # of a deferred update, reported with the next step
-        self.scorer: TokenScorer | None = None  # the sampler audit's, None with rollout.audit=off
-        # async: the weights of the version before this one, to audit rows it sampled (`audit_request`)
-        self._snapshot: dict[str, torch.Tensor] | None = None
-        self._previous: CausalLM | None = None
+        self.audit: LearnerAudit | None = None  # the sampler audit's side, None with rollout.audit=off
 
     @classmethod
     def build(cls, model_dir: str | Path, cfg: TrainConfig, version: int = 0,
@@ -50,9 +47,9 @@ class LocalLearner:
         if d.online:
             drafter = OnlineDrafterTrainer.from_spec(cfg.rollout.spec, policy, d, cfg.rollout.temperature, cfg.seed)
         learner = cls(policy, trainer, version, tokenizer_dir or model_dir, drafter, d.schedule == "long_tail")
-        learner.scorer = audit_scorer(cfg)
-        if learner.scorer is not None and cfg.pipeline.mode == "async" and cfg.pipeline.max_policy_lag > 0:
-            learner._previous = load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype))
+        lagged = cfg.pipeline.mode == "async" and cfg.pipeline.max_policy_lag > 0
+        learner.audit = LearnerAudit.build(cfg.rollout, cfg.seed, lagged, lambda: load_model(
+            model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype)))
         return learner
 
     @property
@@ -64,13 +61,16 @@ class LocalLearner:
              audit: AuditRows | None = None) -> dict[str, float]:
         """The policy update; with an online drafter, its update on the data this forward captured (now, or
         deferred to `train_drafter`, whose metrics then come with the next step's)."""
-        request = self.audit_request(audit)
+        sampler = self.audit.begin(self.trainer, self.policy, self.version, batch, audit) if self.audit else None
         # installed for this step only: afterwards the hook would keep the captured data alive
         self.trainer.forward_hook = capture = self.drafter.forward_hook() if self.drafter is not None else None
+        self.trainer.logits_hook = sampler if sampler is not None and sampler.on_policy else None
         try:
-            metrics = self.trainer.step(batch, is_cap=is_cap, audit=request)
+            metrics = self.trainer.step(batch, is_cap=is_cap)
         finally:
-            self.trainer.forward_hook = None
+            self.trainer.forward_hook = self.trainer.logits_hook = None
+        if sampler is not None:
+            metrics.update(sampler.metrics())
         self.version += 1
         if self.drafter is not None:
             self._pending = (capture.batches, rewards)
@@ -79,22 +79,6 @@ class LocalLearner:
             metrics.update(self._drafter_metrics)
             self._drafter_metrics = {}
         return metrics
-
-    def audit_request(self, audit: AuditRows | None) -> AuditRequest | None:
-        """Rows are scored under the weights that sampled them: this version's (the trainer's own logits), or
-        in the async pipeline the version before it (`_previous`, kept for that). Rows of any other version,
-        or of several, are not audited: a rule on versions alone, never on tokens or rewards."""
-        previous, self._snapshot = self._snapshot, None
-        if self._previous is not None:  # this version, for the next step's rows
-            self._snapshot = {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
-        if audit is None or self.scorer is None or audit.version is None:
-            return None
-        if audit.version == self.version:
-            return AuditRequest(self.scorer, audit.rows)
-        if previous is not None and audit.version == self.version - 1:
-            self._previous.load_state_dict(previous)
-            return AuditRequest(self.scorer, audit.rows, self._previous)
-        return None
 
     def train_drafter(self) -> bool:
         if self.drafter is None or self._pending is None:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import torch
 
+from ..audit import SamplerAlarm
 from ..config import ConfigError, dump_yaml
 from ..drafters.training.health import DrafterHealth
 from ..engine.methods import TRAINABLE_METHODS
 from ..model import resolve_dtype
-from ..rl.audit import SamplerAlarm
 from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, build_sources
@@ -19,7 +19,7 @@ from .progress import StepProgress
 from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
 from .seam import (IN_PROCESS_ENGINE, IdleWork, OnlineDrafter, SharedPolicy, SpecFallback, get_backend, lacks, load,
                    require)
-from .steps import LearnerSide, Parts, RolloutSide
+from .steps import SAMPLER_STATE, LearnerSide, Parts, RolloutSide
 
 # pipeline.mode -> its driver, run(run_dir, parts, cfg, start, bar); the keys are config.choices.PIPELINE_MODES
 DRIVERS = {"sync": "specrl.pipeline.sync:run_sync", "async": "specrl.pipeline.asynchronous:run_async"}
@@ -50,7 +50,7 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
                     else None)
     model_drafter = cfg.rollout.spec.method in TRAINABLE_METHODS or cfg.rollout.drafter.online
     health = DrafterHealth(cfg.rollout.drafter.health) if model_drafter else None
-    alarm = SamplerAlarm(cfg.rollout.audit_window) if cfg.rollout.audit != "off" else None
+    alarm = SamplerAlarm(cfg.rollout.audit_alpha) if cfg.rollout.audit != "off" else None
     return Parts(RolloutSide(backend, source, encoder),
                  LearnerSide(learner, get_reward(cfg.reward.name), encoder), held_out, eval_backend,
                  health=health, sampler_alarm=alarm)
@@ -147,9 +147,9 @@ def _start(cfg: TrainConfig) -> tuple[RunDir, Checkpoint | None]:
 
 
 def _restore(parts: Parts, ckpt: Checkpoint, metrics: Path) -> None:
-    """The optimizer state and torch RNG into the learner, the drafter's state into the rollout engine, and
-    the sampler alarm's window (and a fallback that turned SD off) replayed from the run's `metrics` rows, so
-    a resumed run's evidence equals the uninterrupted run's."""
+    """The optimizer state and torch RNG into the learner, the drafter's state into the rollout engine, the
+    sampler audit's e-process from the checkpoint, and a fallback that turned SD off replayed from the run's
+    `metrics` rows, so that a resumed run continues the uninterrupted run's test."""
     try:
         parts.learner.learner.load(ckpt.path)
     except READ_ERRORS as e:
@@ -158,13 +158,11 @@ def _restore(parts: Parts, ckpt: Checkpoint, metrics: Path) -> None:
         parts.rollout.backend.load_drafter_state(ckpt.drafter)
     if parts.sampler_alarm is None:
         return
-    for row in read_jsonl(metrics):
-        if "sampler_z" in row:
-            parts.sampler_alarm.update(row["sampler_z"], row["sampler_weight"])
-        if row.get("sampler_fallback") and not parts.spec_disabled:
-            parts.rollout.backend.disable_speculation()
-            parts.spec_disabled = True
-            parts.sampler_alarm.reset()
+    if any(row.get("sampler_fallback") for row in read_jsonl(metrics)):
+        parts.rollout.backend.disable_speculation()
+        parts.spec_disabled = True
+    if SAMPLER_STATE in ckpt.state:  # a checkpoint of a run with the audit off starts a new test
+        parts.sampler_alarm.process.load_state_dict(ckpt.state[SAMPLER_STATE])
 
 
 def _summary(run: RunDir) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
+from functools import partial
 from pathlib import Path
 
 from ..config import dump_yaml
@@ -101,6 +102,12 @@ class RunDir:
             self._tb.close()
             self._tb = None
 
+    def audit_alpha(self) -> float:
+        """The run's rollout.audit_alpha (config.yaml)."""
+        import yaml
+        cfg = yaml.safe_load((self.path / "config.yaml").read_text()) or {}
+        return float((cfg.get("rollout") or {}).get("audit_alpha", 1e-3))
+
     def plot(self) -> list[Path]:
         """PNG plots of the run so far; none (with a warning) without matplotlib."""
         try:
@@ -116,8 +123,8 @@ class RunDir:
         steps = [r["step"] for r in rows]
         files = []
         panels = [("reward", _draw_reward), ("acceptance_length", _draw_acceptance), ("step_time", _draw_step_time)]
-        if any("sampler_z" in r for r in rows):
-            panels.append(("sampler_audit", _draw_sampler))
+        if any("sampler_e" in r for r in rows):
+            panels.append(("sampler_audit", partial(_draw_sampler, alpha=self.audit_alpha())))
         for name, draw in panels:
             fig, ax = plt.subplots(figsize=(7, 4))
             draw(ax, steps, rows, evals)
@@ -159,15 +166,8 @@ def _draw_step_time(ax, steps, rows, evals):
     ax.legend()
 
 
-def _draw_sampler(ax, steps, rows, evals):
-    """The sampler audit: each step's z and the alarm's windowed evidence against its threshold (both
-    N(0, 1) under an exact sampler)."""
-    from ..rl.audit import ALARM_Z
-    audited = [(s, r) for s, r in zip(steps, rows) if "sampler_z" in r]
-    ax.plot([s for s, _ in audited], [r["sampler_z"] for _, r in audited], "o", label="step z")
-    ax.plot([s for s, _ in audited], [r.get("sampler_evidence", r["sampler_z"]) for _, r in audited], "-",
-            label="windowed evidence")
-    for sign in (1, -1):
-        ax.axhline(sign * ALARM_Z, color="r", ls="--", lw=1)
-    ax.set_ylabel("sampler audit z (alarm past the red lines)")
-    ax.legend()
+def _draw_sampler(ax, steps, rows, evals, alpha: float):
+    """The sampler audit: the run's e-process after each audited step against 1/alpha (specrl.audit)."""
+    from ..audit.plot import draw_eprocess
+    audited = [(s, r) for s, r in zip(steps, rows) if "sampler_e" in r]
+    draw_eprocess(ax, [s for s, _ in audited], [r["sampler_e"] for _, r in audited], alpha)

@@ -16,10 +16,10 @@ from typing import Callable, Iterable, Iterator, Protocol
 
 import torch
 
+from ..audit import AuditRows
 from ..config import ConfigError
 from ..engine import RequestOutput, SamplingParams
 from ..model import CausalLM
-from ..train.audit import AuditRows
 from ..train.batch import TrainBatch
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
@@ -72,8 +72,8 @@ class Learner(Protocol):
     def step(self, batch: TrainBatch, is_cap: float | None = None,
              rewards: torch.Tensor | None = None, audit: AuditRows | None = None) -> dict[str, float]:
         """One RL update on a batch of rollouts (rewards [N] per trajectory, for reward-weighted drafter
-        training); returns its metrics, with the sampler audit's (sampler_z, sampler_p) of `audit`'s rows
-        when the learner could score them."""
+        training); returns its metrics, with the sampler audit's evidence on `audit`'s rows
+        (`specrl.audit.StepEvidence.metrics`) when the learner could score them."""
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The current policy weights (HF names), detached; consumers copy what they keep."""

@@ -5,6 +5,7 @@ side (trainer and reward), reached only through the seam.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -13,11 +14,10 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..audit import AuditRows, SamplerAlarm, StepEvidence, choose_groups, group_rows
 from ..drafters.training.health import DrafterHealth
 from ..engine import SamplingParams
 from ..rl import compute_advantages
-from ..rl.audit import ALARM_Z, SamplerAlarm, choose_groups
-from ..train.audit import AuditRows, group_rows
 from ..train.checkpoint import latest_checkpoint, save_checkpoint
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, step_seed
@@ -32,6 +32,7 @@ SAMPLES_KEY = "samples"  # metrics-row key of the step's logged completions (pop
 FLAT_REWARD_STEPS = 3  # steps of all-equal rewards before check_signal warns
 EVAL_SALT = 0x5EED_E7A1  # the held-out samples' seed stream, apart from the rollouts' (salt = prompt index + 1)
 AUDIT_SALT = 0xA0D17  # the sampler audit's choice of groups
+SAMPLER_STATE = "sampler_audit"  # the checkpoint's state.json key of the audit's e-process
 
 
 @dataclass
@@ -57,7 +58,7 @@ class Parts:
     workload_log: Callable[[dict], None] | None = None  # rollout.trace: rows of rollout_workload.jsonl
     health: DrafterHealth | None = None  # the drafter alarm, for runs with a model drafter
     flat_reward_steps: int = 0  # consecutive steps whose rewards were all equal (check_signal)
-    sampler_alarm: SamplerAlarm | None = None  # the sampler audit's alarm; None with rollout.audit=off
+    sampler_alarm: SamplerAlarm | None = None  # the sampler audit's e-process; None with rollout.audit=off
     spec_disabled: bool = False  # rollout.audit=fallback turned speculative decoding off
 
     @property
@@ -194,22 +195,26 @@ def check_signal(parts: Parts, row: dict, bar: StepProgress) -> None:
 
 
 def check_sampler(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: StepProgress) -> None:
-    """The sampler audit's alarm on this step's row (sampler_z): rollout.audit=on stops the run (this step is
+    """The sampler audit's alarm on this step's row: its evidence joins the run's e-process (sampler_e, its log
+    e-value; sampler_p, 1 / its running maximum), and at 1/alpha rollout.audit=on stops the run (this step is
     not checkpointed), fallback turns speculative decoding off for the rest of the run."""
     alarm = parts.sampler_alarm
-    if alarm is None or "sampler_z" not in row:
+    if alarm is None or "sampler_bets" not in row:
         return
-    fired = alarm.update(row["sampler_z"], row["sampler_weight"])
-    row["sampler_evidence"] = alarm.evidence()
+    fired = alarm.update(StepEvidence.from_metrics(row))
+    process = alarm.process
+    row.update(sampler_e=process.log_e, sampler_p=process.p_value)
     if not fired:
         return
     ro, spec = cfg.rollout, cfg.rollout.spec
     method = spec.method if spec.enabled else "off (plain sampling)"
-    cause = (f"the sampler audit failed: the last {len(alarm.recent)} steps' combined evidence is z = "
-             f"{alarm.evidence():+.2f} (|z| > {ALARM_Z:.2f}, 1 false alarm in 1000 steps), this step's z = "
-             f"{row['sampler_z']:+.2f} (p = {row['sampler_p']:.2g}) over {row['sampler_tokens']} tokens: the "
-             f"rollouts of pipeline.backend={cfg.pipeline.backend} with rollout.spec.method={method} were not drawn "
-             f"from the policy at temperature={ro.temperature}, top_p={ro.top_p}, top_k={ro.top_k}")
+    why = (f"{process.impossible} sampled token(s) had no mass under the policy" if process.impossible else
+           f"its e-value is {math.exp(min(process.log_e, 700)):.3g} >= 1/alpha = {1 / alarm.alpha:g}")
+    cause = (f"the sampler audit failed: {why} after {process.tokens} audited tokens (an exact sampler reaches "
+             f"1/alpha with probability at most rollout.audit_alpha={alarm.alpha:g} over the whole run; this step's "
+             f"PIT z = {row['sampler_z']:+.2f}): the rollouts of pipeline.backend={cfg.pipeline.backend} with "
+             f"rollout.spec.method={method} were not drawn from the policy at temperature={ro.temperature}, "
+             f"top_p={ro.top_p}, top_k={ro.top_k}")
     if ro.audit == "fallback" and spec.enabled and not parts.spec_disabled:
         parts.rollout.backend.disable_speculation()
         parts.spec_disabled = True
@@ -297,7 +302,10 @@ def finish_step(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: Ste
         bar.update(row)
     if done == sched.max_steps or done % sched.save_every == 0:
         drafter = parts.rollout.backend.drafter_state() if save_drafter else None
-        save_checkpoint(run.path, done, learner.save, drafter, {"seed": cfg.seed}, sched.keep_last)
+        state = {"seed": cfg.seed}
+        if parts.sampler_alarm is not None:
+            state[SAMPLER_STATE] = parts.sampler_alarm.process.state_dict()
+        save_checkpoint(run.path, done, learner.save, drafter, state, sched.keep_last)
 
 
 def stopped(run: RunDir, step: int, cause: str, fix: str) -> RunStopped:

@@ -178,10 +178,10 @@ class RolloutConfig:
     max_model_len: int | None = None
     kv_cache_memory: int | str | None = None
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
-    audit: str = "on"  # the sampler audit (specrl/rl/audit.py): were the rollouts drawn from the policy?
+    audit: str = "on"  # the sampler audit (specrl/audit/): were the rollouts drawn from the policy?
     # groups audited per step, drawn before the rewards (null: all); a few keep the audit a small share of a step
     audit_groups: int | None = 2
-    audit_window: int = 5  # steps whose evidence the alarm combines
+    audit_alpha: float = 1e-3  # the chance the audit's e-process ever rings over a run of an exact sampler
 
     MOVED = {"backend": "pipeline.backend"}  # keys that moved: from_dict's error names the new one
 
@@ -193,7 +193,7 @@ class RolloutConfig:
         require(0 < self.memory_utilization <= 1, "memory_utilization", self.memory_utilization, "in (0, 1]")
         require(self.kv_cache_memory is None or is_positive_size(self.kv_cache_memory), "kv_cache_memory",
                 self.kv_cache_memory, "a positive size such as 2GiB or 2147483648", "or null to use memory_utilization")
-        require_min(self, 1, "prompts_per_step", "max_num_seqs", "audit_window")
+        require_min(self, 1, "prompts_per_step", "max_num_seqs")
         require(self.n >= 2, "n", self.n, ">= 2 samples per prompt", "GRPO needs a group to compare against")
         require(self.temperature > 0, "temperature", self.temperature, "> 0",
                 "RL samples need temperature > 0; greedy is used for evaluation only")
@@ -202,6 +202,8 @@ class RolloutConfig:
                 "on stops the run on a failed sampler audit, fallback turns SD off, off skips the audit")
         require(self.audit_groups is None or self.audit_groups >= 1, "audit_groups", self.audit_groups,
                 ">= 1 or null (every group)")
+        require(0 < self.audit_alpha < 1, "audit_alpha", self.audit_alpha, "in (0, 1)",
+                "the false-alarm probability over the whole run, e.g. 1e-3")
 
 
 @dataclass

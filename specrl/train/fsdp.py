@@ -17,9 +17,9 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
+from ..audit import AuditRows, LearnerAudit
 from ..model import CausalLM, load_model, resolve_dtype, save_model
 from ..state_files import load_state, save_state
-from .audit import AuditRequest, AuditRows, TokenScorer, audit_scorer
 from .batch import TrainBatch
 from .checkpoint import TRAINER_STATE
 from .config import TrainConfig
@@ -38,9 +38,9 @@ def init_process_group(rank: int, world: int, master: str, device: str = "cpu") 
 
 class FSDPLearner:
     def __init__(self, policy: CausalLM, trainer: PolicyTrainer, version: int, tokenizer_dir: str | Path,
-                 scorer: TokenScorer | None):
+                 audit: LearnerAudit | None):
         self.policy, self.trainer, self.version, self.tokenizer_dir = policy, trainer, version, tokenizer_dir
-        self.scorer = scorer  # the sampler audit's, None with rollout.audit=off
+        self.audit = audit  # the sampler audit's side, None with rollout.audit=off
 
     @classmethod
     def build(cls, model_dir: str | Path, cfg: TrainConfig, version: int = 0,
@@ -57,15 +57,20 @@ class FSDPLearner:
         fully_shard(policy)
         trainer = PolicyTrainer(policy, cfg.algorithm, cfg.optim, cfg.schedule.max_steps, cfg.rollout.temperature,
                                 cfg.budget.max_tokens)
-        return cls(policy, trainer, version, tokenizer_dir or model_dir, audit_scorer(cfg))
+        return cls(policy, trainer, version, tokenizer_dir or model_dir, LearnerAudit.build(cfg.rollout, cfg.seed, False))
 
     def step(self, batch: TrainBatch, is_cap: float | None = None, audit: AuditRows | None = None) -> dict[str, float]:
         """The update; the sampler audit tests `audit`'s rows when this version sampled them (every rank holds
         the whole batch, so each scores them alike). Rows of an older version are not audited: unlike
         LocalLearner, no unsharded copy of the previous weights is kept."""
-        on_policy = audit is not None and self.scorer is not None and audit.version == self.version
-        request = AuditRequest(self.scorer, audit.rows) if on_policy else None
-        metrics = self.trainer.step(batch, is_cap=is_cap, audit=request)
+        sampler = self.audit.begin(self.trainer, self.policy, self.version, batch, audit) if self.audit else None
+        self.trainer.logits_hook = sampler
+        try:
+            metrics = self.trainer.step(batch, is_cap=is_cap)
+        finally:
+            self.trainer.logits_hook = None
+        if sampler is not None:
+            metrics.update(sampler.metrics())
         self.version += 1
         return metrics
 

@@ -2,16 +2,16 @@
 
 The trainer recomputes the logprobs of the sampled tokens with its own model; their gap to the engine's
 logprobs (`logprob_diff`) audits that rollouts were sampled from exactly this policy. `forward_hook` sees what
-that forward computed for each micro-batch (online drafter training installs one to learn from it).
+that forward computed for each micro-batch (online drafter training installs one to learn from it);
+`logits_hook` sees the policy's logits of the rows it asks for (the sampler audit, specrl.audit, installs one).
 """
 from __future__ import annotations
 
 import copy
 import math
-import time
 from collections import defaultdict
 from functools import partial
-from typing import Callable, NamedTuple, Protocol
+from typing import Callable, ContextManager, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -26,8 +26,6 @@ from ..model.layers import skip_cudnn_attention
 from ..optim import build_optimizer, clip_grad, warmup_cosine_scheduler
 from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty, token_logprobs,
                   truncated_importance_ratio)
-from ..rl.audit import step_test
-from .audit import SCORES, AuditRequest, TokenScorer
 from .batch import Packed, TrainBatch, collate, micro_batch_groups, pack  # noqa: F401 - collate: the input
 from .config import AlgorithmConfig, OptimConfig
 
@@ -50,6 +48,18 @@ class ForwardHook(Protocol):
     hidden_layers: tuple[int, ...]  # decoder layers whose outputs the forward also returns, ascending
 
     def __call__(self, info: ForwardInfo) -> None: ...
+
+
+class LogitsHook(Protocol):
+    """`PolicyTrainer.logits_hook`: sees the logits of `rows` under the weights the step starts from, each token
+    once: from the update's own forward where it runs them, else from a forward without gradients first."""
+    rows: Tensor  # [N] bool, the step's rows it asks for
+
+    def __call__(self, logits: Tensor, targets: Tensor, rows: Tensor, positions: Tensor) -> None:
+        """logits [n, V] detached, targets [n], and each token's row [n] and position [n] in the padded batch."""
+
+    def timed(self) -> ContextManager:
+        """Wraps a forward the trainer runs for the hook alone, so that the hook can count its cost."""
 
 
 def activation_bytes_per_token(cfg, checkpointing: bool = False) -> int:
@@ -97,13 +107,13 @@ def micro_batch_token_cap(cfg, budget: int, checkpointing: bool, mtp_depths: int
 
 
 def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, temperature: float, autocast,
-                  with_entropy: bool = True, audit: Callable[[Tensor, Tensor, int], None] | None = None
+                  with_entropy: bool = True, sink: Callable[[Tensor, Tensor, int], None] | None = None
                   ) -> tuple[Tensor, Tensor | None]:
     """(logprobs [b, T] of `targets` under softmax(lm_head(hidden) / temperature), their detached entropies
     [b, T] or None) from the final normed hidden states [b, T, D]. The [b, T, V] logits never exist at once (for
     a large vocabulary they cost more a token than a checkpointed decoder keeps): each chunk of
     `head_chunk_tokens` runs under activation checkpointing, unless one chunk holds the whole micro-batch.
-    `audit` gets each chunk's detached logits [n, V], targets [n] and offset in the flattened tokens; the
+    `sink` gets each chunk's detached logits [n, V], targets [n] and offset in the flattened tokens; the
     backward's recompute calls it again with the same offset."""
     b, T, D = hidden.shape
     flat_h, flat_t = hidden.reshape(b * T, D), targets.reshape(b * T)  # [N, D], [N]
@@ -111,8 +121,8 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
     def chunk(h: Tensor, t: Tensor, start: int) -> tuple[Tensor, Tensor | None]:
         with autocast():
             logits = lm_head(h)[None]  # [1, n, V]
-        if audit is not None:
-            audit(logits.detach()[0], t, start)
+        if sink is not None:
+            sink(logits.detach()[0], t, start)
         logp = token_logprobs(logits, t[None], temperature)[0]  # [n]
         # after the logprobs: the backward's recompute stops once it has them, without redoing this
         entropy = entropy_from_logits(logits.detach()[0] / (temperature or 1.0)) if with_entropy else None
@@ -149,8 +159,7 @@ class PolicyTrainer:
         # the frozen reference of the KL penalty: the policy as it was when training started
         self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if algo.kl_coef > 0 else None
         self.forward_hook: ForwardHook | None = None
-        self._audit_fill: tuple[Tensor, TokenScorer, Tensor] | None = None  # the running step's (see _begin_audit)
-        self._audit_s = 0.0
+        self.logits_hook: LogitsHook | None = None
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
@@ -182,15 +191,14 @@ class PolicyTrainer:
 
     @torch.no_grad()
     def score(self, model: CausalLM, batch: TrainBatch, rows: Tensor | None = None,
-              audit: tuple[Tensor, TokenScorer] | None = None) -> Tensor:
+              hook: LogitsHook | None = None) -> Tensor:
         """Logprobs [N, T] of the targets of `rows` (default all; 0 elsewhere) under `model`, micro-batched, without
-        gradients; `audit` (scores, scorer) has the sampler audit score those tokens into `scores` too."""
+        gradients; `hook` sees the logits of its rows among them."""
         out = torch.zeros_like(batch.gen_logp)  # [N, T]
         for idx in self.micro_batches(torch.arange(batch.num_rows) if rows is None else rows, batch.lengths):
             mb, packed = self._micro_batch(batch, idx)
             last = self._run(model, mb, packed).last_hidden  # [b, t, D], packed [1, n, D]
-            sink = None if audit is None else (*audit, idx)
-            logp, _ = self._logprobs(model, last, mb, packed, with_entropy=False, audit=sink)
+            logp, _ = self._logprobs(model, last, mb, packed, with_entropy=False, hook=hook, idx=idx)
             out[idx, :mb.input_ids.shape[1]] = logp.cpu()
         return out
 
@@ -204,14 +212,14 @@ class PolicyTrainer:
             return model(ids, hidden_layers=hidden_layers, compute_logits=False, segments=segments)
 
     def _logprobs(self, model: CausalLM, last: Tensor, mb: TrainBatch, packed: Packed | None,
-                  with_entropy: bool = True, audit: tuple[Tensor, TokenScorer, Tensor] | None = None
+                  with_entropy: bool = True, hook: LogitsHook | None = None, idx: Tensor | None = None
                   ) -> tuple[Tensor, Tensor | None]:
-        """`head_logprobs` of `_run`'s final hidden states, in the padded layout [b, T] either way; `audit`
-        (scores, scorer, rows) has the sampler audit score the micro-batch's tokens into `scores`."""
+        """`head_logprobs` of `_run`'s final hidden states, in the padded layout [b, T] either way; `hook` sees
+        the logits of its rows of micro-batch `mb` (rows `idx`)."""
         targets = mb.targets if packed is None else packed.targets  # [b, T] or [1, N]
-        sink = None if audit is None else self._audit_sink(*audit, mb, packed)
+        sink = None if hook is None or not bool(hook.rows[idx].any()) else _hook_sink(hook, idx, mb, packed)
         logp, entropy = head_logprobs(model.lm_head, last, targets, self.temperature, self.autocast, with_entropy,
-                                      audit=sink)
+                                      sink=sink)
         if packed is None:
             return logp, entropy
         return packed.unpack(logp), None if entropy is None else packed.unpack(entropy)  # [b, T]
@@ -222,71 +230,38 @@ class PolicyTrainer:
         with self.autocast():
             return self.model.lm_head(last_hidden)
 
-    def step(self, batch: TrainBatch, is_cap: float | None = None, audit: AuditRequest | None = None
-             ) -> dict[str, float]:
+    def step(self, batch: TrainBatch, is_cap: float | None = None) -> dict[str, float]:
         """One RL step: `updates_per_step` optimizer steps over mini-batches of the rollouts. With `is_cap`
         the rollouts are off-policy (sampled by older weights, async pipeline): each token's loss is scaled
-        by the truncated importance ratio min(pi_old / pi_gen, is_cap). With `audit`, the metrics carry the
-        sampler audit's test of its rows (sampler_z, sampler_p: specrl.rl.audit)."""
-        self._audit_s = 0.0  # seconds the audit adds to this step (its forwards and scoring)
-        scores = self._begin_audit(batch, audit) if audit is not None else None
+        by the truncated importance ratio min(pi_old / pi_gen, is_cap)."""
+        hook = self.logits_hook
+        if hook is not None and self.algo.updates_per_step == 1:  # step 0: the hook's rows the update skips
+            self._show_hook(batch, hook)
         self.model.train()
         # step 1: pi_old. With one update, pi_old is the model before it, so the update's own forward gives it.
-        old = self.score(self.model, batch) if self.algo.updates_per_step > 1 else None
+        old = self.score(self.model, batch, hook=hook) if self.algo.updates_per_step > 1 else None
         ref = self.score(self.ref_model, batch) if self.ref_model is not None else None
-        seen = torch.zeros_like(batch.gen_logp) if old is None else old  # [N, T] trainer logprobs, for the audit
-        audited = torch.full((batch.num_rows,), old is not None)  # [N] rows whose trainer logprobs are in `seen`
+        seen = torch.zeros_like(batch.gen_logp) if old is None else old  # [N, T] trainer logprobs, for logprob_diff
+        computed = torch.full((batch.num_rows,), old is not None)  # [N] rows whose trainer logprobs are in `seen`
         sums: dict[str, float] = defaultdict(float)
-        try:
-            for rows in torch.arange(batch.num_rows).chunk(self.algo.updates_per_step):
-                self._update(batch, rows, old, ref, seen, audited, sums, is_cap)
-        finally:
-            self._audit_fill = None
+        for rows in torch.arange(batch.num_rows).chunk(self.algo.updates_per_step):
+            self._update(batch, rows, old, ref, seen, computed, sums, is_cap)
         self.model.eval()
-        mask = batch.mask * audited[:, None]  # [N, T] the audit covers the rows whose logprobs were computed
+        mask = batch.mask * computed[:, None]  # [N, T] logprob_diff covers the rows whose logprobs were computed
         diff = (seen - batch.gen_logp).abs() * mask  # [N, T]
         metrics = {k: v / self.algo.updates_per_step for k, v in sums.items()}
         metrics.update(logprob_diff=float(diff.sum() / mask.sum().clamp(min=1)), logprob_diff_max=float(diff.max()))
-        if scores is not None:
-            test = step_test(scores[(batch.mask * audit.rows[:, None]) > 0])  # [n, 3] the audited tokens
-            metrics.update(sampler_z=test.z, sampler_p=test.p_value, sampler_tokens=test.tokens,
-                           sampler_weight=test.weight, sampler_impossible=test.impossible, sampler_s=self._audit_s)
         return metrics
 
     @torch.no_grad()
-    def _begin_audit(self, batch: TrainBatch, audit: AuditRequest) -> Tensor:
-        """Token scores [N, T, 3] of the audited rows. On-policy with one update, the rows the update runs are
-        scored from its own logits (`_audit_fill`); the rest (rows the zero-advantage skip leaves out, or all
-        of them under other weights) by a forward without gradients now, before any weight moves."""
-        t0, before = time.perf_counter(), self._audit_s
-        scores = torch.zeros(*batch.mask.shape, SCORES, dtype=torch.float64)  # [N, T, 3]
+    def _show_hook(self, batch: TrainBatch, hook: LogitsHook) -> None:
+        """The hook's rows that the update's forward skips (zero advantages), by a forward without gradients
+        now, before any weight moves."""
         rows = torch.arange(batch.num_rows)
-        reuse = audit.model is None and self.algo.updates_per_step == 1
-        covered = self.learning_rows(batch, rows) if reuse else rows[:0]
-        model = audit.model if audit.model is not None else self.model
-        self.score(model, batch, rows[audit.rows & ~torch.isin(rows, covered)], (scores, audit.scorer))
-        self._audit_fill = (scores, audit.scorer, audit.rows) if reuse else None
-        self._audit_s = before + time.perf_counter() - t0  # its sinks' time included once
-        return scores
-
-    def _audit_sink(self, scores: Tensor, scorer: TokenScorer, idx: Tensor, mb: TrainBatch, packed: Packed | None
-                    ) -> Callable[[Tensor, Tensor, int], None]:
-        """head_logprobs' audit callback for micro-batch `mb` (rows `idx`): scores land in `scores`."""
-        # [b, T] the positions head_logprobs sees, flattened in row-major order (all of them when padded)
-        valid = torch.ones_like(mb.targets, dtype=torch.bool) if packed is None else packed.valid
-        where = valid.nonzero().cpu()  # [n_tokens, 2] (row in the micro-batch, position) per flat offset
-        scored: set[int] = set()  # chunks already scored: a checkpointed chunk's backward recomputes its logits
-
-        def sink(logits: Tensor, targets: Tensor, start: int) -> None:
-            if start in scored:
-                return
-            scored.add(start)
-            t0 = time.perf_counter()
-            at = where[start:start + len(targets)]  # [n, 2]
-            rows, pos = idx[at[:, 0]], at[:, 1]
-            scores[rows, pos] = scorer(logits, targets, rows, pos).cpu()
-            self._audit_s += time.perf_counter() - t0
-        return sink
+        skipped = rows[hook.rows & ~torch.isin(rows, self.learning_rows(batch, rows))]
+        if len(skipped):
+            with hook.timed():
+                self.score(self.model, batch, skipped, hook)
 
     def learning_rows(self, batch: TrainBatch, rows: Tensor) -> Tensor:
         """The rows of `rows` whose loss can move the weights. A zero advantage (a GRPO group whose samples all
@@ -318,7 +293,7 @@ class PolicyTrainer:
             self._forward(*self._micro_batch(batch, idx), idx)
 
     def _update(self, batch: TrainBatch, rows: Tensor, old: Tensor | None, ref: Tensor | None,
-                seen: Tensor, audited: Tensor, sums: dict[str, float], is_cap: float | None = None) -> None:
+                seen: Tensor, computed: Tensor, sums: dict[str, float], is_cap: float | None = None) -> None:
         mode = self.algo.loss_agg
         denom = aggregate_denom(batch.mask[rows], mode)  # the whole mini-batch's count: accumulation = one batch
         learning = self.learning_rows(batch, rows)
@@ -337,12 +312,11 @@ class PolicyTrainer:
             T = mb.input_ids.shape[1]
             out = self._forward(mb, packed, idx)
             # [b, T] (the lm-head in bf16 under autocast; logprobs and entropies in fp32)
-            fill = self._audit_fill
-            sink = (fill[0], fill[1], idx) if fill is not None and bool(fill[2][idx].any()) else None
-            logp, entropy = self._logprobs(self.model, out.last_hidden, mb, packed, audit=sink)
+            hook = self.logits_hook if self.algo.updates_per_step == 1 else None  # else `old` showed it the rows
+            logp, entropy = self._logprobs(self.model, out.last_hidden, mb, packed, hook=hook, idx=idx)
             if old is None:
                 seen[idx, :T] = logp.detach().cpu()
-                audited[idx] = True
+                computed[idx] = True
             old_mb = old[idx, :T].to(self.device) if old is not None else logp.detach()  # [b, T]
             weights = None
             if is_cap is not None:
@@ -374,6 +348,27 @@ class PolicyTrainer:
         sums["grad_norm"] += grad_norm
         sums["lr"] += lr
         sums.setdefault("kl", 0.0)
+
+
+def _hook_sink(hook: LogitsHook, idx: Tensor, mb: TrainBatch, packed: Packed | None
+               ) -> Callable[[Tensor, Tensor, int], None]:
+    """head_logprobs' sink for micro-batch `mb` (rows `idx`): the hook sees the tokens of its rows, once."""
+    # [b, T] the positions head_logprobs sees, flattened in row-major order (all of them when padded)
+    valid = torch.ones_like(mb.targets, dtype=torch.bool) if packed is None else packed.valid
+    where = valid.nonzero().cpu()  # [n_tokens, 2] (row in the micro-batch, position) per flat offset
+    shown: set[int] = set()  # chunks already shown: a checkpointed chunk's backward recomputes its logits
+
+    def sink(logits: Tensor, targets: Tensor, start: int) -> None:
+        if start in shown:
+            return
+        shown.add(start)
+        at = where[start:start + len(targets)]  # [n, 2]
+        rows = idx[at[:, 0]]  # [n]
+        keep = hook.rows[rows]  # [n] bool
+        if bool(keep.any()):
+            sel = keep.nonzero()[:, 0].to(logits.device)  # [k]
+            hook(logits[sel], targets[sel], rows[keep], at[keep, 1])
+    return sink
 
 
 def mtp_loss(model: CausalLM, last_hidden: Tensor, mb: TrainBatch) -> Tensor:

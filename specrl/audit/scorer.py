@@ -1,0 +1,68 @@
+"""Token scores: the distribution the sampler was told to use, rebuilt from the policy's logits with the
+engine's own sampling functions, and each sampled token's PIT and bets under it. The PIT's uniforms are a hash
+of (seed, row, position), so a token's score does not depend on how the trainer cut the batch into
+micro-batches or lm-head chunks.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..engine.sampling import hash_uniform, target_probs
+from .bets import ALTERNATIVES, log_ratios, ranked
+from .eprocess import SCORES
+from .pit import randomized_pit
+
+AUDIT_STREAM = 0xA0D1  # the hash stream of the audit's uniforms, apart from the sampler's streams
+COLUMNS = SCORES + ALTERNATIVES  # u, w, impossible, then log q_j(x) / p(x) per alternative
+
+
+def token_scores(probs: Tensor, targets: Tensor, v: Tensor) -> Tensor:
+    """[n, COLUMNS] float64 of tokens `targets` [n] under `probs` [n, V], with the PIT's uniforms `v` [n]."""
+    p = probs.double()  # [n, V]
+    p = p / p.sum(-1, keepdim=True)  # the engine samples from the float32 probabilities normalised in float64
+    p_x = p.gather(-1, targets[:, None])[:, 0]  # [n]
+    rank = ranked(p, targets)
+    head = torch.stack([randomized_pit(rank.before, p_x, v), 1 - p.amax(-1), (p_x <= 0).double()], -1)  # [n, 3]
+    return torch.cat([head, log_ratios(p, targets, rank)], -1)
+
+
+class TokenScorer:
+    """(logits [n, V], targets [n], rows [n], positions [n]) -> token_scores [n, COLUMNS] under the rollout's
+    sampling settings."""
+
+    def __init__(self, temperature: float, top_p: float = 1.0, top_k: int = -1, seed: int = 0):
+        self.temperature = torch.tensor([temperature], dtype=torch.float32)
+        self.top_p = torch.tensor([top_p], dtype=torch.float32)
+        self.top_k = torch.tensor([top_k], dtype=torch.long)
+        self.seed = seed % 2 ** 40  # seed * 1_000_003 + row stays within int64
+
+    def probs(self, logits: Tensor) -> Tensor:
+        dev = logits.device
+        return target_probs(logits[None], self.temperature.to(dev), self.top_k.to(dev), self.top_p.to(dev))[0]
+
+    def __call__(self, logits: Tensor, targets: Tensor, rows: Tensor, positions: Tensor) -> Tensor:
+        probs = self.probs(logits.detach())  # [n, V]
+        seeds = (self.seed * 1_000_003 + rows).to(logits.device)  # [n]
+        v = hash_uniform(seeds, positions.to(logits.device)[:, None], AUDIT_STREAM)[:, 0]  # [n]
+        return token_scores(probs, targets.to(logits.device), v).cpu()  # [n, COLUMNS]
+
+
+@torch.no_grad()
+def score_completions(model, scorer: TokenScorer, prompts: list[list[int]], completions: list[list[int]],
+                      rows_per_batch: int = 4) -> Tensor:
+    """token_scores [n, COLUMNS] of every completion token, row by row in order, for completions from any
+    engine (`specrl audit`, the benchmark). Row i is audit row i, as in the trainer."""
+    device = next(model.parameters()).device
+    out = []
+    for start in range(0, len(prompts), rows_per_batch):
+        ps, cs = prompts[start:start + rows_per_batch], completions[start:start + rows_per_batch]
+        seqs = [p + c[:-1] for p, c in zip(ps, cs)]
+        width = max(len(s) for s in seqs)
+        ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs], device=device)  # [b, T] right-padded
+        logits = model(ids).logits.float()  # [b, T, V]
+        for i, (p, c) in enumerate(zip(ps, cs)):
+            pos = torch.arange(len(p) - 1, len(p) - 1 + len(c))  # [r] positions predicting the completion
+            rows = torch.full_like(pos, start + i)
+            out.append(scorer(logits[i, pos.to(device)], torch.tensor(c, dtype=torch.long), rows, pos))
+    return torch.cat(out) if out else torch.zeros(0, COLUMNS, dtype=torch.float64)

@@ -1,0 +1,110 @@
+"""The sampler audit on the learner's side: the engine's sampling distribution rebuilt from the trainer's logits,
+the update's own logits shown to the hook (skipped rows by a forward without gradients), the metrics row, and
+rows scored under the version that sampled them."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from specrl import LLM, SamplingParams
+from specrl.engine.sampling import target_probs
+from specrl.audit import AuditRows, LearnerAudit, StepAudit, TokenScorer, group_rows, score_completions, step_evidence
+from specrl.pipeline.learner import LocalLearner
+from specrl.train.config import AlgorithmConfig, OptimConfig
+from specrl.train.trainer import PolicyTrainer, collate
+from tests.helpers import tiny_model
+
+
+def _trainer(model, micro=32):
+    return PolicyTrainer(model, AlgorithmConfig(), OptimConfig(lr=1e-2, warmup_steps=0, micro_batch_size=micro),
+                         total_steps=10, temperature=1.0, norm_len=8)
+
+
+def _rollouts(model, n=4):
+    llm = LLM(copy.deepcopy(model), max_num_seqs=16, kv_cache_memory="8MiB")
+    prompts = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
+    outs = llm.generate(prompts, SamplingParams(n=n, temperature=1.0, max_tokens=8, seed=1))
+    samples = [(r.prompt_token_ids, c) for r in outs for c in r.outputs]
+    adv = torch.tensor([0.0] * n + [1.0, -1.0] * (n // 2) + [0.0] * n)  # groups 0 and 2 are skipped by the update
+    ps, cs = [p for p, _ in samples], [c.token_ids for _, c in samples]
+    return ps, cs, collate(ps, cs, [c.logprobs for _, c in samples], adv, pad_id=0)
+
+
+def test_scorer_applies_temperature_top_p_top_k_as_the_engine():
+    logits = torch.randn(6, 32, generator=torch.Generator().manual_seed(0)) * 3  # [n, V]
+    scorer = TokenScorer(0.7, top_p=0.8, top_k=5, seed=3)
+    expect = target_probs(logits[None], torch.tensor([0.7]), torch.tensor([5]), torch.tensor([0.8]))[0]
+    assert torch.equal(scorer.probs(logits), expect)
+    outside = expect.argmin(-1)  # a token outside the top-k: no mass
+    s = scorer(logits, outside, torch.zeros(6, dtype=torch.long), torch.arange(6))
+    assert s[:, 2].tolist() == [1.0] * 6
+    again = scorer(logits, outside, torch.zeros(6, dtype=torch.long), torch.arange(6))
+    assert torch.equal(s, again)  # the audit's uniforms are a function of (seed, row, position)
+
+
+def _step(trainer, batch, hook=None):
+    trainer.logits_hook = hook
+    try:
+        m = trainer.step(batch)
+    finally:
+        trainer.logits_hook = None
+    return {**m, **hook.metrics()} if hook is not None else m
+
+
+@pytest.mark.parametrize("micro, updates", [(32, 1), (2, 1), (32, 2)])
+def test_trainer_audit_matches_a_separate_scoring(micro, updates):
+    model = tiny_model(seed=1)
+    ps, cs, batch = _rollouts(model)
+    scorer = TokenScorer(1.0, seed=5)
+    rows = group_rows([0, 1], 4, batch.num_rows)  # group 0 skipped by the update, group 1 learning
+    expect = step_evidence(score_completions(copy.deepcopy(model), scorer, ps[:8], cs[:8]))
+    trainer = _trainer(model, micro)
+    trainer.algo.updates_per_step = updates
+    m = _step(trainer, batch, StepAudit(scorer, rows, batch.mask))
+    if updates == 1:
+        assert m["update_rows"] == pytest.approx(4 / 12)
+    assert m["sampler_tokens"] == expect.tokens and m["sampler_z"] == pytest.approx(expect.z, abs=1e-5)
+    assert m["sampler_bets"] == pytest.approx(expect.log_bets, abs=1e-6)
+    assert m["sampler_impossible"] == 0 and m["sampler_s"] > 0
+
+
+def test_no_audit_no_sampler_metrics():
+    model = tiny_model(seed=1)
+    assert not any(k.startswith("sampler_") for k in _trainer(model).step(_rollouts(model)[2]))
+
+
+def test_rows_are_scored_under_the_version_that_sampled_them():
+    model = tiny_model(seed=2)
+    ps, cs, batch = _rollouts(model)
+    learner = LocalLearner(model, _trainer(model), version=3)
+    rows = group_rows([1], 4, batch.num_rows)
+    audit = LearnerAudit(TokenScorer(1.0))
+
+    def begin(version):
+        return audit.begin(learner.trainer, model, learner.version, batch, AuditRows(rows, version))
+    assert begin(3).on_policy  # on-policy: the trainer's own logits, through its hook
+    assert begin(2) is None  # no previous version kept (sync)
+    assert begin(None) is None  # several versions (updates in flight)
+    audit.previous = tiny_model(seed=9)
+    begin(3)  # keeps version 3 for the next step
+    before = copy.deepcopy(model)
+    learner.version = 4
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    step = begin(3)
+    assert not step.on_policy and step.metrics()["sampler_tokens"] == int(batch.mask[rows].sum())
+    expect = step_evidence(score_completions(before, audit.scorer, ps[4:8], cs[4:8]))
+    assert step.metrics()["sampler_bets"] == pytest.approx(expect.log_bets, abs=1e-6)  # under version 3's weights
+    assert begin(1) is None  # two versions behind: not audited
+
+
+def test_the_learner_reports_the_audit_in_its_step_metrics():
+    model = tiny_model(seed=3)
+    batch = _rollouts(model)[2]
+    learner = LocalLearner(model, _trainer(model), version=0)
+    learner.audit = LearnerAudit(TokenScorer(1.0))
+    m = learner.step(batch, audit=AuditRows(group_rows([0], 4, batch.num_rows), 0))
+    assert m["sampler_tokens"] == int(batch.mask[:4].sum()) and len(m["sampler_bets"]) > 0
+    assert learner.trainer.logits_hook is None  # installed for the step only

@@ -1,0 +1,58 @@
+"""`specrl bench audit`: the faults it builds break the verify they replace, the alarms' replay (e-process and
+the PIT's window) counts steps as a run would, and calibration rows feed the summary and its PNG."""
+from __future__ import annotations
+
+import json
+import math
+
+import torch
+
+from benchmarks.audit import alarms, broken_verify
+from specrl.audit.bets import COMPONENTS
+from specrl.cli.main import main
+from specrl.engine.verify import verify
+
+
+def _verify_args():
+    # one row, k = 2 drafts of token 0; p puts 0.1 on it, q (one-hot, an n-gram draft) puts 1: accept u < 0.1
+    p = torch.tensor([[[0.1, 0.9], [0.1, 0.9], [0.5, 0.5]]])  # [1, 3, 2]
+    q = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]])  # [1, 2, 2]
+    return p, torch.tensor([[0, 0]]), q, torch.tensor([[0.5, 0.5]]), torch.tensor([[0.01, 0.01, 0.01]])
+
+
+def test_the_faults_change_what_verify_decides():
+    p, drafts, q, ua, us = _verify_args()
+    exact = verify(p, drafts, q, ua, us)
+    assert exact.num_accepted.tolist() == [0] and exact.tokens[0, 0] == 1  # rejected: the residual is token 1
+    assert broken_verify("accept_all")(p, drafts, q, ua, us).num_accepted.tolist() == [2]  # both drafts taken
+    # residual_p resamples from p: u = 0.01 < p(0) = 0.1 gives token 0, which the residual max(p - q, 0) never holds
+    assert broken_verify("residual_p")(p, drafts, q, ua, us).tokens[0, 0] == 0
+
+
+def _row(step, bets, z):
+    return {"kind": "power", "fault": "x", "step": step, "tokens": 10, "impossible": 0, "z": z,
+            "log_bets": [bets] * COMPONENTS}
+
+
+def test_alarms_count_steps_as_a_run_would():
+    # e-process: 3 + 4 = 7 > log(1000) = 6.91 at step 2; PIT window: (2 + 2 + 2) / sqrt(3) = 3.46 > 3.29 at step 3
+    a = alarms([_row(0, 3.0, 2.0), _row(1, 4.0, 2.0), _row(2, 0.0, 2.0)])
+    assert a["steps_e"] == 2 and a["steps_pit"] == 3 and a["tokens"] == 30
+    assert a["max_log10_e"] == 7 / math.log(10)
+    assert alarms([_row(0, -1.0, 0.0)]) == {**alarms([_row(0, -1.0, 0.0)]), "steps_e": None, "steps_pit": None}
+
+
+def test_calibration_rows_feed_the_summary_and_its_plot(tmp_path, capsys):
+    rows = tmp_path / "cal.jsonl"
+    assert main(["bench", "audit", "calibration", "--out", str(rows), "--paths", "off", "--steps", "2",
+                 "--max-tokens", "4"]) == 0
+    written = [json.loads(line) for line in rows.read_text().splitlines()]
+    assert [r["step"] for r in written] == [0, 1] and all(len(r["log_bets"]) == COMPONENTS for r in written)
+    assert all(0 < r["tokens"] <= 2 * 8 * 4 for r in written)  # 2 audited groups of 8 samples, 4 tokens at most
+    assert main(["bench", "audit", "calibration", "--out", str(rows), "--paths", "off", "--steps", "2"]) == 0
+    assert len(rows.read_text().splitlines()) == 2  # resumable: done steps are skipped
+    capsys.readouterr()
+    assert main(["bench", "audit", "summary", "--rows", str(rows), "--png", str(tmp_path / "c.png")]) == 0
+    out = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert out["name"] == "off" and out["steps"] == 2 and out["steps_e"] is None
+    assert (tmp_path / "c.png").stat().st_size > 0
