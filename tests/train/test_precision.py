@@ -60,15 +60,29 @@ def test_bad_train_dtypes_name_the_fix():
         TrainConfig(dtype="fp8").validate()
 
 
-def test_a_run_records_its_precision(probe_says, tmp_path):
-    from specrl.pipeline.run import train
+def _one_step_run(tmp_path):
     from specrl.cli.train import build_config
+    from specrl.pipeline.run import train
     from tests.pipeline.fixtures import make_setup, overrides
-    probe_says(0.5)
     model, data = make_setup(tmp_path)
     out = tmp_path / "run"
     train(build_config(None, overrides(model, data, out, **{"schedule.max_steps": 1, "schedule.eval_every": 1,
                                                              "schedule.save_every": 1})))
-    recorded = json.loads((out / "precision.json").read_text())
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return json.loads((out / "precision.json").read_text()), (out / "config.yaml").read_text(), metrics
+
+
+def test_a_run_records_its_precision(probe_says, tmp_path):
+    probe_says(0.5)
+    recorded, config, [row] = _one_step_run(tmp_path)
     assert recorded["dtype"] == "float32" and recorded["reason"] == "probe" and recorded["bf16_speedup"] == 0.5
-    assert "dtype: float32" in (out / "config.yaml").read_text()  # resolved before config.yaml is written
+    assert "dtype: float32" in config  # resolved before config.yaml is written
+    assert row["logprob_diff"] < 1e-5  # fp32 engine, fp32 trainer
+
+
+def test_an_auto_bf16_run_trains_with_fp32_master_weights(probe_says, tmp_path):
+    probe_says(4.0)
+    recorded, config, [row] = _one_step_run(tmp_path)
+    assert recorded["dtype"] == "bfloat16" and "autocast: true" in config
+    # the bf16 engine's logprobs against the fp32 trainer's under autocast: close, not equal
+    assert 0 < row["logprob_diff"] < 0.05
