@@ -49,7 +49,7 @@ def run_workload(name, llm, hf, prompts, n, max_tokens, ignore_eos, device, max_
     ours_tps, hf_tps = ours_tokens / ours_s, hf_tokens / hf_s
     return {"workload": name, "specrl_tokens_per_s": ours_tps, "hf_tokens_per_s": hf_tps, "ratio": ours_tps / hf_tps,
             "specrl_tokens": ours_tokens, "hf_tokens": hf_tokens, "specrl_s": ours_s, "hf_s": hf_s,
-            "max_num_seqs": max_num_seqs}
+            "max_num_seqs": max_num_seqs, "dtype": llm.precision.name}
 
 
 def main(argv: list[str]) -> int:
@@ -61,11 +61,10 @@ def main(argv: list[str]) -> int:
     args = parse_args(ap, argv)
     import transformers
 
-    from specrl.model import resolve_dtype
     torch.manual_seed(args.seed)
     path = policy_path(args.model)
     llm = engine(args, path, args.max_num_seqs)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(args.dtype)).to(args.device).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=llm.precision.dtype)  # specrl's dtype.to(args.device).eval()
     scale = 4 if args.quick else 1
     def prompts_for(count: int, seed: int = 1234) -> list[list[int]]:
         return file_prompts(args.prompts, path, count) if args.prompts else task_prompts(llm, count, seed=seed)

@@ -1,8 +1,13 @@
 """`specrl bench peer`: specrl's engine against vLLM on the same checkpoint, the same token-id prompts and the
 same sampling settings, one engine per process (a subprocess per engine), alternating and repeated.
 
-    specrl bench peer                                   # embedded policy: SD off, b1 / b64 / rl, 3 repeats
+    specrl bench peer                                   # embedded policy: SD off and specrl's default SD
     specrl bench peer --model DIR --methods off,ngram   # a real checkpoint (e.g. SmolLM2), with vLLM's ngram
+    specrl bench peer --dtype float32                   # both engines in one dtype
+
+Each engine runs at its own defaults unless told: its default dtype (specrl `auto`, the probe's choice; vLLM
+`auto`, its own) and, for `--methods default`, its default SD (specrl's adaptive `auto`; vLLM has no exact SD
+on by default, so its `default` row is SD off). Every row names the dtype the engine ran.
 
 Workloads: `b1` (one prompt), `b64` (64 prompts, one sample each), `rl` (the default run's rollout at its
 response budget, or --rl-max-tokens), on the embedded task's prompts encoded as `specrl train` encodes them;
@@ -47,7 +52,7 @@ def plan(args) -> list[dict]:
     engines, workloads = split(args.engines, ENGINES, "--engines"), split(args.workloads, WORKLOADS, "--workloads")
     methods, modes = split(args.methods, None, "--methods"), split(args.vllm_modes, VLLM_MODES, "--vllm-modes")
     for m in methods:
-        if m != "off":
+        if m not in ("off", "default"):
             get_method(m)  # an unknown name fails before any engine starts
     runs = []
     for r in range(args.repeats):
@@ -72,23 +77,33 @@ def workload(name: str, model_dir: Path, args) -> tuple[list[list[int]], int, in
     return [encoder.encode(p.prompt) for p in problems], n, max_tokens
 
 
+DEFAULT_SD = {"specrl": "auto", "vllm": None}  # `--methods default`: each engine's SD at its defaults
+
+
+def sd_method(run: dict) -> str | None:
+    return DEFAULT_SD[run["engine"]] if run["method"] == "default" else None if run["method"] == "off" \
+        else run["method"]
+
+
 def build(run: dict, model_dir: Path, args, batch: int):
-    """The engine of one measurement, behind generate(prompts, [SamplingParams])."""
-    method = None if run["method"] == "off" else run["method"]
+    """The engine of one measurement, behind generate(prompts, [SamplingParams]); and the dtype it runs."""
+    method = sd_method(run)
     if run["engine"] == "specrl":
         from specrl import LLM, SpecConfig
         from specrl.threads import set_threads
         set_threads(args.threads)
         spec = SpecConfig(method=method, num_speculative_tokens=args.k) if method else None
-        return LLM(str(model_dir), dtype="float32", max_num_seqs=batch, spec=spec)
+        llm = LLM(str(model_dir), dtype=args.dtype, max_num_seqs=batch, spec=spec)
+        return llm, llm.precision.name
     from specrl.config import load_config
     from specrl.pipeline.vllm.build import vllm_backend
     from specrl.train.config import TrainConfig
-    cfg = load_config(TrainConfig, None, [f"rollout.spec.method={method or 'null'}", "dtype=float32",
+    cfg = load_config(TrainConfig, None, [f"rollout.spec.method={method or 'null'}", f"dtype={args.dtype}",
                                           f"rollout.spec.num_speculative_tokens={args.k}",
                                           f"rollout.max_num_seqs={batch}",
                                           f"vllm.enforce_eager={run['vllm_mode'] == 'eager'}"])
-    return vllm_backend(model_dir, cfg)
+    backend = vllm_backend(model_dir, cfg)
+    return backend, str(backend.llm.llm_engine.model_config.dtype).removeprefix("torch.")
 
 
 def measure(run: dict, model_dir: Path, args) -> list[dict]:
@@ -96,9 +111,10 @@ def measure(run: dict, model_dir: Path, args) -> list[dict]:
     from specrl.engine import SamplingParams
     loads = {name: workload(name, model_dir, args) for name in run["workloads"]}
     t0 = time.perf_counter()
-    engine = build(run, model_dir, args, max(len(p) * n for p, n, _ in loads.values()))
+    engine, dtype = build(run, model_dir, args, max(len(p) * n for p, n, _ in loads.values()))
     build_s = time.perf_counter() - t0
-    head = {"model": model_dir.name, **{k: v for k, v in run.items() if k not in ("workloads", "repeat")}}
+    head = {"model": model_dir.name, **{k: v for k, v in run.items() if k not in ("workloads", "repeat")},
+            "dtype": dtype, "sd": sd_method(run) or "off"}
     rows = []
     try:
         engine.generate(next(iter(loads.values()))[0][:1], [SamplingParams(max_tokens=8)])  # warm-up (compile)
@@ -116,7 +132,7 @@ def measure(run: dict, model_dir: Path, args) -> list[dict]:
                    "ignore_eos": args.ignore_eos,
                    "acceptance_length": (engine.stats() if run["engine"] == "vllm" else engine.stats)  # LLM: a dict
                    .get("acceptance_length", 1.0), "digests": digests}
-            if run["method"] != "off" and args.temperature > 0 and not args.no_audit:
+            if sd_method(run) and args.temperature > 0 and not args.no_audit:
                 row["audit_p"] = audit_p(model_dir, outs, args.temperature)
             rows.append(row)
     finally:  # also on SIGTERM (cli/main.py's Terminated): vLLM's engine processes must not outlive us
@@ -185,7 +201,9 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="specrl bench peer", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
     ap.add_argument("--engines", default="specrl,vllm")
-    ap.add_argument("--methods", default="off", help="off and/or SD methods both engines run, e.g. off,ngram")
+    ap.add_argument("--methods", default="off,default",
+                    help="off, default (each engine's default SD) and/or SD methods both engines run, e.g. off,ngram")
+    ap.add_argument("--dtype", default="auto", help="both engines' dtype (default: auto, each engine's own default)")
     ap.add_argument("--workloads", default="b1,b64,rl")
     ap.add_argument("--vllm-modes", default="compile,eager")
     ap.add_argument("--repeats", type=int, default=3, help="rounds; each round alternates the engines' order")

@@ -11,6 +11,7 @@ workload's budget are `specrl train`'s, so the RL row measures what the main job
 """
 from __future__ import annotations
 
+import argparse
 import resource
 
 from specrl.engine.methods import METHODS, get_method
@@ -82,9 +83,11 @@ def main(argv: list[str]) -> int:
         if args.prompts:
             prompts = file_prompts(args.prompts, path, len(prompts))
         max_tokens = default.budget.max_tokens if rl and not args.quick else args.max_tokens
+        # one dtype for SD off and on (auto: chosen once for this batch's decode and verify shapes)
+        fixed = argparse.Namespace(**{**vars(args), "dtype": batch_dtype(args, probe, batch)})
 
         def run(spec=None):
-            return measure(engine(args, path, batch, spec), prompts, n, batch, max_tokens, args.seed, repeats, warmup,
+            return measure(engine(fixed, path, batch, spec), prompts, n, batch, max_tokens, args.seed, repeats, warmup,
                            args.warmup_tokens, args.temperature)
         base, _ = run()
         for method in methods:
@@ -94,7 +97,8 @@ def main(argv: list[str]) -> int:
                 emit({"method": method, "batch_size": bs, "k": args.k, "error": str(e)[:200]})
                 continue
             tps, base_tps = got["tokens_per_s"], base["tokens_per_s"]
-            emit({"method": method, "batch_size": bs if rl else batch, "k": args.k, "tokens_per_s": tps,
+            emit({"method": method, "batch_size": bs if rl else batch, "k": args.k, "dtype": fixed.dtype,
+                  "tokens_per_s": tps,
                   "baseline_tokens_per_s": base_tps, "speedup": tps / base_tps,
                   "cpu_tokens_per_s": got["tokens"] / max(got["cpu_s"], 1e-9),
                   "acceptance_length": stats["acceptance_length"],
@@ -103,3 +107,10 @@ def main(argv: list[str]) -> int:
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
                   **(identity(base["ids"], got["ids"]) if args.check_identity else {})})
     return 0
+
+
+def batch_dtype(args, probe, batch: int) -> str:
+    """`args.dtype`, or for auto the probe's choice at this batch's decode and verify shapes."""
+    from specrl.model.precision import choose_dtype, engine_rows
+    choice = choose_dtype(args.dtype, args.device, probe.model.config, engine_rows(batch, args.k))
+    return choice.name

@@ -14,7 +14,8 @@ def add_runtime_args(ap: argparse.ArgumentParser, threads_default: str = "the fr
     from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
     ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--dtype", default="auto", help="auto (default: bf16 where the model's GEMMs run clearly faster "
+                    "in it here, else fp32; specrl/model/precision.py), float32 or bfloat16")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help=f"torch CPU threads (default: {threads_default})")
     ap.add_argument("--max-model-len", type=int, default=None,

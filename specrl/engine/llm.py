@@ -12,6 +12,7 @@ from ..heap import TRIM_MIN_FREE, trim
 from ..model import CausalLM, check_tokenizer_matches, load_model, load_text_tokenizer
 from ..model.chat import is_conversation
 from ..model.layers import skip_cudnn_attention
+from ..model.precision import Precision, choose_dtype, engine_rows, parse_dtype
 from ..model.tokenizer import TextTokenizer
 from .drafting import Drafter
 from .engine import Engine
@@ -34,19 +35,27 @@ class GenerationCancelled(RuntimeError):
 
 
 class LLM:
-    def __init__(self, model: str | Path | CausalLM, device: str = "cpu", dtype: str = "float32",
+    def __init__(self, model: str | Path | CausalLM, device: str = "cpu", dtype: str = "auto",
                  spec: SpecConfig | None = None, max_num_seqs: int = 64, max_model_len: int | None = None,
                  tokenizer: str | Path | None = None, trace_path: str | None = None, seed: int = 0,
                  drafter: Drafter | None = None, kv_cache_memory: int | str | None = None,
                  memory_utilization: float = DEFAULT_MEMORY_UTILIZATION, strategy: Strategy | None = None):
         """`drafter` plugs in a custom Drafter (specrl.engine.drafting) or a DrafterPool instead of `spec.method`'s,
-        `strategy` a custom schedule over them. `dtype` applies when `model` is a path. The KV cache is sized from
+        `strategy` a custom schedule over them. `dtype` applies when `model` is a path: "auto" measures whether
+        bf16 or fp32 runs the model's GEMMs faster at this engine's shapes (specrl.model.precision), "float32" or
+        "bfloat16" forces one; a CausalLM keeps its own. The KV cache is sized from
         `kv_cache_memory` bytes (or "4GiB"), else `memory_utilization` x the free memory (specrl.engine.memory);
         with no `max_model_len` the budget sets it, capped by the model's limit."""
+        self.spec = spec if spec is not None else SpecConfig()
         if isinstance(model, CausalLM):
             self.model = model.eval()
+            self.precision = Precision(next(model.parameters()).dtype, "the model's own", "given")
         else:
-            self.model = load_model(model, device=device, dtype=check_dtype(device, dtype))
+            forced = parse_dtype(dtype, device)
+            self.model = load_model(model, device=device, dtype=check_dtype(device, forced or torch.float32))
+            rows = engine_rows(max_num_seqs, self.spec.num_speculative_tokens if self.spec.enabled else 0)
+            self.precision = choose_dtype(dtype, device, self.model.config, rows)
+            self.model.to(check_dtype(device, self.precision.dtype))
         cfg = self.model.config
         src = tokenizer or self.model.source_path
         self.text_tokenizer = load_text_tokenizer(src) if src else None
@@ -60,7 +69,6 @@ class LLM:
         log.info(self.kv_plan.describe())
         self.max_model_len = self.kv_plan.max_model_len
         self.max_num_seqs = self.kv_plan.num_slots
-        self.spec = spec if spec is not None else SpecConfig()
         pool, built = build_engine_drafting(self.spec, drafter, self.model, self.max_num_seqs, self.max_model_len)
         strategy = strategy if strategy is not None and pool is not None else built
         runner = ModelRunner(self.model, self.max_num_seqs, self.max_model_len,

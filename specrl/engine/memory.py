@@ -21,6 +21,7 @@ import torch
 
 from ..errors import UserError
 from ..model import ModelConfig, check_device, resolve_dtype
+from ..model.precision import parse_dtype
 from .methods import MAX_SPEC_TOKENS
 
 # positions a KV cache keeps past a sequence's budget: a verify forward writes its drafts and the bonus there
@@ -183,8 +184,11 @@ def memory_budget(device, kv_cache_memory: int | str | None, memory_utilization:
 
 
 def check_dtype(device, dtype) -> torch.dtype:
-    """`dtype` as a torch dtype, after a tiny probe that the device runs the engine's ops in it."""
-    dt = resolve_dtype(dtype)
+    """`dtype` (a name or a torch dtype; not "auto", which specrl.model.precision resolves) as a torch dtype, after
+    a tiny probe that the device runs the engine's ops in it."""
+    dt = parse_dtype(dtype, device)
+    if dt is None:
+        raise ValueError("dtype='auto' must be resolved first (specrl.model.precision.choose_dtype)")
     if not dt.is_floating_point:
         raise ValueError(f"dtype={dtype!r} is not a floating-point dtype: use float32, bfloat16 or float16")
     device = check_device(device)  # no CUDA here: a clear error before any probe touches it

@@ -11,9 +11,11 @@ from ..config import ConfigError, dump_yaml
 from ..drafters.training.health import DrafterHealth
 from ..engine.methods import TRAINABLE_METHODS
 from ..model import resolve_dtype
+from ..model.checkpoint import read_config
 from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
 from ..train.config import TrainConfig
 from ..train.data import Example, PromptEncoder, PromptSource, build_sources
+from ..train.precision import resolve_precision
 from ..train.rewards import get_reward
 from .progress import StepProgress
 from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
@@ -35,6 +37,7 @@ def model_dir(cfg: TrainConfig) -> Path:
 def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_out: list[Example],
                 version: int = 0, trace_path: Path | None = None) -> Parts:
     """Both sides over the weights in `weights_dir` (the base policy, or a checkpoint's model/)."""
+    resolve_precision(cfg, read_config(model_dir(cfg)))  # direct callers; train() has resolved it already
     backend_row = get_backend(cfg.pipeline.backend)
     encoder = PromptEncoder(model_dir(cfg), cfg.data.chat_template)
     learner = load(backend_row.learner)(weights_dir, cfg, version, tokenizer_dir=model_dir(cfg))
@@ -89,7 +92,10 @@ def train(cfg: TrainConfig) -> dict:
         load(backend_row.check)()  # e.g. without Ray: how to install it
     source, held_out = build_sources(cfg.data, cfg.seed)
     check_context(cfg, held_out)
+    precision = resolve_precision(cfg, read_config(model_dir(cfg)))  # before config.yaml records the config
     run, ckpt = _start(cfg)
+    if precision is not None:
+        run.record_precision(precision.to_json())
     start = 0 if ckpt is None else ckpt.step
     try:
         parts = build_parts(cfg, model_dir(cfg) if ckpt is None else ckpt.model_dir, source, held_out, start,
@@ -118,7 +124,6 @@ def train(cfg: TrainConfig) -> dict:
 def check_context(cfg: TrainConfig, held_out: list[Example]) -> None:
     """Refuses, before the run directory is touched, a response budget the policy's context cannot hold (it
     would cut every long response short). The held-out prompts stand for the training ones."""
-    from ..model.checkpoint import read_config
     context = read_config(model_dir(cfg)).max_position_embeddings
     encoder = PromptEncoder(model_dir(cfg), cfg.data.chat_template)
     prompt = max((len(encoder.encode(e.prompt)) for e in held_out[:64]), default=1)

@@ -8,6 +8,7 @@
     checkpoints/      see specrl.train.checkpoint
     rollout_trace.jsonl     with rollout.trace=true: one engine-trace row per engine step, tagged rl_step
     rollout_workload.jsonl  with rollout.trace=true: each step's prompt/response lengths and CPU times
+    precision.json    with dtype auto: the dtype chosen and the probe's figures (specrl/model/precision.py)
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..io import atomic_write_text
 
 TIME_KEYS = ("rollout_s", "reward_s", "train_s", "sync_s")
 TRACE_FILE, WORKLOAD_FILE = "rollout_trace.jsonl", "rollout_workload.jsonl"
+PRECISION_FILE = "precision.json"
 SAMPLES_FILE = "samples.jsonl"  # a few completions per step, with their rewards (TrainConfig.log_samples)
 LOG_FILES = ("metrics.jsonl", "eval.jsonl", WORKLOAD_FILE, TRACE_FILE, SAMPLES_FILE)
 
@@ -71,6 +73,10 @@ class RunDir:
             raise FileNotFoundError(f"resume={str(path)!r} is not a run directory (expected config.yaml and "
                                     "metrics.jsonl written by `specrl train`); pass the out_dir of an earlier run")
         return cls(path, tensorboard)
+
+    def record_precision(self, choice: dict) -> None:
+        """precision.json: the dtype `auto` chose and the probe's figures (specrl.model.precision.Precision)."""
+        atomic_write_text(self.path / PRECISION_FILE, json.dumps(choice, indent=1) + "\n")
 
     def truncate(self, step: int) -> None:
         """Drops rows past `step` (written after the checkpoint a resume starts from)."""

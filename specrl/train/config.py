@@ -171,7 +171,8 @@ class RolloutConfig:
     # write rollout_trace.jsonl and rollout_workload.jsonl: the input of `specrl simulate calibrate --train-runs`
     trace: bool = False
     drafter: DrafterConfig = field(default_factory=DrafterConfig)
-    # the engine's copy of the policy; null: the top-level `dtype`. "bfloat16" halves its memory (sampling stays fp32)
+    # the engine's copy of the policy; null: the top-level `dtype`; "auto": measured (specrl/model/precision.py).
+    # "bfloat16" halves its memory (sampling stays fp32)
     dtype: str | None = None
     # KV cache budget: kv_cache_memory bytes (e.g. 2GiB), else memory_utilization x the free memory; the
     # context per sequence is max_model_len, or what the budget gives (capped by the model) when unset
@@ -186,8 +187,8 @@ class RolloutConfig:
     MOVED = {"backend": "pipeline.backend"}  # keys that moved: from_dict's error names the new one
 
     def validate(self) -> None:
-        require(self.dtype is None or self.dtype in DTYPES, "dtype", self.dtype,
-                f"one of {sorted(DTYPES)} or null (the policy's dtype)")
+        require(self.dtype is None or self.dtype in DTYPES or self.dtype == "auto", "dtype", self.dtype,
+                f"auto, one of {sorted(DTYPES)} or null (the top-level dtype)")
         require(self.max_model_len is None or self.max_model_len >= 2, "max_model_len", self.max_model_len,
                 ">= 2 or null", "null sizes it from the memory budget")
         require(0 < self.memory_utilization <= 1, "memory_utilization", self.memory_utilization, "in (0, 1]")
@@ -246,7 +247,8 @@ class OptimConfig(OptimSettings):
     micro_batch_tokens: int | None = None
     activation_memory: int | str | None = None  # null: trainer.activation_budget (docs/memory.md)
     activation_checkpointing: bool = False  # recompute each decoder layer in the backward (docs/memory.md)
-    autocast: bool = False  # bf16 autocast; weights and optimizer state stay in the top-level dtype
+    # bf16 autocast; weights and optimizer state stay in the top-level dtype; null: on when dtype auto picks bf16
+    autocast: bool | None = None
 
     def validate(self) -> None:
         super().validate()
@@ -339,7 +341,9 @@ class TrainConfig:
     seed: int = 0
     resume: str | None = None  # a run directory to continue from its last checkpoint
     device: str = "cpu"
-    dtype: str = "float32"
+    # "auto": the engine runs what is faster here (specrl/model/precision.py), the trainer fp32 master weights under
+    # bf16 autocast when that is bf16; float32 or bfloat16 forces both
+    dtype: str = "auto"
     num_threads: int = 0  # torch CPU threads; 0 leaves torch's default
     tensorboard: bool = True
     plots: bool = True
@@ -350,7 +354,11 @@ class TrainConfig:
         require(self.log_samples >= 0, "log_samples", self.log_samples, ">= 0", "0 writes no samples.jsonl")
         # null budget keys take their resolved values, so that the run's config.yaml records them
         self.rollout.max_tokens, self.data.eval_size, self.data.eval_max_tokens = self.budget
-        require(self.dtype in DTYPES, "dtype", self.dtype, f"one of {sorted(DTYPES)}", "float32 keeps logprob_diff ~0")
+        require(self.dtype in DTYPES or self.dtype == "auto", "dtype", self.dtype, f"auto or one of {sorted(DTYPES)}",
+                "float32 keeps logprob_diff ~0; auto measures whether bf16 is faster here")
+        for key, value in (("dtype", self.dtype), ("rollout.dtype", self.rollout.dtype)):
+            require(self.device != "cpu" or value not in ("float16", "fp16", "half"), key, value,
+                    "auto, float32 or bfloat16 on the CPU (it has no fp16 matrix units)", "use auto or bfloat16")
         require(self.num_threads >= 0, "num_threads", self.num_threads, ">= 0")
         d, spec = self.rollout.drafter, self.rollout.spec
         if d.online:

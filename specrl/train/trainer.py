@@ -187,7 +187,7 @@ class PolicyTrainer:
 
     def autocast(self):
         """bf16 autocast when optim.autocast: weights, gradients and optimizer state stay in the model's dtype."""
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.optim_cfg.autocast)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bool(self.optim_cfg.autocast))
 
     @torch.no_grad()
     def score(self, model: CausalLM, batch: TrainBatch, rows: Tensor | None = None,

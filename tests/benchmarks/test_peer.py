@@ -17,7 +17,7 @@ ROW_KEYS = ("engine", "method", "workload", "tokens", "makespan_s", "tokens_per_
 
 def _args(**kw) -> SimpleNamespace:
     base = dict(engines="specrl,vllm", methods="off", workloads="b1", vllm_modes="compile,eager", repeats=2,
-                temperature=1.0, max_tokens=4, rl_max_tokens=None, k=2, threads=1, no_audit=False, ignore_eos=False)
+                temperature=1.0, max_tokens=4, rl_max_tokens=None, k=2, threads=1, no_audit=False, ignore_eos=False, dtype="auto")
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -65,6 +65,18 @@ def test_one_engine_times_each_workload_and_a_sampled_sd_row_has_its_audit(tiny)
     assert len(b64["digests"]) == 64 and len(set(b64["digests"])) > 1
 
 
+def test_rows_name_the_dtype_and_each_engines_default_sd(tiny):
+    from benchmarks.peer import sd_method
+    [auto] = measure({"engine": "specrl", "method": "default", "workloads": ["b1"], "repeat": 0}, tiny, _args())
+    assert (auto["dtype"], auto["sd"]) == ("float32", "auto")  # the suite pins auto to fp32 (tests/conftest.py)
+    [bf16] = measure({"engine": "specrl", "method": "off", "workloads": ["b1"], "repeat": 0}, tiny,
+                     _args(dtype="bfloat16"))
+    assert (bf16["dtype"], bf16["sd"]) == ("bfloat16", "off")
+    assert sd_method({"engine": "vllm", "method": "default"}) is None  # vLLM's default: no SD
+    assert sd_method({"engine": "vllm", "method": "ngram"}) == "ngram"
+    assert [r["method"] for r in plan(_args(methods="off,default", repeats=1, engines="specrl"))] == ["off", "default"]
+
+
 def test_rl_takes_the_default_runs_budget_unless_told(tiny):
     from benchmarks.peer import workload
     prompts, n, budget = workload("rl", tiny, _args())
@@ -74,7 +86,7 @@ def test_rl_takes_the_default_runs_budget_unless_told(tiny):
 
 def test_each_measurement_runs_in_its_own_process_then_a_summary(tiny, capsys):
     assert main(["bench", "peer", "--model", str(tiny), "--engines", "specrl", "--workloads", "b1", "--repeats",
-                 "2", "--max-tokens", "4", "--threads", "1"]) == 0
+                 "2", "--max-tokens", "4", "--threads", "1", "--methods", "off"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r.get("summary", False) for r in rows] == [False, False, True]
     assert [r["repeat"] for r in rows[:2]] == [0, 1] and all(r["engine"] == "specrl" for r in rows)

@@ -70,8 +70,10 @@ def test_explicit_max_model_len_still_stops_at_the_context_limit():
 
 def test_bad_dtypes(tmp_path):
     path = save_tiny(tmp_path / "m", vocab=32)
-    with pytest.raises(ValueError, match="unknown dtype 'float8'"):
+    with pytest.raises(ValueError, match=r"dtype='float8' is unknown: use one of \['auto', 'float32'"):
         LLM(str(path), dtype="float8")
+    with pytest.raises(ValueError, match="dtype='float16' is not supported on the CPU"):
+        LLM(str(path), dtype="float16")
     with pytest.raises(ValueError, match="dtype=torch.int32 is not a floating-point dtype"):
         check_dtype("cpu", torch.int32)
 
