@@ -8,7 +8,7 @@ import torch
 
 from ..config import ConfigError, dump_yaml
 from ..drafters.training.health import DrafterHealth
-from ..engine.methods import TRAINABLE_METHODS
+from ..engine.methods import trainable_methods
 from ..model import resolve_dtype
 from ..rl.audit import SamplerAlarm
 from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
@@ -48,7 +48,7 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
         raise
     eval_backend = (load(get_backend(IN_PROCESS_ENGINE).rollout)(weights_dir, cfg) if cfg.pipeline.mode == "async"
                     else None)
-    model_drafter = cfg.rollout.spec.method in TRAINABLE_METHODS or cfg.rollout.drafter.online
+    model_drafter = cfg.rollout.spec.method in trainable_methods() or cfg.rollout.drafter.online
     health = DrafterHealth(cfg.rollout.drafter.health) if model_drafter else None
     alarm = SamplerAlarm(cfg.rollout.audit_window) if cfg.rollout.audit != "off" else None
     return Parts(RolloutSide(backend, source, encoder),
