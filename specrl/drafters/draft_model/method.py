@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...engine.methods import SHIPPED_DRAFTERS_DIR, SpecConfig, static_drafting
+from ...engine.methods import SCRATCH, SHIPPED_DRAFTERS_DIR, SpecConfig, static_drafting
 
 
 class DraftModel:
@@ -22,7 +22,7 @@ class DraftModel:
     def build(self, spec: SpecConfig, target, num_slots: int, max_len: int):
         from ..scratch import cold_start
         from .drafter import load_drafter
-        if spec.draft_model == "scratch":
+        if spec.draft_model == SCRATCH:
             return cold_start(self, target, num_slots, max_len)
         return load_drafter(Path(spec.draft_model) if spec.draft_model else self.shipped_dir, target, num_slots,
                             max_len)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...engine.methods import SHIPPED_DRAFTERS_DIR, SpecConfig, static_drafting
+from ...engine.methods import SCRATCH, SHIPPED_DRAFTERS_DIR, SpecConfig, static_drafting
 
 
 class Eagle3:
@@ -23,7 +23,7 @@ class Eagle3:
     def build(self, spec: SpecConfig, target, num_slots: int, max_len: int):
         from ..scratch import cold_start
         from .drafter import load_drafter
-        if spec.draft_model == "scratch":
+        if spec.draft_model == SCRATCH:
             return cold_start(self, target, num_slots, max_len)
         path = Path(spec.draft_model) if spec.draft_model else self.shipped_dir
         return load_drafter(path, spec.draft_model is None, target, num_slots, max_len)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...engine.methods import SHIPPED_DRAFTERS_DIR, SpecConfig, static_drafting
+from ...engine.methods import SCRATCH, SHIPPED_DRAFTERS_DIR, SpecConfig, static_drafting
 
 
 class MTP:
@@ -23,7 +23,7 @@ class MTP:
     def build(self, spec: SpecConfig, target, num_slots: int, max_len: int):
         from ..scratch import cold_start
         from .drafter import load_drafter
-        if spec.draft_model == "scratch":
+        if spec.draft_model == SCRATCH:
             return cold_start(self, target, num_slots, max_len)
         return load_drafter(spec.draft_model, self.shipped_dir, target, num_slots, max_len)
 
