@@ -6,6 +6,8 @@ this module, which hands its lookup to the engine (engine/methods.py `use_regist
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
+from typing import Protocol
 
 from ..engine.methods import DrafterMethod, use_registry
 
@@ -18,6 +20,27 @@ REGISTRY: dict[str, str] = {
     "auto": "specrl.drafters.auto.method:Auto",
 }
 _loaded: dict[str, DrafterMethod] = {}
+
+
+class ModelMethod(DrafterMethod, Protocol):
+    """What a method with weights (`trainable`) adds: the members cold start, online training
+    (training/online.py), `specrl train-drafter` and the checkpoints call."""
+    shipped_dir: Path  # the embedded default checkpoint
+    module_class: type  # the nn.Module its drafter drafts with (what OnlineDrafterTrainer trains)
+
+    def scratch(self, policy, seed: int = 0): ...  # cold start: its module made from the policy
+
+    def engine_drafter(self, module, target, num_slots: int, max_len: int): ...  # the engine's Drafter over it
+
+    def capture_layers(self, module) -> tuple[int, ...]: ...  # policy layers online training reads (-1: last)
+
+    def draft_ids(self, module): ...  # target ids of its logits' columns (None: the whole vocabulary)
+
+    def online_logits(self, trainer, mb) -> list: ...  # (weight, draft logits, policy logits, mask) per term
+
+    def cli_train(self, ns, on_log=None): ...  # train(policy, out, data, args) with its CLI options bound
+
+    def save(self, module, policy, path, dtype: str | None = None): ...  # its checkpoint layout
 
 
 def register(name: str, method: str | DrafterMethod) -> None:

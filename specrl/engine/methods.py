@@ -26,8 +26,8 @@ ADAPTIVE_MODES = ("measured", "deterministic")
 
 
 class DrafterMethod(Protocol):
-    """One speculative method: the members every method class has (drafters/registry.py lists them). A method
-    without weights refuses the training members with an error that names the methods that have them."""
+    """One speculative method: the members every method class has (drafters/registry.py lists them; a method
+    with weights has those of drafters.registry.ModelMethod too)."""
     name: str
     trainable: bool  # has weights: a checkpoint, a cold start, training, export, refit
     adaptive: bool  # chooses among other methods' drafters per step instead of drafting itself
@@ -40,6 +40,8 @@ class DrafterMethod(Protocol):
     def sim_draft_frac(self, head_frac: float) -> float: ...  # simulator: drafting cost / target forward
 
     def vllm_config(self, spec: "SpecConfig", ctx) -> dict: ...  # or drafters.vllm.UnsupportedMethod
+
+    def vllm_available(self) -> bool: ...  # this vLLM runs it (for the refusal's list of what runs)
 
     def vllm_refit(self, model_dir: Path) -> Callable | None: ...  # named weights -> what vLLM's drafter loads
 
