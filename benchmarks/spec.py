@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
     args.k = args.k or rollout.spec.num_speculative_tokens
     methods = [m for m in args.methods.split(",") if m]
     def spec_for(method):
-        draft_model = args.draft_model if get_method(method).model_based else None
+        draft_model = args.draft_model if get_method(method).trainable else None
         return SpecConfig(method=method, num_speculative_tokens=args.k, draft_model=draft_model)
     for method in methods:  # an unknown method or k fails here, before any measurement
         spec_for(method)

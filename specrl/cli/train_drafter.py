@@ -10,7 +10,6 @@ step 3: print the metrics as one JSON line (also written to DIR/train_metrics.js
 """
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 import time
@@ -25,14 +24,14 @@ from ..drafters.training.cache import digest_files, load_or_collect
 from ..drafters.training.data import DrafterTrainArgs, collect_sequences, default_prompts
 from ..drafters.training.data import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
-from ..engine.methods import TRAINABLE_METHODS, get_method
+from ..engine.methods import get_method, trainable_methods
 from .runtime import policy_path
 
 
 @dataclass
 class TrainDrafterConfig:
     """`specrl train-drafter`'s `key=value` settings, as `specrl train` takes them (`--key value` too)."""
-    method: str | None = None  # required: one of TRAINABLE_METHODS
+    method: str | None = None  # required: a method with weights (draft_model, eagle3, mtp)
     policy: str | None = None  # policy checkpoint dir; null: the embedded policy
     out: str | None = None  # output dir; null (embedded policy and task only): the method's shipped drafter dir
     # step 1, sampling
@@ -69,7 +68,7 @@ class TrainDrafterConfig:
     MOVED = {"eagle3_ttt_steps": ".ttt_steps"}
 
     def validate(self) -> None:
-        require(self.method in TRAINABLE_METHODS, "method", self.method, f"one of {list(TRAINABLE_METHODS)}",
+        require(self.method in trainable_methods(), "method", self.method, f"one of {list(trainable_methods())}",
                 "the other speculative methods have no weights to train")
 
 
@@ -109,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(argv: list[str] | None = None) -> dict:
     """Collect, train, save; returns the metrics."""
     ns = parse_args(argv)
-    # the method's train(policy_path, out_dir, data, args), its own options bound (drafters/scratch.py `recipe`)
-    train = importlib.import_module(get_method(ns.method).trainer).cli_train(
+    # the method's train(policy_path, out_dir, data, args), its own options bound (drafters/<method>/method.py)
+    train = get_method(ns.method).cli_train(
         ns, on_log=lambda step, row: print(json.dumps({"step": step, **row}), file=sys.stderr, flush=True))
     from ..threads import set_threads
     set_threads(ns.threads)

@@ -16,9 +16,7 @@ import torch
 from torch import nn
 
 from ..engine.pool import unwrap
-from ..engine.methods import TABLE
-
-MODEL_FREE = tuple(m.name for m in TABLE if not m.model_based and not m.adaptive)
+from ..engine.methods import drafting_methods, trainable_methods
 
 
 class ModelDrafter:
@@ -43,8 +41,9 @@ def drafter_module(drafter) -> nn.Module:
 def model_drafter(drafter) -> ModelDrafter:
     drafter = unwrap(drafter)  # "auto" holds its model drafter in a pool, maybe deferred
     if not isinstance(drafter, ModelDrafter):
-        raise TypeError(f"drafter {type(drafter).__name__} has no weights to swap: only eagle3, draft_model and mtp "
-                        f"drafters do (not {', '.join(MODEL_FREE)} or SD off); start the engine with one of them")
+        model_free = [m for m in drafting_methods() if m not in trainable_methods()]
+        raise TypeError(f"drafter {type(drafter).__name__} has no weights to swap: only "
+                        f"{', '.join(trainable_methods())} drafters do (not {', '.join(model_free)} or SD off); start the engine with one of them")
     return drafter
 
 

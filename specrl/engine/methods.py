@@ -1,13 +1,16 @@
-"""Speculative-decoding settings (`SpecConfig`, the `spec=` argument of `LLM`) and the one table of drafters,
-from which every list of method names in specrl is derived. The engine builds a drafter through its row's
-module path (importlib), so the engine core never imports `specrl.drafters`. Torch-free, so light commands
-(e.g. `specrl simulate`) can read the table without importing torch.
+"""Speculative-decoding settings (`SpecConfig`, the `spec=` argument of `LLM`) and what the engine asks of a
+drafter method (`DrafterMethod`).
+
+Each method is one class in its own folder, `specrl/drafters/<method>/method.py`, listed once in
+`specrl/drafters/registry.py`. The engine sits below the drafters, so it never imports them: the registry hands
+its lookup to `use_registry` when `specrl` is imported (specrl/__init__.py), and `get_method` asks it. Torch-free,
+so light commands (e.g. `specrl simulate`) read the names without importing torch.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Protocol
 
 from ..errors import require
 
@@ -18,54 +21,68 @@ MAX_SPEC_TOKENS = 16
 # one subdirectory per model-based method (`specrl train-drafter` default)
 SHIPPED_DRAFTERS_DIR = Path(__file__).resolve().parents[1] / "tasks" / "assets" / "drafters"
 
+SCRATCH = "scratch"  # cold start: spec.draft_model="scratch" builds the drafter from the policy
+ADAPTIVE_MODES = ("measured", "deterministic")
 
-@dataclass(frozen=True)
-class DrafterMethod:
+
+class DrafterMethod(Protocol):
+    """One speculative method: the members every method class has (drafters/registry.py lists them; a method
+    with weights has those of drafters.registry.ModelMethod too)."""
     name: str
-    module: str  # has `build(spec, target, num_slots, max_len) -> Drafter` (adaptive: -> (DrafterPool, Strategy))
-    model_based: bool  # has trainable weights (a checkpoint dir; the shipped one is `shipped_dir`)
-    trainer: str | None = None  # module with `train(policy, out, data, args)` for `specrl train-drafter`
-    adaptive: bool = False  # picks another method's drafts per step instead of drafting itself
-    # "auto" may defer its observations while it is idle (engine/deferred.py): its observe is position-local
-    # (cache rows from each input alone); MTP's modules read the next inputs, so it observes every step
-    defers: bool = False
-    # the simulator's default drafting cost, a share of the target's forward (None: sim/cost.py eagle_draft_frac;
-    # 0.0: CPU work that the fitted overheads hold)
-    sim_draft_frac: float | None = 0.0
+    trainable: bool  # has weights: a checkpoint, a cold start, training, export, refit
+    adaptive: bool  # chooses among other methods' drafters per step instead of drafting itself
+    defers: bool  # "auto" may defer its observations while it is idle (engine/deferred.py)
 
-    @property
-    def shipped_dir(self) -> Path:
-        """The embedded default checkpoint of a model-based drafter."""
-        return SHIPPED_DRAFTERS_DIR / self.name
+    def engine_drafting(self, spec: "SpecConfig", target, num_slots: int, max_len: int): ...  # (pool, strategy)
+
+    def build(self, spec: "SpecConfig", target, num_slots: int, max_len: int): ...  # its Drafter
+
+    def sim_draft_frac(self, head_frac: float) -> float: ...  # simulator: drafting cost / target forward
+
+    def vllm_config(self, spec: "SpecConfig", ctx) -> dict: ...  # or drafters.vllm.UnsupportedMethod
+
+    def vllm_available(self) -> bool: ...  # this vLLM runs it (for the refusal's list of what runs)
+
+    def vllm_refit(self, model_dir: Path) -> Callable | None: ...  # named weights -> what vLLM's drafter loads
 
 
-TABLE: tuple[DrafterMethod, ...] = (
-    DrafterMethod("draft_model", "specrl.drafters.draft_model.drafter", True, "specrl.drafters.draft_model.train",
-                  defers=True, sim_draft_frac=0.1),
-    DrafterMethod("eagle3", "specrl.drafters.eagle3.drafter", True, "specrl.drafters.eagle3.train", defers=True,
-                  sim_draft_frac=None),
-    DrafterMethod("mtp", "specrl.drafters.mtp.drafter", True, "specrl.drafters.mtp.train", sim_draft_frac=None),
-    DrafterMethod("ngram", "specrl.drafters.ngram.drafter", False),
-    DrafterMethod("suffix", "specrl.drafters.suffix.drafter", False),
-    DrafterMethod("auto", "specrl.engine.adaptive.factory", False, adaptive=True),
-)
-_BY_NAME = {m.name: m for m in TABLE}
-METHODS: tuple[str, ...] = tuple(_BY_NAME)
-DRAFTING_METHODS: tuple[str, ...] = tuple(m.name for m in TABLE if not m.adaptive)  # what "auto" can run
-TRAINABLE_METHODS: tuple[str, ...] = tuple(m.name for m in TABLE if m.trainer is not None)
+_registry: dict[str, Callable] = {}  # "get": name -> DrafterMethod, "names": () -> tuple (use_registry)
+
+
+def use_registry(get: Callable[[str], DrafterMethod], names: Callable[[], tuple[str, ...]]) -> None:
+    """Called once by specrl.drafters.registry: how the engine finds a method by name."""
+    _registry.update(get=get, names=names)
 
 
 def get_method(name: str | None) -> DrafterMethod:
-    """The table row of `name`; an unknown name raises a ValueError that lists the valid ones."""
-    if name not in _BY_NAME:
-        raise ValueError(f"unknown speculative method {name!r}; valid: {list(METHODS)} (or method=None to "
-                         "turn SD off)")
-    return _BY_NAME[name]
+    """The method object `name` is registered as; an unknown name raises a ValueError listing the valid ones."""
+    return _registry["get"](name)
+
+
+def method_names() -> tuple[str, ...]:
+    return _registry["names"]()
+
+
+def drafting_methods() -> tuple[str, ...]:
+    """The methods that draft themselves: what "auto" can choose among."""
+    return tuple(n for n in method_names() if not get_method(n).adaptive)
+
+
+def trainable_methods() -> tuple[str, ...]:
+    return tuple(n for n in method_names() if get_method(n).trainable)
 
 
 def is_adaptive(name: str | None) -> bool:
     """Whether method `name` chooses among other drafters per step ("auto"); False for None (SD off)."""
     return name is not None and get_method(name).adaptive
+
+
+def __getattr__(name: str):
+    # the registry's lists, read when asked (the registry is filled after this module is imported)
+    lists = {"METHODS": method_names, "DRAFTING_METHODS": drafting_methods, "TRAINABLE_METHODS": trainable_methods}
+    if name in lists:
+        return lists[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -97,12 +114,13 @@ class SpecConfig:
         self.validate()  # also when built in Python, LLM(spec=SpecConfig(...))
 
     def validate(self) -> None:
-        require(self.method is None or self.method in METHODS, "method", self.method,
-                f"one of {list(METHODS)}", "or method=None to turn SD off")
+        methods, drafting = method_names(), drafting_methods()
+        require(self.method is None or self.method in methods, "method", self.method,
+                f"one of {list(methods)}", "or method=None to turn SD off")
         require(self.adaptive_mode in ADAPTIVE_MODES, "adaptive_mode", self.adaptive_mode,
                 f"one of {list(ADAPTIVE_MODES)}")
-        require(bool(self.drafters) and all(d in DRAFTING_METHODS for d in self.drafters), "drafters",
-                list(self.drafters), f"at least one of {list(DRAFTING_METHODS)} (the drafters 'auto' can choose "
+        require(bool(self.drafters) and all(d in drafting for d in self.drafters), "drafters",
+                list(self.drafters), f"at least one of {list(drafting)} (the drafters 'auto' can choose "
                 "among), each")
         require(1 <= self.num_speculative_tokens <= MAX_SPEC_TOKENS, "num_speculative_tokens",
                 self.num_speculative_tokens, f"in [1, {MAX_SPEC_TOKENS}]")
@@ -114,35 +132,26 @@ class SpecConfig:
         return self.method is not None
 
 
-ADAPTIVE_MODES = ("measured", "deterministic")
-
-SCRATCH, SCRATCH_MODULE = "scratch", "specrl.drafters.scratch"  # cold start: spec.draft_model="scratch"
-
-
 def model_method(spec: SpecConfig, what: str = "draft_model='scratch'") -> str:
     """The model drafter `spec` runs ("auto" resolves to the drafter it wraps); an error for model-free ones.
     Here, torch-free, so that config validation (rollout.drafter.online) reads it without the drafters."""
-    method, adaptive = spec.method, is_adaptive(spec.method)
+    method, adaptive, trainable = spec.method, is_adaptive(spec.method), trainable_methods()
     if adaptive:
-        method = next((d for d in spec.drafters if d in TRAINABLE_METHODS), None)
-    if method not in TRAINABLE_METHODS:
+        method = next((d for d in spec.drafters if d in trainable), None)
+    if method not in trainable:
         over = f" ({spec.method} over {list(spec.drafters)})" if adaptive else ""
         raise ValueError(f"{what} needs a model drafter, but method={spec.method!r}{over} has no weights: use "
-                         f"method in {list(TRAINABLE_METHODS)} (or add one to drafters, e.g. drafters=('suffix', "
+                         f"method in {list(trainable)} (or add one to drafters, e.g. drafters=('suffix', "
                          f"'eagle3')), or drop {what}")
     return method
 
 
 def build_drafter(spec: SpecConfig, target, num_slots: int, max_len: int):
-    """The Drafter of `spec.method`, its module imported only now (draft_model="scratch": from the policy)."""
-    row = get_method(spec.method)
-    if row.adaptive:
-        raise ValueError("'auto' is not one drafter: the engine builds its drafters and strategy through "
-                         "build_engine_drafting")
-    if spec.draft_model == SCRATCH:
+    """The Drafter of `spec.method` (draft_model="scratch": started from the policy)."""
+    method = get_method(spec.method)
+    if spec.draft_model == SCRATCH and not method.trainable:
         model_method(spec)  # a model-free method: a clear error
-        return importlib.import_module(SCRATCH_MODULE).build(spec, target, num_slots, max_len)
-    return importlib.import_module(row.module).build(spec, target, num_slots, max_len)
+    return method.build(spec, target, num_slots, max_len)
 
 
 def build_engine_drafting(spec: SpecConfig, drafter, target, num_slots: int, max_len: int):
@@ -156,9 +165,13 @@ def build_engine_drafting(spec: SpecConfig, drafter, target, num_slots: int, max
         return DrafterPool({"custom": drafter}), StaticStrategy("custom", spec.num_speculative_tokens)
     if not spec.enabled:
         return None, None
-    row = get_method(spec.method)
-    if row.adaptive:
-        return importlib.import_module(row.module).build(spec, target, num_slots, max_len)
-    pool = DrafterPool({row.name: build_drafter(spec, target, num_slots, max_len)},
-                       (row.name,) if row.model_based else ())
-    return pool, StaticStrategy(row.name, spec.num_speculative_tokens)
+    return get_method(spec.method).engine_drafting(spec, target, num_slots, max_len)
+
+
+def static_drafting(method: DrafterMethod, spec: SpecConfig, target, num_slots: int, max_len: int):
+    """A drafting method's engine drafting: its one drafter, `spec.num_speculative_tokens` drafts every step."""
+    from .pool import DrafterPool
+    from .strategy import StaticStrategy
+    pool = DrafterPool({method.name: build_drafter(spec, target, num_slots, max_len)},
+                       (method.name,) if method.trainable else ())
+    return pool, StaticStrategy(method.name, spec.num_speculative_tokens)

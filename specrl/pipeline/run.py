@@ -9,7 +9,7 @@ import torch
 from ..audit import SamplerAlarm
 from ..config import ConfigError, dump_yaml
 from ..drafters.training.health import DrafterHealth
-from ..engine.methods import TRAINABLE_METHODS
+from ..engine.methods import trainable_methods
 from ..model import resolve_dtype
 from ..model.checkpoint import read_config
 from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
@@ -51,7 +51,7 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
         raise
     eval_backend = (load(get_backend(IN_PROCESS_ENGINE).rollout)(weights_dir, cfg) if cfg.pipeline.mode == "async"
                     else None)
-    model_drafter = cfg.rollout.spec.method in TRAINABLE_METHODS or cfg.rollout.drafter.online
+    model_drafter = cfg.rollout.spec.method in trainable_methods() or cfg.rollout.drafter.online
     health = DrafterHealth(cfg.rollout.drafter.health) if model_drafter else None
     alarm = SamplerAlarm(cfg.rollout.audit_alpha) if cfg.rollout.audit != "off" else None
     return Parts(RolloutSide(backend, source, encoder),

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.config.choices import PIPELINE_MODES, PLACEMENTS
-from specrl.engine.methods import DRAFTING_METHODS, get_method
+from specrl.engine.methods import get_method
 from specrl.sim import cost
 from specrl.sim.acceptance import AcceptanceModel, fit_geometric, from_acceptance_length
 from specrl.sim.calibrate import load_trace, with_drafter
@@ -18,7 +18,8 @@ from specrl.sim.models import get_model
 from specrl.sim.pipeline import SimConfig
 from specrl.sim.workload import Workload, parse_lengths
 
-SD_METHODS = ("none", *DRAFTING_METHODS)  # "auto" is modelled by --adaptive-max-batch
+# the drafting methods (drafters/registry.py), torch-free; "auto" is modelled by --adaptive-max-batch
+SD_METHODS = ("none", "draft_model", "eagle3", "mtp", "ngram", "suffix")
 
 
 def add_system_args(p: argparse.ArgumentParser) -> None:
@@ -76,8 +77,8 @@ def acceptance_from_args(a: argparse.Namespace) -> AcceptanceModel:
 
 
 def default_draft_frac(method: str, model) -> float:
-    frac = get_method(method).sim_draft_frac  # the method table says what drafting costs
-    return cost.eagle_draft_frac(model) if frac is None else frac
+    # the method says what drafting costs, in units of one decoder layer and the lm_head (an EAGLE-3 head)
+    return get_method(method).sim_draft_frac(cost.eagle_draft_frac(model))
 
 
 def config_from_args(a: argparse.Namespace) -> SimConfig:

@@ -5,13 +5,12 @@ path runs often) in a one-layer-shorter copy, and `mtp`, whose modules are rando
 """
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import replace
 
 import torch
 
-from specrl.engine.methods import SpecConfig, get_method
+from specrl.engine.methods import SpecConfig
 from specrl.model import CausalLM, save_model
 
 
@@ -63,18 +62,8 @@ def _mtp(model, tmp_path):
 
 FACTORIES = {"ngram": _ngram, "suffix": _suffix, "auto": _auto, "draft_model": _draft_model, "eagle3": _eagle3,
              "mtp": _mtp}
-_MODULES = {m: get_method(m).module for m in FACTORIES}
-
-
 def available(methods):
-    ok = []
-    for m in methods:
-        try:
-            importlib.import_module(_MODULES[m])
-        except ImportError:
-            continue
-        ok.append(m)
-    return ok
+    return [m for m in methods if m in FACTORIES]
 
 
 def make(method, model, tmp_path):

@@ -49,7 +49,7 @@ ALL = ["ngram", "suffix", "auto", "draft_model", "eagle3", "mtp", "uniform_q", "
 
 def _skip_unavailable(method):
     from tests.drafters import factories
-    if method in factories._MODULES and not factories.available([method]):
+    if method in factories.FACTORIES and not factories.available([method]):
         pytest.skip(f"drafter {method!r} is not built in this checkout")
 
 

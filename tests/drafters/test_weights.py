@@ -132,7 +132,7 @@ def test_tied_weights_must_agree():
 @pytest.mark.parametrize("method", ["ngram", "suffix"])
 def test_model_free_drafters_have_no_weights(method):
     llm = LLM(tiny_model(), spec=SpecConfig(method=method))
-    with pytest.raises(TypeError, match="has no weights to swap: only eagle3, draft_model and mtp"):
+    with pytest.raises(TypeError, match="has no weights to swap: only draft_model, eagle3, mtp drafters do"):
         load_drafter_weights(llm.drafter, [], 1)
 
 

@@ -1,43 +1,61 @@
-"""The one table of drafter methods, the one draft-length limit, and one definition of each shared constant."""
+"""The one registry of drafter methods, the one draft-length limit, and one definition of each shared constant."""
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
 
 import pytest
 
 from specrl import LLM, SpecConfig
-from specrl.engine.methods import (DRAFTING_METHODS, MAX_SPEC_TOKENS, METHODS, TABLE, TRAINABLE_METHODS,
-                                   get_method)
+from specrl.drafters.registry import REGISTRY
+from specrl.engine.methods import (DRAFTING_METHODS, MAX_SPEC_TOKENS, METHODS, TRAINABLE_METHODS, get_method)
 from specrl.engine.stats import EngineStats
 from tests.helpers import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2] / "specrl"
 
 
-@pytest.mark.parametrize("row", TABLE, ids=lambda r: r.name)
-def test_every_row_points_at_a_drafter_and_its_trainer(row):
-    assert callable(importlib.import_module(row.module).build)
-    if row.trainer is not None:
-        assert callable(importlib.import_module(row.trainer).train)
-    # model-based drafters have weights: a trainer and a shipped checkpoint; the others have neither
-    assert (row.trainer is not None) == row.model_based
-    assert (row.shipped_dir / "config.json").is_file() == row.model_based
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_is_one_class_in_its_own_folder(name):
+    method = get_method(name)
+    assert method.name == name and REGISTRY[name] == f"specrl.drafters.{name}.method:{type(method).__name__}"
+    assert get_method(name) is method  # built once
+    # model-based methods have weights: a shipped checkpoint, and the cold start, training and export members
+    if method.trainable:
+        assert (method.shipped_dir / "config.json").is_file()
+        for member in ("scratch", "engine_drafter", "capture_layers", "draft_ids", "online_logits", "cli_train",
+                       "save", "module_class"):
+            assert hasattr(type(method), member), f"{name} lacks {member}"
 
 
-def test_every_list_of_methods_is_the_table():
+def test_every_list_of_methods_is_the_registry():
     from benchmarks import spec as bench_spec
     from specrl.cli import train_drafter
     from specrl.sim.build import SD_METHODS
-    assert METHODS == ("draft_model", "eagle3", "mtp", "ngram", "suffix", "auto")
+    assert METHODS == ("draft_model", "eagle3", "mtp", "ngram", "suffix", "auto") == tuple(REGISTRY)
     assert TRAINABLE_METHODS == ("draft_model", "eagle3", "mtp")
-    assert SD_METHODS == ("none", *DRAFTING_METHODS) and "auto" not in DRAFTING_METHODS
+    assert SD_METHODS == ("none", *DRAFTING_METHODS) and "auto" not in DRAFTING_METHODS  # sim's torch-free copy
     assert train_drafter.default_out("eagle3") == get_method("eagle3").shipped_dir
-    assert "auto" in METHODS and bench_spec.METHODS is METHODS
-    with pytest.raises(ValueError, match=r"drafters=\['auto'\] is invalid: expected at least one of \['draft_model', 'eagle3', "
-                                         r"'mtp', 'ngram', 'suffix'\]"):
+    assert "auto" in METHODS and bench_spec.METHODS == METHODS
+    with pytest.raises(ValueError, match=r"drafters=\['auto'\] is invalid: expected at least one of "
+                                         r"\['draft_model', 'eagle3', 'mtp', 'ngram', 'suffix'\]"):
         SpecConfig(method="auto", drafters=("auto",))
+
+
+def test_no_code_compares_a_method_name():
+    """Variation lives in the method classes: no `spec.method == "eagle3"` (or `in (...)`) outside them."""
+    names = set(METHODS)
+    bad = []
+    for rel, tree in _modules():
+        if rel.startswith("specrl/drafters/") and rel.endswith("/method.py"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
+                                                     for op in node.ops):
+                consts = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant)]
+                if any(v in names for v in consts) and "method" in ast.unparse(node):
+                    bad.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    assert not bad, f"method names compared outside drafters/<method>/method.py: {bad}"
 
 
 def test_unknown_method_lists_the_valid_ones():

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from specrl.cli.main import main as cli_main
-from specrl.engine.methods import METHODS, SpecConfig
+from specrl.engine.methods import METHODS, SpecConfig, get_method
 from specrl.pipeline.seam import get_backend, load
 from specrl.pipeline.vllm.refit import RefitError, checkpoint_layout, fitted
-from specrl.pipeline.vllm.spec import VLLM_METHODS, Context, UnsupportedMethod, batch_schedule, speculative_config
+from specrl.pipeline.vllm.spec import Context, UnsupportedMethod, batch_schedule, speculative_config
 from tests.helpers import save_tiny, tiny_model
 from tests.pipeline.fixtures import make_setup, overrides
 
@@ -31,8 +31,9 @@ def test_the_core_imports_the_backend_modules_without_vllm(monkeypatch):
     load(get_backend("vllm").rollout)  # build.py and everything it imports at module level
 
 
-def test_every_specrl_method_has_a_vllm_row():
-    assert set(VLLM_METHODS) == set(METHODS)
+def test_every_specrl_method_says_what_vllm_runs():
+    for name in METHODS:
+        assert callable(get_method(name).vllm_config) and isinstance(get_method(name).vllm_available(), bool)
 
 
 def _ctx(tmp_path) -> Context:
@@ -40,8 +41,8 @@ def _ctx(tmp_path) -> Context:
 
 
 @pytest.mark.parametrize("method, match", [
-    ("mtp", r"method='mtp' cannot run on pipeline.backend=vllm: vLLM runs MTP only for .*Runs here: \['ngram', "
-            r"'draft_model', 'eagle3'"),
+    ("mtp", r"method='mtp' cannot run on pipeline.backend=vllm: vLLM runs MTP only for .*Runs here: \['draft_model', "
+            r"'eagle3', 'ngram'"),
 ])
 def test_a_method_vllm_lacks_lists_what_runs(method, match, tmp_path):
     with pytest.raises(UnsupportedMethod, match=match):
@@ -49,7 +50,7 @@ def test_a_method_vllm_lacks_lists_what_runs(method, match, tmp_path):
 
 
 def test_suffix_without_arctic_inference_says_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setattr("specrl.pipeline.vllm.spec._has_arctic", lambda: False)
+    monkeypatch.setattr(type(get_method("suffix")), "vllm_available", lambda self: False)
     with pytest.raises(UnsupportedMethod, match=r"arctic-inference.*Runs here: .*'ngram'"):
         speculative_config(SpecConfig(method="suffix"), _ctx(tmp_path))
 
@@ -62,7 +63,7 @@ def test_ngram_and_sd_off_map_onto_vllm_keys(tmp_path):
 
 
 def test_auto_runs_the_first_drafter_vllm_has_with_a_batch_schedule(tmp_path, monkeypatch):
-    monkeypatch.setattr("specrl.pipeline.vllm.spec._has_arctic", lambda: False)
+    monkeypatch.setattr(type(get_method("suffix")), "vllm_available", lambda self: False)
     got = speculative_config(SpecConfig(method="auto", drafters=("suffix", "ngram")), _ctx(tmp_path))
     assert got["method"] == "ngram"  # suffix skipped: no arctic-inference
     schedule = got["num_speculative_tokens_per_batch_size"]

@@ -15,13 +15,9 @@ from torch.nn.utils.rnn import pad_sequence
 
 from ...engine.drafting import Proposal, TargetForward, greedy_proposal
 from ...engine.memory import kv_cache
-from ...engine.methods import SpecConfig, get_method
 from ...engine.sequence import Sequence
 from ..weights import ModelDrafter
 from ...model import CausalLM, load_model, load_tokenizer
-
-DEFAULT_DIR = get_method("draft_model").shipped_dir
-
 
 def check_same_vocab(target: CausalLM, draft: CausalLM, draft_path: str) -> None:
     """The draft must speak the policy's token ids: same vocab size and, when both ship one, same tokenizer."""
@@ -102,8 +98,8 @@ class DraftModelDrafter(ModelDrafter):
         self.cached = [0] * len(self.cached)
 
 
-def build(spec: SpecConfig, target: CausalLM, num_slots: int, max_len: int) -> DraftModelDrafter:
-    path = Path(spec.draft_model) if spec.draft_model else DEFAULT_DIR
+def load_drafter(path: Path, target: CausalLM, num_slots: int, max_len: int) -> DraftModelDrafter:
+    """The draft model checkpointed at `path`, in the target's device and dtype, checked against its tokenizer."""
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
             f"no draft model checkpoint at {str(path)!r} (expected config.json and *.safetensors): set "

@@ -13,7 +13,6 @@ import torch
 
 from ...errors import require
 from ...model import CausalLM, load_model, save_model
-from .drafter import DraftModelDrafter
 from ..scratch import active_layers
 from ..training.data import DrafterTrainArgs, Pair, TokenBatch, fit, soft_cross_entropy, token_batches
 
@@ -65,39 +64,3 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
     return {"method": "draft_model", "out_dir": str(out_dir), "num_layers": num_layers,
             "num_params": student.config.num_params, "sequences": len(data), **metrics}
 
-
-# ---- the method's recipe (drafters/scratch.py `recipe`): the same names in every model method's train module
-MODULE = CausalLM
-
-
-def scratch(policy: CausalLM, seed: int = 0) -> CausalLM:
-    """A 2-layer model of the policy's family: its embedding, final norm, lm_head, and the first and last of
-    its active decoder layers, the fewest that keep both ends (deterministic: no random part)."""
-    return student_from_policy(policy, min(2, policy.config.num_layers))
-
-
-def engine_drafter(module: CausalLM, target: CausalLM, num_slots: int, max_len: int) -> DraftModelDrafter:
-    return DraftModelDrafter(module, num_slots, max_len)
-
-
-def capture_layers(module: CausalLM) -> tuple[int, ...]:
-    return ()  # it reads the tokens only
-
-
-def draft_ids(module) -> None:
-    return None  # it drafts over the policy's whole vocabulary
-
-
-def save_module(module: CausalLM, policy: CausalLM, path, dtype: str | None = None):
-    return save_model(module, path, tokenizer_dir=policy.source_path, dtype=dtype)
-
-
-def online_logits(trainer, mb) -> list:
-    """(weight, draft logits [b, T, V], policy logits, mask): one term, the next token."""
-    return [(1.0, trainer.module(mb.input_ids).logits, mb.logits, mb.mask)]
-
-
-def cli_train(ns, on_log=None):
-    """`train` with `specrl train-drafter`'s options for this method bound."""
-    opts = DraftModelOptions(num_layers=ns.draft_layers)
-    return lambda policy, out, data, args: train(policy, out, data, args, opts)

@@ -18,16 +18,12 @@ import torch
 
 from ...engine.drafting import Proposal, TargetForward
 from ...engine.memory import kv_shape
-from ...engine.methods import SpecConfig, get_method
 from ...engine.rng import STREAM_DRAFT
 from ...engine.sampling import batch_params, hash_uniform, sample_from, target_probs
 from ...engine.sequence import Sequence
 from ...model.layers import slot_index
 from ..weights import ModelDrafter
 from .head import DEFAULT_INSTALL_HINT, Eagle3Head, load_head
-
-DEFAULT_HEAD_DIR = get_method("eagle3").shipped_dir
-
 
 class Eagle3Drafter(ModelDrafter):
     method = "eagle3"
@@ -100,10 +96,10 @@ def check_compatible(head: Eagle3Head, target_cfg, source: str) -> None:
                          f"0..{tc.num_layers - 1}: train a head for this policy ({DEFAULT_INSTALL_HINT})")
 
 
-def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> Eagle3Drafter:
-    path = Path(spec.draft_model) if spec.draft_model else DEFAULT_HEAD_DIR
+def load_drafter(path: Path, default: bool, target, num_slots: int, max_len: int) -> Eagle3Drafter:
+    """The head saved at `path` (`default`: the embedded one), in the target's device and dtype, checked."""
     if not (path / "config.json").is_file():
-        which = "the embedded default EAGLE-3 head" if spec.draft_model is None else "EAGLE-3 head"
+        which = "the embedded default EAGLE-3 head" if default else "EAGLE-3 head"
         raise FileNotFoundError(f"{which} is missing: no config.json in {str(path)!r}. Pass "
                                 f"SpecConfig(draft_model=DIR) or {DEFAULT_INSTALL_HINT} "
                                 "(`--out DIR`, then draft_model=DIR)")

@@ -21,7 +21,6 @@ from ..training.cache import data_digest, save, teacher_path
 from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, TopK, fit, index_batches, pad_batch,
                              topk_cross_entropy, topk_probs)
 from .export import draft_vocab, token_counts, with_draft_vocab
-from .drafter import Eagle3Drafter
 from .head import Eagle3Config, Eagle3Head, init_head, save_head
 
 
@@ -238,50 +237,3 @@ def train(policy_path, out_dir, data: list[Pair], args: DrafterTrainArgs, opts: 
     return {"method": "eagle3", "out_dir": str(out_dir), "target_hidden_layers": list(cfg.target_hidden_layers),
             **vocab, "num_params": sum(p.numel() for p in head.parameters()), "sequences": len(data), **metrics}
 
-
-# ---- the method's recipe (drafters/scratch.py `recipe`): the same names in every model method's train module
-MODULE = Eagle3Head
-
-
-def scratch(policy, seed: int = 0) -> Eagle3Head:
-    """A fresh head (init_head: normal(0, 0.02) matrices, unit norms) over the default fused layers."""
-    return init_head(Eagle3Config.for_target(policy.config), seed=seed)
-
-
-def engine_drafter(module: Eagle3Head, target, num_slots: int, max_len: int) -> Eagle3Drafter:
-    return Eagle3Drafter(module, target, num_slots, max_len)
-
-
-def capture_layers(module: Eagle3Head) -> tuple[int, ...]:
-    return tuple(sorted(set(module.config.target_hidden_layers)))
-
-
-def draft_ids(module) -> torch.Tensor | None:
-    """The target ids of the head's draft vocabulary (its logits' columns); None: the policy's whole one."""
-    return module.target_ids
-
-
-def save_module(module: Eagle3Head, policy, path, dtype: str | None = None):
-    return save_head(module, path, resolve_dtype(dtype) if dtype else None)
-
-
-def online_logits(trainer, mb) -> list:
-    """(weight, draft logits, policy logits, mask) per training-time-test step j, weighted unroll_decay^j, only
-    at the indices where some step takes a loss (`loss_queries`)."""
-    layers = trainer.module.config.target_hidden_layers
-    features = torch.cat([mb.hidden[i].float() for i in layers], dim=-1)  # [b, T, 3D]
-    B, T = mb.input_ids.shape
-    positions = torch.arange(T, device=mb.input_ids.device).expand(B, T)  # [b, T]
-    q = loss_queries(mb.mask, trainer.cfg.ttt_steps)
-    steps = ttt_unroll(trainer.module, trainer.view, features, mb.input_ids, positions, trainer.cfg.ttt_steps, q.index)
-    # step j at index t predicts token t+2+j: the policy's distribution at index t+1+j
-    return [(trainer.cfg.unroll_decay ** j, logits, take(shift_left(mb.logits, 1 + j), q.index),
-             take(shift_left(mb.mask, 1 + j), q.index) * q.valid) for j, logits in enumerate(steps)]
-
-
-def cli_train(ns, on_log=None):
-    """`train` with `specrl train-drafter`'s options for this method bound."""
-    layers = tuple(int(i) for i in ns.eagle3_layers.split(",")) if ns.eagle3_layers else None
-    opts = Eagle3Options(ttt_steps=ns.ttt_steps, layers=layers, intermediate_size=ns.eagle3_intermediate,
-                         draft_vocab_size=ns.draft_vocab_size)
-    return lambda policy, out, data, args: train(policy, out, data, args, opts, on_log=on_log)

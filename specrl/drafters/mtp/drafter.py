@@ -20,7 +20,6 @@ from safetensors.torch import save_file
 
 from ...engine.drafting import Proposal, TargetForward, greedy_proposal
 from ...engine.memory import kv_cache
-from ...engine.methods import SpecConfig, get_method
 from ...engine.sequence import Sequence
 from ..weights import ModelDrafter
 from ...io import atomic_dir
@@ -28,7 +27,6 @@ from ...model import CausalLM, ModelConfig, resolve_dtype
 from ...model.checkpoint import read_state_dict
 from ...model.mtp import MTPStack
 
-DEFAULT_DIR = get_method("mtp").shipped_dir
 MATCH_KEYS = ("vocab_size", "hidden_size")  # what h^0, the embedding and the lm_head share with the policy
 
 
@@ -64,8 +62,8 @@ def load_mtp(path: str | Path, target: CausalLM) -> MTPStack:
     return stack.to(device=p.device, dtype=p.dtype).eval()
 
 
-def _default_fits(target: CausalLM) -> bool:
-    cfg_file = DEFAULT_DIR / "config.json"
+def _default_fits(shipped: Path, target: CausalLM) -> bool:
+    cfg_file = shipped / "config.json"
     if not cfg_file.is_file():
         return False
     shipped = ModelConfig.from_hf(json.loads(cfg_file.read_text()))
@@ -112,13 +110,14 @@ class MTPDrafter(ModelDrafter):
         return self.cache
 
 
-def build(spec: SpecConfig, target: CausalLM, num_slots: int, max_len: int) -> MTPDrafter:
-    if spec.draft_model:
-        stack = load_mtp(spec.draft_model, target)
+def load_drafter(draft_model: str | None, shipped: Path, target: CausalLM, num_slots: int, max_len: int) -> MTPDrafter:
+    """The modules from `draft_model`, else the policy's own, else the shipped ones in `shipped` when they fit."""
+    if draft_model:
+        stack = load_mtp(draft_model, target)
     elif target.mtp is not None:
         stack = target.mtp
-    elif _default_fits(target):
-        stack = load_mtp(DEFAULT_DIR, target)
+    elif _default_fits(shipped, target):
+        stack = load_mtp(shipped, target)
     else:
         where = target.source_path or "<in-memory policy>"
         raise ValueError(

@@ -17,9 +17,8 @@ from ...model import CausalLM, load_model, save_model
 from ...model.mtp import MTPStack
 from ...errors import require
 from ..scratch import active_layers
-from ..training.capture import LAST
 from ..training.data import DrafterTrainArgs, Pair, TokenBatch, fit, soft_cross_entropy, token_batches
-from .drafter import MTPDrafter, save_mtp_only
+from .drafter import save_mtp_only
 
 
 @dataclass
@@ -98,43 +97,3 @@ def train(policy_path: str | Path, out_dir: str | Path, data: list[Pair], args: 
     return {"method": "mtp", "out_dir": str(out_dir), "num_modules": stack.depth, "mtp_depths": opts.mtp_depths,
             "num_params": sum(p.numel() for p in stack.parameters()), "sequences": len(data), **metrics}
 
-
-# ---- the method's recipe (drafters/scratch.py `recipe`): the same names in every model method's train module
-MODULE = MTPStack
-
-
-def scratch(policy: CausalLM, seed: int = 0) -> MTPStack:
-    """Two modules (drafts past the second reuse the last): a small stack to train."""
-    return init_stack(policy, 2, seed)
-
-
-def engine_drafter(module: MTPStack, target: CausalLM, num_slots: int, max_len: int) -> MTPDrafter:
-    return MTPDrafter(target, module, num_slots, max_len)
-
-
-def capture_layers(module: MTPStack) -> tuple[int, ...]:
-    return (LAST,)  # its modules read the policy's final normed hidden state
-
-
-def draft_ids(module) -> None:
-    return None  # it drafts over the policy's whole vocabulary
-
-
-def save_module(module: MTPStack, policy: CausalLM, path, dtype: str | None = None):
-    return save_mtp_only(module, policy.config, path, dtype=dtype)
-
-
-def online_logits(trainer, mb) -> list:
-    """(weight, draft logits, policy logits, mask) per depth d = 1..mtp_depths, weighted unroll_decay^(d-1),
-    normalised; each depth against the policy's distribution at its own offset."""
-    depths = trainer.module.unroll(mb.hidden[LAST].float(), mb.input_ids, trainer.view.embed, trainer.view.lm_head,
-                                   trainer.cfg.mtp_depths)  # depth d: [b, T-d, V], entry i predicts t_{i+d+1}
-    decay = trainer.cfg.unroll_decay
-    norm = sum(decay ** d for d in range(len(depths))) or 1.0
-    # entry i of depth d predicts t_{i+d+1}: the policy's distribution at index i+d
-    return [(decay ** (d - 1) / norm, logits, mb.logits[:, d:d + logits.shape[1]], mb.mask[:, d:d + logits.shape[1]])
-            for d, logits in enumerate(depths, start=1)]
-
-
-def cli_train(ns, on_log=None):
-    return train  # `specrl train-drafter` has no MTP options

@@ -34,7 +34,3 @@ class NgramDrafter:
 
     def release(self, seq: Sequence) -> None:
         pass
-
-
-def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> NgramDrafter:
-    return NgramDrafter(spec, next(target.parameters()).device)

@@ -90,7 +90,3 @@ class SuffixDrafter:
         self._sync(seq)
         del self.slots[seq.slot]
         self.store.release(state.pool, seq.output)
-
-
-def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> SuffixDrafter:
-    return SuffixDrafter(spec, next(target.parameters()).device)

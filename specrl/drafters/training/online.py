@@ -11,7 +11,7 @@
 One `step` = `updates_per_step` AdamW steps on the trainer's own fp32 copy of the drafter. The policy is read,
 never trained: its embeddings and lm_head enter through `FrozenView`. Loss per response position:
 kl_coef * KL(p || q) + accept_coef * (1 - sum_x min(p, q)) (losses.py), optionally reward-weighted (ReSpec);
-each method's terms come from its recipe's `online_logits`.
+each method's terms come from its class's `online_logits`.
 """
 from __future__ import annotations
 
@@ -22,10 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...engine.methods import SCRATCH, TRAINABLE_METHODS, SpecConfig, build_drafter, model_method
+from ...engine.methods import SCRATCH, SpecConfig, build_drafter, get_method, model_method, trainable_methods
 from ...optim import build_optimizer, clip_grad
 from ...train.config import DrafterConfig
-from ..scratch import recipe
 from .capture import Capture, DrafterBatch
 from .losses import accepted_mass, forward_kl, restrict_to, reward_weights, weighted_token_mean
 
@@ -46,12 +45,12 @@ class FrozenView:
 
 
 def method_of(module: nn.Module) -> str:
-    """The model method whose drafters draft with a module of this class (each recipe's `MODULE`)."""
-    for method in TRAINABLE_METHODS:
-        if isinstance(module, recipe(method).MODULE):
+    """The model method whose drafters draft with a module of this class (its class's `module_class`)."""
+    for method in trainable_methods():
+        if isinstance(module, get_method(method).module_class):
             return method
     raise TypeError(f"{type(module).__name__} is not a drafter module: expected the module of one of "
-                    f"{list(TRAINABLE_METHODS)}")
+                    f"{list(trainable_methods())}")
 
 
 class OnlineDrafterTrainer:
@@ -62,7 +61,7 @@ class OnlineDrafterTrainer:
             raise ValueError(f"online drafter temperature={temperature}: expected > 0 (the rollouts' sampling "
                              "temperature; for greedy rollouts train at 1.0)")
         self.method, self.cfg, self.view = method_of(module), cfg, FrozenView(policy)
-        self.recipe = recipe(self.method)  # the method's own parts (its train module)
+        self.recipe = get_method(self.method)  # the method's own parts (drafters/<method>/method.py)
         self.temperature = temperature
         p = next(policy.parameters())
         self.module = module.to(device=p.device, dtype=torch.float32).train().requires_grad_(True)
@@ -83,7 +82,7 @@ class OnlineDrafterTrainer:
         """The drafter `spec` names: draft_model='scratch' starts it from the policy (drafters/scratch.py)."""
         method = model_method(spec, "online drafter training")
         if spec.draft_model == SCRATCH:
-            return cls(recipe(method).scratch(policy, seed), policy, cfg, temperature, seed)
+            return cls(get_method(method).scratch(policy, seed), policy, cfg, temperature, seed)
         drafter = build_drafter(dataclasses.replace(spec, method=method), policy, 1,  # "auto": its model drafter
                                 policy.config.max_position_embeddings)
         return cls.from_drafter(drafter, policy, cfg, temperature, seed)
@@ -104,7 +103,7 @@ class OnlineDrafterTrainer:
     def save_drafter(self, path, dtype: str | None = None):
         """Writes the drafter in its method's own checkpoint layout (`SpecConfig(draft_model=path)` loads it,
         and `specrl export-drafter` reads it from a run's `checkpoints/step_N/drafter/`)."""
-        return self.recipe.save_module(self.module, self.view.policy, path, dtype)
+        return self.recipe.save(self.module, self.view.policy, path, dtype)
 
     def state_dict(self) -> dict:
         return {"method": self.method, "module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),

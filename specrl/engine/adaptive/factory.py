@@ -1,5 +1,5 @@
 """`build`: the DrafterPool of `spec.drafters` (those that can be built here) and the AdaptiveStrategy over it
-(the method table's entry point for "auto")."""
+(what method "auto" builds, drafters/auto/method.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -30,7 +30,7 @@ def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> tuple[Draft
     drafters, missing = {}, {}
     for name in dict.fromkeys(spec.drafters):
         try:
-            own = dataclasses.replace(spec, method=name, draft_model=spec.draft_model if get_method(name).model_based
+            own = dataclasses.replace(spec, method=name, draft_model=spec.draft_model if get_method(name).trainable
                                       else None)  # a checkpoint (or "scratch") is the model drafters'
             drafters[name] = build_drafter(own, target, num_slots, max_len)
         except (FileNotFoundError, ValueError) as e:
@@ -42,12 +42,12 @@ def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> tuple[Draft
                          f"or add a model-free one (suffix, ngram) to drafters")
     for name, msg in missing.items():
         log.warning("%s: drafter %r left out (%s)", spec.method, name, msg)
-    model_based = tuple(n for n in drafters if get_method(n).model_based)
+    model_based = tuple(n for n in drafters if get_method(n).trainable)
     deferred = {n: Deferred(drafters[n]) for n in model_based if get_method(n).defers}  # idle, it costs nothing
     pool = DrafterPool({**drafters, **deferred}, model_based)
     cost = CostModel(target.config.num_params, {n: own_params(d, target) for n, d in drafters.items()},
                      deterministic=spec.adaptive_mode == "deterministic")
-    point = {n for n in drafters if not get_method(n).model_based}
+    point = {n for n in drafters if not get_method(n).trainable}
     strategy = AdaptiveStrategy(list(drafters), point, spec.num_speculative_tokens, cost, deferred)
     path = spec.cost_profile if spec.cost_profile is not None else profile.shipped_path(spec, target)
     if path is not None and profile.load(strategy, path, target):

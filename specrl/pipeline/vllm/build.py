@@ -7,11 +7,12 @@ from pathlib import Path
 
 from ...config import ConfigError
 from ...engine.memory import parse_bytes
+from ...engine.methods import get_method
 from ...train.config import TrainConfig
 from .backend import VllmBackend
 from .sampler_fix import refusal
 from .sampling import eos_ids
-from .spec import VLLM_METHODS, Context, UnsupportedMethod, speculative_config
+from .spec import Context, UnsupportedMethod, speculative_config
 
 WORKER_EXTENSION = "specrl.pipeline.vllm.worker.DrafterReload"
 KV_CAP = 2 << 30  # the default KV budget's ceiling: vLLM preempts and recomputes beyond it, never cuts a response
@@ -63,8 +64,8 @@ def vllm_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | Non
         work.cleanup()
         raise ValueError(f"vLLM could not build an engine from {str(model_dir)!r} ({type(e).__name__}: {e}); "
                          "its log above names the cause") from e
-    refit = None if spec is None else VLLM_METHODS[spec["method"]].refit  # named weights -> what vLLM's drafter loads
-    drafter_tensors = None if refit is None else refit(Path(spec["model"]))
+    # named weights -> what vLLM's drafter loads (None: no weights to refit)
+    drafter_tensors = None if spec is None else get_method(spec["method"]).vllm_refit(Path(spec.get("model", "")))
     return VllmBackend(llm, model_dir, eos_ids(model_dir), cfg.vllm.refit_dir, work, drafter_tensors,
                        sampled_spec_refusal(llm) if spec is not None else None)
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from specrl import LLM, SamplingParams, SpecConfig
-from specrl.drafters.eagle3 import drafter as eagle3
 from specrl.drafters.eagle3.head import Eagle3Config, default_layers, init_head, load_head, save_head
 from tests.helpers import tiny_model
 
@@ -83,6 +82,6 @@ def test_missing_checkpoint_tells_how_to_train(tmp_path):
 
 
 def test_missing_default_head(tmp_path, monkeypatch):
-    monkeypatch.setattr(eagle3, "DEFAULT_HEAD_DIR", tmp_path / "absent")
+    monkeypatch.setattr("specrl.drafters.eagle3.method.SHIPPED_DRAFTERS_DIR", tmp_path / "absent")
     with pytest.raises(FileNotFoundError, match="embedded default EAGLE-3 head is missing"):
         LLM(tiny_model(), spec=SpecConfig(method="eagle3"))
