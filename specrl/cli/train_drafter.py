@@ -1,4 +1,7 @@
-"""`specrl train-drafter method=eagle3|draft_model|mtp [policy=PATH out=DIR key=value ...]`: offline self-distillation.
+"""`specrl train-drafter --method eagle3|draft_model|mtp --out DIR [--model DIR] [key=value ...]`: offline
+self-distillation. Every setting below is a flag (`--steps 100`) or, the same, a `key=value` override (`steps=100`).
+`--out` is required: the shipped drafter (specrl/tasks/assets/drafters/METHOD) is replaced only when its path is
+passed as `--out`.
 
 step 1: sample the policy's own responses (SD off, `temperature`, default 1) to embedded-task prompts, or with
         `data=FILE` to a JSONL file's `prompt` strings / chat `messages` (see drafters/training/data.py load_prompts);
@@ -19,13 +22,14 @@ from pathlib import Path
 
 import yaml
 
-from ..config import load_config, require, to_dict
+from ..config import ConfigError, load_config, require, to_dict
 from ..config.files import argv_overrides
 from ..drafters.training.cache import digest_files, load_or_collect
 from ..drafters.training.data import DrafterTrainArgs, collect_sequences, default_prompts
 from ..drafters.training.data import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 from ..engine.methods import TRAINABLE_METHODS, get_method
+from .renamed import rename
 from .runtime import policy_path
 
 
@@ -33,8 +37,8 @@ from .runtime import policy_path
 class TrainDrafterConfig:
     """`specrl train-drafter`'s `key=value` settings, as `specrl train` takes them (`--key value` too)."""
     method: str | None = None  # required: one of TRAINABLE_METHODS
-    policy: str | None = None  # policy checkpoint dir; null: the embedded policy
-    out: str | None = None  # output dir; null (embedded policy and task only): the method's shipped drafter dir
+    model: str | None = None  # policy checkpoint dir; null: the embedded policy
+    out: str | None = None  # required: the drafter's output dir
     # step 1, sampling
     data: str | None = None  # JSONL of `prompt` or `messages` rows; null: the embedded task
     prompts: int | None = None  # prompts sampled; null: 512 embedded-task ones, or every data row
@@ -74,12 +78,15 @@ class TrainDrafterConfig:
 
 
 def parse_args(argv: list[str] | None) -> TrainDrafterConfig:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = rename(list(sys.argv[1:] if argv is None else argv), RENAMED, "specrl train-drafter")
     if "-h" in argv or "--help" in argv:
         print(__doc__ + "\nkey=value settings (defaults):\n" + yaml.safe_dump(to_dict(TrainDrafterConfig()),
                                                                            sort_keys=False))
         raise SystemExit(0)
     return load_config(TrainDrafterConfig, None, argv_overrides(argv))
+
+
+RENAMED = {"policy": "model", "--policy": "--model"}
 
 
 def default_out(method: str) -> Path:
@@ -109,16 +116,16 @@ def main(argv: list[str] | None = None) -> int:
 def run(argv: list[str] | None = None) -> dict:
     """Collect, train, save; returns the metrics."""
     ns = parse_args(argv)
+    if ns.out is None:
+        raise ConfigError(f"pass --out DIR for the new {ns.method} drafter; to replace the shipped one, pass its "
+                          f"path explicitly: --out {default_out(ns.method)}")
     # the method's train(policy_path, out_dir, data, args), its own options bound (drafters/scratch.py `recipe`)
     train = importlib.import_module(get_method(ns.method).trainer).cli_train(
         ns, on_log=lambda step, row: print(json.dumps({"step": step, **row}), file=sys.stderr, flush=True))
     from ..threads import set_threads
     set_threads(ns.threads)
-    policy = policy_path(ns.policy, "policy=PATH")
-    if ns.out is None and (ns.policy is not None or ns.data is not None):
-        raise ValueError(f"pass out=DIR: without it the {ns.method} drafter would replace the shipped one in "
-                         f"{default_out(ns.method)}, which belongs to the embedded policy and its task")
-    out = Path(ns.out) if ns.out else default_out(ns.method)
+    policy = policy_path(ns.model, "--model DIR")
+    out = Path(ns.out)
     args = DrafterTrainArgs(steps=ns.steps, batch_tokens=ns.batch_tokens, seed=ns.seed, time_budget_s=ns.time_budget,
                             teacher_topk=ns.teacher_topk, optim=replace(DrafterTrainArgs().optim, lr=ns.lr),
                             cache_dir=ns.cache, resume=ns.resume)
