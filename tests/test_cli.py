@@ -133,3 +133,14 @@ def test_simulate_reads_its_old_flags_with_a_note(capsys, tmp_path):
     from specrl.cli.renamed import rename
     assert rename(["sweep", "--plot-dir=d"], {"--plot-dir": "--out"}, "p") == ["sweep", "--out=d"]
     assert capsys.readouterr().err.strip() == _note("--plot-dir", "--out", "p")
+
+
+def test_generate_writes_rows_the_audit_reads(tmp_path, capsys):
+    out = tmp_path / "g.jsonl"
+    assert main(["generate", "--task-prompts", "2", "--n", "2", "--max-tokens", "8", "--threads", "1",
+                 "--method", "ngram", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 4 and all(r["completion_ids"] == r["token_ids"] and r["prompt_ids"] for r in rows)
+    from specrl.cli.audit import read_rollouts
+    prompts, completions = read_rollouts(out, vocab_size=10**6)
+    assert completions == [r["token_ids"] for r in rows]

@@ -1,4 +1,6 @@
-"""`specrl generate`: sample completions with the rollout engine and write them as JSONL."""
+"""`specrl generate`: sample completions with the rollout engine and write them as JSONL (one row per
+completion: text, token ids, the policy's logprobs, finish reason, and the prompt_ids / completion_ids that
+`specrl audit --rollouts` checks)."""
 from __future__ import annotations
 
 import argparse
@@ -70,8 +72,10 @@ def main(argv: list[str]) -> int:
     with open(args.out, "w") if args.out != "-" else contextlib.nullcontext(sys.stdout) as sink:
         for r in outs:
             for o in r.outputs:
+                # prompt_ids and completion_ids: the rows `specrl audit --rollouts` reads
                 sink.write(json.dumps({"prompt": r.prompt, "index": o.index, "text": o.text, "token_ids": o.token_ids,
-                                       "logprobs": o.logprobs, "finish_reason": o.finish_reason}) + "\n")
+                                       "logprobs": o.logprobs, "finish_reason": o.finish_reason,
+                                       "prompt_ids": r.prompt_token_ids, "completion_ids": o.token_ids}) + "\n")
     stats = llm.stats
     print(json.dumps({k: stats[k] for k in ("generated_tokens", "acceptance_length", "total_s")}), file=sys.stderr)
     return 0
