@@ -127,7 +127,8 @@ def test_simulate_reads_its_old_flags_with_a_note(capsys, tmp_path):
     assert main(["simulate", *old]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [_note("--sd-method", "--method", "specrl simulate"),
-                   _note("--prompts", "--num-prompts", "specrl simulate"), _note("--model", "--arch", "specrl simulate")]
+                   _note("--prompts", "--num-prompts", "specrl simulate"),
+                   _note("--model", "--arch", "specrl simulate")]
     a = build_parser().parse_args(["step", "--method", "ngram", "--num-prompts", "16", "--arch", "qwen3-8b"])
     assert (a.sd_method, a.prompts, a.model) == ("ngram", 16, "qwen3-8b")
     from specrl.cli.renamed import rename

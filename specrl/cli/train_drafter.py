@@ -14,7 +14,9 @@ step 3: print the metrics as one JSON line (also written to DIR/train_metrics.js
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -43,20 +45,20 @@ class TrainDrafterConfig:
     data: str | None = None  # JSONL of `prompt` or `messages` rows; null: the embedded task
     prompts: int | None = None  # prompts sampled; null: 512 embedded-task ones, or every data row
     samples: int = 2  # responses per prompt
-    max_tokens: int = 256
+    max_tokens: int = 256  # response tokens at most
     # of the training responses (0: greedy, for a drafter serving greedy decoding); the teacher targets are
     # the policy's distribution at temperature 1 either way
     temperature: float = 1.0
     max_model_len: int | None = None  # prompt + response cap and KV-cache length; null: the policy's
     max_num_seqs: int = 64  # sequences sampled at once
     kv_cache_memory: int | str | None = None  # sampling engine's KV budget, e.g. 2GiB; null: memory_utilization
-    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
-    seed: int = 0
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION  # free-memory share of the KV cache without kv_cache_memory
+    seed: int = 0  # sampling and initialisation seed
     threads: int | None = None  # torch CPU threads; null: the free cores
     # step 2, the fit (DrafterTrainArgs)
-    steps: int = DrafterTrainArgs.steps
+    steps: int = DrafterTrainArgs.steps  # optimizer steps (the schedule ends at steps or time_budget)
     lr: float = DrafterTrainArgs().optim.lr  # peak learning rate (linear warmup, then cosine decay)
-    batch_tokens: int = DrafterTrainArgs.batch_tokens
+    batch_tokens: int = DrafterTrainArgs.batch_tokens  # tokens per optimizer step
     time_budget: float = DrafterTrainArgs.time_budget_s  # training seconds
     teacher_topk: int = DrafterTrainArgs.teacher_topk  # eagle3: stored teacher tokens a position (0: all)
     cache: str | None = None  # teacher-data cache dir (step 1); it also keeps the fit's state for `resume`
@@ -80,13 +82,32 @@ class TrainDrafterConfig:
 def parse_args(argv: list[str] | None) -> TrainDrafterConfig:
     argv = rename(list(sys.argv[1:] if argv is None else argv), RENAMED, "specrl train-drafter")
     if "-h" in argv or "--help" in argv:
-        print(__doc__ + "\nkey=value settings (defaults):\n" + yaml.safe_dump(to_dict(TrainDrafterConfig()),
-                                                                           sort_keys=False))
+        print(__doc__ + "\nsettings (`--key value` or `key=value`; default, then what it sets):\n" + settings_help())
         raise SystemExit(0)
     return load_config(TrainDrafterConfig, None, argv_overrides(argv))
 
 
 RENAMED = {"policy": "model", "--policy": "--model"}
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """Each field's comment in `cls`'s source: the one on its line, else the comment lines just above it."""
+    helps, above = {}, []
+    for line in inspect.getsource(cls).splitlines():
+        code, _, comment = line.strip().partition("#")
+        field = re.match(r"(\w+): ", code)
+        if field:
+            helps[field.group(1)] = comment.strip() or " ".join(above)
+            above = []
+        else:
+            above = above + [comment.strip()] if not code and comment else []
+    return helps
+
+
+def settings_help() -> str:
+    helps, defaults = field_help(TrainDrafterConfig), to_dict(TrainDrafterConfig())
+    return "\n".join(f"  --{k.replace('_', '-'):<22} {yaml.safe_dump(v).strip().removesuffix('...').strip():<8} "
+                     f"{helps.get(k, '')}" for k, v in defaults.items())
 
 
 def default_out(method: str) -> Path:

@@ -74,3 +74,10 @@ def test_every_command_the_docs_name_answers_help(capsys):
     for words in sorted(named):
         assert main([*words, "--help"]) == 0, words
         assert "usage" in capsys.readouterr().out.lower() or words == ("train-drafter",), words
+
+
+def test_every_train_drafter_setting_has_help():
+    from specrl.cli.train_drafter import TrainDrafterConfig, field_help, settings_help
+    helps = field_help(TrainDrafterConfig)
+    assert [k for k in TrainDrafterConfig.__dataclass_fields__ if not helps.get(k)] == []
+    assert "  --ttt-steps              7        eagle3: training-time-test unroll steps" in settings_help()
