@@ -21,9 +21,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from real_vs_hf import rss_mb as rss_mib  # noqa: E402
+
+def rss_mib() -> float:
+    """This process's resident memory now (Linux: /proc/self/statm's resident pages)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def arm(args) -> dict:

@@ -47,3 +47,101 @@ def test_bench_spec_on_a_prompt_file_checks_greedy_identity(capsys, tmp_path):
     row = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")][0]
     assert row["same_tokens"] and row["sequences_differ"] == 0  # fp32 greedy SD: the same tokens
     assert row["cpu_tokens_per_s"] > 0 and row["peak_rss_mb"] > 0
+
+
+def test_bench_help_lists_every_bench(capsys):
+    from specrl.cli.main import BENCHES
+    assert main(["bench", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {name} " in out for name in BENCHES) and "adaptive" in BENCHES
+    assert "adaptive" in dict((k, v[2]) for k, v in COMMANDS.items())["bench"]  # the command table's line too
+
+
+def test_each_bench_answers_help(capsys):
+    from specrl.cli.main import BENCHES
+    for name in BENCHES:
+        assert main(["bench", name, "--help"]) == 0
+        assert f"usage: specrl bench {name}" in capsys.readouterr().out
+
+
+def test_bench_engine_without_transformers_is_one_line(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` now fails as if not installed
+    assert main(["bench", "engine", "--quick", "--threads", "1", "--workloads", "a"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("specrl bench: error: `specrl bench engine` needs transformers, which is not installed: "
+                   "pip install transformers (or 'specrl[dev]')")
+
+
+def test_pretrain_refuses_to_replace_the_shipped_policy_unasked(capsys):
+    from specrl.tasks import POLICY_DIR
+    assert main(["pretrain", "seed=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"specrl pretrain: error: pass --out DIR for the new policy; to replace the shipped one, pass "
+                   f"its path explicitly: --out {POLICY_DIR}"]
+
+
+def test_pretrain_writes_the_shipped_policy_only_when_its_path_is_passed():
+    from specrl.cli.pretrain import parse_args
+    from specrl.tasks import POLICY_DIR
+    out, cfg = parse_args(["--out", str(POLICY_DIR), "--seed", "3", "stages.chains.steps=7"])
+    assert out == POLICY_DIR and cfg.seed == 3
+    assert [st.steps for st in cfg.stages if st.name == "chains"] == [7]
+
+
+def test_train_drafter_refuses_to_replace_the_shipped_drafter_unasked(capsys):
+    from specrl.engine.methods import get_method
+    assert main(["train-drafter", "--method", "eagle3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"specrl train-drafter: error: pass --out DIR for the new eagle3 drafter; to replace the shipped "
+                   f"one, pass its path explicitly: --out {get_method('eagle3').shipped_dir}"]
+
+
+def _note(old: str, new: str, prog: str) -> str:
+    return f"{prog}: note: {old} is now {new}; the old spelling goes in the next release"
+
+
+def test_train_drafter_reads_policy_as_model_with_a_note(capsys):
+    from specrl.cli.train_drafter import parse_args
+    assert parse_args(["method=eagle3", "policy=ckpt", "out=o"]).model == "ckpt"
+    assert capsys.readouterr().err.strip() == _note("policy=", "model=", "specrl train-drafter")
+    assert parse_args(["--method", "eagle3", "--policy", "ckpt"]).model == "ckpt"
+    assert capsys.readouterr().err.strip() == _note("--policy", "--model", "specrl train-drafter")
+
+
+def test_generate_reads_spec_as_method_with_a_note(capsys):
+    assert main(["generate", "--spec", "bogus", "--prompt", "1+1="]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == _note("--spec", "--method", "specrl generate")
+    assert "bogus" in err[1]  # the value reached --method, whose check names it
+
+
+def test_export_drafter_reads_policy_as_model_with_a_note(capsys, tmp_path):
+    assert main(["export-drafter", str(tmp_path / "none"), "--policy", "p", "--out", str(tmp_path / "o")]) != 0
+    assert capsys.readouterr().err.splitlines()[0] == _note("--policy", "--model", "specrl export-drafter")
+
+
+def test_simulate_reads_its_old_flags_with_a_note(capsys, tmp_path):
+    from specrl.sim.cli import build_parser
+    old = ["step", "--sd-method", "ngram", "--prompts", "16", "--model", "qwen3-8b", "--n", "4",
+           "--lengths", "lognormal:300,0.6", "--max-tokens", "600"]
+    assert main(["simulate", *old]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [_note("--sd-method", "--method", "specrl simulate"),
+                   _note("--prompts", "--num-prompts", "specrl simulate"),
+                   _note("--model", "--arch", "specrl simulate")]
+    a = build_parser().parse_args(["step", "--method", "ngram", "--num-prompts", "16", "--arch", "qwen3-8b"])
+    assert (a.sd_method, a.prompts, a.model) == ("ngram", 16, "qwen3-8b")
+    from specrl.cli.renamed import rename
+    assert rename(["sweep", "--plot-dir=d"], {"--plot-dir": "--out"}, "p") == ["sweep", "--out=d"]
+    assert capsys.readouterr().err.strip() == _note("--plot-dir", "--out", "p")
+
+
+def test_generate_writes_rows_the_audit_reads(tmp_path, capsys):
+    out = tmp_path / "g.jsonl"
+    assert main(["generate", "--task-prompts", "2", "--n", "2", "--max-tokens", "8", "--threads", "1",
+                 "--method", "ngram", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 4 and all(r["completion_ids"] == r["token_ids"] and r["prompt_ids"] for r in rows)
+    from specrl.cli.audit import read_rollouts
+    prompts, completions = read_rollouts(out, vocab_size=10**6)
+    assert completions == [r["token_ids"] for r in rows]

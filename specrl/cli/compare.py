@@ -7,6 +7,11 @@ Prints a table: per run, its steps, final and peak held-out accuracy, mean step,
 mean acceptance length, and the first run's step and rollout seconds over this run's (x > 1: this run is
 faster); `--json` prints the rows as JSON lines instead. `--out` draws reward, held-out accuracy, the seconds
 and acceptance length against the RL step in one figure (matplotlib).
+
+    specrl compare runs/before runs/after --same     # exit 1 unless every metric but the timings is equal
+
+`--same` checks that two runs learnt the same thing (e.g. `rollout.spec.adaptive_mode=deterministic` before and
+after a change): metrics.jsonl and eval.jsonl row by row, every key that is not a time (`*_s`, `*_per_s`).
 """
 from __future__ import annotations
 
@@ -102,14 +107,41 @@ def plot(runs: list[Run], out: Path) -> Path:
     return out
 
 
+def is_timing(key: str) -> bool:
+    return key.endswith("_s") or key.endswith("_per_s") or key in ("time", "wall_time")
+
+
+def differences(a: list[dict], b: list[dict]) -> list[str]:
+    """Where two runs' rows differ, timings aside: a row count, or (row, key, one value, the other)."""
+    found = [f"{len(a)} rows against {len(b)}"] if len(a) != len(b) else []
+    return found + [f"row {i} {key}: {x.get(key)!r} != {y.get(key)!r}" for i, (x, y) in enumerate(zip(a, b))
+                    for key in sorted(set(x) | set(y)) if not is_timing(key) and x.get(key) != y.get(key)]
+
+
+def same(runs: list[Run]) -> int:
+    if len(runs) != 2:
+        raise UserError(f"--same compares two runs, got {len(runs)}: pass RUN_A RUN_B")
+    a, b = runs
+    found = {"metrics.jsonl": differences(a.rows, b.rows), "eval.jsonl": differences(a.evals, b.evals)}
+    for name, diffs in found.items():
+        keys = sorted({k for r in (a.rows + b.rows if name == "metrics.jsonl" else a.evals + b.evals) for k in r
+                       if not is_timing(k)})
+        print(json.dumps({"file": name, "keys_compared": len(keys), "equal": not diffs, "differences": diffs[:10]}))
+    return 0 if not any(found.values()) else 1
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="specrl compare", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", help="run directories of `specrl train` (NAME=DIR to name one)")
     ap.add_argument("--out", type=Path, default=None, help="write the figure to this PNG")
     ap.add_argument("--json", action="store_true", help="JSON lines instead of the table")
+    ap.add_argument("--same", action="store_true", help="two runs: exit 1 unless every metric and eval row is "
+                    "equal, timings aside (one JSON line per file)")
     args = ap.parse_args(argv)
     runs = [load_run(a) for a in args.runs]
+    if args.same:
+        return same(runs)
     rows = [summary(r, runs[0]) for r in runs]
     if args.json:
         for row in rows:

@@ -1,7 +1,7 @@
 """`specrl export-drafter SRC --out DIR`: a trained drafter in the layout serving engines load.
 
 SRC is a drafter directory or a run directory (its latest checkpoint's `drafter/`, with `model/` as the
-policy). An EAGLE-3 head is written for the policy it was trained on (`--policy`; checked to fit) in the
+policy). An EAGLE-3 head is written for the policy it was trained on (`--model`; checked to fit) in the
 public EAGLE-3 layout or `--layout speculators` (docs/drafter_export.md), optionally over a reduced draft
 vocabulary (`--draft-vocab-size N`, token frequencies from `--data FILE.jsonl` rows with `token_ids`); a draft
 model as a plain Hugging Face checkpoint. MTP modules ship inside the policy checkpoint instead.
@@ -13,13 +13,16 @@ import json
 from pathlib import Path
 
 from ..errors import UserError
+from .renamed import rename
+
+RENAMED = {"--policy": "--model"}
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="specrl export-drafter", description=__doc__.split("\n\n")[0])
     ap.add_argument("src", help="a drafter directory, or a run directory (latest checkpoint's drafter/)")
     ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--policy", help="the policy checkpoint the head drafts for (EAGLE-3: required; checked "
+    ap.add_argument("--model", help="the policy checkpoint the head drafts for (EAGLE-3: required; checked "
                                      "against the head, its lm_head goes into the export); default for a run "
                                      "directory: the checkpoint's model/")
     ap.add_argument("--draft-vocab-size", type=int, help="EAGLE-3: draft over the N most frequent tokens")
@@ -29,14 +32,14 @@ def main(argv: list[str]) -> int:
                     help="EAGLE-3: LlamaForCausalLMEagle3 (vLLM with method eagle3, SGLang, SpecForge) or the "
                          "speculators format (newer vLLM, method read from the config)")
     ap.add_argument("--verifier", default=None, help="speculators layout: the verifier's path or hub name "
-                    "(default: the --policy path)")
+                    "(default: the --model path)")
     ap.add_argument("--speculative-tokens", type=int, default=3, help="speculators layout: the proposal length "
                     "vLLM defaults num_speculative_tokens to")
     ap.add_argument("--allow-last-layer", action="store_true", help="EAGLE-3: export a head that reads the "
                     "policy's last layer (only the newest vLLM capture code serves it) with a warning")
-    args = ap.parse_args(argv)
+    args = ap.parse_args(rename(argv, RENAMED, "specrl export-drafter"))
     drafter, run_policy = resolve_source(Path(args.src))
-    print(json.dumps(exporter_of(drafter)(args, drafter, Path(args.policy) if args.policy else run_policy)))
+    print(json.dumps(exporter_of(drafter)(args, drafter, Path(args.model) if args.model else run_policy)))
     return 0
 
 
@@ -84,7 +87,7 @@ def export_head(args: argparse.Namespace, drafter: Path, policy_dir: Path | None
     from ..drafters.eagle3.head import load_head
     if policy_dir is None:
         raise UserError(f"an EAGLE-3 head is exported for the policy it drafts for (the export checks that the "
-                        f"head fits it and copies its lm_head rows and token ids): pass --policy DIR for "
+                        f"head fits it and copies its lm_head rows and token ids): pass --model DIR for "
                         f"{str(drafter)!r}")
     policy = load_model(policy_dir)
     head = load_head(drafter, dtype=None)  # as stored: the export keeps it

@@ -1,4 +1,6 @@
-"""`specrl generate`: sample completions with the rollout engine and write them as JSONL."""
+"""`specrl generate`: sample completions with the rollout engine and write them as JSONL (one row per
+completion: text, token ids, the policy's logprobs, finish reason, and the prompt_ids / completion_ids that
+`specrl audit --rollouts` checks)."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +11,9 @@ from pathlib import Path
 
 from ..errors import MissingFileError
 from ..engine.methods import METHODS
+from .renamed import rename
+
+RENAMED = {"--spec": "--method"}
 
 
 def read_prompts(args) -> list[str | list[dict]]:
@@ -33,23 +38,25 @@ def main(argv: list[str]) -> int:
                     "(one per line)")
     ap.add_argument("--task-prompts", type=int, default=8, help="held-out embedded-task prompts if none given")
     ap.add_argument("--out", default="-", help="output JSONL path ('-' for stdout)")
-    ap.add_argument("--n", type=int, default=1)
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--top-k", type=int, default=-1)
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--spec", default=None, help=f"speculative method: {', '.join(METHODS)}")
+    ap.add_argument("--n", type=int, default=1, help="completions per prompt")
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1: off)")
+    ap.add_argument("--top-k", type=int, default=-1, help="sample among the k likeliest tokens (-1: off)")
+    ap.add_argument("--max-tokens", type=int, default=256, help="new tokens per completion at most")
+    ap.add_argument("--method", default=None, help=f"speculative decoding method: {', '.join(METHODS)} "
+                    "(default: none, plain decoding)")
     ap.add_argument("--k", type=int, default=4, help="draft tokens per step")
-    ap.add_argument("--draft-model", default=None)
-    ap.add_argument("--max-num-seqs", type=int, default=64)
+    ap.add_argument("--draft-model", default=None, help="drafter dir for eagle3 / draft_model / mtp (default: the "
+                    "shipped drafter of the embedded policy)")
+    ap.add_argument("--max-num-seqs", type=int, default=64, help="sequences decoded at once")
     ap.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
     from .runtime import add_runtime_args, engine, parse_args, policy_path
     add_runtime_args(ap)
-    args = parse_args(ap, argv)  # and torch's threads from --threads
+    args = parse_args(ap, rename(argv, RENAMED, "specrl generate"))  # and torch's threads from --threads
     from .. import SamplingParams, SpecConfig
     from ..engine.sampling import per_prompt
     # bad values and files fail here, before the model loads
-    spec = SpecConfig(method=args.spec, num_speculative_tokens=args.k, draft_model=args.draft_model)
+    spec = SpecConfig(method=args.method, num_speculative_tokens=args.k, draft_model=args.draft_model)
     prompts = read_prompts(args)
     params = per_prompt(SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                                        max_tokens=args.max_tokens, seed=args.seed), len(prompts))
@@ -65,8 +72,10 @@ def main(argv: list[str]) -> int:
     with open(args.out, "w") if args.out != "-" else contextlib.nullcontext(sys.stdout) as sink:
         for r in outs:
             for o in r.outputs:
+                # prompt_ids and completion_ids: the rows `specrl audit --rollouts` reads
                 sink.write(json.dumps({"prompt": r.prompt, "index": o.index, "text": o.text, "token_ids": o.token_ids,
-                                       "logprobs": o.logprobs, "finish_reason": o.finish_reason}) + "\n")
+                                       "logprobs": o.logprobs, "finish_reason": o.finish_reason,
+                                       "prompt_ids": r.prompt_token_ids, "completion_ids": o.token_ids}) + "\n")
     stats = llm.stats
     print(json.dumps({k: stats[k] for k in ("generated_tokens", "acceptance_length", "total_s")}), file=sys.stderr)
     return 0

@@ -17,13 +17,13 @@ import sys
 import threading
 import traceback
 
-from ..errors import TERMINATING, USER_ERRORS, MissingFileError, Terminated
+from ..errors import TERMINATING, USER_ERRORS, MissingDependency, MissingFileError, Terminated
 
 COMMANDS = {
     "train": ("specrl.cli.train", "main", "GRPO training with speculative rollouts (the main job)"),
     "compare": ("specrl.cli.compare", "main", "runs of `specrl train` side by side: a table and one figure"),
     "generate": ("specrl.cli.generate", "main", "generate completions to JSONL (vLLM-style sampling)"),
-    "bench": ("specrl.cli.main", "bench", "benchmarks: `bench engine`, `bench spec`, `bench peer` (JSON lines)"),
+    "bench": ("specrl.cli.main", "bench", "benchmarks as JSON lines: engine, spec, adaptive, peer (`bench --help`)"),
     "simulate": ("specrl.sim.cli", "main", "performance simulator: project speedups on GPU clusters"),
     "pretrain": ("specrl.cli.pretrain", "main", "build the embedded base policy"),
     "train-drafter": ("specrl.cli.train_drafter", "main", "offline drafter training (eagle3/draft_model/mtp)"),
@@ -32,7 +32,14 @@ COMMANDS = {
     "audit": ("specrl.cli.audit", "main", "were these completions sampled from this model? (any engine's JSONL)"),
     "export-drafter": ("specrl.cli.export_drafter", "main", "write a drafter for vLLM/SGLang (EAGLE-3 layout)"),
 }
-BENCHES = ("engine", "spec", "adaptive", "peer", "audit")  # modules of the repository's benchmarks/ (STYLE.md rule 8)
+BENCHES = {  # name: what it measures; each is the module benchmarks/NAME.py with main(argv) (STYLE.md rule 8)
+    "engine": "this engine against transformers' generate on the same checkpoint (needs transformers)",
+    "spec": "every SD method against SD off at batch 1/4/16/64 and the RL rollout workload",
+    "adaptive": "every static SD strategy against the adaptive engine (`auto`), and what auto chose",
+    "peer": "this engine against vLLM on the same checkpoint, prompts and sampling settings (needs vllm)",
+    "audit": "the sampler audit's e-process: calibration on exact samplers, power against injected faults",
+}
+OPTIONAL = {"transformers": "dev", "vllm": "vllm", "matplotlib": "plots", "ray": "ray", "gguf": "real"}  # extras
 
 
 def _terminate(signum, frame):
@@ -95,8 +102,16 @@ def _run(name: str, module: str, func: str, rest: list[str]) -> int:
     return code
 
 
+def bench_usage() -> str:
+    lines = ["usage: specrl bench NAME [--help] [args...]", "", "Benchmarks; each prints JSON lines.", "", "benches:"]
+    return "\n".join(lines + [f"  {name:<10} {help_}" for name, help_ in BENCHES.items()])
+
+
 def bench(argv: list[str]) -> int:
-    """`specrl bench engine|spec|adaptive|peer|audit`: print JSON lines."""
+    """`specrl bench NAME [args]`: the benchmark benchmarks/NAME.py; it prints JSON lines."""
+    if argv and argv[0] in ("-h", "--help"):
+        print(bench_usage())
+        return 0
     if not argv or argv[0] not in BENCHES:
         got = argv[0] if argv else "nothing"
         print(f"specrl bench: got {got!r}; choose one of {sorted(BENCHES)}, e.g. `specrl bench engine`",
@@ -110,7 +125,14 @@ def bench(argv: list[str]) -> int:
         raise MissingFileError("the benchmarks live in the repository's benchmarks/ folder, which this install "
                                "lacks: run from a clone installed with `pip install -e .`, or with PYTHONPATH "
                                "set to the clone") from e
-    return module.main(argv[1:])
+    try:
+        return module.main(argv[1:])
+    except ModuleNotFoundError as e:  # an optional dependency of this bench (a bug in ours keeps its traceback)
+        top = (e.name or "").partition(".")[0]
+        if top not in OPTIONAL:
+            raise
+        raise MissingDependency(f"`specrl bench {argv[0]}` needs {top}, which is not installed: pip install "
+                                f"{top} (or 'specrl[{OPTIONAL[top]}]')") from e
 
 
 def _one_line(e: BaseException) -> str:

@@ -1,10 +1,11 @@
-"""`specrl pretrain [--out DIR] [key=value ...]`: build the embedded base policy.
+"""`specrl pretrain --out DIR [key=value ...]`: build the embedded base policy.
 
     specrl pretrain --out DIR seed=1 stages.chains.steps=1000 stages.chains.optim.lr=1e-3
 
 `key=value` overrides (as `specrl train` takes them) set the fields of `PretrainConfig`; `stages.NAME.FIELD`
 sets a field of one stage of the recipe (`specrl.tasks.pretrain.STAGES`). Prints the recipe record as one
-JSON line.
+JSON line. `--out` is required: the shipped policy (specrl/tasks/assets/policy) is replaced only when its path is
+passed as `--out`.
 """
 from __future__ import annotations
 
@@ -22,10 +23,14 @@ def parse_args(argv: list[str] | None):
     from ..tasks import POLICY_DIR
     from ..tasks.pretrain import PretrainConfig, Stage
 
-    p = argparse.ArgumentParser(prog="specrl pretrain", description=__doc__,
+    p = argparse.ArgumentParser(prog="specrl pretrain", description=__doc__, usage="%(prog)s --out DIR [key=value ...]",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=POLICY_DIR, help=f"output directory (default {POLICY_DIR})")
+    p.add_argument("--out", type=Path, default=None, help="output directory (required; the shipped policy is "
+                   "specrl/tasks/assets/policy)")
     args, overrides = p.parse_known_args(argv)  # the rest, in order: key=value, e.g. stages.chains.steps=1000
+    if args.out is None:
+        raise ConfigError(f"pass --out DIR for the new policy; to replace the shipped one, pass its path "
+                          f"explicitly: --out {POLICY_DIR}")
     data = to_dict(PretrainConfig())
     names = [st["name"] for st in data["stages"]]
     data["stages"] = dict(zip(names, data["stages"]))

@@ -1,4 +1,7 @@
-"""`specrl train-drafter method=eagle3|draft_model|mtp [policy=PATH out=DIR key=value ...]`: offline self-distillation.
+"""`specrl train-drafter --method eagle3|draft_model|mtp --out DIR [--model DIR] [key=value ...]`: offline
+self-distillation. Every setting below is a flag (`--steps 100`) or, the same, a `key=value` override (`steps=100`).
+`--out` is required: the shipped drafter (specrl/tasks/assets/drafters/METHOD) is replaced only when its path is
+passed as `--out`.
 
 step 1: sample the policy's own responses (SD off, `temperature`, default 1) to embedded-task prompts, or with
         `data=FILE` to a JSONL file's `prompt` strings / chat `messages` (see drafters/training/data.py load_prompts);
@@ -10,7 +13,9 @@ step 3: print the metrics as one JSON line (also written to DIR/train_metrics.js
 """
 from __future__ import annotations
 
+import inspect
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -18,13 +23,14 @@ from pathlib import Path
 
 import yaml
 
-from ..config import load_config, require, to_dict
+from ..config import ConfigError, load_config, require, to_dict
 from ..config.files import argv_overrides
 from ..drafters.training.cache import digest_files, load_or_collect
 from ..drafters.training.data import DrafterTrainArgs, collect_sequences, default_prompts
 from ..drafters.training.data import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 from ..engine.methods import get_method, trainable_methods
+from .renamed import rename
 from .runtime import policy_path
 
 
@@ -32,26 +38,26 @@ from .runtime import policy_path
 class TrainDrafterConfig:
     """`specrl train-drafter`'s `key=value` settings, as `specrl train` takes them (`--key value` too)."""
     method: str | None = None  # required: a method with weights (draft_model, eagle3, mtp)
-    policy: str | None = None  # policy checkpoint dir; null: the embedded policy
-    out: str | None = None  # output dir; null (embedded policy and task only): the method's shipped drafter dir
+    model: str | None = None  # policy checkpoint dir; null: the embedded policy
+    out: str | None = None  # required: the drafter's output dir
     # step 1, sampling
     data: str | None = None  # JSONL of `prompt` or `messages` rows; null: the embedded task
     prompts: int | None = None  # prompts sampled; null: 512 embedded-task ones, or every data row
     samples: int = 2  # responses per prompt
-    max_tokens: int = 256
+    max_tokens: int = 256  # response tokens at most
     # of the training responses (0: greedy, for a drafter serving greedy decoding); the teacher targets are
     # the policy's distribution at temperature 1 either way
     temperature: float = 1.0
     max_model_len: int | None = None  # prompt + response cap and KV-cache length; null: the policy's
     max_num_seqs: int = 64  # sequences sampled at once
     kv_cache_memory: int | str | None = None  # sampling engine's KV budget, e.g. 2GiB; null: memory_utilization
-    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
-    seed: int = 0
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION  # free-memory share of the KV cache without kv_cache_memory
+    seed: int = 0  # sampling and initialisation seed
     threads: int | None = None  # torch CPU threads; null: the free cores
     # step 2, the fit (DrafterTrainArgs)
-    steps: int = DrafterTrainArgs.steps
+    steps: int = DrafterTrainArgs.steps  # optimizer steps (the schedule ends at steps or time_budget)
     lr: float = DrafterTrainArgs().optim.lr  # peak learning rate (linear warmup, then cosine decay)
-    batch_tokens: int = DrafterTrainArgs.batch_tokens
+    batch_tokens: int = DrafterTrainArgs.batch_tokens  # tokens per optimizer step
     time_budget: float = DrafterTrainArgs.time_budget_s  # training seconds
     teacher_topk: int = DrafterTrainArgs.teacher_topk  # eagle3: stored teacher tokens a position (0: all)
     cache: str | None = None  # teacher-data cache dir (step 1); it also keeps the fit's state for `resume`
@@ -73,12 +79,34 @@ class TrainDrafterConfig:
 
 
 def parse_args(argv: list[str] | None) -> TrainDrafterConfig:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = rename(list(sys.argv[1:] if argv is None else argv), RENAMED, "specrl train-drafter")
     if "-h" in argv or "--help" in argv:
-        print(__doc__ + "\nkey=value settings (defaults):\n" + yaml.safe_dump(to_dict(TrainDrafterConfig()),
-                                                                           sort_keys=False))
+        print(__doc__ + "\nsettings (`--key value` or `key=value`; default, then what it sets):\n" + settings_help())
         raise SystemExit(0)
     return load_config(TrainDrafterConfig, None, argv_overrides(argv))
+
+
+RENAMED = {"policy": "model", "--policy": "--model"}
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """Each field's comment in `cls`'s source: the one on its line, else the comment lines just above it."""
+    helps, above = {}, []
+    for line in inspect.getsource(cls).splitlines():
+        code, _, comment = line.strip().partition("#")
+        field = re.match(r"(\w+): ", code)
+        if field:
+            helps[field.group(1)] = comment.strip() or " ".join(above)
+            above = []
+        else:
+            above = above + [comment.strip()] if not code and comment else []
+    return helps
+
+
+def settings_help() -> str:
+    helps, defaults = field_help(TrainDrafterConfig), to_dict(TrainDrafterConfig())
+    return "\n".join(f"  --{k.replace('_', '-'):<22} {yaml.safe_dump(v).strip().removesuffix('...').strip():<8} "
+                     f"{helps.get(k, '')}" for k, v in defaults.items())
 
 
 def default_out(method: str) -> Path:
@@ -108,16 +136,16 @@ def main(argv: list[str] | None = None) -> int:
 def run(argv: list[str] | None = None) -> dict:
     """Collect, train, save; returns the metrics."""
     ns = parse_args(argv)
+    if ns.out is None:
+        raise ConfigError(f"pass --out DIR for the new {ns.method} drafter; to replace the shipped one, pass its "
+                          f"path explicitly: --out {default_out(ns.method)}")
     # the method's train(policy_path, out_dir, data, args), its own options bound (drafters/<method>/method.py)
     train = get_method(ns.method).cli_train(
         ns, on_log=lambda step, row: print(json.dumps({"step": step, **row}), file=sys.stderr, flush=True))
     from ..threads import set_threads
     set_threads(ns.threads)
-    policy = policy_path(ns.policy, "policy=PATH")
-    if ns.out is None and (ns.policy is not None or ns.data is not None):
-        raise ValueError(f"pass out=DIR: without it the {ns.method} drafter would replace the shipped one in "
-                         f"{default_out(ns.method)}, which belongs to the embedded policy and its task")
-    out = Path(ns.out) if ns.out else default_out(ns.method)
+    policy = policy_path(ns.model, "--model DIR")
+    out = Path(ns.out)
     args = DrafterTrainArgs(steps=ns.steps, batch_tokens=ns.batch_tokens, seed=ns.seed, time_budget_s=ns.time_budget,
                             teacher_topk=ns.teacher_topk, optim=replace(DrafterTrainArgs().optim, lr=ns.lr),
                             cache_dir=ns.cache, resume=ns.resume)

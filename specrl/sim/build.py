@@ -26,31 +26,33 @@ def add_system_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("system")
     g.add_argument("--hardware", default="H100", help="H100 | H200 | B200 | GB200 | cpu-local")
     g.add_argument("--calibration", default=None, help="calibration.json (for cpu-local)")
-    g.add_argument("--model", default="qwen3-8b", help="qwen3-8b | qwen3-235b-a22b | config.json")
-    g.add_argument("--gpus", type=int, default=64)
+    g.add_argument("--arch", dest="model", default="qwen3-8b",
+                   help="the simulated model: qwen3-8b | qwen3-235b-a22b | a config.json")
+    g.add_argument("--gpus", type=int, default=64, help="GPUs in the cluster")
     g.add_argument("--tp", type=int, default=1, help="tensor parallel size of a rollout replica")
-    g.add_argument("--mode", default="sync", choices=PIPELINE_MODES)
+    g.add_argument("--mode", default="sync", choices=PIPELINE_MODES, help="RL pipeline: sync or async")
     g.add_argument("--placement", default=None, choices=PLACEMENTS,
                    help="as ray.placement of `specrl train pipeline.backend=ray`: colocated (rollout and training "
                         "share the GPUs) or split; default: colocated for sync, split for async")
-    g.add_argument("--rollout-frac", type=float, default=0.5)
-    g.add_argument("--max-lag", type=int, default=1)
+    g.add_argument("--rollout-frac", type=float, default=0.5, help="split placement: share of GPUs for rollout")
+    g.add_argument("--max-lag", type=int, default=1, help="async: policy versions a rollout may lag")
     g.add_argument("--per-step-batches", action="store_true",
                    help="async: generate each step's batch on its own (specrl's in-process async pipeline) "
                         "instead of streaming lag+1 steps through continuous batching")
     g.add_argument("--mfu", type=float, default=None,
                    help="training MFU (default: the calibration's fitted value, else 0.35)")
-    g.add_argument("--max-num-seqs", type=int, default=256)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--max-num-seqs", type=int, default=256, help="sequences a rollout replica decodes at once")
+    g.add_argument("--seed", type=int, default=0, help="seed of the sampled lengths and acceptances")
     w = p.add_argument_group("workload")
-    w.add_argument("--prompts", type=int, default=512, help="prompts per step")
+    w.add_argument("--num-prompts", dest="prompts", type=int, default=512, help="prompts per step")
     w.add_argument("--n", type=int, default=16, help="samples per prompt (GRPO group)")
-    w.add_argument("--prompt-len", type=int, default=1024)
+    w.add_argument("--prompt-len", type=int, default=1024, help="prompt tokens")
     w.add_argument("--lengths", default="lognormal:4000,0.7",
                    help="lognormal:MEDIAN,SIGMA | list:L1,L2,... | lengths file / run dir")
-    w.add_argument("--max-tokens", type=int, default=16384)
+    w.add_argument("--max-tokens", type=int, default=16384, help="response tokens at most")
     s = p.add_argument_group("speculative decoding")
-    s.add_argument("--sd-method", default="eagle3", choices=SD_METHODS)
+    s.add_argument("--method", dest="sd_method", default="eagle3", choices=SD_METHODS,
+                   help="speculative decoding method ('none': SD off)")
     s.add_argument("--k", type=int, default=3, help="draft tokens per step")
     s.add_argument("--acceptance-length", type=float, default=3.0, help="mean tokens per step")
     s.add_argument("--acceptance", default=None, help="per-position acceptance, e.g. 0.9,0.8,0.7")
@@ -59,7 +61,7 @@ def add_system_args(p: argparse.ArgumentParser) -> None:
                    help="drafter forward cost / target forward (default: by method)")
     s.add_argument("--adaptive-max-batch", type=int, default=None,
                    help="run SD only while active sequences <= this (TLT uses 32)")
-    s.add_argument("--no-drafter-train", action="store_true")
+    s.add_argument("--no-drafter-train", action="store_true", help="leave out the online drafter's training cost")
 
 
 def acceptance_from_args(a: argparse.Namespace) -> AcceptanceModel:

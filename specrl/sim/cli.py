@@ -7,6 +7,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from specrl.cli.renamed import rename
 from specrl.sim.build import add_system_args, config_from_args
 from specrl.sim.calibrate import calibrate, load_trace
 from specrl.sim.hardware import HARDWARE
@@ -30,14 +31,14 @@ def cmd_sweep(a) -> int:
     from specrl.sim import sweep
     cfg = config_from_args(a)
     if cfg.sd is None:
-        raise ValueError("sweep compares SD against no SD; pass an --sd-method other than 'none'")
+        raise ValueError("sweep compares SD against no SD; pass a --method other than 'none'")
     acc, batch, gpus = sweep.vs_acceptance(cfg), sweep.vs_batch(cfg), sweep.vs_gpus(cfg)
     for row in acc + batch + gpus:
         _emit(row)
-    if a.plot_dir:
+    if a.out:
         from specrl.sim.plots import plot_sweeps
         label = f"{cfg.model.name}, {cfg.hw.name}, k={cfg.sd.acceptance.k}"
-        for p in plot_sweeps(acc, batch, gpus, Path(a.plot_dir), label):
+        for p in plot_sweeps(acc, batch, gpus, Path(a.out), label):
             _emit({"kind": "plot", "path": str(p)})
     return 0
 
@@ -60,8 +61,8 @@ def _policy_model(arg: str | None) -> ModelSpec:
         from specrl.tasks import default_policy_path
         return get_model(str(default_policy_path()))
     except Exception as e:  # the embedded policy may not be built yet
-        raise ValueError(f"no --model given and the embedded policy is unavailable ({e}); pass "
-                         "--model path/to/config.json of the traced model") from None
+        raise ValueError(f"no --arch given and the embedded policy is unavailable ({e}); pass "
+                         "--arch path/to/config.json of the traced model") from None
 
 
 def _train_runs(paths, clock: str, heldout: bool):
@@ -134,39 +135,42 @@ def build_parser() -> argparse.ArgumentParser:
     add_system_args(sub.add_parser("step", help="one RL step, SD on vs off"))
     sw = sub.add_parser("sweep", help="speedup vs acceptance length, batch size, GPU count")
     add_system_args(sw)
-    sw.add_argument("--plot-dir", default=None, help="write PNG plots here")
+    sw.add_argument("--out", default=None, help="directory to write the PNG plots to (default: none)")
     pr = sub.add_parser("project", help="Qwen3-8B / 235B projections beside NeMo-RL")
-    pr.add_argument("--hardware", default="H100")
-    pr.add_argument("--gpus", type=int, nargs="+", default=[64, 512, 2048])
-    pr.add_argument("--format", default="table", choices=("table", "jsonl"))
+    pr.add_argument("--hardware", default="H100", help="H100 | H200 | B200 | GB200")
+    pr.add_argument("--gpus", type=int, nargs="+", default=[64, 512, 2048], help="cluster sizes to project")
+    pr.add_argument("--format", default="table", choices=("table", "jsonl"), help="a table, or JSON lines")
     ca = sub.add_parser("calibrate", help="fit this machine from engine traces")
     ca.add_argument("--traces", nargs="+", default=None, help="engine traces (LLM(..., trace_path=))")
     ca.add_argument("--train-runs", nargs="+", default=None,
                     help="`specrl train rollout.trace=true` run dirs: also fit training and sync")
     ca.add_argument("--clock", default="cpu", choices=("cpu", "wall"),
                     help="train runs: process-CPU seconds (immune to other load; use num_threads=1) or wall")
-    ca.add_argument("--out", default="calibration.json")
-    ca.add_argument("--model", default=None, help="config.json of the traced model")
+    ca.add_argument("--out", default="calibration.json", help="the calibration file to write")
+    ca.add_argument("--arch", dest="model", default=None,
+                    help="config.json of the traced model (default: the embedded policy's)")
     va = sub.add_parser("validate", help="predict held-out traced runs and report the error")
-    va.add_argument("--calibration", default="calibration.json")
+    va.add_argument("--calibration", default="calibration.json", help="written by `specrl simulate calibrate`")
     va.add_argument("--traces", nargs="+", default=None, help="held-out traces")
     va.add_argument("--fit-traces", nargs="*", default=None,
                     help="traces used for fitting (SD-off baselines, acceptance)")
     va.add_argument("--train-runs", nargs="+", default=None, help="held-out traced `specrl train` run dirs")
     va.add_argument("--fit-train-runs", nargs="*", default=None,
                     help="train run dirs used for fitting (SD-off baselines, acceptance)")
-    va.add_argument("--clock", default="cpu", choices=("cpu", "wall"))
-    va.add_argument("--model", default=None)
+    va.add_argument("--clock", default="cpu", choices=("cpu", "wall"), help="as calibrate's --clock")
+    va.add_argument("--arch", dest="model", default=None,
+                    help="config.json of the traced model (default: the embedded policy's)")
     sub.add_parser("specs", help="list built-in hardware and models")
     return p
 
 
+RENAMED = {"--sd-method": "--method", "--prompts": "--num-prompts", "--model": "--arch", "--plot-dir": "--out"}
 COMMANDS = {"step": cmd_step, "sweep": cmd_sweep, "project": cmd_project,
             "calibrate": cmd_calibrate, "validate": cmd_validate, "specs": cmd_specs}
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+    a = build_parser().parse_args(rename(sys.argv[1:] if argv is None else argv, RENAMED, "specrl simulate"))
     return COMMANDS[a.cmd](a)  # a bad argument ends in specrl.cli.main's error boundary
 
 

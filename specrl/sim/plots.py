@@ -8,7 +8,7 @@ from specrl.errors import pyplot
 
 def line_plot(rows: list[dict], x: str, ys: tuple[str, ...], path: Path, title: str,
               logx: bool = False) -> Path:
-    plt = pyplot("--plot-dir")
+    plt = pyplot("`specrl simulate sweep --out`")
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for y in ys:
         ax.plot([r[x] for r in rows], [r[y] for r in rows], marker="o", label=y)

@@ -55,3 +55,27 @@ def test_a_run_without_a_step_is_one_line(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text("")
     assert main(["compare", str(tmp_path)]) == 2
     assert "has no finished step yet" in one_error_line(capsys.readouterr().err, "compare")
+
+
+def _fake_run(path, rows, evals):
+    path.mkdir()
+    (path / "config.yaml").write_text("seed: 0\n")
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+    return str(path)
+
+
+def test_same_ignores_timings_and_names_a_difference(tmp_path, capsys):
+    evals = [{"step": 0, "accuracy": 0.5}]
+    a = _fake_run(tmp_path / "a", [{"step": 1, "reward_mean": 0.25, "step_s": 3.0, "tokens_per_s": 9.0}], evals)
+    b = _fake_run(tmp_path / "b", [{"step": 1, "reward_mean": 0.25, "step_s": 4.0, "tokens_per_s": 7.0}], evals)
+    c = _fake_run(tmp_path / "c", [{"step": 1, "reward_mean": 0.5, "step_s": 3.0}], evals)
+    assert main(["compare", a, b, "--same"]) == 0  # only the timings (*_s, *_per_s) differ
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["file"], r["equal"], r["keys_compared"]) for r in rows] == [("metrics.jsonl", True, 2),
+                                                                           ("eval.jsonl", True, 2)]
+    assert main(["compare", a, c, "--same"]) == 1
+    first = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert first["differences"] == ["row 0 reward_mean: 0.25 != 0.5"]
+    code, err = main(["compare", a, b, c, "--same"]), capsys.readouterr().err
+    assert code == 2 and "--same compares two runs, got 3" in err

@@ -76,7 +76,7 @@ def test_generate_negative_temperature(capsys):
 
 
 def test_generate_unknown_spec_method_lists_the_valid_ones(capsys):
-    code, err = run(["generate", "--spec", "bogus"], capsys)
+    code, err = run(["generate", "--method", "bogus"], capsys)
     line = one_error_line(err, "generate")
     assert code == 2 and "'bogus'" in line
     assert all(m in line for m in ("ngram", "suffix", "draft_model", "eagle3", "mtp", "auto"))
@@ -195,7 +195,7 @@ def test_simulate_bad_argument(capsys):
 
 
 def test_train_drafter_missing_policy(tmp_path, capsys):
-    argv = ["train-drafter", "--policy", str(tmp_path / "absent"), "--method", "eagle3", "--out",
+    argv = ["train-drafter", "--model", str(tmp_path / "absent"), "--method", "eagle3", "--out",
             str(tmp_path / "out"), "--threads", str(torch.get_num_threads())]
     code, err = run(argv, capsys)
     assert code == 2 and "no Hugging Face checkpoint" in one_error_line(err, "train-drafter")
@@ -203,9 +203,10 @@ def test_train_drafter_missing_policy(tmp_path, capsys):
 
 def test_train_drafter_without_the_embedded_policy_asks_for_one(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr("specrl.tasks.POLICY_DIR", tmp_path)  # no config.json, no weights
-    code, err = run(["train-drafter", "--method", "eagle3", "--threads", str(torch.get_num_threads())], capsys)
+    code, err = run(["train-drafter", "--method", "eagle3", "--out", str(tmp_path / "o"), "--threads",
+                     str(torch.get_num_threads())], capsys)
     assert code == 2 and "the embedded base policy is missing" in one_error_line(err, "train-drafter")
-    assert "specrl pretrain --out" in err and "or pass policy=PATH" in err
+    assert "specrl pretrain --out" in err and "or pass --model DIR" in err
 
 
 def test_argparse_errors_are_returned_not_raised(capsys):

@@ -39,7 +39,7 @@ def prompts():
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
     out = tmp_path_factory.mktemp("export") / "eagle3"
-    assert cli_main(["export-drafter", str(get_method("eagle3").shipped_dir), "--policy",
+    assert cli_main(["export-drafter", str(get_method("eagle3").shipped_dir), "--model",
                      str(default_policy_path()), "--out", str(out)]) == 0
     cfg = load_config(TrainConfig, None, ["rollout.spec.method=eagle3", f"rollout.spec.draft_model={out}",
                                           "rollout.spec.num_speculative_tokens=4", "rollout.max_num_seqs=8"])
@@ -131,7 +131,7 @@ def test_an_online_trained_reduced_vocabulary_export_is_served_as_written(tmp_pa
                                                                           record_property):
     head, samples = _online_head(tmp_path)
     out = tmp_path / "export"
-    assert cli_main(["export-drafter", str(head), "--policy", str(default_policy_path()), "--out", str(out),
+    assert cli_main(["export-drafter", str(head), "--model", str(default_policy_path()), "--out", str(out),
                      "--draft-vocab-size", str(DRAFT_VOCAB), "--data", str(samples)]) == 0
     tensors = load_file(str(out / "model.safetensors"))
     assert tensors["d2t"].shape == (DRAFT_VOCAB,) and tensors["lm_head.weight"].shape[0] == DRAFT_VOCAB

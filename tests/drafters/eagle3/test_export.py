@@ -282,7 +282,7 @@ def test_cli_refuses_a_head_whose_draft_vocabulary_does_not_fit_the_policy(tmp_p
     other = tiny_model(layers=6, vocab=48)
     save_head(_head(other, (1, 2, 4), ids=[2, 40, 41, 47]), tmp_path / "head")
     save_model(tiny_model(layers=6), tmp_path / "policy")
-    assert cli_main(["export-drafter", str(tmp_path / "head"), "--policy", str(tmp_path / "policy"),
+    assert cli_main(["export-drafter", str(tmp_path / "head"), "--model", str(tmp_path / "policy"),
                      "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "drafts over 4 tokens of a 48-token vocabulary, but the policy has 32" in err[0]
@@ -293,7 +293,7 @@ def test_cli_exports_in_the_heads_dtype_and_the_speculators_layout(tmp_path, cap
     model = tiny_model(layers=6)
     save_model(model, tmp_path / "policy")
     save_head(_head(model, (1, 2, 4)), tmp_path / "head", dtype=torch.bfloat16)
-    assert cli_main(["export-drafter", str(tmp_path / "head"), "--policy", str(tmp_path / "policy"),
+    assert cli_main(["export-drafter", str(tmp_path / "head"), "--model", str(tmp_path / "policy"),
                      "--out", str(tmp_path / "out"), "--layout", "speculators"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["dtype"] == "bfloat16" and out["layout"] == "speculators"
@@ -306,7 +306,7 @@ def test_cli_refuses_the_last_layer_unless_allowed(tmp_path, capsys):
     model = tiny_model(layers=6)
     save_model(model, tmp_path / "policy")
     save_head(_head(model, (1, 3, 5)), tmp_path / "head")
-    args = ["export-drafter", str(tmp_path / "head"), "--policy", str(tmp_path / "policy"), "--out",
+    args = ["export-drafter", str(tmp_path / "head"), "--model", str(tmp_path / "policy"), "--out",
             str(tmp_path / "out")]
     assert cli_main(args) == 2
     assert "--allow-last-layer" in capsys.readouterr().err

@@ -107,5 +107,5 @@ def test_cli_trains_on_a_data_file(tmp_path, chat_policy):
 
 
 def test_cli_refuses_to_overwrite_the_shipped_drafter_for_another_policy(tmp_path):
-    with pytest.raises(ValueError, match="pass out=DIR: without it the eagle3 drafter would replace the shipped"):
+    with pytest.raises(ValueError, match="pass --out DIR for the new eagle3 drafter; to replace the shipped one"):
         train_drafter.run(["--policy", str(tmp_path), "--method", "eagle3"])
