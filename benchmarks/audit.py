@@ -218,6 +218,7 @@ def summary(args) -> None:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["kind"], r.get("path") if r["kind"] == "calibration" else r["fault"]), []).append(r)
+    groups = {k: list({r["step"]: r for r in rs}.values()) for k, rs in groups.items()}  # a step once (the last)
     for (kind, name), rs in sorted(groups.items()):
         a = alarms(rs)
         z = [r["z"] for r in rs]
