@@ -131,7 +131,7 @@ def test_simulate_reads_its_old_flags_with_a_note(capsys, tmp_path):
                    _note("--model", "--arch", "specrl simulate")]
     a = build_parser().parse_args(["step", "--method", "ngram", "--num-prompts", "16", "--arch", "qwen3-8b"])
     assert (a.sd_method, a.prompts, a.model) == ("ngram", 16, "qwen3-8b")
-    from specrl.cli.renamed import rename
+    from specrl.config.renamed import rename
     assert rename(["sweep", "--plot-dir=d"], {"--plot-dir": "--out"}, "p") == ["sweep", "--out=d"]
     assert capsys.readouterr().err.strip() == _note("--plot-dir", "--out", "p")
 

@@ -135,7 +135,7 @@ def test_old_pretrain_and_train_drafter_settings_name_the_new_ones():
         parse_args(["--grad-clip", "0.5"])
     with pytest.raises(ConfigError, match="'stage' was removed: write stages.NAME.FIELD=VALUE"):
         parse_args(["--stage", "chains.optim.lr=1e-3"])
-    _, cfg = parse_args(["stages.chains.optim.lr=1e-3"])
+    _, cfg = parse_args(["--out", "new_policy", "stages.chains.optim.lr=1e-3"])
     assert [st.optim.lr for st in cfg.stages] == [3e-3, 1e-3, 3e-4]
     with pytest.raises(ConfigError, match="'lr' was replaced by 'optim.lr'"):
         from_dict(DrafterTrainArgs, {"lr": 1e-3})

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from ..errors import UserError
-from .renamed import rename
+from ..config.renamed import rename
 
 RENAMED = {"--policy": "--model"}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import MissingFileError
 from ..engine.methods import METHODS
-from .renamed import rename
+from ..config.renamed import rename
 
 RENAMED = {"--spec": "--method"}
 

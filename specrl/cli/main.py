@@ -23,7 +23,7 @@ COMMANDS = {
     "train": ("specrl.cli.train", "main", "GRPO training with speculative rollouts (the main job)"),
     "compare": ("specrl.cli.compare", "main", "runs of `specrl train` side by side: a table and one figure"),
     "generate": ("specrl.cli.generate", "main", "generate completions to JSONL (vLLM-style sampling)"),
-    "bench": ("specrl.cli.main", "bench", "benchmarks as JSON lines: engine, spec, adaptive, peer (`bench --help`)"),
+    "bench": ("specrl.cli.main", "bench", "benchmarks as JSON lines: engine, spec, adaptive, peer, audit (`bench --help`)"),
     "simulate": ("specrl.sim.cli", "main", "performance simulator: project speedups on GPU clusters"),
     "pretrain": ("specrl.cli.pretrain", "main", "build the embedded base policy"),
     "train-drafter": ("specrl.cli.train_drafter", "main", "offline drafter training (eagle3/draft_model/mtp)"),

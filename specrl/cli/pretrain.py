@@ -28,9 +28,6 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--out", type=Path, default=None, help="output directory (required; the shipped policy is "
                    "specrl/tasks/assets/policy)")
     args, overrides = p.parse_known_args(argv)  # the rest, in order: key=value, e.g. stages.chains.steps=1000
-    if args.out is None:
-        raise ConfigError(f"pass --out DIR for the new policy; to replace the shipped one, pass its path "
-                          f"explicitly: --out {POLICY_DIR}")
     data = to_dict(PretrainConfig())
     names = [st["name"] for st in data["stages"]]
     data["stages"] = dict(zip(names, data["stages"]))
@@ -42,6 +39,9 @@ def parse_args(argv: list[str] | None):
         data["stages"][name] = from_dict(Stage, stage, f"stages.{name}")
     cfg = from_dict(PretrainConfig, {**data, "stages": list(data["stages"].values())})
     validate_config(cfg)
+    if args.out is None:  # after the settings, so that a bad setting is named first
+        raise ConfigError(f"pass --out DIR for the new policy; to replace the shipped one, pass its path "
+                          f"explicitly: --out {POLICY_DIR}")
     return args.out, cfg
 
 

@@ -30,7 +30,7 @@ from ..drafters.training.data import DrafterTrainArgs, collect_sequences, defaul
 from ..drafters.training.data import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 from ..engine.methods import get_method, trainable_methods
-from .renamed import rename
+from ..config.renamed import rename
 from .runtime import policy_path
 
 

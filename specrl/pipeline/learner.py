@@ -16,7 +16,8 @@ import torch
 from ..audit import AuditRows, LearnerAudit
 from ..drafters.training.capture import DrafterBatch
 from ..drafters.training.online import OnlineDrafterTrainer
-from ..model import CausalLM, load_model, resolve_dtype, save_model
+from ..model import CausalLM, load_model, save_model
+from ..train.precision import master_dtype
 from ..state_files import has_state, load_state, save_state
 from ..train.batch import TrainBatch
 from ..train.checkpoint import TRAINER_STATE
@@ -40,7 +41,7 @@ class LocalLearner:
     @classmethod
     def build(cls, model_dir: str | Path, cfg: TrainConfig, version: int = 0,
               tokenizer_dir: str | Path | None = None) -> "LocalLearner":
-        policy = load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype))
+        policy = load_model(model_dir, device=cfg.device, dtype=master_dtype(cfg.dtype))
         trainer = PolicyTrainer(policy, cfg.algorithm, cfg.optim, cfg.schedule.max_steps, cfg.rollout.temperature,
                                 cfg.budget.max_tokens)
         d, drafter = cfg.rollout.drafter, None
@@ -49,7 +50,7 @@ class LocalLearner:
         learner = cls(policy, trainer, version, tokenizer_dir or model_dir, drafter, d.schedule == "long_tail")
         lagged = cfg.pipeline.mode == "async" and cfg.pipeline.max_policy_lag > 0
         learner.audit = LearnerAudit.build(cfg.rollout, cfg.seed, lagged, lambda: load_model(
-            model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype)))
+            model_dir, device=cfg.device, dtype=master_dtype(cfg.dtype)))
         return learner
 
     @property

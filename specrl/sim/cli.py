@@ -7,7 +7,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from specrl.cli.renamed import rename
+from specrl.config.renamed import rename
 from specrl.sim.build import add_system_args, config_from_args
 from specrl.sim.calibrate import calibrate, load_trace
 from specrl.sim.hardware import HARDWARE

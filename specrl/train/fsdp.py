@@ -18,7 +18,8 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from ..audit import AuditRows, LearnerAudit
-from ..model import CausalLM, load_model, resolve_dtype, save_model
+from ..model import CausalLM, load_model, save_model
+from .precision import master_dtype
 from ..state_files import load_state, save_state
 from .batch import TrainBatch
 from .checkpoint import TRAINER_STATE
@@ -51,7 +52,7 @@ class FSDPLearner:
         if cfg.algorithm.kl_coef > 0:
             raise ValueError(f"algorithm.kl_coef={cfg.algorithm.kl_coef}: the KL reference is not sharded yet; "
                              "use ray.trainers=1 or kl_coef=0")
-        policy = load_model(model_dir, device=cfg.device, dtype=resolve_dtype(cfg.dtype))
+        policy = load_model(model_dir, device=cfg.device, dtype=master_dtype(cfg.dtype))
         for layer in policy.model.layers:  # each decoder layer, then the rest (embeddings, norm, lm_head, MTP)
             fully_shard(layer)
         fully_shard(policy)

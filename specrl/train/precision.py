@@ -6,6 +6,9 @@ logprobs and losses stay fp32. The drafters load in the engine's dtype. A forced
 """
 from __future__ import annotations
 
+import torch
+
+from ..model import resolve_dtype
 from ..model.config import ModelConfig
 from ..model.precision import Precision, choose_dtype, engine_rows
 from .config import TrainConfig
@@ -30,3 +33,9 @@ def resolve_precision(cfg: TrainConfig, model: ModelConfig) -> Precision | None:
     elif cfg.optim.autocast is None:
         cfg.optim.autocast = False
     return choice
+
+
+def master_dtype(dtype: str) -> torch.dtype:
+    """The trainer's weights' dtype for the config's top-level `dtype`: under "auto" (a caller that builds a
+    learner without `resolve_precision`) the master weights are fp32, as resolve_precision makes them."""
+    return torch.float32 if dtype == "auto" else resolve_dtype(dtype)

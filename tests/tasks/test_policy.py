@@ -26,9 +26,9 @@ def test_one_bool_parser_for_every_command():
     # pretrain once read "on" as False while `specrl train` read it as True: both go through from_dict now
     from specrl.cli.train import build_config
     for word, value in (("on", True), ("yes", True), ("1", True), ("off", False), ("no", False), ("0", False)):
-        assert parse_args([f"bf16_autocast={word}"])[1].bf16_autocast is value
+        assert parse_args(["--out", "new_policy", f"bf16_autocast={word}"])[1].bf16_autocast is value
         assert build_config(None, [f"tensorboard={word}"]).tensorboard is value
-    assert parse_args(["--bf16-autocast"])[1].bf16_autocast is True  # a lone --flag is key=true
+    assert parse_args(["--out", "new_policy", "--bf16-autocast"])[1].bf16_autocast is True  # a lone --flag is key=true
 
 
 @pytest.mark.parametrize("bad, message", [("stages.chains.nope=1", "unknown config key 'stages.chains.nope'"),

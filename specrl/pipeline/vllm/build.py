@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
 from ...config import ConfigError
 from ...engine.memory import parse_bytes
 from ...engine.methods import get_method
+from ...model.precision import FIXED_ENV
 from ...train.config import TrainConfig
 from .backend import VllmBackend
 from .sampler_fix import refusal
@@ -51,7 +53,7 @@ def vllm_backend(model_dir: str | Path, cfg: TrainConfig, trace_path: Path | Non
         raise ConfigError(str(e)) from None
     from vllm import LLM
     try:
-        llm = LLM(str(model_dir), dtype=ro.dtype or cfg.dtype, seed=cfg.seed, enforce_eager=cfg.vllm.enforce_eager,
+        llm = LLM(str(model_dir), dtype=vllm_dtype(ro.dtype or cfg.dtype), seed=cfg.seed, enforce_eager=cfg.vllm.enforce_eager,
                   max_num_seqs=ro.max_num_seqs, max_model_len=ro.max_model_len,
                   kv_cache_memory_bytes=kv_bytes(hf, ro, spec is not None),
                   logprobs_mode="processed_logprobs", disable_log_stats=False, speculative_config=spec,
@@ -76,6 +78,14 @@ def sampled_spec_refusal(llm) -> str | None:
     checks = llm.collective_rpc("sampler_exact")  # [(what install() did, exact)] per worker
     wrong = [fix for fix, exact in checks if not exact]
     return refusal(wrong[0]) if wrong else None
+
+
+def vllm_dtype(dtype: str) -> str:
+    """The dtype vLLM is asked for: "auto" is vLLM's own default (bf16 on a CPU with bf16 instructions), unless
+    SPECRL_AUTO_DTYPE fixes auto (model/precision.py), as the test suite does: then both engines use it. A run of
+    `specrl train` has resolved auto to the probe's choice before it gets here."""
+    fixed = os.environ.get(FIXED_ENV)
+    return fixed if dtype == "auto" and fixed else dtype
 
 
 def check_loadable(model_dir: Path) -> dict:
