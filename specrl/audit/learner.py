@@ -4,6 +4,12 @@ sampled the rows.
 Rows are scored under the weights that sampled them: the trainer's own (its update's forward shows them to the
 hook), or in the async pipeline the version before (`LearnerAudit` keeps a copy for that). Rows of any other
 version, or of several, are not audited: a rule on versions alone, never on tokens or rewards.
+
+Rows of the version before cost a forward of their own, which the update does not share. `ForwardBudget` keeps
+it to a share of the step's seconds (`rollout.audit_share`, 3%) by cutting those rows short (`cut_rows`). The cut
+is set from earlier steps' seconds and the rows' order alone, so whether a token is audited never depends on that
+token or on any later one, and the e-process stays valid; it sees fewer tokens a step, so it needs more steps to
+ring.
 """
 from __future__ import annotations
 
@@ -51,12 +57,56 @@ class StepAudit:
         return {**out, "sampler_s": self.seconds}
 
 
+AUDIT_SHARE = 0.03  # the most of a step's seconds the audit's own forward (async: the version before) may take
+FIRST_TOKENS = 512  # forward positions of the first such forward, before its seconds per position are known
+
+
+class ForwardBudget:
+    """Forward positions the audit's own forward may run in a step: `share` of the step's seconds at the seconds
+    per position measured on earlier steps (`FIRST_TOKENS` before any)."""
+
+    def __init__(self, share: float = AUDIT_SHARE):
+        self.share = share
+        self.per_token: float | None = None  # seconds per forward position, the last measurement
+
+    def tokens(self, step_s: float | None) -> int:
+        if self.per_token is None or step_s is None:
+            return FIRST_TOKENS
+        return int(self.share * step_s / self.per_token)
+
+    def record(self, tokens: int, seconds: float) -> None:
+        if tokens > 0 and seconds > 0:
+            self.per_token = seconds / tokens
+
+
+def cut_rows(batch, rows: Tensor, tokens: int):
+    """(`batch` with the audited `rows` [N] bool cut to about `tokens` forward positions in all, the rows left
+    [N] bool): in row order, each row takes at most an equal share of what the rows before it left, and a row
+    whose share ends before its first response token is dropped. Decided by the rows' order and the lengths of
+    earlier rows alone (independent samples), never by a row's own tokens."""
+    lengths, mask, keep = batch.lengths.clone(), batch.mask.clone(), rows.clone()  # [N], [N, T], [N]
+    idx = rows.nonzero()[:, 0].tolist()
+    left = tokens
+    for k, r in enumerate(idx):
+        n = min(int(lengths[r]), left // (len(idx) - k))  # forward positions of row r
+        first = int(batch.mask[r].argmax())  # the position of its first response target
+        if n <= first:
+            keep[r] = False
+            continue
+        lengths[r] = n
+        mask[r, n:] = 0.0
+        left -= n
+    return batch._replace(lengths=lengths, mask=mask), keep
+
+
 class LearnerAudit:
     """The scorer of a run and, for the async pipeline, the weights of the version before the learner's."""
 
-    def __init__(self, scorer: TokenScorer, previous: torch.nn.Module | None = None):
+    def __init__(self, scorer: TokenScorer, previous: torch.nn.Module | None = None, share: float = AUDIT_SHARE):
         self.scorer, self.previous = scorer, previous
+        self.budget = ForwardBudget(share)
         self._snapshot: dict[str, Tensor] | None = None
+        self._last_begin: float | None = None  # perf_counter at the last begin(): steps' seconds from one to the next
 
     @classmethod
     def build(cls, rollout, seed: int, keep_previous: bool, load_previous=None) -> "LearnerAudit | None":
@@ -72,17 +122,31 @@ class LearnerAudit:
         """The step's audit, or None; called before every step (it keeps this version's weights for the next).
         Rows of this version: install it as `trainer.logits_hook` (`on_policy`). Rows of the version before
         are scored here, now, under `previous`."""
+        now = time.perf_counter()
+        step_s, self._last_begin = (None if self._last_begin is None else now - self._last_begin), now
         kept, self._snapshot = self._snapshot, None
         if self.previous is not None:  # this version, for the next step's rows
             self._snapshot = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+        snapshot_s = time.perf_counter() - now
         if audit is None or audit.version is None:
             return None
         if audit.version == version:
-            return StepAudit(self.scorer, audit.rows, batch.mask)
+            step = StepAudit(self.scorer, audit.rows, batch.mask)
+            step.seconds += snapshot_s
+            return step
         if kept is None or audit.version != version - 1:
             return None
-        self.previous.load_state_dict(kept)
-        step = StepAudit(self.scorer, audit.rows, batch.mask, on_policy=False)
+        return self._score_previous(trainer, kept, batch, audit.rows, step_s, snapshot_s)
+
+    def _score_previous(self, trainer, kept: dict[str, Tensor], batch, rows: Tensor, step_s: float | None,
+                        snapshot_s: float) -> StepAudit:
+        """Rows of the version before, cut to the budget, scored now under its weights `kept`."""
+        cut, rows = cut_rows(batch, rows, self.budget.tokens(step_s))
+        step = StepAudit(self.scorer, rows, cut.mask, on_policy=False)
         with step.timed():
-            trainer.score(self.previous, batch, torch.arange(batch.num_rows)[audit.rows], step)
+            self.previous.load_state_dict(kept)
+            if bool(rows.any()):
+                trainer.score(self.previous, cut, torch.arange(cut.num_rows)[rows], step)
+        self.budget.record(int(cut.lengths[rows].sum()), step.seconds)
+        step.seconds += snapshot_s
         return step

@@ -11,6 +11,7 @@ import torch
 from specrl import LLM, SamplingParams
 from specrl.engine.sampling import target_probs
 from specrl.audit import AuditRows, LearnerAudit, StepAudit, TokenScorer, group_rows, score_completions, step_evidence
+from specrl.audit.learner import FIRST_TOKENS, ForwardBudget, cut_rows
 from specrl.pipeline.learner import LocalLearner
 from specrl.train.config import AlgorithmConfig, OptimConfig
 from specrl.train.trainer import PolicyTrainer, collate
@@ -108,3 +109,50 @@ def test_the_learner_reports_the_audit_in_its_step_metrics():
     m = learner.step(batch, audit=AuditRows(group_rows([0], 4, batch.num_rows), 0))
     assert m["sampler_tokens"] == int(batch.mask[:4].sum()) and len(m["sampler_bets"]) > 0
     assert learner.trainer.logits_hook is None  # installed for the step only
+
+
+def test_cut_rows_shares_the_budget_in_row_order():
+    lengths = [10, 30, 8, 30]  # forward positions per row; responses start at position 4
+    mask = torch.zeros(4, 30)
+    for r, n in enumerate(lengths):
+        mask[r, 4:n] = 1.0
+    batch = collate([[1] * 5] * 4, [[2] * (n - 4) for n in lengths], [[0.0] * (n - 4) for n in lengths],
+                    torch.zeros(4), pad_id=0)
+    assert batch.mask.equal(mask)
+    rows = torch.tensor([True, True, False, True])
+    cut, keep = cut_rows(batch, rows, tokens=40)  # shares: 40 // 3 = 13 -> 10 (whole); 30 // 2 = 15; 15 // 1 = 15
+    assert cut.lengths.tolist() == [10, 15, 8, 15] and keep.tolist() == [True, True, False, True]
+    assert cut.mask.sum(-1).tolist() == [6, 11, 4, 11]  # row 2, not audited, is left as it was
+    cut, keep = cut_rows(batch, rows, tokens=12)  # 12 // 3 = 4: no response token in row 0's share, it is dropped
+    assert keep.tolist() == [False, True, False, True] and cut.lengths.tolist() == [10, 6, 8, 6]
+    cut, keep = cut_rows(batch, rows, tokens=10_000)  # room for all: nothing cut
+    assert cut.lengths.equal(batch.lengths) and cut.mask.equal(batch.mask) and keep.equal(rows)
+
+
+def test_the_budget_follows_the_measured_seconds():
+    budget = ForwardBudget(share=0.03)
+    assert budget.tokens(10.0) == FIRST_TOKENS  # nothing measured yet
+    budget.record(tokens=500, seconds=0.5)  # 1 ms a position
+    assert budget.tokens(None) == FIRST_TOKENS and budget.tokens(10.0) == 300  # 3% of 10 s at 1 ms
+
+
+def test_rows_of_the_version_before_are_cut_to_the_budget_and_scored_as_cut():
+    model = tiny_model(seed=4)
+    ps, cs, batch = _rollouts(model, n=4)
+    rows = group_rows([0, 1], 4, batch.num_rows)
+    audit = LearnerAudit(TokenScorer(1.0, seed=2), previous=tiny_model(seed=9))
+    trainer = _trainer(model)
+    audit.begin(trainer, model, 0, batch, None)  # keeps version 0
+    audit.budget.per_token, audit.budget.share = 1.0, 0.24  # 1 s a forward position, 24% of a step
+    audit._last_begin -= 100.0  # a 100 s step: room for 24 positions over the 8 rows
+    step = audit.begin(trainer, model, 1, batch, AuditRows(rows, 0))
+    assert not step.on_policy
+    cut, keep = cut_rows(batch, rows, 24)
+    assert step.rows.equal(keep) and step.mask.equal(cut.mask)
+    kept = keep.nonzero()[:, 0].tolist()
+    n = [int(cut.lengths[r]) - len(ps[r]) + 1 for r in kept]  # response tokens of each cut row
+    expect = step_evidence(score_completions(model, audit.scorer, [ps[r] for r in kept],
+                                             [cs[r][:k] for r, k in zip(kept, n)]))
+    got = step.metrics()
+    assert got["sampler_tokens"] == expect.tokens == sum(n) and got["sampler_tokens"] < int(batch.mask[rows].sum())
+    assert got["sampler_bets"] == pytest.approx(expect.log_bets, abs=1e-6)  # under version 0's weights, cut
