@@ -92,7 +92,7 @@ def build(run: dict, model_dir: Path, args, batch: int):
         from specrl import LLM, SpecConfig
         from specrl.threads import set_threads
         set_threads(args.threads)
-        spec = SpecConfig(method=method, num_speculative_tokens=args.k) if method else None
+        spec = SpecConfig(method=method, num_speculative_tokens=args.k, draft_model=args.draft_model) if method else None
         llm = LLM(str(model_dir), dtype=args.dtype, max_num_seqs=batch, spec=spec)
         return llm, llm.precision.name
     from specrl.config import load_config
@@ -100,6 +100,7 @@ def build(run: dict, model_dir: Path, args, batch: int):
     from specrl.train.config import TrainConfig
     cfg = load_config(TrainConfig, None, [f"rollout.spec.method={method or 'null'}", f"dtype={args.dtype}",
                                           f"rollout.spec.num_speculative_tokens={args.k}",
+                                          f"rollout.spec.draft_model={args.draft_model or 'null'}",
                                           f"rollout.max_num_seqs={batch}",
                                           f"vllm.enforce_eager={run['vllm_mode'] == 'eager'}"])
     backend = vllm_backend(model_dir, cfg)
@@ -214,6 +215,9 @@ def main(argv: list[str]) -> int:
                     help="generate every budget to its end (vLLM's benchmark flag): fixed work per row")
     ap.add_argument("--k", type=int, default=4, help="draft length of the SD methods")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads of specrl's engine")
+    ap.add_argument("--draft-model", help="the drafter checkpoint of draft_model / eagle3 for both engines (e.g. "
+                    "`specrl train-drafter --model DIR` output, for a --model other than the embedded policy); "
+                    "default: the shipped one")
     ap.add_argument("--no-audit", action="store_true", help="skip the sampler audit of sampled SD rows")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one measurement (JSON)
     args = ap.parse_args(argv)

@@ -1,0 +1,97 @@
+"""`specrl bench kernels`: the engine's linear layers as plain `F.linear` against pre-packed weights, on the
+model's own shapes, as JSON lines.
+
+Packed: oneDNN's `mkldnn._linear_pointwise` on a weight reordered once into its blocked layout for bf16 (what
+torch.compile's freezing on a CPU emits), and MKL's `_mkl_linear` on a packed fp32 weight. The engine's forward
+runs each linear with `rows` = the batch (decode), batch x (k + 1) (a verify step) or a prompt's tokens (prefill).
+
+    specrl bench kernels                                  # the embedded policy, rows 1, 64, 320, fp32 and bf16
+    specrl bench kernels --model DIR --rows 1,64,320 --repeats 5
+
+One line per (dtype, shape, rows): GFLOP/s plain and packed, `packed_over_plain` (> 1: packing pays) and
+`max_abs_diff`, the largest difference of the outputs (packing may change the summation order). Plain and packed
+alternate within every repeat; the best of `--repeats` is kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+
+PACKED_DTYPES = ("float32", "bfloat16")
+
+
+def linear_shapes(model) -> list[tuple[str, int, int]]:
+    """(name, in_features, out_features) of each distinct linear shape, its first module's name."""
+    seen: dict[tuple[int, int], str] = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear):
+            seen.setdefault((mod.in_features, mod.out_features), name)
+    return [(name, k, n) for (k, n), name in seen.items()]
+
+
+def packed_linear(weight: torch.Tensor, rows: int):
+    """x -> x @ weight.T through the packed kernel of weight's dtype (the weight is packed here, once)."""
+    if weight.dtype == torch.bfloat16:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+        return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
+    return lambda x: torch.ops.mkl._mkl_linear(x, packed, weight, None, rows)
+
+
+def best_seconds(fn, x: torch.Tensor, calls: int) -> float:
+    fn(x)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn(x)
+    return (time.perf_counter() - t0) / calls
+
+
+def measure(k: int, n: int, rows: int, dtype: torch.dtype, repeats: int) -> dict:
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(n, k, generator=g) / k ** 0.5).to(dtype)  # [n, k]
+    x = torch.randn(rows, k, generator=g).to(dtype)  # [rows, k]
+    plain, packed = (lambda v: F.linear(v, w)), packed_linear(w, rows)
+    diff = (plain(x).float() - packed(x).float()).abs().max().item()
+    calls = max(1, int(2e8 / (2 * rows * k * n)))  # about 0.2 GFLOP a timing
+    times = {"plain": [], "packed": []}
+    for _ in range(repeats):
+        for name, fn in (("plain", plain), ("packed", packed)):
+            times[name].append(best_seconds(fn, x, calls))
+    flop = 2 * rows * k * n
+    p, q = min(times["plain"]), min(times["packed"])
+    return {"gflops_plain": flop / p / 1e9, "gflops_packed": flop / q / 1e9, "packed_over_plain": p / q,
+            "max_abs_diff": diff}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="specrl bench kernels", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", help="HF checkpoint dir (default: the embedded policy)")
+    ap.add_argument("--rows", default="1,64,320", help="rows of each call: the batch, batch x (k + 1), ...")
+    ap.add_argument("--dtypes", default=",".join(PACKED_DTYPES), help="of " + ", ".join(PACKED_DTYPES))
+    ap.add_argument("--repeats", type=int, default=5, help="alternated repeats; the best is kept")
+    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    args = ap.parse_args(argv)
+    from specrl.model import load_model
+    from specrl.tasks import default_policy_path
+    bad = [d for d in args.dtypes.split(",") if d not in PACKED_DTYPES]
+    if bad:
+        raise SystemExit(f"specrl bench kernels: --dtypes {bad[0]} is not one of {', '.join(PACKED_DTYPES)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = load_model(args.model or default_policy_path())
+    head = {"model": args.model or "embedded policy", "threads": torch.get_num_threads(), "torch": torch.__version__}
+    with torch.no_grad():
+        for dtype in args.dtypes.split(","):
+            for name, k, n in linear_shapes(model):
+                for rows in map(int, args.rows.split(",")):
+                    row = measure(k, n, rows, getattr(torch, dtype), args.repeats)
+                    print(json.dumps({**head, "dtype": dtype, "layer": name, "k": k, "n": n, "rows": rows,
+                                      **{a: round(b, 4) for a, b in row.items()}}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
