@@ -8,7 +8,7 @@ import torch
 
 from specrl import LLM
 from specrl.model import precision
-from specrl.model.precision import Gemm, choose_dtype, engine_rows, model_gemms, parse_dtype
+from specrl.model.precision import PROBE_ROUNDS, Gemm, choose_dtype, engine_rows, model_gemms, parse_dtype, probe
 from tests.helpers import save_tiny, tiny_config
 
 
@@ -53,11 +53,28 @@ def test_auto_picks_bf16_only_when_clearly_faster(probed):
     assert choose_dtype("auto", "cpu", tiny_config(), [1, 32], timer(1.1e-6, 1e-6)).dtype == torch.float32
 
 
+def test_the_probe_alternates_the_dtypes_and_keeps_each_ones_best():
+    """A burst of load on the first round (10x slower, whichever dtype it hits) does not decide the choice."""
+    calls, slow = [], {"left": 2}
+
+    def loaded(g: Gemm, dtype: torch.dtype, device) -> float:
+        calls.append(dtype)
+        base = 4e-6 if dtype == torch.float32 else 1e-6
+        if slow["left"]:
+            slow["left"] -= 1
+            return 10 * base
+        return base
+    g = Gemm(4, 8, 8, 1)
+    fp32, bf16 = probe([g], "cpu", loaded)
+    assert calls == [torch.float32, torch.bfloat16] * PROBE_ROUNDS
+    assert fp32[4] == pytest.approx(1e3 * 4e-6) and bf16[4] == pytest.approx(1e3 * 1e-6)
+
+
 def test_the_probe_is_cached_per_shape_set(probed):
     calls = []
     first = choose_dtype("auto", "cpu", tiny_config(), [1, 64], timer(4e-6, 1e-6, calls))
     n = len(calls)
-    assert n == 2 * len(model_gemms(tiny_config(), [1, 64]))  # each shape in both dtypes
+    assert n == PROBE_ROUNDS * 2 * len(model_gemms(tiny_config(), [1, 64]))  # each shape in both dtypes, rounds
     again = choose_dtype("auto", "cpu", tiny_config(), [1, 64], timer(1e-6, 4e-6, calls))
     assert len(calls) == n and again.reason == "cached probe"
     assert (again.dtype, again.fp32_ms, again.bf16_ms) == (first.dtype, first.fp32_ms, first.bf16_ms)
