@@ -1,9 +1,9 @@
-"""The rollout engine. Public names are imported on first use, so that the torch-free core modules
-(`specrl.engine.methods`, `specrl.engine.rng`) can be read without loading the model and torch."""
+"""The rollout engine. Public names are imported on first use, so that the torch-free core module
+(`specrl.engine.methods`) can be read without loading the model and torch."""
 import importlib
 
-_EXPORTS = {"LLM": ".llm", "CompletionOutput": ".outputs", "RequestOutput": ".outputs",
-            "SamplingParams": ".sampling", "SpecConfig": ".methods"}
+_EXPORTS = {"LLM": ".llm", "CompletionOutput": ".sequence", "RequestOutput": ".sequence",
+            "SamplingParams": ".sampler", "SpecConfig": ".methods"}
 __all__ = ["LLM", "CompletionOutput", "RequestOutput", "SamplingParams"]
 
 
