@@ -159,6 +159,13 @@ def test_no_import_cycle_between_modules():
     assert cycles <= KNOWN_MODULE_CYCLES, f"specrl module import cycles: {sorted(cycles - KNOWN_MODULE_CYCLES)}"
 
 
+def test_the_engine_modules_sit_on_at_most_six_floors():
+    """The engine's rooms (specrl/engine/__init__.py lists them) import downwards in at most six floors, so a
+    reader follows any import chain inside the engine in a few hops."""
+    engine_floors = floors(module_arrows(import_edges(), "specrl.engine"))
+    assert max(engine_floors.values()) <= 5, f"engine module floors: {engine_floors}"
+
+
 def test_rl_imports_nothing_from_the_rest_of_specrl():
     arrows = package_arrows(import_edges())
     assert arrows.get("rl", set()) == set(), f"rl imports {sorted(arrows['rl'])}: rl is pure tensor math"
