@@ -50,9 +50,8 @@ def paths() -> dict:
 
 
 def broken_verify(kind: str):
-    """The engine's verify (specrl.engine.verify) with one fault."""
-    from specrl.engine.sampling import sample_from
-    from specrl.engine.verify import Verdict
+    """The engine's verify (specrl.engine.sampler) with one fault."""
+    from specrl.engine.sampler import Verdict, sample_from
 
     def verify(p, draft_tokens, q, u_accept, u_sample):
         B, K = draft_tokens.shape
@@ -159,13 +158,13 @@ def calibration(args) -> None:
 
 
 def power(args) -> None:
-    import specrl.engine.steps as engine_steps
-    original = engine_steps.verify
+    import specrl.engine.sampler as engine_sampler
+    original = engine_sampler.verify
     for fault in args.faults:
         path, sampling = FAULTS[fault]
         rows = _done(args.out, "fault", fault)
         todo = [s for s in range(args.steps) if s not in {r["step"] for r in rows}]
-        engine_steps.verify = broken_verify(fault) if path != "off" else original
+        engine_sampler.verify = broken_verify(fault) if path != "off" else original
         try:
             steps = None
             for k in range(0, len(todo), args.chunk):
@@ -181,7 +180,7 @@ def power(args) -> None:
                     _write(args.out, row)
                     rows.append(row)
         finally:
-            engine_steps.verify = original
+            engine_sampler.verify = original
 
 
 def dumps(args) -> None:

@@ -6,7 +6,7 @@ from collections import Counter
 
 import torch
 
-from specrl.engine.sampling import target_probs
+from specrl.engine.sampler import target_probs
 
 
 @torch.no_grad()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..engine.sampling import hash_uniform, target_probs
+from ..engine.sampler import hash_uniform, target_probs
 from .bets import ALTERNATIVES, log_ratios, ranked
 from .eprocess import SCORES
 from .pit import randomized_pit

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, default=None, help="PNG of the e-process against 1/alpha")
     ap.add_argument("--dtype", default="float32")
     args = ap.parse_args(argv)
-    from ..engine.sampling import SamplingParams
+    from ..engine.sampler import SamplingParams
     from ..model import load_model
     from ..audit.offline import audit_completions
     if not 0 < args.alpha < 1:

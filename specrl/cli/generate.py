@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     add_runtime_args(ap)
     args = parse_args(ap, rename(argv, RENAMED, "specrl generate"))  # and torch's threads from --threads
     from .. import SamplingParams, SpecConfig
-    from ..engine.sampling import per_prompt
+    from ..engine.sampler import per_prompt
     # bad values and files fail here, before the model loads
     spec = SpecConfig(method=args.method, num_speculative_tokens=args.k, draft_model=args.draft_model)
     prompts = read_prompts(args)

@@ -1,7 +1,8 @@
-"""The interface between the engine and a drafter. The engine owns the target; a drafter owns its own
-state (caches, suffix trees) keyed by the sequence's cache slot."""
+"""The interface between the engine and a drafter, and the `Plan` a strategy hands the engine each step. The
+engine owns the target; a drafter owns its own state (caches, suffix trees) keyed by the sequence's cache slot."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, NamedTuple, Protocol, runtime_checkable
 
 import torch
@@ -86,3 +87,23 @@ def pad_proposals(drafts: list[list[int]], device) -> Proposal:
     tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).view(len(drafts), K)  # [B, K]
     lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)  # [B]
     return Proposal(tokens.to(device), lengths.to(device), None)
+
+
+@dataclass
+class Plan:
+    """A strategy's decision for one step: for each running sequence, which drafter drafts how many tokens."""
+    drafters: list[str | None]  # per running sequence: the drafter that drafts for it (None: no draft)
+    k: list[int]  # per running sequence: how many tokens to ask for
+    ready: dict[str, Proposal] = field(default_factory=dict)  # proposals already made while scheduling (all rows)
+    draft_s: float = 0.0  # seconds the schedule spent drafting (those proposals)
+    label: str = "off"  # what the strategy chose, for the engine's record of choices (e.g. "suffix+eagle3@4")
+
+    def capped(self, seqs: list[Sequence]) -> "Plan":
+        """k cut to what each sequence may still emit (0 without a drafter)."""
+        return replace(self, k=[budget_cap(k, s) if w is not None else 0
+                                for w, k, s in zip(self.drafters, self.k, seqs)])
+
+
+def budget_cap(k: int, seq: Sequence) -> int:
+    """Never more drafts than the sequence may still emit minus the bonus token."""
+    return max(0, min(k, seq.budget - 1))

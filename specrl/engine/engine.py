@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import time
 
-from .pool import DrafterPool
-from .result import StepResult
+from .drafting import Plan
+from .pool import DrafterPool, Strategy
 from .runner import ModelRunner
-from .scheduler import Scheduler
-from .sequence import Sequence
+from .sequence import Scheduler, Sequence, StepResult
 from .stats import Choices, EngineStats, Tracer
 from .steps import advance, decode_step, draft, prefill_step, verify_step
-from .strategy import Plan, Strategy
 
 
 class Engine:

@@ -16,15 +16,12 @@ from ..model.precision import Precision, choose_dtype, engine_rows, parse_dtype
 from ..model.tokenizer import TextTokenizer
 from .drafting import Drafter
 from .engine import Engine
-from .methods import SpecConfig, build_engine_drafting, is_adaptive
-from .outputs import CompletionOutput, RequestOutput
-from .rng import mix_seed
 from .memory import DEFAULT_MEMORY_UTILIZATION, SPARE, check_dtype, memory_budget, plan_kv_cache, release_caches
+from .methods import SpecConfig, is_adaptive
+from .pool import Strategy, build_engine_drafting
 from .runner import ModelRunner
-from .sampling import SamplingParams
-from .scheduler import Scheduler
-from .sequence import Sequence, Status, StopStrings
-from .strategy import Strategy
+from .sampler import SamplingParams, mix_seed
+from .sequence import CompletionOutput, RequestOutput, Scheduler, Sequence, Status, StopStrings
 from .stats import EngineStats, Tracer
 
 log = logging.getLogger(__name__)

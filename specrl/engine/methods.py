@@ -31,7 +31,7 @@ class DrafterMethod(Protocol):
     name: str
     trainable: bool  # has weights: a checkpoint, a cold start, training, export, refit
     adaptive: bool  # chooses among other methods' drafters per step instead of drafting itself
-    defers: bool  # "auto" may defer its observations while it is idle (engine/deferred.py)
+    defers: bool  # "auto" may defer its observations while it is idle (engine/pool.py Deferred)
 
     def engine_drafting(self, spec: "SpecConfig", target, num_slots: int, max_len: int): ...  # (pool, strategy)
 
@@ -152,26 +152,3 @@ def build_drafter(spec: SpecConfig, target, num_slots: int, max_len: int):
     if spec.draft_model == SCRATCH and not method.trainable:
         model_method(spec)  # a model-free method: a clear error
     return method.build(spec, target, num_slots, max_len)
-
-
-def build_engine_drafting(spec: SpecConfig, drafter, target, num_slots: int, max_len: int):
-    """The engine's (DrafterPool, Strategy) for `spec`, or for a plugged-in `drafter` (it drafts
-    spec.num_speculative_tokens tokens every step; a DrafterPool is used as it is); (None, None) with SD off."""
-    from .pool import DrafterPool
-    from .strategy import StaticStrategy
-    if isinstance(drafter, DrafterPool):
-        return drafter, StaticStrategy(next(iter(drafter.drafters)), spec.num_speculative_tokens)
-    if drafter is not None:
-        return DrafterPool({"custom": drafter}), StaticStrategy("custom", spec.num_speculative_tokens)
-    if not spec.enabled:
-        return None, None
-    return get_method(spec.method).engine_drafting(spec, target, num_slots, max_len)
-
-
-def static_drafting(method: DrafterMethod, spec: SpecConfig, target, num_slots: int, max_len: int):
-    """A drafting method's engine drafting: its one drafter, `spec.num_speculative_tokens` drafts every step."""
-    from .pool import DrafterPool
-    from .strategy import StaticStrategy
-    pool = DrafterPool({method.name: build_drafter(spec, target, num_slots, max_len)},
-                       (method.name,) if method.trainable else ())
-    return pool, StaticStrategy(method.name, spec.num_speculative_tokens)

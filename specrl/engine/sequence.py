@@ -1,14 +1,17 @@
-"""One sample's state, and its stop strings. Pure bookkeeping: no tensors.
+"""The engine's bookkeeping, no tensors: one sample's state (`Sequence`) and its stop strings, which sequences run
+next and in which cache slot (`Scheduler`), what one engine step did (`StepResult`), and the vLLM-shaped results
+of `LLM.generate` (`RequestOutput`).
 
 Stop strings are matched on text decoded incrementally after every token (vLLM's rule), so a speculative step
 that accepts several tokens stops at exactly the token where plain decoding would have stopped."""
 from __future__ import annotations
 
 import enum
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from ..model.tokenizer import TextTokenizer
-from .sampling import SamplingParams
+from .sampler import SamplingParams
 
 
 class StopStrings:
@@ -131,3 +134,120 @@ class Sequence:
     def finish(self, reason: FinishReason) -> None:
         self.status = Status.FINISHED
         self.finish_reason = reason
+
+
+class Scheduler:
+    """Continuous batching: which sequences run next, and which cache slot each one owns."""
+
+    def __init__(self, num_slots: int):
+        self.free_slots = deque(range(num_slots))
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    def add(self, seqs: list[Sequence]) -> None:
+        self.waiting.extend(seqs)
+
+    @property
+    def done(self) -> bool:
+        return not self.waiting and not self.running
+
+    def admit(self) -> list[list[Sequence]]:
+        """Moves waiting sequences into free slots, grouped by prompt (a group shares one prefill; split if need be)."""
+        groups: list[list[Sequence]] = []
+        while self.waiting and self.free_slots:
+            seq = self.waiting.popleft()
+            seq.slot = self.free_slots.popleft()
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+            if groups and groups[-1][0].request_id == seq.request_id:
+                groups[-1].append(seq)
+            else:
+                groups.append([seq])
+        self.running.sort(key=lambda s: s.slot)  # consecutive slots let the runner read the cache as views
+        return groups
+
+    def retire_finished(self) -> list[Sequence]:
+        done = [s for s in self.running if s.status is Status.FINISHED]
+        self.running = [s for s in self.running if s.status is not Status.FINISHED]
+        self.free_slots.extend(s.slot for s in done)
+        return done
+
+
+@dataclass
+class StepResult:
+    """What one engine step did, filled by engine/steps.py and read by the counters, the tracer and the strategy,
+    so none of them re-derives it."""
+    phase: str  # "prefill", "decode" (SD off) or "spec" (one verify forward)
+    seqs: list[Sequence]  # the sequences the forward ran, in row order
+    tokens_in: int  # inputs of the target forward (all rows, drafts and padding included)
+    emitted_tokens: int  # tokens appended to the sequences
+    k: int = 0  # the longest draft asked for
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0  # the target forward, sampling and verification
+    other_s: float = 0.0  # the rest of the step (scheduling, bookkeeping), filled by the engine
+    context_len_mean: float = 0.0  # filled by the engine when a trace is written
+    # per row of a spec step: the drafter whose drafts row b carried (None: none), the k asked of it, the
+    # drafts proposed and accepted; and each drafter's propose time
+    drafters: list[str | None] = field(default_factory=list)
+    drafters_asked: list[str | None] = field(default_factory=list)  # asked for drafts (k > 0), proposing or not
+    asked: list[int] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    draft_s_by: dict[str, float] = field(default_factory=dict)  # a deferred drafter's catch-up included
+    plan: str = "off"  # the label of the strategy's plan (engine/drafting.py Plan.label)
+
+    @property
+    def active(self) -> int:
+        return len(self.seqs)
+
+    @property
+    def total_s(self) -> float:
+        return self.draft_s + self.verify_s + self.other_s
+
+    def trace_row(self) -> dict:
+        row = {"phase": self.phase, "active": self.active, "tokens_in": self.tokens_in, "k": self.k,
+               "draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens,
+               "emitted_tokens": self.emitted_tokens, "draft_s": self.draft_s, "verify_s": self.verify_s,
+               "other_s": self.other_s, "context_len_mean": self.context_len_mean}
+        if len({d for d in self.drafters if d is not None}) > 1 or self.draft_s_by:
+            row["mix"] = dict(Counter(d or "none" for d in self.drafters))  # rows per drafter ("none": no draft)
+        return row
+
+
+@dataclass
+class CompletionOutput:
+    """One sample of a request, as vLLM returns it."""
+    index: int
+    token_ids: list[int]
+    logprobs: list[float]  # log-prob of each token under the policy's temperature-scaled distribution
+    finish_reason: str  # "stop" | "length"
+    text: str | None = None  # decoded output (params.skip_special_tokens), cut before a stop string
+    top_logprobs: list[dict[int, float]] | None = None  # with params.logprobs=N: top-N + the sampled token
+    stop_reason: int | str | None = None  # the stop string or stop_token_id that ended it (None for EOS)
+    # (first token index, weights version) per run of tokens one version sampled; more than one run when
+    # the weights were updated in flight (LLM.update_weights between engine steps)
+    weight_versions: list[tuple[int, int]] | None = None
+
+    @property
+    def oldest_version(self) -> int | None:
+        return min(v for _, v in self.weight_versions) if self.weight_versions else None
+
+    @property
+    def newest_version(self) -> int | None:
+        return max(v for _, v in self.weight_versions) if self.weight_versions else None
+
+    def token_versions(self) -> list[int]:
+        """The weights version that sampled each token."""
+        runs = self.weight_versions or []
+        ends = [start for start, _ in runs[1:]] + [len(self.token_ids)]
+        return [v for (start, v), end in zip(runs, ends) for _ in range(start, end)]
+
+
+@dataclass
+class RequestOutput:
+    request_id: int
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .methods import MAX_SPEC_TOKENS
-from .result import StepResult
+from .sequence import StepResult
 
 
 @dataclass

@@ -225,7 +225,7 @@ def accuracy(model, tok, problems: list[Problem], max_new_tokens: int = 1100, te
     and the completions (text, special tokens dropped). Sampled by default: a greedy small policy loops on long
     chains until max_new_tokens."""
     from ..engine import LLM, SamplingParams
-    from ..engine.sampling import per_prompt
+    from ..engine.sampler import per_prompt
 
     if not problems:
         return 0.0, []

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from ..errors import InputFormatError, MissingDependency, MissingFileError
-from ..engine.rng import MASK64, SPLITMIX_GAMMA, SPLITMIX_MUL1, SPLITMIX_MUL2
+from ..engine.sampler import MASK64, SPLITMIX_GAMMA, SPLITMIX_MUL1, SPLITMIX_MUL2
 from ..model.chat import ChatTemplateError, check_conversation
 from .config import DataConfig
 

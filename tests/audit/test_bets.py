@@ -103,7 +103,7 @@ def test_faults_are_caught(fault):
     if fault.startswith("T="):
         sampled = torch.softmax(logits / float(fault[2:]), -1)
     else:
-        from specrl.engine.sampling import target_probs
+        from specrl.engine.sampler import target_probs
         sampled = target_probs(logits[None].float(), torch.ones(1), torch.tensor([-1]), torch.tensor([0.9]))[0]
     x = _draw(sampled.double(), 4)
     assert float(_running_log_e(p, x).amax()) >= math.log(1000)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specrl import LLM, SamplingParams
-from specrl.engine.sampling import target_probs
+from specrl.engine.sampler import target_probs
 from specrl.audit import AuditRows, LearnerAudit, StepAudit, TokenScorer, group_rows, score_completions, step_evidence
 from specrl.audit.learner import FIRST_TOKENS, ForwardBudget, cut_rows
 from specrl.pipeline.learner import LocalLearner

@@ -10,7 +10,7 @@ import torch
 from benchmarks.audit import alarms, broken_verify
 from specrl.audit.bets import COMPONENTS
 from specrl.cli.main import main
-from specrl.engine.verify import verify
+from specrl.engine.sampler import verify
 
 
 def _verify_args():

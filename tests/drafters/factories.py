@@ -28,7 +28,7 @@ def _auto(model, tmp_path):
     _, eagle = _eagle3(model, tmp_path)
     profile = tmp_path / "cheap_drafts.json"
     if not profile.exists():
-        from specrl.engine.cost_model import CostModel
+        from specrl.engine.adaptive.cost_model import CostModel
         cost = CostModel(model.config.num_params, {"suffix": 0, "ngram": 0, "eagle3": 0}, deterministic=True)
         cost.target.prior = [1.0, 1e-6, 0.0]  # a forward costs the same whatever it verifies
         profile.write_text(json.dumps(cost.state_dict()))
@@ -74,7 +74,7 @@ def propose_after_steps(llm, prompts: list, seed: int, steps: int = 4, k: int = 
     """Run `steps` engine steps over `prompts` (sampled at temperature 1), then ask the drafter for `k`
     tokens per running sequence: a drafter whose cache has seen accepted and rejected drafts."""
     from specrl import SamplingParams
-    from specrl.engine.scheduler import Scheduler
+    from specrl.engine.sequence import Scheduler
     seqs = llm._make_sequences(prompts, [SamplingParams(temperature=1.0, max_tokens=30, seed=seed)] * len(prompts))
     sched = Scheduler(len(prompts))
     sched.add(seqs)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specrl import LLM, SamplingParams
-from specrl.engine import verify as verify_mod
+from specrl.engine import sampler
 from tests.drafters.drafters import OracleDrafter, UniformDrafter
 from tests.helpers import tiny_model
 from tests.stats import assert_matches, chi_square, chi_square_critical, exact_distribution
@@ -134,12 +134,12 @@ def test_chi_square_catches_a_biased_verifier(monkeypatch, tmp_path):
     model = peaky_model()
     setting = SETTINGS["t1"]
     dist = exact_distribution(model, PROMPT, 3, **setting)
-    real = verify_mod.verify
+    real = sampler.verify
 
     def accept_more(p, draft_tokens, q, u_accept, u_sample):
         return real(p, draft_tokens, q, u_accept * 0.5, u_sample)  # accepts with prob min(1, 2p/q)
 
-    monkeypatch.setattr("specrl.engine.steps.verify", accept_more)
+    monkeypatch.setattr(sampler, "verify", accept_more)
     llm = build("uniform_q", model, tmp_path, max_num_seqs=1024)
     stat, df = chi_square(sample_first3(llm, setting), dist)
     assert stat > chi_square_critical(df, 3.72)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specrl import LLM, SamplingParams
-from specrl.engine.sampling import target_probs
+from specrl.engine.sampler import target_probs
 from tests.drafters.drafters import OracleDrafter
 from tests.drafters.test_exactness import PROMPT, VOCAB, build, peaky_model
 from tests.helpers import char_tokenizer_json, tiny_model
@@ -128,9 +128,9 @@ def test_sampled_min_tokens_distribution_is_exact(method, tmp_path):
 
 def test_chi_square_catches_verification_without_the_mask(monkeypatch, tmp_path):
     """The same test must fail when the mask reaches plain sampling but not the verified p."""
-    from specrl.engine import steps
-    real = steps.apply_min_tokens
-    monkeypatch.setattr(steps, "apply_min_tokens", lambda logits, seqs: real(logits, seqs) if logits.shape[1] == 1
+    from specrl.engine import sampler
+    real = sampler.apply_min_tokens
+    monkeypatch.setattr(sampler, "apply_min_tokens", lambda logits, seqs: real(logits, seqs) if logits.shape[1] == 1
                         else logits)
     model = peaky_model()
     dist = masked_distribution(model, PROMPT, 3, 1.0, banned=[1, 5], min_tokens=2)
@@ -195,9 +195,9 @@ def test_sampled_repetition_penalty_distribution_is_exact(method, tmp_path):
 
 def test_chi_square_catches_a_penalty_that_ignores_the_drafts(monkeypatch, tmp_path):
     """Position t of a verify forward must count drafts[:t] as context; a penalty that forgets them is caught."""
-    from specrl.engine import steps
-    real = steps.apply_repetition_penalty
-    monkeypatch.setattr(steps, "apply_repetition_penalty", lambda logits, seqs, drafts=None: real(logits, seqs))
+    from specrl.engine import sampler
+    real = sampler.apply_repetition_penalty
+    monkeypatch.setattr(sampler, "apply_repetition_penalty", lambda logits, seqs, drafts=None: real(logits, seqs))
     model = peaky_model()
     dist = masked_distribution(model, PROMPT, 3, 1.0, banned=[], min_tokens=0, penalty=3.0)
     stat, df = chi_square(_penalty_samples(build("uniform_q", model, tmp_path, max_num_seqs=1024)), dist)

@@ -14,7 +14,8 @@ from specrl.drafters.ngram.drafter import NgramDrafter
 from specrl.drafters.suffix.drafter import SuffixDrafter
 from specrl.engine.pool import DrafterPool
 from specrl.engine.methods import build_drafter
-from specrl.engine.strategy import Plan, Strategy
+from specrl.engine.drafting import Plan
+from specrl.engine.pool import Strategy
 from tests.drafters.drafters import UniformDrafter
 from tests.drafters.test_exactness import (PROMPT, SETTINGS, assert_same_as_sd_off,
                                            assert_sampled_logprobs_are_the_policys, peaky_model, sample_first3)

@@ -10,7 +10,8 @@ from specrl.drafters import registry
 from specrl.drafters.vllm import Context, UnsupportedMethod
 from specrl.engine.drafting import Proposal, TargetForward, pad_proposals
 from specrl.engine import methods
-from specrl.engine.methods import METHODS, get_method, static_drafting
+from specrl.engine.methods import METHODS, get_method
+from specrl.engine.pool import static_drafting
 from specrl.engine.sequence import Sequence
 from specrl.pipeline.vllm.spec import speculative_config
 from tests.drafters.test_exactness import N_SAMPLES, PROMPT, SETTINGS, peaky_model, sample_first3

@@ -1,10 +1,10 @@
-"""Per-position acceptance counts, worked by hand. Constants (engine/constants.py): ACCEPT_DECAY 0.99,
+"""Per-position acceptance counts, worked by hand. Constants (engine/adaptive/constants.py): ACCEPT_DECAY 0.99,
 PRIOR_ALPHA 0.5 counted as PRIOR_ROWS 1 row, BONUS 0.35, MAX_ALPHA 0.98."""
 import math
 
 import pytest
 
-from specrl.engine.acceptance import AcceptanceStats
+from specrl.engine.adaptive.acceptance import AcceptanceStats
 
 
 def _one_row():

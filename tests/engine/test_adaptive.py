@@ -8,15 +8,15 @@ from specrl import LLM, SamplingParams, SpecConfig
 from specrl.config.build import ConfigError, from_dict
 from specrl.engine.adaptive.arms import ALL, FILL, FULL, OFF, Arm
 from specrl.engine.adaptive.strategy import AdaptiveStrategy
-from specrl.engine.constants import PLAN_EVERY
-from specrl.engine.cost_model import CostModel, CostProfileError
-from specrl.engine.deferred import Deferred
+from specrl.engine.adaptive.constants import PLAN_EVERY
+from specrl.engine.adaptive.cost_model import CostModel, CostProfileError
+from specrl.engine.pool import Deferred
 from specrl.engine.drafting import pad_proposals
 from specrl.engine.stats import Choices
 from specrl.engine.pool import DrafterPool
-from specrl.engine.result import StepResult
+from specrl.engine.sequence import StepResult
 from specrl.engine.sequence import Sequence
-from specrl.engine.sampling import SamplingParams as SP
+from specrl.engine.sampler import SamplingParams as SP
 from specrl.train.config import TrainConfig
 from tests.helpers import tiny_model
 
@@ -146,7 +146,7 @@ def teach(strategy, name, accepted_of_4, rows=200):
 
 
 def test_acceptance_counts_price_every_shorter_draft():
-    from specrl.engine.acceptance import AcceptanceStats
+    from specrl.engine.adaptive.acceptance import AcceptanceStats
     stats = AcceptanceStats(4)
     # two rows asked for 4: one accepted 2 (positions 0, 1 accepted, 2 rejected), one accepted all 4
     stats.add([4, 4], [4, 4], [2, 4])
@@ -316,7 +316,7 @@ def test_shadow_drafts_teach_a_model_free_drafter_without_drafting():
 
 def test_row_rates_are_decayed_sums_of_the_rows_shrunk_towards_the_counts():
     from specrl.engine.adaptive.ratecheck import RowRates
-    from specrl.engine.constants import ROW_DECAY, ROW_PRIOR_DRAFTS
+    from specrl.engine.adaptive.constants import ROW_DECAY, ROW_PRIOR_DRAFTS
     rates = RowRates()
     rates.add(0, "suffix", 1, 2.0)  # row 0 accepted 1 draft where the counts expected 2 ...
     rates.add(0, "suffix", 1, 2.0)  # ... twice: sums 0.9 * 1 + 1 = 1.9 accepted, 0.9 * 2 + 2 = 3.8 expected
@@ -354,7 +354,7 @@ def test_rows_that_accept_a_drafter_less_than_its_counts_get_another_drafter_and
 def test_rows_that_accept_more_than_the_counts_never_expect_every_draft():
     # MAX_ALPHA keeps a drafter's expectation below k, or a certain drafter would always ask k_max. Rows that
     # accept more than the counts scale it up (factor > 1); the scaled value must stay under that same cap.
-    from specrl.engine.acceptance import AcceptanceStats
+    from specrl.engine.adaptive.acceptance import AcceptanceStats
     pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(6)})})
     strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, flat_cost(["suffix"]))
     teach(strategy, "suffix", 4, rows=100_000)  # every position at MAX_ALPHA: expected(4) = most(4) < 4

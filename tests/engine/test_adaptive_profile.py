@@ -10,10 +10,10 @@ from specrl import LLM, SamplingParams, SpecConfig
 from specrl.engine.adaptive import profile
 from specrl.engine.adaptive.arms import ALL
 from specrl.engine.adaptive.strategy import AdaptiveStrategy
-from specrl.engine.constants import PLAN_EVERY, PROFILE_ROWS
-from specrl.engine.cost_model import STRATEGY_PROFILE_VERSION, CostModel, CostProfileError, read_profile
+from specrl.engine.adaptive.constants import PLAN_EVERY, PROFILE_ROWS
+from specrl.engine.adaptive.cost_model import STRATEGY_PROFILE_VERSION, CostModel, CostProfileError, read_profile
 from specrl.engine.pool import DrafterPool
-from specrl.engine.result import StepResult
+from specrl.engine.sequence import StepResult
 from tests.engine.test_adaptive import PointDrafter, flat_cost, seqs, teach
 from tests.helpers import tiny_model
 

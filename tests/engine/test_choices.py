@@ -1,6 +1,6 @@
 """The engine's record of the strategy's choices (`Choices`, engine/stats.py), worked by hand."""
-from specrl.engine.result import StepResult
-from specrl.engine.sampling import SamplingParams
+from specrl.engine.sequence import StepResult
+from specrl.engine.sampler import SamplingParams
 from specrl.engine.sequence import Sequence
 from specrl.engine.stats import Choices
 

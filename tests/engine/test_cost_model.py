@@ -1,11 +1,11 @@
-"""The adaptive engine's cost model, worked by hand. Constants (engine/constants.py): COST_DECAY 0.98, SCALE 64
+"""The adaptive engine's cost model, worked by hand. Constants (engine/adaptive/constants.py): COST_DECAY 0.98, SCALE 64
 (features in units of 64 tokens), PRIOR_WEIGHT 2, WEIGHT_READ_TOKENS 8 (a forward's weight read costs as much as
 8 tokens' work)."""
 import json
 
 import pytest
 
-from specrl.engine.cost_model import CostModel, CostProfileError, LinearFit, solve
+from specrl.engine.adaptive.cost_model import CostModel, CostProfileError, LinearFit, solve
 
 
 def test_solve_with_pivoting():

@@ -1,14 +1,15 @@
-"""A model drafter that defers its observations (engine/deferred.py) proposes exactly what one that observed
+"""A model drafter that defers its observations (engine/pool.py `Deferred`) proposes exactly what one that observed
 every forward proposes, after steps of several lengths, finished sequences and prefills in between."""
 import pytest
 import torch
 
 from specrl import LLM, SamplingParams
-from specrl.engine.deferred import Deferred
+from specrl.engine.pool import Deferred
 from specrl.engine.methods import build_drafter, get_method
 from specrl.engine.pool import DrafterPool
-from specrl.engine.scheduler import Scheduler
-from specrl.engine.strategy import Plan, Strategy
+from specrl.engine.sequence import Scheduler
+from specrl.engine.drafting import Plan
+from specrl.engine.pool import Strategy
 from tests.drafters.factories import make
 from tests.helpers import tiny_model
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specrl import LLM, SamplingParams, SpecConfig
-from specrl.engine.scheduler import Scheduler
+from specrl.engine.sequence import Scheduler
 from specrl.engine.sequence import Sequence, Status
 from tests.helpers import save_tiny, tiny_model
 

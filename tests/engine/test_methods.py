@@ -84,7 +84,7 @@ def _modules():
 def test_the_splitmix_constants_are_written_once(value):
     where = sorted({rel for rel, tree in _modules() for node in ast.walk(tree)
                     if isinstance(node, ast.Constant) and node.value == value})
-    assert where == ["specrl/engine/rng.py"], f"{value:#x} is written in {where}: import it from specrl.engine.rng"
+    assert where == ["specrl/engine/sampler.py"], f"{value:#x} is written in {where}: import it from specrl.engine.sampler"
 
 
 def test_the_shipped_drafter_path_is_computed_once():
@@ -101,4 +101,4 @@ def test_the_stream_ids_are_defined_once():
     names = {"STREAM_SAMPLE", "STREAM_ACCEPT", "STREAM_DRAFT"}
     where = sorted({rel for rel, tree in _modules() for node in ast.walk(tree) if isinstance(node, ast.Assign)
                     for t in node.targets if isinstance(t, ast.Name) and t.id in names})
-    assert where == ["specrl/engine/rng.py"], f"RNG stream ids are assigned in {where}"
+    assert where == ["specrl/engine/sampler.py"], f"RNG stream ids are assigned in {where}"

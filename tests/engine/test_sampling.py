@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from specrl.engine.sampling import (SamplingParams, hash_uniform, sample_from, target_probs, token_logprobs)
+from specrl.engine.sampler import SamplingParams, hash_uniform, sample_from, target_probs, token_logprobs
 
 
 def test_target_probs_top_k_top_p_by_hand():
@@ -70,7 +70,7 @@ def test_bad_sampling_params(kw, match):
 
 
 def test_per_prompt_gives_each_prompt_its_own_seed():
-    from specrl.engine.sampling import per_prompt
+    from specrl.engine.sampler import per_prompt
     seeded = per_prompt(SamplingParams(temperature=0.7, max_tokens=5, seed=3), 3, start=10)
     assert [p.seed for p in seeded] == [3 * 1_000_003 + 10, 3 * 1_000_003 + 11, 3 * 1_000_003 + 12]
     assert all(p.temperature == 0.7 and p.max_tokens == 5 for p in seeded)

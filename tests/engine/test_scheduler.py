@@ -1,6 +1,6 @@
 """Continuous batching by hand: 3 slots, two prompts of 2 samples each."""
-from specrl.engine.sampling import SamplingParams
-from specrl.engine.scheduler import Scheduler
+from specrl.engine.sampler import SamplingParams
+from specrl.engine.sequence import Scheduler
 from specrl.engine.sequence import Sequence, Status
 
 

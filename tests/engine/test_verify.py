@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from specrl.engine.verify import draft_q, verify
+from specrl.engine.sampler import draft_q, verify
 
 P = [[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]]
 ONE = {0: [1.0, 0.0, 0.0], 1: [0.0, 1.0, 0.0], 2: [0.0, 0.0, 1.0]}

@@ -9,7 +9,7 @@ import pytest
 from specrl import LLM, SamplingParams
 from specrl.cli.train import build_config, main
 from specrl.config import ConfigError
-from specrl.engine.outputs import CompletionOutput, RequestOutput
+from specrl.engine.sequence import CompletionOutput, RequestOutput
 from specrl.pipeline.local import LocalBackend
 from specrl.pipeline.run_dir import read_jsonl
 from specrl.pipeline.seam import group_version

@@ -34,7 +34,7 @@ def batch_schedule(target_params: int, drafter_params: int, k_max: int, max_batc
     """vLLM's [[first batch, last batch, k], ...]: per batch size b the k in 0..k_max with the most expected
     tokens per second, b * (1 + a + ... + a^k) / (target(b (k + 1) tokens) + drafter(b k tokens, k steps)),
     under specrl's cost model (a saved profile, else counted work)."""
-    from ...engine.cost_model import CostModel
+    from ...engine.adaptive.cost_model import CostModel
     cost = CostModel(target_params, {"d": drafter_params}, deterministic=True)
     if profile is not None:
         cost.load_profile(profile)

@@ -18,8 +18,7 @@ import torch
 
 from ...engine.drafting import Proposal, TargetForward
 from ...engine.memory import kv_shape
-from ...engine.rng import STREAM_DRAFT
-from ...engine.sampling import batch_params, hash_uniform, sample_from, target_probs
+from ...engine.sampler import STREAM_DRAFT, batch_params, hash_uniform, sample_from, target_probs
 from ...engine.sequence import Sequence
 from ...model.layers import slot_index
 from ..weights import ModelDrafter

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...engine.methods import SCRATCH, SHIPPED_DRAFTERS_DIR, SpecConfig, static_drafting
+from ...engine.methods import SCRATCH, SHIPPED_DRAFTERS_DIR, SpecConfig
 
 
 class MTP:
@@ -18,6 +18,7 @@ class MTP:
 
     # ---- the engine
     def engine_drafting(self, spec: SpecConfig, target, num_slots: int, max_len: int):
+        from ...engine.pool import static_drafting
         return static_drafting(self, spec, target, num_slots, max_len)
 
     def build(self, spec: SpecConfig, target, num_slots: int, max_len: int):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...engine.methods import SpecConfig, static_drafting
+from ...engine.methods import SpecConfig
 
 
 class Ngram:
@@ -11,6 +11,7 @@ class Ngram:
     trainable, adaptive, defers = False, False, False
 
     def engine_drafting(self, spec: SpecConfig, target, num_slots: int, max_len: int):
+        from ...engine.pool import static_drafting
         return static_drafting(self, spec, target, num_slots, max_len)
 
     def build(self, spec: SpecConfig, target, num_slots: int, max_len: int):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from ...engine.methods import SpecConfig, static_drafting
+from ...engine.methods import SpecConfig
 
 
 class Suffix:
@@ -13,6 +13,7 @@ class Suffix:
     trainable, adaptive, defers = False, False, False
 
     def engine_drafting(self, spec: SpecConfig, target, num_slots: int, max_len: int):
+        from ...engine.pool import static_drafting
         return static_drafting(self, spec, target, num_slots, max_len)
 
     def build(self, spec: SpecConfig, target, num_slots: int, max_len: int):

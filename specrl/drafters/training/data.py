@@ -63,7 +63,7 @@ def collect_sequences(policy, prompts: list, n: int = 1, max_tokens: int = 256, 
     `policy` is a checkpoint path or a CausalLM; `prompts` strings or token-id lists; `max_model_len` caps
     prompt + response; the KV budget knobs are LLM's (specrl.engine.memory)."""
     from ...engine import LLM, SamplingParams
-    from ...engine.sampling import per_prompt
+    from ...engine.sampler import per_prompt
     from ...engine.memory import DEFAULT_MEMORY_UTILIZATION
 
     llm = LLM(policy, max_num_seqs=max_num_seqs, max_model_len=max_model_len, kv_cache_memory=kv_cache_memory,

@@ -12,12 +12,12 @@ full-length matches go first and a model drafter fills in) with the best predict
 
     rows x (1 + expected accepted drafts) / (target forward seconds + drafting seconds)
 
-from the cost model (engine/cost_model.py) and the acceptance counts (engine/acceptance.py). The counts are
+from the cost model (cost_model.py) and the acceptance counts (acceptance.py). The counts are
 optimistic while a drafter has few observations: that optimism (UCB) is the exploration. Each arm's realised
 rate against its prediction (ratecheck.py) scales what it predicts, so an arm that runs slower than priced
 loses its place. Drafting nothing costs nothing: every drafter still observes the forward, so switching back
 needs no re-prefill. Any draft is verified exactly, so every choice is lossless.
 
 `AdaptiveStrategy` (strategy.py) decides and learns; `build` (factory.py) makes it and its DrafterPool. Its
-hand-set constants are in engine/constants.py; which drafters it chose is telemetry the engine keeps.
+hand-set constants are in constants.py; which drafters it chose is telemetry the engine keeps.
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..constants import ARM_KS
+from .constants import ARM_KS
 
 # the rows a drafter's acceptance counts cover: all it drafted for (ALL); a model-free drafter's full-length
 # proposals (FULL); a model drafter filling in a hybrid's rows, harder than a row at random (FILL)

@@ -7,11 +7,10 @@ import logging
 
 import torch
 
-from ..cost_model import CostModel
-from ..deferred import Deferred
 from ..methods import SCRATCH, SpecConfig, build_drafter, get_method, model_method
-from ..pool import DrafterPool
+from ..pool import Deferred, DrafterPool
 from . import profile
+from .cost_model import CostModel
 from .strategy import AdaptiveStrategy
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ import json
 import logging
 from pathlib import Path
 
-from ..constants import PROFILE_CHECK_STEPS, PROFILE_FIT_STEPS, PROFILE_ROWS
-from ..cost_model import LOAD_ERRORS, STRATEGY_PROFILE_VERSION, bad_profile, read_profile
+from .constants import PROFILE_CHECK_STEPS, PROFILE_FIT_STEPS, PROFILE_ROWS
+from .cost_model import LOAD_ERRORS, STRATEGY_PROFILE_VERSION, bad_profile, read_profile
 
 log = logging.getLogger(__name__)
 

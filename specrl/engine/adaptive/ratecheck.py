@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..constants import CHECK_DECAY, ROW_DECAY, ROW_PRIOR_DRAFTS
+from .constants import CHECK_DECAY, ROW_DECAY, ROW_PRIOR_DRAFTS
 
 
 class RateCheck:

@@ -3,7 +3,7 @@ import torch
 
 from specrl.drafters.ngram.drafter import NgramDrafter, ngram_lookup
 from specrl.engine.methods import SpecConfig
-from specrl.engine.sampling import SamplingParams
+from specrl.engine.sampler import SamplingParams
 from specrl.engine.sequence import Sequence
 
 

@@ -12,7 +12,7 @@ PROFILE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # batch sizes it times (up
 # times each point is timed, the fastest kept: one point slowed by another process would tilt every plan
 PROFILE_REPEATS = 3
 
-# ---- acceptance counts (engine/acceptance.py) ---------------------------------------------------------------
+# ---- acceptance counts (engine/adaptive/acceptance.py) ------------------------------------------------------
 ACCEPT_DECAY = 0.99  # weight of the past per step the drafter drafted: the estimate follows the last ~100 steps
 PRIOR_ALPHA = 0.5  # acceptance assumed before any observation: no drafter is presumed good or useless ...
 PRIOR_ROWS = 1.0  # ... counted as this many rows, so the first real rows overrule it
@@ -26,7 +26,7 @@ PROFILE_ROWS = 32.0  # a (drafter, kind)'s counts weigh at most this many rows: 
 PROFILE_FIT_STEPS = 4.0  # the cost fits weigh this many steps: this machine's own timings take over within ~10
 PROFILE_CHECK_STEPS = 2.0  # an arm's rate check weighs this many of its steps
 
-# ---- the cost model (engine/cost_model.py) ------------------------------------------------------------------
+# ---- the cost model (engine/adaptive/cost_model.py) ---------------------------------------------------------
 COST_DECAY = 0.98  # weight of the past per observation: the fit follows roughly the last 50 steps
 SCALE = 64.0  # features are in units of 64 tokens / rows, so the ridge prior weighs them alike
 STEP_SCALE = 8.0  # a drafter's longest draft in units of 8 positions, for the same reason
@@ -36,7 +36,3 @@ DRAFT_PRIOR_WEIGHT = 0.05
 # counted work: one forward reads every weight once, priced as the multiply-adds of this many tokens; only the
 # deterministic mode without a profile, and the measured mode's prior before its first timings, rest on it
 WEIGHT_READ_TOKENS = 8.0
-
-# ---- deferred observation (engine/deferred.py) --------------------------------------------------------------
-CHUNK = 128  # inputs per sequence per catch-up forward: bounds its attention memory
-MAX_PENDING = 200_000  # pending inputs (all sequences) before a catch-up is forced: bounds the memory held
