@@ -177,7 +177,7 @@ def test_engine_does_not_import_the_drafters():
 
 
 def test_train_imports_nothing_from_the_drafters():
-    bad = [(s, d) for s, d in import_edges() if s.startswith("specrl.train") and d.startswith("specrl.drafters")]
+    bad = [(s, d) for s, d in import_edges() if s.startswith("specrl.trainer") and d.startswith("specrl.drafters")]
     assert not bad, (f"the policy trainer imports drafter code: {bad}; online drafter training installs "
                      "PolicyTrainer.forward_hook from specrl.drafters (or the pipeline) instead")
 

@@ -19,5 +19,5 @@
 
 The settings (`SpecConfig`) and what the engine asks of a method (`DrafterMethod`) live in the engine core
 (`specrl.engine.methods`); importing specrl hands it this registry's lookup, so the engine never imports this
-package, and `specrl.train` imports nothing from it.
+package, and `specrl.trainer` imports nothing from it.
 """

@@ -12,8 +12,8 @@ from specrl import LLM, SamplingParams
 from specrl.engine.sampling import target_probs
 from specrl.audit import AuditRows, LearnerAudit, StepAudit, TokenScorer, group_rows, score_completions, step_evidence
 from specrl.pipeline.learner import LocalLearner
-from specrl.train.config import AlgorithmConfig, OptimConfig
-from specrl.train.trainer import PolicyTrainer, collate
+from specrl.config.run import AlgorithmConfig, OptimConfig
+from specrl.trainer.trainer import PolicyTrainer, collate
 from tests.helpers import tiny_model
 
 

@@ -2,18 +2,13 @@
 Model-free: no weights, so no cold start, training or export."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from ...engine.methods import SpecConfig
+from ...registry import installed
+from ..base import ModelFree
 
-from ...engine.methods import SpecConfig, static_drafting
 
-
-class Suffix:
+class Suffix(ModelFree):
     name = "suffix"
-    trainable, adaptive, defers = False, False, False
-
-    def engine_drafting(self, spec: SpecConfig, target, num_slots: int, max_len: int):
-        return static_drafting(self, spec, target, num_slots, max_len)
 
     def build(self, spec: SpecConfig, target, num_slots: int, max_len: int):
         from .drafter import SuffixDrafter
@@ -27,10 +22,4 @@ class Suffix:
         return {**k_config(spec), "suffix_decoding_max_spec_factor": spec.suffix_scale}
 
     def vllm_available(self) -> bool:
-        return importlib.util.find_spec("arctic_inference") is not None
-
-    def vllm_refit(self, model_dir: Path) -> None:
-        return None
-
-    def sim_draft_frac(self, head_frac: float) -> float:
-        return 0.0  # CPU work, which the simulator's fitted overheads hold
+        return installed("arctic_inference")
