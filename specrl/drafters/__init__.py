@@ -1,6 +1,7 @@
 """Everything about drafters: each method is one class in its own folder, listed once in registry.py.
 
     registry.py   name -> "specrl.drafters.<m>.method:<Class>", imported when first asked for (torch-free list)
+    base.py       what the classes share: Drafting, ModelFree (ngram, suffix), WithWeights (checkpoint or cold start)
     <m>/method.py the method's class: engine build, cold start, training members, save, vLLM config and refit,
                   simulator cost; torch-free at import, each member imports what it runs
     eagle3/       drafter.py (the engine's Drafter), head.py (the EAGLE-3 head, its checkpoint), train.py

@@ -60,7 +60,7 @@ class TrainerActor:
 
 
 class RayLearner:
-    drafter_version = None  # online drafter training runs in-process only (train/config.py refuses it on Ray)
+    drafter_version = None  # online drafter training runs in-process only (config/run.py refuses it on Ray)
 
     def __init__(self, actors: list, version: int, pad_id: int):
         self.actors, self.version, self.pad_id = actors, version, pad_id

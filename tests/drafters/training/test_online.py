@@ -15,7 +15,7 @@ from specrl.drafters.weights import drafter_module, drafter_version, load_drafte
 from specrl.optim import OptimSettings
 from specrl.config.rollout import DrafterConfig
 from tests.helpers import tiny_model
-from tests.train.test_trainer import _rollouts, _trainer
+from tests.trainer.test_trainer import _rollouts, _trainer
 
 METHODS = ["eagle3", "draft_model", "mtp"]
 
