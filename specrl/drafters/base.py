@@ -17,6 +17,7 @@ from ..engine.methods import SCRATCH, SHIPPED_DRAFTERS_DIR, SpecConfig, static_d
 
 class Drafting:
     adaptive = False
+    options = None  # a method with options of its own sets its dataclass
     name: str
 
     def engine_drafting(self, spec: SpecConfig, target, num_slots: int, max_len: int):

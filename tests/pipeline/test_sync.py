@@ -173,7 +173,7 @@ def test_out_dir_with_a_run_is_not_overwritten(setup, straight_run, capsys):
 def test_resume_with_the_adaptive_drafter_reproduces_the_uninterrupted_run(setup, tmp_path, monkeypatch):
     # "auto" (the default) keeps cross-step state in its suffix drafter and its strategy (acceptance, bandit):
     # the checkpoint must carry both; its deterministic mode makes the run a pure function of the seeds
-    args = {"rollout.spec.method": "auto", "rollout.spec.adaptive_mode": "deterministic"}
+    args = {"rollout.spec.method": "auto", "rollout.spec.auto.mode": "deterministic"}
     straight = tmp_path / "straight"
     assert main(overrides(*setup, straight, **args)) == 0
     out = tmp_path / "resumed"
