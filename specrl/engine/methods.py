@@ -8,7 +8,7 @@ so light commands (e.g. `specrl simulate`) read the names without importing torc
 """
 from __future__ import annotations
 
-from dataclasses import InitVar, dataclass, field
+from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Protocol
 
@@ -116,13 +116,13 @@ class SpecConfig:
 
     def __post_init__(self, *old):
         given = {k: v for k, v in zip(OLD_FLAT_KEYS, old) if v is not None}
-        for name, cls in self.sections().items():
+        options = {}
+        for name, cls in self.sections().items():  # a mapping, an instance or nothing: its dataclass
             own = self.options.get(name) or {}
             own = own if isinstance(own, cls) else cls(**own)
-            for key, new in cls.OLD_KEYS.items():
-                if key in given:
-                    setattr(own, new, given[key])
-            self.options[name] = own
+            moved = {new: given[key] for key, new in cls.OLD_KEYS.items() if key in given}
+            options[name] = replace(own, **moved) if moved else own  # never edits a caller's instance
+        self.options = {**self.options, **options}  # a name without options stays, for validate's error
         self.validate()  # also when built in Python, LLM(spec=SpecConfig(...))
 
     @classmethod
