@@ -32,7 +32,7 @@ def test_bench_spec_quick_runs_a_small_workload(capsys):
     assert main(["bench", "spec", "--quick", "--methods", "ngram"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [(r["method"], r["batch_size"]) for r in rows] == [("ngram", 1), ("ngram", 4)]
-    from specrl.train.config import TrainConfig
+    from specrl.config.run import TrainConfig
     assert {r["k"] for r in rows} == {TrainConfig().rollout.spec.num_speculative_tokens}  # train's k, left out
 
 

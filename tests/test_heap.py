@@ -45,10 +45,10 @@ def test_the_trainer_trims_before_each_micro_batch_of_a_large_model_only_and_the
 
     import torch
     from specrl import LLM, SamplingParams
-    from specrl.train import trainer as trainer_mod
+    from specrl.trainer import trainer as trainer_mod
     from specrl.engine import llm as llm_mod
     from tests.helpers import tiny_model
-    from tests.train.test_trainer import _rollouts, _trainer
+    from tests.trainer.test_trainer import _rollouts, _trainer
     calls = []
     model = tiny_model(seed=2)
     batch = _rollouts(model)

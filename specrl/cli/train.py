@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..config import ConfigError, load_config
 from ..config.files import argv_overrides
-from ..train.config import TrainConfig
+from ..config.run import TrainConfig
 
 # `max_steps=N` is what people type; it means `schedule.max_steps=N`
 SHORTCUTS = {"max_steps": "schedule.max_steps", "eval_every": "schedule.eval_every",

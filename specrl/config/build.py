@@ -35,17 +35,28 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
     Renamed keys are declared only in two class-level tables of ``cls``: ``MOVED`` (old key -> the dotted key
     that replaced it, from the root, or from ``cls`` when it starts with ".") and ``REMOVED`` (old key -> why
     it went and what to do instead). An old key in ``data`` is a ConfigError that says so.
+
+    A class whose sub-sections are known only at run time (`SpecConfig`: each drafter method's options, by
+    method name) names them in ``sections()`` (name -> dataclass) and the dict field that holds them in
+    ``SECTIONS_FIELD``; its ``renamed()`` (old key -> new dotted keys below ``cls``) lists keys that still
+    work for one release, each moved to its new place with a one-line note (config/renamed.py).
     """
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"from_dict expects a dataclass type, got {cls!r}")
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path or '<root>'}: expected a mapping for {cls.__name__}, got {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    sections = cls.sections() if hasattr(cls, "sections") else {}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.name != getattr(cls, "SECTIONS_FIELD", None)}
+    data = _move_old_keys(cls, data, path)  # the whole tree's, before defaults fill the new keys
     for key in data:
-        _check_key(cls, str(key), data[key], list(fields), path)
+        if key not in sections:
+            _check_key(cls, str(key), data[key], list(fields) + list(sections), path)
     hints = typing.get_type_hints(cls)
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for name, value in data.items():
+        if name in sections:
+            kwargs.setdefault(cls.SECTIONS_FIELD, {})[name] = _coerce(sections[name], value, _join(path, name))
+            continue
         f = fields[name]
         default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
         if isinstance(value, Mapping) and dataclasses.is_dataclass(default):
@@ -55,6 +66,35 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
         if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"missing required config key '{_join(path, name)}' for {cls.__name__}")
     return cls(**kwargs)
+
+
+def _move_old_keys(cls: type, data: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """``data`` with the renamed keys of every class in the tree of ``cls`` moved to their new places."""
+    out = _move_renamed(data, cls.renamed(), path) if hasattr(cls, "renamed") else dict(data)
+    hints = typing.get_type_hints(cls)
+    for name, value in out.items():
+        options = [a for a in typing.get_args(hints.get(name)) if a is not type(None)] or [hints.get(name)]
+        if isinstance(value, Mapping) and len(options) == 1 and dataclasses.is_dataclass(options[0]):
+            out[name] = _move_old_keys(options[0], value, _join(path, name))
+    return out
+
+
+def _move_renamed(data: Mapping[str, Any], renamed: Mapping[str, tuple[str, ...]], path: str) -> dict[str, Any]:
+    """``data`` with each old key of ``renamed`` set at its new dotted places (unless set there already), and
+    one note per old key on stderr."""
+    from .renamed import note
+    out = dict(data)
+    for old in [k for k in data if k in renamed]:
+        value, new = out.pop(old), renamed[old]
+        note("specrl", _join(path, old), [_join(path, n) for n in new])
+        for dotted in new:
+            *parents, leaf = dotted.split(".")
+            node = out
+            for part in parents:
+                node[part] = dict(node.get(part) or {})
+                node = node[part]
+            node.setdefault(leaf, value)
+    return out
 
 
 def _check_key(cls: type, key: str, value: Any, valid: list[str], path: str) -> None:
@@ -189,7 +229,9 @@ _SCALARS: dict[type, tuple[Callable[[Any], Any], str]] = {
 def to_dict(obj: Any) -> Any:
     """Plain YAML-safe data (dicts, lists, scalars) from a dataclass tree."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        sections = getattr(obj, "SECTIONS_FIELD", None)  # its sections are written as its own keys
+        out = {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != sections}
+        return {**out, **to_dict(getattr(obj, sections))} if sections else out
     if isinstance(obj, Mapping):
         return {k: to_dict(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

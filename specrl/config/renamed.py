@@ -1,6 +1,7 @@
-"""Old spellings of command-line options, kept for one release: each is read as its new name, with a one-line
-note on stderr that names the new one. The commands share one convention (`--model` a checkpoint, `--out` what
-the command writes, `--method` the SD method, `--prompts` a file), and these tables say what was renamed."""
+"""Old spellings of command-line options and config keys (config/build.py), kept for one release: each is read
+as its new name, with a one-line note on stderr that names the new one. The commands share one convention
+(`--model` a checkpoint, `--out` what the command writes, `--method` the SD method, `--prompts` a file), and
+these tables say what was renamed."""
 from __future__ import annotations
 
 import sys
@@ -20,7 +21,12 @@ def rename(argv: list[str], renamed: Mapping[str, str], prog: str) -> list[str]:
         if key not in noted:
             noted.add(key)
             old_form, new_form = (key, new) if key.startswith("--") else (f"{key}=", f"{new}=")
-            print(f"{prog}: note: {old_form} is now {new_form}; the old spelling goes in the next release",
-                  file=sys.stderr)
+            note(prog, old_form, [new_form])
         out.append(f"{new}{sep}{value}")
     return out
+
+
+def note(prog: str, old: str, new: list[str]) -> None:
+    """The one-line note of an old spelling still read (a command-line option, a config key)."""
+    print(f"{prog}: note: {old} is now {' and '.join(new)}; the old spelling goes in the next release",
+          file=sys.stderr)

@@ -1,6 +1,7 @@
 """Everything about drafters: each method is one class in its own folder, listed once in registry.py.
 
     registry.py   name -> "specrl.drafters.<m>.method:<Class>", imported when first asked for (torch-free list)
+    base.py       what the classes share: Drafting, ModelFree (ngram, suffix), WithWeights (checkpoint or cold start)
     <m>/method.py the method's class: engine build, cold start, training members, save, vLLM config and refit,
                   simulator cost; torch-free at import, each member imports what it runs
     eagle3/       drafter.py (the engine's Drafter), head.py (the EAGLE-3 head, its checkpoint), train.py
@@ -19,5 +20,5 @@
 
 The settings (`SpecConfig`) and what the engine asks of a method (`DrafterMethod`) live in the engine core
 (`specrl.engine.methods`); importing specrl hands it this registry's lookup, so the engine never imports this
-package, and `specrl.train` imports nothing from it.
+package, and `specrl.trainer` imports nothing from it.
 """

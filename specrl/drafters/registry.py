@@ -5,11 +5,11 @@ this module, which hands its lookup to the engine (engine/methods.py `use_regist
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Protocol
 
 from ..engine.methods import DrafterMethod, use_registry
+from ..registry import load
 
 REGISTRY: dict[str, str] = {
     "draft_model": "specrl.drafters.draft_model.method:DraftModel",
@@ -62,8 +62,7 @@ def get_method(name: str | None) -> DrafterMethod:
         raise ValueError(f"unknown speculative method {name!r}; valid: {list(REGISTRY)} (or method=None to "
                          "turn SD off)")
     if name not in _loaded:
-        module, cls = REGISTRY[name].split(":")
-        _loaded[name] = getattr(importlib.import_module(module), cls)()
+        _loaded[name] = load(REGISTRY[name])()
     return _loaded[name]
 
 

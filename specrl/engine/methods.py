@@ -8,9 +8,9 @@ so light commands (e.g. `specrl simulate`) read the names without importing torc
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 from ..errors import require
 
@@ -23,6 +23,8 @@ SHIPPED_DRAFTERS_DIR = Path(__file__).resolve().parents[1] / "tasks" / "assets" 
 
 SCRATCH = "scratch"  # cold start: spec.draft_model="scratch" builds the drafter from the policy
 ADAPTIVE_MODES = ("measured", "deterministic")
+# SpecConfig's flat keys before each method had its options, in the order of its InitVars (one release)
+OLD_FLAT_KEYS = ("ngram_min", "ngram_max", "suffix_scale", "drafters", "adaptive_mode", "cost_profile")
 
 
 class DrafterMethod(Protocol):
@@ -32,6 +34,7 @@ class DrafterMethod(Protocol):
     trainable: bool  # has weights: a checkpoint, a cold start, training, export, refit
     adaptive: bool  # chooses among other methods' drafters per step instead of drafting itself
     defers: bool  # "auto" may defer its observations while it is idle (engine/pool.py Deferred)
+    options: type | None  # its own options dataclass (`rollout.spec.<name>`), or None
 
     def engine_drafting(self, spec: "SpecConfig", target, num_slots: int, max_len: int): ...  # (pool, strategy)
 
@@ -90,42 +93,62 @@ class SpecConfig:
     method: str | None = None  # None turns SD off
     num_speculative_tokens: int = 4  # k
     draft_model: str | None = None  # checkpoint dir for draft_model / eagle3 (None: the embedded default)
-    ngram_min: int = 2  # shortest suffix an n-gram/suffix match must have
-    ngram_max: int = 8  # longest suffix the n-gram drafter tries
-    suffix_scale: float = 1.0  # suffix drafter: draft up to scale * match_length tokens (capped at k)
-    # "auto" (the adaptive engine, engine/adaptive/): the drafters it chooses among per sequence and step;
-    # one that cannot be built here (no checkpoint) is left out with a warning, none at all is an error
-    drafters: tuple[str, ...] = ("suffix", "ngram", "eagle3")
-    # "auto": "measured" fits its cost model to this engine's step timings; "deterministic" freezes it (from
-    # `cost_profile`, else counted work), so a seeded run repeats token for token (README, the two modes)
-    adaptive_mode: str = "measured"
-    cost_profile: str | None = None  # a cost model saved as JSON (`specrl bench adaptive --save-profile`)
+    # each method's own options by its name (`rollout.spec.ngram.max=8`, `spec.options["ngram"].max`): the
+    # dataclass its class declares (`options`, drafters/<m>/method.py), defaults for those not given
+    options: dict[str, Any] = field(default_factory=dict)
+    SECTIONS_FIELD: ClassVar[str] = "options"
+    # the flat keys those options replaced, read for one release (their method's `options.OLD_KEYS`)
+    ngram_min: InitVar[int | None] = None
+    ngram_max: InitVar[int | None] = None
+    suffix_scale: InitVar[float | None] = None
+    drafters: InitVar[tuple[str, ...] | None] = None
+    adaptive_mode: InitVar[str | None] = None
+    cost_profile: InitVar[str | None] = None
 
     # keys that no longer exist and what replaced them, for a clear error on an old config
     REMOVED = {
         "auto_max_batch": "'auto' no longer turns SD off above a fixed batch size: its cost model, measured on "
                           "this machine during the run, decides per step whether drafting pays (see rollout.spec."
-                          "adaptive_mode); delete the key",
-        "auto_methods": "'auto' now chooses per sequence among `drafters` (default suffix, ngram, eagle3): rename "
-                        "auto_methods to drafters",
+                          "auto.mode); delete the key",
+        "auto_methods": "'auto' now chooses per sequence among `auto.drafters` (default suffix, ngram, eagle3): "
+                        "rename auto_methods to auto.drafters",
     }
 
-    def __post_init__(self):
+    def __post_init__(self, *old):
+        given = {k: v for k, v in zip(OLD_FLAT_KEYS, old) if v is not None}
+        options = {}
+        for name, cls in self.sections().items():  # a mapping, an instance or nothing: its dataclass
+            own = self.options.get(name) or {}
+            own = own if isinstance(own, cls) else cls(**own)
+            moved = {new: given[key] for key, new in cls.OLD_KEYS.items() if key in given}
+            options[name] = replace(own, **moved) if moved else own  # never edits a caller's instance
+        self.options = {**self.options, **options}  # a name without options stays, for validate's error
         self.validate()  # also when built in Python, LLM(spec=SpecConfig(...))
 
+    @classmethod
+    def sections(cls) -> dict[str, type]:
+        """Method name -> its options dataclass, for the methods that have one."""
+        return {n: get_method(n).options for n in method_names() if get_method(n).options is not None}
+
+    @classmethod
+    def renamed(cls) -> dict[str, tuple[str, ...]]:
+        """Old flat key -> the option keys it sets now ("ngram_max" -> ("ngram.max", "suffix.max"))."""
+        out: dict[str, tuple[str, ...]] = {}
+        for name, options in cls.sections().items():
+            for old, new in options.OLD_KEYS.items():
+                out[old] = out.get(old, ()) + (f"{name}.{new}",)
+        return out
+
     def validate(self) -> None:
-        methods, drafting = method_names(), drafting_methods()
+        methods = method_names()
         require(self.method is None or self.method in methods, "method", self.method,
                 f"one of {list(methods)}", "or method=None to turn SD off")
-        require(self.adaptive_mode in ADAPTIVE_MODES, "adaptive_mode", self.adaptive_mode,
-                f"one of {list(ADAPTIVE_MODES)}")
-        require(bool(self.drafters) and all(d in drafting for d in self.drafters), "drafters",
-                list(self.drafters), f"at least one of {list(drafting)} (the drafters 'auto' can choose "
-                "among), each")
         require(1 <= self.num_speculative_tokens <= MAX_SPEC_TOKENS, "num_speculative_tokens",
                 self.num_speculative_tokens, f"in [1, {MAX_SPEC_TOKENS}]")
-        require(1 <= self.ngram_min <= self.ngram_max, "ngram_min", self.ngram_min,
-                f"in [1, ngram_max={self.ngram_max}]")
+        require(set(self.options) <= set(self.sections()), "options", sorted(self.options),
+                f"options of {sorted(self.sections())}", "each key is a method with options of its own")
+        for options in self.options.values():
+            options.validate()
 
     @property
     def enabled(self) -> bool:
@@ -136,10 +159,11 @@ def model_method(spec: SpecConfig, what: str = "draft_model='scratch'") -> str:
     """The model drafter `spec` runs ("auto" resolves to the drafter it wraps); an error for model-free ones.
     Here, torch-free, so that config validation (rollout.drafter.online) reads it without the drafters."""
     method, adaptive, trainable = spec.method, is_adaptive(spec.method), trainable_methods()
+    drafters = spec.options[spec.method].drafters if adaptive else ()
     if adaptive:
-        method = next((d for d in spec.drafters if d in trainable), None)
+        method = next((d for d in drafters if d in trainable), None)
     if method not in trainable:
-        over = f" ({spec.method} over {list(spec.drafters)})" if adaptive else ""
+        over = f" ({spec.method} over {list(drafters)})" if adaptive else ""
         raise ValueError(f"{what} needs a model drafter, but method={spec.method!r}{over} has no weights: use "
                          f"method in {list(trainable)} (or add one to drafters, e.g. drafters=('suffix', "
                          f"'eagle3')), or drop {what}")

@@ -48,7 +48,7 @@ class CausalLM(nn.Module):
         keys/values are written at (slot, position) and attention reads the cache. `logits_index` [B, N]
         selects the time steps whose logits are computed (saves the lm_head on prompt tokens). `segments`
         (training, no cache): input_ids [1, T] holds rows of these lengths back to back, each attending only
-        to itself, its positions restarting at 0 (padding-free training, specrl.train.batch)."""
+        to itself, its positions restarting at 0 (padding-free training, specrl.trainer.batch)."""
         B, T = input_ids.shape
         if segments is not None and positions is None:
             positions = packed_positions(segments, input_ids.device)  # [1, T]

@@ -19,7 +19,7 @@ import warnings
 import torch
 
 from ..engine.llm import GenerationCancelled
-from ..train.config import TrainConfig
+from ..config.run import TrainConfig
 from .progress import StepProgress
 from .run_dir import RunDir
 from .seam import Learner, NamedTensors

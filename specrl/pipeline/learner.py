@@ -1,5 +1,5 @@
-"""The in-process learner: the policy trainer (specrl.train) and the online drafter trainer
-(specrl.drafters) behind the pipeline's `Learner` protocol, so that specrl.train imports no drafter code.
+"""The in-process learner: the policy trainer (specrl.trainer) and the online drafter trainer
+(specrl.drafters) behind the pipeline's `Learner` protocol, so that specrl.trainer imports no drafter code.
 
 With `rollout.drafter.online` the policy update's forward captures the drafter's inputs (`forward_hook`) and
 an `OnlineDrafterTrainer` distils them into its copy of the drafter, which the pipeline hot-swaps into the
@@ -17,12 +17,12 @@ from ..audit import AuditRows, LearnerAudit
 from ..drafters.training.capture import DrafterBatch
 from ..drafters.training.online import OnlineDrafterTrainer
 from ..model import CausalLM, load_model, save_model
-from ..train.precision import master_dtype
+from ..trainer.precision import master_dtype
 from ..state_files import has_state, load_state, save_state
-from ..train.batch import TrainBatch
-from ..train.checkpoint import TRAINER_STATE
-from ..train.config import TrainConfig
-from ..train.trainer import PolicyTrainer
+from ..trainer.batch import TrainBatch
+from ..trainer.checkpoint import TRAINER_STATE
+from ..config.run import TrainConfig
+from ..trainer.trainer import PolicyTrainer
 
 DRAFTER_TRAINER_STATE = "drafter_trainer"
 

@@ -14,7 +14,7 @@ from ..drafters.weights import check_fits, drafter_module, drafter_version, load
 from ..engine import LLM, RequestOutput, SamplingParams
 from ..engine.drafting import Stateful
 from ..model import CausalLM
-from ..train.config import TrainConfig
+from ..config.run import TrainConfig
 from .seam import NamedTensors
 
 

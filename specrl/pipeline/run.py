@@ -8,18 +8,19 @@ import torch
 
 from ..audit import SamplerAlarm
 from ..config import ConfigError, dump_yaml
+from ..config.run import TrainConfig
 from ..drafters.training.health import DrafterHealth
 from ..engine.methods import trainable_methods
 from ..model import resolve_dtype
 from ..model.checkpoint import read_config
-from ..train.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
-from ..train.config import TrainConfig
-from ..train.data import Example, PromptEncoder, PromptSource, build_sources
-from ..train.precision import resolve_precision
-from ..train.rewards import get_reward
+from ..registry import load
+from ..trainer.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
+from ..trainer.data import Example, PromptEncoder, PromptSource, build_sources
+from ..trainer.precision import resolve_precision
+from ..trainer.rewards import REWARDS, get_reward
 from .progress import StepProgress
 from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
-from .seam import (IN_PROCESS_ENGINE, IdleWork, OnlineDrafter, SharedPolicy, SpecFallback, get_backend, lacks, load,
+from .seam import (IN_PROCESS_ENGINE, IdleWork, OnlineDrafter, SharedPolicy, SpecFallback, get_backend, lacks,
                    require)
 from .steps import SAMPLER_STATE, LearnerSide, Parts, RolloutSide
 
@@ -86,7 +87,10 @@ def train(cfg: TrainConfig) -> dict:
         torch.set_num_threads(cfg.num_threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    get_reward(cfg.reward.name)  # bad names and bad data fail before the run directory is touched
+    # bad names and bad data fail before the run directory is touched
+    if cfg.reward.name not in REWARDS:
+        raise ConfigError(f"reward.name={cfg.reward.name!r} is invalid: expected one of {REWARDS.names}; register "
+                          "a new one with specrl.trainer.rewards.register_reward")
     backend_row = get_backend(cfg.pipeline.backend)
     if backend_row.check is not None:
         load(backend_row.check)()  # e.g. without Ray: how to install it

@@ -5,7 +5,7 @@
     eval.jsonl        one row per held-out evaluation
     tb/               TensorBoard events (if tensorboard is installed)
     plots/*.png       reward/accuracy, acceptance length, step-time breakdown (if matplotlib is installed)
-    checkpoints/      see specrl.train.checkpoint
+    checkpoints/      see specrl.trainer.checkpoint
     rollout_trace.jsonl     with rollout.trace=true: one engine-trace row per engine step, tagged rl_step
     rollout_workload.jsonl  with rollout.trace=true: each step's prompt/response lengths and CPU times
     precision.json    with dtype auto: the dtype chosen and the probe's figures (specrl/model/precision.py)

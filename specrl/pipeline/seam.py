@@ -8,8 +8,6 @@ paths, imported only when that backend is built.
 """
 from __future__ import annotations
 
-import functools
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
@@ -20,7 +18,7 @@ from ..audit import AuditRows
 from ..config import ConfigError
 from ..engine import RequestOutput, SamplingParams
 from ..model import CausalLM
-from ..train.batch import TrainBatch
+from ..trainer.batch import TrainBatch
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
@@ -164,14 +162,6 @@ def get_backend(name: str) -> Backend:
     if name not in BACKENDS:
         raise ConfigError(f"pipeline.backend={name!r} is not a backend; valid: {sorted(BACKENDS)}")
     return BACKENDS[name]
-
-
-def load(target: str | Callable) -> Callable:
-    """The object a "module:attribute.attribute" path names (a callable passes through)."""
-    if callable(target):
-        return target
-    module, _, attrs = target.partition(":")
-    return functools.reduce(getattr, attrs.split("."), importlib.import_module(module))
 
 
 # counters a backend's stats() may add that the metrics row carries: a Ray backend's weight broadcast time

@@ -18,12 +18,12 @@ from ..audit import AuditRows, SamplerAlarm, StepEvidence, choose_groups, group_
 from ..drafters.training.health import DrafterHealth
 from ..engine import SamplingParams
 from ..rl import compute_advantages
-from ..train.checkpoint import latest_checkpoint, save_checkpoint
-from ..train.config import TrainConfig
-from ..train.data import Example, PromptEncoder, PromptSource, step_seed
-from ..train.rewards import RewardFn
-from ..train.batch import collate
-from ..train.trainer import NonFiniteLossError
+from ..trainer.checkpoint import latest_checkpoint, save_checkpoint
+from ..config.run import TrainConfig
+from ..trainer.data import Example, PromptEncoder, PromptSource, step_seed
+from ..trainer.rewards import RewardFn
+from ..trainer.batch import collate
+from ..trainer.trainer import NonFiniteLossError
 from .progress import StepProgress
 from .run_dir import SAMPLES_FILE, TIME_KEYS, RunDir
 from .seam import ROW_STATS, Learner, RolloutBackend, RunStopped, group_version

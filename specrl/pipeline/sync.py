@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from ..train.config import TrainConfig
+from ..config.run import TrainConfig
 from .progress import StepProgress
 from .run_dir import RunDir
 from .steps import (Parts, checked, finish_step, generate_rollouts, learn, row_times, run_eval, sync_drafter,

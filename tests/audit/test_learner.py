@@ -13,8 +13,8 @@ from specrl.engine.sampler import target_probs
 from specrl.audit import AuditRows, LearnerAudit, StepAudit, TokenScorer, group_rows, score_completions, step_evidence
 from specrl.audit.learner import FIRST_TOKENS, ForwardBudget, cut_rows
 from specrl.pipeline.learner import LocalLearner
-from specrl.train.config import AlgorithmConfig, OptimConfig
-from specrl.train.trainer import PolicyTrainer, collate
+from specrl.config.run import AlgorithmConfig, OptimConfig
+from specrl.trainer.trainer import PolicyTrainer, collate
 from tests.helpers import tiny_model
 
 

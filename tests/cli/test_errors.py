@@ -11,7 +11,7 @@ import torch
 from specrl.model import save_model
 
 from specrl.cli.main import main
-from specrl.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from specrl.trainer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tests.helpers import save_tiny, tiny_model
 from tests.pipeline.fixtures import make_setup, overrides
 

@@ -15,11 +15,11 @@ from specrl.model import CausalLM, save_model
 
 
 def _ngram(model, tmp_path):
-    return model, SpecConfig(method="ngram", num_speculative_tokens=4, ngram_min=1)
+    return model, SpecConfig(method="ngram", num_speculative_tokens=4, options={"ngram": {"min": 1}})
 
 
 def _suffix(model, tmp_path):
-    return model, SpecConfig(method="suffix", num_speculative_tokens=4, ngram_min=1)
+    return model, SpecConfig(method="suffix", num_speculative_tokens=4, options={"suffix": {"min": 1}})
 
 
 def _auto(model, tmp_path):
@@ -32,9 +32,10 @@ def _auto(model, tmp_path):
         cost = CostModel(model.config.num_params, {"suffix": 0, "ngram": 0, "eagle3": 0}, deterministic=True)
         cost.target.prior = [1.0, 1e-6, 0.0]  # a forward costs the same whatever it verifies
         profile.write_text(json.dumps(cost.state_dict()))
-    return model, SpecConfig(method="auto", num_speculative_tokens=4, ngram_min=1, draft_model=eagle.draft_model,
-                             drafters=("suffix", "ngram", "eagle3"), adaptive_mode="deterministic",
-                             cost_profile=str(profile))
+    return model, SpecConfig(method="auto", num_speculative_tokens=4, draft_model=eagle.draft_model,
+                             options={"ngram": {"min": 1}, "suffix": {"min": 1},
+                                      "auto": {"drafters": ("suffix", "ngram", "eagle3"), "mode": "deterministic",
+                                               "cost_profile": str(profile)}})
 
 
 def _draft_model(model, tmp_path):

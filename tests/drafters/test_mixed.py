@@ -52,7 +52,7 @@ class RandomMix(Strategy):
 def mixed_llm(model, tmp_path, max_num_seqs, seed=0):
     from tests.drafters.factories import _eagle3
     _, eagle = _eagle3(model, tmp_path)
-    spec = SpecConfig(ngram_min=1, num_speculative_tokens=4)
+    spec = SpecConfig(num_speculative_tokens=4, options={"ngram": {"min": 1}, "suffix": {"min": 1}})
     max_len = model.config.max_position_embeddings
     pool = DrafterPool({"suffix": SuffixDrafter(spec, "cpu"), "ngram": NgramDrafter(spec, "cpu"),
                         "eagle3": build_drafter(eagle, model, max_num_seqs, max_len),

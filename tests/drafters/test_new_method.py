@@ -1,7 +1,9 @@
 """A new speculative method is one class and one registry line: a toy method defined here, with no edit outside
 this file, runs through `LLM` (greedy and sampled, lossless), `specrl train`, and vLLM's method mapping (which
-it refuses, naming the methods that run)."""
+it refuses, naming the methods that run), its own options under `rollout.spec.fixed`."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pytest
 
@@ -38,15 +40,25 @@ class FixedDrafter:
         pass
 
 
+@dataclass
+class FixedOptions:
+    token: int = FIXED  # the token it proposes
+    OLD_KEYS = {}  # no flat keys of its own before
+
+    def validate(self) -> None:
+        assert self.token >= 0
+
+
 class Fixed:
     name = "fixed"
     trainable, adaptive, defers = False, False, False
+    options = FixedOptions
 
     def engine_drafting(self, spec, target, num_slots, max_len):
         return static_drafting(self, spec, target, num_slots, max_len)
 
     def build(self, spec, target, num_slots, max_len):
-        return FixedDrafter(FIXED)
+        return FixedDrafter(spec.options[self.name].token)
 
     def vllm_config(self, spec, ctx):
         raise UnsupportedMethod("vLLM has no fixed-token proposer")
@@ -70,7 +82,8 @@ def fixed():
 
 def test_registering_adds_the_name_everywhere_and_unregistering_removes_it(fixed):
     assert fixed.name == "fixed" and "fixed" in methods.METHODS and "fixed" not in METHODS  # METHODS: read before
-    SpecConfig(method="auto", drafters=("suffix", "fixed"))  # "auto" can choose it: it drafts itself
+    SpecConfig(method="auto", options={"auto": {"drafters": ("suffix", "fixed")}})  # "auto" can choose it
+    assert SpecConfig(method="fixed").options["fixed"] == FixedOptions(FIXED)
     registry.unregister("fixed")
     with pytest.raises(ValueError, match=r"method='fixed' is invalid: expected one of \['draft_model'"):
         SpecConfig(method="fixed")
@@ -104,9 +117,12 @@ def test_a_train_step_runs_with_it(fixed, tmp_path):
     from tests.pipeline.fixtures import make_setup, overrides
     model, data = make_setup(tmp_path / "tiny")
     out = tmp_path / "run"
-    assert main(overrides(model, data, out, **{"rollout.spec.method": "fixed", "schedule.max_steps": 1})) == 0
+    assert main(overrides(model, data, out, **{"rollout.spec.method": "fixed", "rollout.spec.fixed.token": FIXED,
+                                                   "schedule.max_steps": 1})) == 0
     rows = read_jsonl(out / "metrics.jsonl")
     assert len(rows) == 1 and rows[0]["acceptance_length"] >= 1.0
+    import yaml
+    assert yaml.safe_load((out / "config.yaml").read_text())["rollout"]["spec"]["fixed"] == {"token": FIXED}
 
 
 def test_vllm_refuses_it_and_names_what_runs(fixed, tmp_path):

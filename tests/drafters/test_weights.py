@@ -72,7 +72,7 @@ def test_swap_mid_generation_is_lossless(method):
 def _captured(model, prompts, outs, layers):
     """The policy's forward over its own greedy outputs, as the policy trainer's forward hook would hand it over."""
     from specrl.drafters.training.capture import Capture
-    from specrl.train.trainer import ForwardInfo, collate
+    from specrl.trainer.trainer import ForwardInfo, collate
     responses = [o.outputs[0].token_ids for o in outs]
     batch = collate(prompts, responses, [o.outputs[0].logprobs for o in outs], torch.zeros(len(prompts)), 0)
     hook = Capture(layers)
@@ -85,7 +85,7 @@ def _captured(model, prompts, outs, layers):
 @pytest.mark.parametrize("method", METHODS)
 def test_online_trained_weights_swapped_in_raise_acceptance(method):
     from specrl.drafters.training.online import OnlineDrafterTrainer
-    from specrl.train.config import DrafterConfig
+    from specrl.config.rollout import DrafterConfig
     model = tiny_model(seed=3, vocab=32, hidden=48, layers=3, max_pos=40, scale=2.0)
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     inner = _engine_drafter(method, model)

@@ -6,7 +6,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from specrl.train.rewards import REWARDS, register_reward
+from specrl.trainer.rewards import REWARDS, register_reward
 from tests.helpers import save_tiny
 
 TIMING_KEYS = {"rollout_s", "reward_s", "train_s", "sync_s", "step_s", "gen_tokens_per_s", "eval_s", "wait_rollout_s",

@@ -13,8 +13,8 @@ import specrl.pipeline.steps as steps
 from specrl.pipeline.run import build_parts
 from specrl.pipeline.steps import generate_rollouts
 from specrl.rl import POLICY_LOSSES
-from specrl.train.checkpoint import checkpoint_paths
-from specrl.train.data import build_sources
+from specrl.trainer.checkpoint import checkpoint_paths
+from specrl.trainer.data import build_sources
 from specrl.cli.train import build_config, main
 from specrl.model import load_model
 from tests.helpers import weights_equal
@@ -184,7 +184,7 @@ def test_stage_threads_split_the_cores_and_warn_past_them(caplog):
     import logging
 
     from specrl.pipeline.asynchronous import stage_threads
-    from specrl.train.config import TrainConfig
+    from specrl.config.run import TrainConfig
     cfg = TrainConfig()
     cfg.pipeline.rollout_threads, cfg.pipeline.train_threads = 1, 1
     with caplog.at_level(logging.INFO, logger="specrl.pipeline.asynchronous"):

@@ -16,7 +16,7 @@ from specrl.cli.train import main
 from specrl.pipeline.run_dir import read_jsonl
 from specrl.pipeline.seam import RunStopped
 from specrl.pipeline.steps import SAMPLER_STATE, audit_rows, check_sampler
-from specrl.train.config import TrainConfig
+from specrl.config.run import TrainConfig
 from tests.pipeline.fixtures import make_setup, overrides
 
 

@@ -4,8 +4,8 @@ import torch
 
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.rl import compute_advantages
-from specrl.train.config import AlgorithmConfig, OptimConfig
-from specrl.train.trainer import PolicyTrainer, collate
+from specrl.config.run import AlgorithmConfig, OptimConfig
+from specrl.trainer.trainer import PolicyTrainer, collate
 from tests.helpers import tiny_model
 
 PROMPT, GOOD = [0, 3, 4], 5

@@ -26,7 +26,7 @@ SAME = ("reward_mean", "accuracy", "response_len_p50", "response_len_p99", "gene
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from specrl.train.config import RayConfig
+    from specrl.config.run import RayConfig
     connect(RayConfig(num_cpus=4))
     yield make_setup(tmp_path_factory.mktemp("ray"))
     ray.shutdown()

@@ -6,7 +6,7 @@ import torch
 
 from specrl.config import ConfigError, load_config
 from specrl.pipeline.local import local_backend
-from specrl.train.config import TrainConfig
+from specrl.config.run import TrainConfig
 from tests.helpers import save_tiny
 
 

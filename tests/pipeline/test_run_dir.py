@@ -5,7 +5,7 @@ import pytest
 
 from specrl.errors import UserError
 from specrl.pipeline.run_dir import RunDir, is_run_dir, read_jsonl
-from specrl.train.config import TrainConfig
+from specrl.config.run import TrainConfig
 
 
 def _row(step: int) -> dict:

@@ -12,7 +12,7 @@ from specrl.pipeline.local import LocalBackend
 from specrl.pipeline.run_dir import read_jsonl
 from specrl.pipeline.local import local_backend
 from specrl.pipeline.seam import BACKENDS, RolloutBackend, register_backend
-from specrl.train.checkpoint import CheckpointError, load_checkpoint
+from specrl.trainer.checkpoint import CheckpointError, load_checkpoint
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 
 PROTOCOL = {n for n in vars(RolloutBackend) if not n.startswith("_")} | set(typing.get_type_hints(RolloutBackend))

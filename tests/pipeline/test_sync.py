@@ -16,8 +16,8 @@ from specrl.pipeline.run import train
 from specrl.pipeline.run_dir import read_jsonl
 from specrl.rl import clipped_policy_loss
 from specrl.state_files import load_state
-from specrl.train.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint
-from specrl.train.config import TrainConfig
+from specrl.trainer.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint
+from specrl.config.run import TrainConfig
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 
 REQUIRED = {"step", "reward_mean", "accuracy", "response_len_p50", "response_len_p99", "rollout_s", "reward_s",
@@ -60,7 +60,7 @@ def test_run_dir_has_metrics_evals_and_last_k_checkpoints(straight_run):
 
 
 def test_each_step_logs_sample_completions_with_their_rewards(straight_run):
-    from specrl.train.rewards import get_reward
+    from specrl.trainer.rewards import get_reward
     samples = read_jsonl(straight_run / "samples.jsonl")
     assert [s["step"] for s in samples] == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]  # 3 prompts a step, log_samples=4
     for s in samples:
@@ -173,7 +173,7 @@ def test_out_dir_with_a_run_is_not_overwritten(setup, straight_run, capsys):
 def test_resume_with_the_adaptive_drafter_reproduces_the_uninterrupted_run(setup, tmp_path, monkeypatch):
     # "auto" (the default) keeps cross-step state in its suffix drafter and its strategy (acceptance, bandit):
     # the checkpoint must carry both; its deterministic mode makes the run a pure function of the seeds
-    args = {"rollout.spec.method": "auto", "rollout.spec.adaptive_mode": "deterministic"}
+    args = {"rollout.spec.method": "auto", "rollout.spec.auto.mode": "deterministic"}
     straight = tmp_path / "straight"
     assert main(overrides(*setup, straight, **args)) == 0
     out = tmp_path / "resumed"
@@ -198,7 +198,7 @@ def test_sync_engine_generates_with_the_trainers_own_weights(setup, tmp_path, mo
     engine, an async run or an online drafter (synced into the engine's drafter) keeps its own."""
     from specrl.pipeline.run import build_parts
     from specrl.pipeline.steps import sync_weights
-    from specrl.train.data import build_sources
+    from specrl.trainer.data import build_sources
     cfg = build_config(None, overrides(*setup, tmp_path / "run", **extra))
     parts = build_parts(cfg, setup[0], *build_sources(cfg.data, cfg.seed))
     policy, engine = parts.learner.learner.policy, parts.rollout.backend.llm.model

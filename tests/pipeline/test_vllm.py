@@ -17,8 +17,8 @@ from specrl.pipeline.vllm.build import check_loadable, vllm_backend  # noqa: E40
 from specrl.pipeline.vllm.refit import RefitError  # noqa: E402
 from specrl.rl.logprobs import token_logprobs  # noqa: E402
 from specrl.tasks import default_policy_path, make_problems  # noqa: E402
-from specrl.train.config import TrainConfig  # noqa: E402
-from specrl.train.data import PromptEncoder  # noqa: E402
+from specrl.config.run import TrainConfig  # noqa: E402
+from specrl.trainer.data import PromptEncoder  # noqa: E402
 from tests.pipeline.fixtures import in_process_vllm  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=48)

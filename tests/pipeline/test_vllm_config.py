@@ -10,7 +10,8 @@ import torch
 
 from specrl.cli.main import main as cli_main
 from specrl.engine.methods import METHODS, SpecConfig, get_method
-from specrl.pipeline.seam import get_backend, load
+from specrl.pipeline.seam import get_backend
+from specrl.registry import load
 from specrl.pipeline.vllm.refit import RefitError, checkpoint_layout, fitted
 from specrl.pipeline.vllm.spec import Context, UnsupportedMethod, batch_schedule, speculative_config
 from tests.helpers import save_tiny, tiny_model
@@ -58,7 +59,7 @@ def test_suffix_without_arctic_inference_says_what_to_install(tmp_path, monkeypa
 def test_ngram_and_sd_off_map_onto_vllm_keys(tmp_path):
     ctx = _ctx(tmp_path)
     assert speculative_config(SpecConfig(method=None), ctx) is None
-    got = speculative_config(SpecConfig(method="ngram", num_speculative_tokens=3, ngram_min=2, ngram_max=5), ctx)
+    got = speculative_config(SpecConfig(method="ngram", num_speculative_tokens=3, options={"ngram": {"min": 2, "max": 5}}), ctx)
     assert got == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
 
 

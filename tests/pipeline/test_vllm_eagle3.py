@@ -21,9 +21,9 @@ from specrl.pipeline.learner import LocalLearner  # noqa: E402
 from specrl.pipeline.vllm.build import vllm_backend  # noqa: E402
 from specrl.pipeline.vllm.refit import RefitError  # noqa: E402
 from specrl.tasks import default_policy_path, make_problems  # noqa: E402
-from specrl.train.batch import collate  # noqa: E402
-from specrl.train.config import TrainConfig  # noqa: E402
-from specrl.train.data import PromptEncoder  # noqa: E402
+from specrl.trainer.batch import collate  # noqa: E402
+from specrl.config.run import TrainConfig  # noqa: E402
+from specrl.trainer.data import PromptEncoder  # noqa: E402
 from tests.pipeline.fixtures import in_process_vllm  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=96)

@@ -25,8 +25,8 @@ from specrl.model import load_model  # noqa: E402
 from specrl.pipeline.vllm.build import vllm_backend  # noqa: E402
 from specrl.audit import TokenScorer, score_completions, step_evidence  # noqa: E402
 from specrl.tasks import default_policy_path, make_problems  # noqa: E402
-from specrl.train.config import TrainConfig  # noqa: E402
-from specrl.train.data import PromptEncoder  # noqa: E402
+from specrl.config.run import TrainConfig  # noqa: E402
+from specrl.trainer.data import PromptEncoder  # noqa: E402
 from tests.pipeline.fixtures import in_process_vllm  # noqa: E402
 
 MAX_Z = 4.5

@@ -24,9 +24,9 @@ from specrl.pipeline.learner import LocalLearner  # noqa: E402
 from specrl.pipeline.run_dir import read_jsonl  # noqa: E402
 from specrl.pipeline.seam import BACKENDS, register_backend  # noqa: E402
 from specrl.pipeline.vllm.procs import alive  # noqa: E402
-from specrl.train.checkpoint import checkpoint_paths  # noqa: E402
-from specrl.train.config import TrainConfig  # noqa: E402
-from specrl.train.rewards import REWARDS, register_reward  # noqa: E402
+from specrl.trainer.checkpoint import checkpoint_paths  # noqa: E402
+from specrl.config.run import TrainConfig  # noqa: E402
+from specrl.trainer.rewards import REWARDS, register_reward  # noqa: E402
 from tests.helpers import save_tiny  # noqa: E402
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings  # noqa: E402
 

@@ -10,8 +10,8 @@ import pytest
 
 from specrl.cli.main import main as cli_main
 from specrl.tasks.math_word import make_word_problem, make_word_problems
-from specrl.train.data import read_rows
-from specrl.train.rewards import get_reward
+from specrl.trainer.data import read_rows
+from specrl.trainer.rewards import get_reward
 
 
 def solve(question: str) -> int:

@@ -69,7 +69,7 @@ def test_with_the_prompt_the_whole_worked_solution_is_checked(completion, reward
 
 
 def test_the_named_reward_passes_the_prompt_through():
-    from specrl.train.rewards import get_reward
+    from specrl.trainer.rewards import get_reward
 
     assert get_reward("arith")("1=3\n3=3\n3=3\nA:3", "3", CHASE) == 0.0
     assert get_reward("arith")("1=3\n3=3\nA:3", "3", CHASE) == 1.0

@@ -1,5 +1,5 @@
 """`auto` on vLLM. vLLM runs one drafter for every sequence with a draft length fixed per batch size, so `auto`
-becomes the first of `spec.drafters` this vLLM runs, with a batch-size -> k schedule fitted by specrl's cost
+becomes the first of its `drafters` this vLLM runs, with a batch-size -> k schedule fitted by specrl's cost
 model (`batch_schedule`); no per-sequence drafter or draft length, no refitting."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ AUTO_ACCEPTANCE_PRIOR = 0.7
 
 
 def vllm_config(spec: SpecConfig, ctx) -> dict:
-    skipped = []
-    for name in spec.drafters:
+    skipped, opts = [], spec.options[spec.method]
+    for name in opts.drafters:
         try:
             config = get_method(name).vllm_config(replace(spec, method=name), ctx)
         except UnsupportedMethod as e:
@@ -23,9 +23,9 @@ def vllm_config(spec: SpecConfig, ctx) -> dict:
             continue
         drafter_params = checkpoint_params(config["model"]) if get_method(name).trainable else 0
         schedule = batch_schedule(checkpoint_params(ctx.policy_dir), drafter_params, spec.num_speculative_tokens,
-                                  ctx.max_num_seqs, spec.cost_profile)
+                                  ctx.max_num_seqs, opts.cost_profile)
         return {**config, "num_speculative_tokens_per_batch_size": schedule}
-    raise UnsupportedMethod(f"'auto' found no drafter among {list(spec.drafters)} that this vLLM runs "
+    raise UnsupportedMethod(f"'auto' found no drafter among {list(opts.drafters)} that this vLLM runs "
                             f"({'; '.join(skipped)})")
 
 

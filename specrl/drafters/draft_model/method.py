@@ -4,29 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...engine.methods import SCRATCH, SHIPPED_DRAFTERS_DIR, SpecConfig
+from ...engine.methods import SpecConfig
+from ..base import WithWeights
 
 
-class DraftModel:
+class DraftModel(WithWeights):
     name = "draft_model"
-    trainable, adaptive, defers = True, False, True  # defers: its observe reads each input alone
-
-    @property
-    def shipped_dir(self) -> Path:
-        return SHIPPED_DRAFTERS_DIR / self.name
+    defers = True  # its observe reads each input alone
 
     # ---- the engine
-    def engine_drafting(self, spec: SpecConfig, target, num_slots: int, max_len: int):
-        from ...engine.pool import static_drafting
-        return static_drafting(self, spec, target, num_slots, max_len)
-
-    def build(self, spec: SpecConfig, target, num_slots: int, max_len: int):
-        from ..scratch import cold_start
+    def load(self, draft_model: str | None, target, num_slots: int, max_len: int):
         from .drafter import load_drafter
-        if spec.draft_model == SCRATCH:
-            return cold_start(self, target, num_slots, max_len)
-        return load_drafter(Path(spec.draft_model) if spec.draft_model else self.shipped_dir, target, num_slots,
-                            max_len)
+        return load_drafter(Path(draft_model) if draft_model else self.shipped_dir, target, num_slots, max_len)
 
     @property
     def module_class(self):
@@ -68,9 +57,6 @@ class DraftModel:
     def vllm_config(self, spec: SpecConfig, ctx) -> dict:
         from ..vllm import drafter_dir, k_config
         return {**k_config(spec), "model": str(drafter_dir(spec))}
-
-    def vllm_available(self) -> bool:
-        return True
 
     def vllm_refit(self, model_dir: Path):
         """A function from the draft model's HF-named weights to the tensors to load (checked against its files)."""

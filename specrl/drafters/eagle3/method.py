@@ -5,29 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...engine.methods import SCRATCH, SHIPPED_DRAFTERS_DIR, SpecConfig
+from ...engine.methods import SpecConfig
+from ..base import WithWeights
 
 
-class Eagle3:
+class Eagle3(WithWeights):
     name = "eagle3"
-    trainable, adaptive, defers = True, False, True  # defers: its observe reads each input alone
-
-    @property
-    def shipped_dir(self) -> Path:
-        return SHIPPED_DRAFTERS_DIR / self.name
+    defers = True  # its observe reads each input alone
 
     # ---- the engine
-    def engine_drafting(self, spec: SpecConfig, target, num_slots: int, max_len: int):
-        from ...engine.pool import static_drafting
-        return static_drafting(self, spec, target, num_slots, max_len)
-
-    def build(self, spec: SpecConfig, target, num_slots: int, max_len: int):
-        from ..scratch import cold_start
+    def load(self, draft_model: str | None, target, num_slots: int, max_len: int):
         from .drafter import load_drafter
-        if spec.draft_model == SCRATCH:
-            return cold_start(self, target, num_slots, max_len)
-        path = Path(spec.draft_model) if spec.draft_model else self.shipped_dir
-        return load_drafter(path, spec.draft_model is None, target, num_slots, max_len)
+        path = Path(draft_model) if draft_model else self.shipped_dir
+        return load_drafter(path, draft_model is None, target, num_slots, max_len)
 
     @property
     def module_class(self):
@@ -88,9 +78,6 @@ class Eagle3:
         from .vllm import vllm_export
         from ..vllm import drafter_dir, k_config
         return {**k_config(spec), "model": str(vllm_export(drafter_dir(spec), ctx.policy_dir, ctx.work_dir))}
-
-    def vllm_available(self) -> bool:
-        return True
 
     def vllm_refit(self, model_dir: Path):
         from .vllm import refit_tensors

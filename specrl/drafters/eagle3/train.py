@@ -16,7 +16,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from ...model import load_model, resolve_dtype
 from ...errors import require
-from ...train.trainer import head_chunk_tokens
+from ...trainer.trainer import head_chunk_tokens
 from ..training.cache import data_digest, save, teacher_path
 from ..training.data import (DrafterTrainArgs, Pair, TokenBatch, TopK, fit, index_batches, pad_batch,
                              topk_cross_entropy, topk_probs)

@@ -4,29 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...engine.methods import SCRATCH, SHIPPED_DRAFTERS_DIR, SpecConfig
+from ...engine.methods import SpecConfig
+from ..base import WithWeights
 
 
-class MTP:
+class MTP(WithWeights):
     name = "mtp"
-    # defers=False: its modules read the next inputs, so it observes every step
-    trainable, adaptive, defers = True, False, False
-
-    @property
-    def shipped_dir(self) -> Path:
-        return SHIPPED_DRAFTERS_DIR / self.name
+    defers = False  # its modules read the next inputs, so it observes every step
 
     # ---- the engine
-    def engine_drafting(self, spec: SpecConfig, target, num_slots: int, max_len: int):
-        from ...engine.pool import static_drafting
-        return static_drafting(self, spec, target, num_slots, max_len)
-
-    def build(self, spec: SpecConfig, target, num_slots: int, max_len: int):
-        from ..scratch import cold_start
+    def load(self, draft_model: str | None, target, num_slots: int, max_len: int):
         from .drafter import load_drafter
-        if spec.draft_model == SCRATCH:
-            return cold_start(self, target, num_slots, max_len)
-        return load_drafter(spec.draft_model, self.shipped_dir, target, num_slots, max_len)
+        return load_drafter(draft_model, self.shipped_dir, target, num_slots, max_len)
 
     @property
     def module_class(self):

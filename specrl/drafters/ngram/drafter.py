@@ -28,7 +28,8 @@ class NgramDrafter:
         pass
 
     def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
-        drafts = [ngram_lookup(s.tokens, self.spec.ngram_min, self.spec.ngram_max, ki) if ki > 0 else []
+        opts = self.spec.options["ngram"]
+        drafts = [ngram_lookup(s.tokens, opts.min, opts.max, ki) if ki > 0 else []
                   for s, ki in zip(seqs, k)]
         return pad_proposals(drafts, self.device)
 

@@ -1,18 +1,28 @@
 """`ngram`: prompt lookup (drafter.py). Model-free: no weights, so no cold start, training or export."""
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
+from typing import ClassVar
 
+from ...config.build import require
 from ...engine.methods import SpecConfig
+from ..base import ModelFree
 
 
-class Ngram:
+@dataclass
+class NgramOptions:
+    """`rollout.spec.ngram`: the suffix lengths prompt lookup matches."""
+    min: int = 2  # shortest suffix a match must have
+    max: int = 8  # longest suffix it tries
+    OLD_KEYS: ClassVar[dict[str, str]] = {"ngram_min": "min", "ngram_max": "max"}  # read for one release
+
+    def validate(self) -> None:
+        require(1 <= self.min <= self.max, "ngram.min", self.min, f"in [1, ngram.max={self.max}]")
+
+
+class Ngram(ModelFree):
     name = "ngram"
-    trainable, adaptive, defers = False, False, False
-
-    def engine_drafting(self, spec: SpecConfig, target, num_slots: int, max_len: int):
-        from ...engine.pool import static_drafting
-        return static_drafting(self, spec, target, num_slots, max_len)
+    options = NgramOptions
 
     def build(self, spec: SpecConfig, target, num_slots: int, max_len: int):
         from .drafter import NgramDrafter
@@ -20,13 +30,5 @@ class Ngram:
 
     def vllm_config(self, spec: SpecConfig, ctx) -> dict:
         from ..vllm import k_config
-        return {**k_config(spec), "prompt_lookup_min": spec.ngram_min, "prompt_lookup_max": spec.ngram_max}
-
-    def vllm_available(self) -> bool:
-        return True
-
-    def vllm_refit(self, model_dir: Path) -> None:
-        return None
-
-    def sim_draft_frac(self, head_frac: float) -> float:
-        return 0.0  # CPU work, which the simulator's fitted overheads hold
+        return {**k_config(spec), "prompt_lookup_min": spec.options[self.name].min,
+                "prompt_lookup_max": spec.options[self.name].max}

@@ -3,8 +3,8 @@ rollouts of the same prompt, GRPO siblings still in flight included. q is one-ho
 
 Each running sequence writes its accepted tokens into its prompt's pool (tree.py), where siblings read them
 at once; pools outlive a generate() call, so the next RL step on the same problem starts warm. The draft
-follows the most frequent continuation of the longest matching suffix, up to min(k, ceil(suffix_scale *
-match length)) tokens, nothing when fewer than ngram_min tokens match.
+follows the most frequent continuation of the longest matching suffix, up to min(k, ceil(scale *
+match length)) tokens, nothing when fewer than `min` tokens match (its options, `rollout.spec.suffix`).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ...engine.sequence import Sequence
 from .tree import PromptPool, SuffixStore
 
 # Bounded memory: finished rollouts kept per prompt (GRPO n=8 -> the last two RL steps) and tokens indexed over
-# all prompts; idle prompts are evicted least recent first. A token costs at most `ngram_max` new contexts
+# all prompts; idle prompts are evicted least recent first. A token costs at most `max` new contexts
 # (text that never repeats), far less on repetitive text, so the index's memory is bounded too.
 MAX_ROLLOUTS_PER_PROMPT = 16
 MAX_INDEXED_TOKENS = 200_000
@@ -38,7 +38,8 @@ class SuffixDrafter:
 
     def __init__(self, spec: SpecConfig, device, max_rollouts: int = MAX_ROLLOUTS_PER_PROMPT):
         self.spec, self.device = spec, device
-        self.store = SuffixStore(spec.ngram_max, max_rollouts, MAX_INDEXED_TOKENS)
+        self.opts = spec.options["suffix"]
+        self.store = SuffixStore(self.opts.max, max_rollouts, MAX_INDEXED_TOKENS)
         self.slots: dict[int, _SlotState] = {}
 
     def _sync(self, seq: Sequence) -> _SlotState:
@@ -65,13 +66,13 @@ class SuffixDrafter:
                 self._sync(seq)
 
     def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
-        spec, drafts = self.spec, []
+        opts, drafts = self.opts, []
         for seq, ki in zip(seqs, k):
             if ki <= 0:
                 drafts.append([])
                 continue
             state = self._sync(seq)
-            drafts.append(state.pool.trie.draft(state.tail, ki, spec.ngram_min, spec.suffix_scale, MIN_PATH_PROB))
+            drafts.append(state.pool.trie.draft(state.tail, ki, opts.min, opts.scale, MIN_PATH_PROB))
         return pad_proposals(drafts, self.device)
 
     def state_dict(self) -> dict:

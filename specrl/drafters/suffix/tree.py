@@ -225,7 +225,7 @@ class SuffixStore:
     def load_state_dict(self, state: dict) -> None:
         if int(state["depth"]) != self.depth:
             raise ValueError(f"suffix state has depth {state['depth']} but this drafter matches up to {self.depth} "
-                             "tokens (rollout.spec.ngram_max): resume with the run's own config")
+                             "tokens (rollout.spec.suffix.max): resume with the run's own config")
         self.pools = OrderedDict()
         for entry in state["pools"]:
             key = tuple(entry["prompt"].tolist())

@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple
 
 from torch import Tensor
 
-from ...train.trainer import ForwardInfo
+from ...trainer.trainer import ForwardInfo
 
 LAST = -1  # capture key of the final normed hidden state
 

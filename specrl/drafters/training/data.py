@@ -18,7 +18,7 @@ from torch.nn.utils.rnn import pad_sequence
 from ...batching import length_buckets
 from ...errors import MissingFileError, require, require_min
 from ...optim import OptimSettings, build_optimizer, clock_step, descend
-from ...train.data import PromptEncoder, read_prompts
+from ...trainer.data import PromptEncoder, read_prompts
 
 Pair = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
 

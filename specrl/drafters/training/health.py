@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from ...train.config import HealthConfig  # `rollout.drafter.health`, in the run's config tree
+from ...config.rollout import HealthConfig  # `rollout.drafter.health`, in the run's config tree
 
 
 def drafter_alarm(acceptance: list[float], engine_version: int | None = None, trainer_version: int | None = None,

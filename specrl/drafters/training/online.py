@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from ...engine.methods import SCRATCH, SpecConfig, build_drafter, get_method, model_method, trainable_methods
 from ...optim import build_optimizer, clip_grad
-from ...train.config import DrafterConfig
+from ...config.rollout import DrafterConfig
 from .capture import Capture, DrafterBatch
 from .losses import accepted_mass, forward_kl, restrict_to, reward_weights, weighted_token_mean
 

@@ -1,4 +1,4 @@
-"""`build`: the DrafterPool of `spec.drafters` (those that can be built here) and the AdaptiveStrategy over it
+"""`build`: the DrafterPool of the method's `drafters` option (those that can be built here) and the AdaptiveStrategy over it
 (what method "auto" builds, drafters/auto/method.py)."""
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ def own_params(drafter, target) -> int:
 def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> tuple[DrafterPool, AdaptiveStrategy]:
     if spec.draft_model == SCRATCH:
         model_method(spec)  # scratch needs a model drafter among `drafters`: a clear error otherwise
+    opts = spec.options[spec.method]  # drafters/auto/method.py AutoOptions: drafters, mode, cost_profile
     drafters, missing = {}, {}
-    for name in dict.fromkeys(spec.drafters):
+    for name in dict.fromkeys(opts.drafters):
         try:
             own = dataclasses.replace(spec, method=name, draft_model=spec.draft_model if get_method(name).trainable
                                       else None)  # a checkpoint (or "scratch") is the model drafters'
@@ -36,7 +37,7 @@ def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> tuple[Draft
             missing[name] = str(e)
     if not drafters:
         detail = "; ".join(f"{n}: {msg}" for n, msg in missing.items())
-        raise ValueError(f"method={spec.method!r} chooses among drafters={list(spec.drafters)}, but none of them "
+        raise ValueError(f"method={spec.method!r} chooses among drafters={list(opts.drafters)}, but none of them "
                          f"can be built here: {detail}. Build one (e.g. `specrl train-drafter --method eagle3`), "
                          f"or add a model-free one (suffix, ngram) to drafters")
     for name, msg in missing.items():
@@ -45,10 +46,10 @@ def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> tuple[Draft
     deferred = {n: Deferred(drafters[n]) for n in model_based if get_method(n).defers}  # idle, it costs nothing
     pool = DrafterPool({**drafters, **deferred}, model_based)
     cost = CostModel(target.config.num_params, {n: own_params(d, target) for n, d in drafters.items()},
-                     deterministic=spec.adaptive_mode == "deterministic")
+                     deterministic=opts.mode == "deterministic")
     point = {n for n in drafters if not get_method(n).trainable}
     strategy = AdaptiveStrategy(list(drafters), point, spec.num_speculative_tokens, cost, deferred)
-    path = spec.cost_profile if spec.cost_profile is not None else profile.shipped_path(spec, target)
+    path = opts.cost_profile if opts.cost_profile is not None else profile.shipped_path(spec, target)
     if path is not None and profile.load(strategy, path, target):
         log.info("%s: starts from the profile %s", spec.method, path)
     return pool, strategy

@@ -4,7 +4,7 @@ and draft length that paid before instead of exploring every arm. Every count is
 steps' weight (constants.py PROFILE_*), so the engine's own observations soon outweigh a wrong prior; a
 deterministic engine keeps the cost fits whole (it never refits).
 
-Which profile: `rollout.spec.cost_profile=PATH` (`specrl bench adaptive --save-profile PATH`); else, for the
+Which profile: `rollout.spec.auto.cost_profile=PATH` (`specrl bench adaptive --save-profile PATH`); else, for the
 embedded policy with its shipped drafters, tasks/assets/profiles/auto-DEVICE-DTYPE.json. One measured on
 another model, device or dtype is ignored with a warning that names what differs. A prior only changes which
 drafter drafts how many tokens: every draft is verified exactly.

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ...train.config import RayConfig
+from ...config.run import RayConfig
 
 
 def require_ray():

@@ -1,6 +1,6 @@
 """`RayLearner`: the pipeline's `Learner` over a group of trainer actors (one, or an FSDP2-sharded group).
 
-Every rank gets the whole batch (see specrl.train.fsdp); rank 0 returns the metrics, hands the full
+Every rank gets the whole batch (see specrl.trainer.fsdp); rank 0 returns the metrics, hands the full
 weights to the object store (the drivers pass the reference on: one put per version) and writes the
 checkpoints. The run directory must be reachable from rank 0's node (a shared file system off one machine).
 `TrainerActor` is a plain class, made remote (`connect.placed`) only when Ray is in use: one learner process,
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ...train.config import TrainConfig
+from ...config.run import TrainConfig
 from ..seam import RunStopped, TrainBatch
 from .connect import placed
 from .rollout import WeightsRef
@@ -40,7 +40,7 @@ class TrainerActor:
             from ..learner import LocalLearner
             self.learner = LocalLearner.build(model_dir, cfg, version, tokenizer_dir=tokenizer_dir)
         else:
-            from ...train.fsdp import FSDPLearner, init_process_group
+            from ...trainer.fsdp import FSDPLearner, init_process_group
             init_process_group(self.rank, self.world, master, cfg.device)
             self.learner = FSDPLearner.build(model_dir, cfg, version, tokenizer_dir=tokenizer_dir)
 
@@ -60,7 +60,7 @@ class TrainerActor:
 
 
 class RayLearner:
-    drafter_version = None  # online drafter training runs in-process only (train/config.py refuses it on Ray)
+    drafter_version = None  # online drafter training runs in-process only (config/run.py refuses it on Ray)
 
     def __init__(self, actors: list, version: int, pad_id: int):
         self.actors, self.version, self.pad_id = actors, version, pad_id

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import torch
 
+from ...config.run import TrainConfig
 from ...engine import RequestOutput, SamplingParams
 from ...engine.llm import GenerationCancelled
-from ...train.config import TrainConfig
-from ..seam import IN_PROCESS_ENGINE, NamedTensors, RunStopped, get_backend, group_version, load
+from ...registry import load
+from ..seam import IN_PROCESS_ENGINE, NamedTensors, RunStopped, get_backend, group_version
 from .connect import placed, release
 
 POLL_S = 0.2  # how often a waiting generate() checks for cancel()

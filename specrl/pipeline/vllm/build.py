@@ -10,7 +10,7 @@ from ...config import ConfigError
 from ...engine.memory import parse_bytes
 from ...engine.methods import get_method
 from ...model.precision import FIXED_ENV
-from ...train.config import TrainConfig
+from ...config.run import TrainConfig
 from .backend import VllmBackend
 from .sampler_fix import refusal
 from .sampling import eos_ids

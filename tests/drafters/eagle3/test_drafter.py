@@ -82,6 +82,6 @@ def test_missing_checkpoint_tells_how_to_train(tmp_path):
 
 
 def test_missing_default_head(tmp_path, monkeypatch):
-    monkeypatch.setattr("specrl.drafters.eagle3.method.SHIPPED_DRAFTERS_DIR", tmp_path / "absent")
+    monkeypatch.setattr("specrl.drafters.base.SHIPPED_DRAFTERS_DIR", tmp_path / "absent")
     with pytest.raises(FileNotFoundError, match="embedded default EAGLE-3 head is missing"):
         LLM(tiny_model(), spec=SpecConfig(method="eagle3"))

@@ -161,7 +161,7 @@ def test_teacher_top_k_computed_in_chunks_equals_the_whole_logits(monkeypatch):
     """The teacher's top-k rows come from the lm-head a few tokens at a time, equal to the full logits'."""
     from specrl.drafters.eagle3.train import chunked_topk
     from specrl.drafters.training.data import topk_probs
-    from specrl.train import trainer as trainer_mod
+    from specrl.trainer import trainer as trainer_mod
     from tests.helpers import tiny_model
     model = tiny_model(seed=4, vocab=40)
     hidden = torch.randn(3, 7, model.config.hidden_size)  # [B, T, D]

@@ -28,7 +28,7 @@ def test_no_match_and_a_match_near_the_end():
 
 
 def test_propose_pads_the_drafts_of_a_batch():
-    spec = SpecConfig(method="ngram", num_speculative_tokens=3, ngram_min=1, ngram_max=2)
+    spec = SpecConfig(method="ngram", num_speculative_tokens=3, options={"ngram": {"min": 1, "max": 2}})
     drafter = NgramDrafter(spec, torch.device("cpu"))
     seqs = [Sequence(i, i, 0, prompt, SamplingParams(), 0, 64) for i, prompt in
             enumerate(([4, 5, 6, 4, 5], [1, 2, 3], [7, 8, 7, 8]))]

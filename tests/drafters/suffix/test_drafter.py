@@ -31,7 +31,7 @@ def drafts(drafter, seqs, k):
 
 
 def spec(**kw):
-    return SpecConfig(**{"method": "suffix", "num_speculative_tokens": 4, "ngram_min": 1, **kw})
+    return SpecConfig(**{"method": "suffix", "num_speculative_tokens": 4, "options": {"suffix": {"min": 1}}, **kw})
 
 
 # ---- the trie -------------------------------------------------------------------------------------------

@@ -13,9 +13,9 @@ from specrl.drafters.eagle3 import train as eagle3_train
 from specrl.drafters.training.online import OnlineDrafterTrainer
 from specrl.drafters.weights import drafter_module, drafter_version, load_drafter_weights
 from specrl.optim import OptimSettings
-from specrl.train.config import DrafterConfig
+from specrl.config.rollout import DrafterConfig
 from tests.helpers import tiny_model
-from tests.train.test_trainer import _rollouts, _trainer
+from tests.trainer.test_trainer import _rollouts, _trainer
 
 METHODS = ["eagle3", "draft_model", "mtp"]
 

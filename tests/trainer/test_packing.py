@@ -1,4 +1,4 @@
-"""Packed micro-batches (specrl.train.batch) against the padded update: the same numbers within fp32 round-off."""
+"""Packed micro-batches (specrl.trainer.batch) against the padded update: the same numbers within fp32 round-off."""
 from __future__ import annotations
 
 import copy
@@ -9,9 +9,9 @@ import torch
 from specrl import LLM, SamplingParams
 from specrl.config import ConfigError
 from specrl.model.layers import packed_positions
-from specrl.train.batch import micro_batch_groups, pack
-from specrl.train.config import AlgorithmConfig, OptimConfig
-from specrl.train.trainer import ForwardInfo, PolicyTrainer, collate
+from specrl.trainer.batch import micro_batch_groups, pack
+from specrl.config.run import AlgorithmConfig, OptimConfig
+from specrl.trainer.trainer import ForwardInfo, PolicyTrainer, collate
 from tests.helpers import tiny_model
 
 

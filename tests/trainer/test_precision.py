@@ -8,8 +8,8 @@ import torch
 
 from specrl.config import ConfigError
 from specrl.model import precision
-from specrl.train.config import TrainConfig
-from specrl.train.precision import resolve_precision
+from specrl.config.run import TrainConfig
+from specrl.trainer.precision import resolve_precision
 from tests.helpers import tiny_config
 
 

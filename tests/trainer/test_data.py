@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from specrl.train.config import DataConfig
-from specrl.train.data import ListSource, TaskSource, PromptEncoder, build_sources, read_rows
+from specrl.config.data import DataConfig
+from specrl.trainer.data import ListSource, TaskSource, PromptEncoder, build_sources, read_rows
 from tests.helpers import save_tiny
 
 
@@ -68,7 +68,7 @@ def test_task_source_is_a_pure_function_of_seed_and_step():
 
 
 def test_named_tasks_and_their_hop_knobs_shape_the_prompts():
-    from specrl.train.config import DataConfig
+    from specrl.config.data import DataConfig
     hops = lambda cfg: [int(e.prompt.split(" n")[1].split("=")[0]) for e in build_sources(cfg, 0)[0].batch(0, 400)]
     chain, short = hops(DataConfig()), hops(DataConfig(source="arith"))
     assert max(short) <= 20 < max(chain) <= 125  # the tasks' own caps

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from specrl.config import ConfigError, load_config
-from specrl.train.config import FILE_BUDGET, TASK_BUDGETS, TrainConfig
+from specrl.config.data import FILE_BUDGET, TASK_BUDGETS
+from specrl.config.run import TrainConfig
 
 
 @pytest.mark.parametrize("source, budget", [("chain", TASK_BUDGETS["chain"]), ("arith", TASK_BUDGETS["arith"]),

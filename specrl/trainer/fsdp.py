@@ -23,7 +23,7 @@ from .precision import master_dtype
 from ..state_files import load_state, save_state
 from .batch import TrainBatch
 from .checkpoint import TRAINER_STATE
-from .config import TrainConfig
+from ..config.run import TrainConfig
 from .trainer import PolicyTrainer
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)

@@ -11,7 +11,7 @@ from typing import NamedTuple, Protocol
 from ..errors import InputFormatError, MissingDependency, MissingFileError
 from ..engine.sampler import MASK64, SPLITMIX_GAMMA, SPLITMIX_MUL1, SPLITMIX_MUL2
 from ..model.chat import ChatTemplateError, check_conversation
-from .config import DataConfig
+from ..config.data import DataConfig
 
 MESSAGES_KEY = "messages"
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from specrl import LLM, SamplingParams
-from specrl.train.config import AlgorithmConfig, OptimConfig
-from specrl.train.trainer import PolicyTrainer, collate
+from specrl.config.run import AlgorithmConfig, OptimConfig
+from specrl.trainer.trainer import PolicyTrainer, collate
 from tests.helpers import tiny_model
 
 

@@ -8,8 +8,8 @@ import torch
 import torch.multiprocessing as mp
 
 from specrl.pipeline.learner import LocalLearner
-from specrl.train.config import TrainConfig
-from specrl.train.trainer import collate
+from specrl.config.run import TrainConfig
+from specrl.trainer.trainer import collate
 from tests.helpers import save_tiny
 
 pytest.importorskip("torch.distributed.fsdp")
@@ -32,7 +32,7 @@ def _cfg() -> TrainConfig:
 
 def _rank(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
     torch.set_num_threads(1)
-    from specrl.train.fsdp import FSDPLearner, init_process_group
+    from specrl.trainer.fsdp import FSDPLearner, init_process_group
     init_process_group(rank, world, f"127.0.0.1:{port}")
     learner = FSDPLearner.build(model_dir, _cfg())
     metrics = [learner.step(_batch()) for _ in range(2)]

@@ -9,8 +9,8 @@ import torch
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.config import ConfigError
 from specrl.rl import POLICY_LOSSES, clipped_policy_loss
-from specrl.train.config import AlgorithmConfig, OptimConfig
-from specrl.train.trainer import NonFiniteLossError, PolicyTrainer, collate
+from specrl.config.run import AlgorithmConfig, OptimConfig
+from specrl.trainer.trainer import NonFiniteLossError, PolicyTrainer, collate
 from specrl.pipeline.local import LocalBackend
 from tests.helpers import tiny_model, weights_equal
 
@@ -186,8 +186,8 @@ def test_token_capped_micro_batches_and_activation_checkpointing_give_the_same_u
 
 
 def test_micro_batch_tokens_default_comes_from_the_activation_budget(monkeypatch):
-    from specrl.train import trainer as trainer_mod
-    from specrl.train.trainer import activation_bytes_per_token
+    from specrl.trainer import trainer as trainer_mod
+    from specrl.trainer.trainer import activation_bytes_per_token
     model = tiny_model(seed=2)
     per_token = activation_bytes_per_token(model.config)
     assert activation_bytes_per_token(model.config, checkpointing=True) < per_token
@@ -209,7 +209,7 @@ def test_micro_batch_tokens_default_comes_from_the_activation_budget(monkeypatch
 
 
 def test_the_default_activation_budget_follows_the_training_state():
-    from specrl.train.trainer import activation_budget, training_state_bytes
+    from specrl.trainer.trainer import activation_budget, training_state_bytes
     GiB, MiB = 2 ** 30, 2 ** 20
     model = tiny_model(seed=2)
     assert training_state_bytes(model) == 4 * 4 * sum(p.numel() for p in model.parameters())  # fp32, 4 copies
@@ -221,7 +221,7 @@ def test_the_default_activation_budget_follows_the_training_state():
 def test_chunked_lm_head_gives_the_same_update_and_metrics(monkeypatch):
     """With chunks of 5 tokens (the lm-head under checkpointing, never the whole [b, T, V] logits) the loss,
     entropy, logprob audit and gradients equal one plain chunk's."""
-    from specrl.train import trainer as trainer_mod
+    from specrl.trainer import trainer as trainer_mod
     model = tiny_model(seed=2)
     batch = _rollouts(model)
     whole, chunked = copy.deepcopy(model), copy.deepcopy(model)

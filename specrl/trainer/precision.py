@@ -11,7 +11,7 @@ import torch
 from ..model import resolve_dtype
 from ..model.config import ModelConfig
 from ..model.precision import Precision, choose_dtype, engine_rows
-from .config import TrainConfig
+from ..config.run import TrainConfig
 
 
 def resolve_precision(cfg: TrainConfig, model: ModelConfig) -> Precision | None:

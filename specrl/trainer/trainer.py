@@ -27,7 +27,7 @@ from ..optim import build_optimizer, clip_grad, warmup_cosine_scheduler
 from ..rl import (POLICY_LOSSES, aggregate, aggregate_denom, entropy_from_logits, kl_penalty, token_logprobs,
                   truncated_importance_ratio)
 from .batch import Packed, TrainBatch, collate, micro_batch_groups, pack  # noqa: F401 - collate: the input
-from .config import AlgorithmConfig, OptimConfig
+from ..config.run import AlgorithmConfig, OptimConfig
 
 
 class NonFiniteLossError(RuntimeError):

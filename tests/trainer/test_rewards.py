@@ -5,7 +5,7 @@ import importlib.util
 
 import pytest
 
-from specrl.train.rewards import REWARDS, as_number, get_reward, last_boxed
+from specrl.trainer.rewards import REWARDS, as_number, get_reward, last_boxed
 
 
 def test_arith_reward_checks_the_final_answer_line():
