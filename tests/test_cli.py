@@ -19,7 +19,7 @@ def test_unknown_command_suggests(capsys):
 
 def test_bench_needs_a_known_benchmark(capsys):
     assert main(["bench", "engin"]) == 2
-    assert "choose one of ['adaptive', 'audit', 'engine', 'peer', 'spec']" in capsys.readouterr().err
+    assert "got 'engin'; choose one of ['adaptive', 'audit', 'bf16-step', 'default-run', 'engine'," in capsys.readouterr().err
 
 
 def test_module_entry_point_runs():
@@ -37,7 +37,7 @@ def test_bench_spec_quick_runs_a_small_workload(capsys):
 
 
 def test_bench_spec_on_a_prompt_file_checks_greedy_identity(capsys, tmp_path):
-    """What benchmarks/real_model.py and bf16_sd_identity.py did: prompts from a file, greedy, SD on vs off."""
+    """Prompts from a file, greedy, SD on vs off: every sequence the same."""
     from specrl.tasks import make_problems
     rows = [{"prompt": p.prompt, "answer": p.answer} for p in make_problems(4, seed=5, split="test")]
     prompts = tmp_path / "p.jsonl"

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from benchmarks.audit import alarms, broken_verify
+from specrl.bench.audit import alarms, broken_verify
 from specrl.audit.bets import COMPONENTS
 from specrl.cli.main import main
 from specrl.engine.verify import verify

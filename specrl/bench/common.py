@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from specrl.cli.runtime import AS_TRAIN, add_runtime_args, engine, parse_args, policy_path
+from specrl.runtime import AS_TRAIN, add_runtime_args, engine, parse_args, policy_path
 
 __all__ = ["RATE", "at_least_one", "base_parser", "emit", "engine", "file_prompts", "measure", "parse_args",
            "policy_path", "prompt_sets", "task_prompts", "timed", "timed_generate", "warm_up"]
