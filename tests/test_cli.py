@@ -145,3 +145,40 @@ def test_generate_writes_rows_the_audit_reads(tmp_path, capsys):
     from specrl.cli.audit import read_rollouts
     prompts, completions = read_rollouts(out, vocab_size=10**6)
     assert completions == [r["token_ids"] for r in rows]
+
+
+def test_train_reads_out_dir_as_out_with_a_note(monkeypatch, capsys):
+    import specrl.pipeline.run as run
+    seen = []
+    monkeypatch.setattr(run, "train", lambda cfg: seen.append(cfg.out_dir) or {})
+    assert main(["train", "max_steps=1", "--out", "runs/new", "seed=3"]) == 0  # flags and overrides intermixed
+    assert seen == ["runs/new"] and capsys.readouterr().err == ""
+    assert main(["train", "out_dir=runs/old", "max_steps=1"]) == 0
+    assert seen[-1] == "runs/old"
+    assert capsys.readouterr().err.strip() == _note("out_dir=", "--out", "specrl train")
+
+
+def test_audit_reads_plot_as_out_with_a_note(capsys, tmp_path):
+    assert main(["audit", "--model", str(tmp_path / "none"), "--rollouts", "r.jsonl", "--plot", "p.png"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == _note("--plot", "--out", "specrl audit") and "none" in err[1]  # then the missing model
+
+
+def test_bench_pngs_are_out_with_a_note(capsys, tmp_path):
+    assert main(["bench", "packing-throughput", "--png", "p.png"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [_note("--png", "--out", "specrl bench packing-throughput"),
+                   "specrl bench: error: pass --batches FILE (written by --record FILE), or --record FILE to write one"]
+    assert main(["bench", "audit", "summary", "--rows", str(tmp_path / "none.jsonl"), "--png", "c.png"]) != 0
+    assert capsys.readouterr().err.splitlines()[0] == _note("--png", "--out", "specrl bench audit")
+    from specrl.bench.adaptive import RENAMED, parser
+    from specrl.config.renamed import rename
+    assert parser().parse_args(rename(["--png", "a.png"], RENAMED, "specrl bench adaptive")).out == "a.png"
+    assert capsys.readouterr().err.strip() == _note("--png", "--out", "specrl bench adaptive")
+
+
+def test_sim_calibrate_reads_policy_as_model_with_a_note(capsys, tmp_path):
+    assert main(["bench", "sim-calibrate", "--policy", str(tmp_path / "none"), "--out", str(tmp_path / "o"),
+                 "--threads", "1"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == _note("--policy", "--model", "specrl bench sim-calibrate") and "none" in err[-1]
