@@ -77,7 +77,7 @@ def _named_commands() -> set[tuple[str, ...]]:
 
 def test_every_command_the_docs_name_answers_help(capsys):
     named = _named_commands()
-    assert ("train",) in named and ("bench", "adaptive") in named
+    assert ("train",) in named and ("bench", "adaptive") in named and ("bench", "sync-async-2x2") in named
     for words in sorted(named):
         assert main([*words, "--help"]) == 0, words
         assert "usage" in capsys.readouterr().out.lower() or words == ("train-drafter",), words
