@@ -30,6 +30,7 @@ import numpy as np
 
 from specrl.errors import UserError, pyplot
 from specrl.pipeline.run_dir import read_jsonl
+from .common import parse_with_overrides
 
 WARMUP_STEPS = 1  # the first step pays one-off costs (allocation, first touch); left out of the mean timings
 
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="one SD on / SD off pair per seed")
     ap.add_argument("--reuse", action="store_true", help="summarise runs already in --out instead of training")
     ap.add_argument("overrides", nargs="*", help="`specrl train` overrides for both arms, e.g. max_steps=10")
-    args = ap.parse_args(argv)
+    args = parse_with_overrides(ap, argv)
     pyplot("specrl bench default-run")  # before any run: a missing matplotlib ends here, not after the training
     dirs = {(s, sd): args.out / f"{'sd_on' if sd else 'sd_off'}_seed{s}" for s in args.seeds for sd in (True, False)}
     if not args.reuse:
@@ -112,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     hist = length_histogram([runs[s, False] for s in args.seeds], args.out / "lengths.png")
     print(json.dumps({"overall": speed(on, off), "lengths": hist}))
     names = [f"{'SD on' if sd else 'SD off'} seed {s}={dirs[s, sd]}" for s in args.seeds for sd in (True, False)]
-    subprocess.run([sys.executable, "-m", "specrl", "compare", *names, "--out", str(args.out / "compare.png")],
-                   check=True)
+    done = subprocess.run([sys.executable, "-m", "specrl", "compare", *names, "--out", str(args.out / "compare.png")],
+                          capture_output=True, text=True)
+    print(done.stdout + done.stderr, end="", file=sys.stderr)  # its table to stderr: stdout holds the JSON lines
+    if done.returncode != 0:
+        raise UserError(f"`specrl compare` of the runs in {args.out} failed (exit {done.returncode})")
     return 0

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from specrl.errors import UserError, pyplot
 from specrl.pipeline.run_dir import read_jsonl
+from .common import parse_with_overrides
 from .default_run import speed  # R, alpha and NeMo-RL's step bound
 
 CELLS = ("sync:off", "async:auto", "sync:auto", "async:off")
@@ -57,6 +58,9 @@ def mean(rows: list[dict], key: str) -> float:
 def load(path: Path, cell: str, seed: int) -> dict:
     rows, evals = read_jsonl(path / "metrics.jsonl"), read_jsonl(path / "eval.jsonl")
     timed = rows[WARMUP_STEPS:]
+    if not timed:
+        raise UserError(f"{path} has {len(rows)} step(s) and the first is left out as warm-up: run at least "
+                        f"{WARMUP_STEPS + 1} steps (max_steps={WARMUP_STEPS + 1})")
     lags = [r["policy_lag"] for r in rows if "policy_lag" in r]
     work = read_jsonl(path / "rollout_workload.jsonl")[-1]  # async: the threads each stage used
     return {"cell": cell, "seed": seed, "steps": len(rows),
@@ -143,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse", action="store_true", help="summarise runs already in --out instead of training")
     ap.add_argument("--no-sim", action="store_true", help="skip the simulator's predictions")
     ap.add_argument("overrides", nargs="*", help="`specrl train` overrides for every run, e.g. max_steps=4")
-    args = ap.parse_args(argv)
+    args = parse_with_overrides(ap, argv)
     pyplot("specrl bench sync-async-2x2")  # before any run: a missing matplotlib ends here, not after the training
     out, args.cells = args.out.resolve(), args.cells.split(",")
     for i, seed in enumerate(args.seeds):
