@@ -3,6 +3,7 @@ shipped one): a run of a step in seconds."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,19 @@ def tiny_task(tmp_path_factory) -> tuple[Path, Path]:
     rows = [{"prompt": f"t{4 + i % 10} t{5 + i % 7} t{6 + i % 5}", "answer": "7"} for i in range(30)]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return model, data
+
+
+@pytest.fixture(scope="session")
+def tiny_task_policy(tmp_path_factory) -> Path:
+    """A tiny random policy with the embedded task's tokenizer: the benches that encode the task's problems."""
+    from specrl.model import load_model
+    from specrl.tasks import default_policy_path
+    shipped = default_policy_path()
+    path = save_tiny(tmp_path_factory.mktemp("bench_policy") / "model",
+                     vocab=load_model(shipped).config.vocab_size, max_pos=256)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+        shutil.copy(shipped / name, path / name)
+    return path
 
 
 def train_overrides(model: Path, data: Path, steps: int = 1, method: str | None = "suffix") -> list[str]:
