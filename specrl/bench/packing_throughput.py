@@ -17,6 +17,7 @@ import copy
 import json
 import os
 import statistics
+import tempfile
 import time
 
 import torch
@@ -33,7 +34,8 @@ from specrl.train.trainer import PolicyTrainer
 
 
 def record(out: str, steps: int, overrides: list[str]) -> None:
-    """Runs `specrl train` for `steps` steps and saves every TrainBatch its learner received."""
+    """Runs `specrl train` for `steps` steps and saves every TrainBatch its learner received. The run's own
+    directory is a byproduct: a temporary one, unless the overrides name an out_dir."""
     import specrl.pipeline.steps as steps_mod
     from specrl.pipeline.run import train
     batches, collate = [], steps_mod.collate
@@ -45,9 +47,10 @@ def record(out: str, steps: int, overrides: list[str]) -> None:
         return batch
     steps_mod.collate = recording
     try:
-        train(load_config(TrainConfig, None, [
-            f"schedule.max_steps={steps}", "schedule.eval_every=0", "progress=false", "num_threads=1",
-            "tensorboard=false", "plots=false", "data.eval_size=1", *argv_overrides(overrides)]))
+        with tempfile.TemporaryDirectory() as run_dir:
+            train(load_config(TrainConfig, None, [
+                f"out_dir={run_dir}/run", f"schedule.max_steps={steps}", "schedule.eval_every=0", "progress=false",
+                "num_threads=1", "tensorboard=false", "plots=false", "data.eval_size=1", *argv_overrides(overrides)]))
     finally:
         steps_mod.collate = collate
 

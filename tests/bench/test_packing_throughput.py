@@ -29,3 +29,9 @@ def test_timing_needs_recorded_batches(tmp_path, capsys):
     assert main(["bench", "packing-throughput", "--batches", str(tmp_path / "none.pt")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("specrl bench: error: --batches ") and err.endswith(f"--record {tmp_path / 'none.pt'}")
+
+
+def test_recording_leaves_no_run_directory_behind(tiny_task, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the config's default out_dir is relative: runs/train
+    assert main(["bench", "packing-throughput", "--record", "b.pt", "--steps", "1", *train_overrides(*tiny_task)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.pt"]
