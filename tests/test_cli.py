@@ -147,15 +147,17 @@ def test_generate_writes_rows_the_audit_reads(tmp_path, capsys):
     assert completions == [r["token_ids"] for r in rows]
 
 
-def test_train_reads_out_dir_as_out_with_a_note(monkeypatch, capsys):
+def test_train_flags_set_their_config_keys(monkeypatch, capsys):
     import specrl.pipeline.run as run
     seen = []
-    monkeypatch.setattr(run, "train", lambda cfg: seen.append(cfg.out_dir) or {})
-    assert main(["train", "max_steps=1", "--out", "runs/new", "seed=3"]) == 0  # flags and overrides intermixed
-    assert seen == ["runs/new"] and capsys.readouterr().err == ""
-    assert main(["train", "out_dir=runs/old", "max_steps=1"]) == 0
-    assert seen[-1] == "runs/old"
-    assert capsys.readouterr().err.strip() == _note("out_dir=", "--out", "specrl train")
+    monkeypatch.setattr(run, "train", lambda cfg: seen.append(cfg) or {})
+    # flags and overrides intermixed; a flag wins over the same key given as an override, as the last override does
+    assert main(["train", "max_steps=1", "--out", "runs/new", "seed=3", "--method", "ngram", "--model", "m",
+                 "rollout.spec.method=suffix"]) == 0
+    cfg = seen[-1]
+    assert (cfg.out_dir, cfg.model, cfg.rollout.spec.method, cfg.seed) == ("runs/new", "m", "ngram", 3)
+    assert main(["train", "out_dir=runs/key", "max_steps=1"]) == 0  # the config key itself, as in a YAML file
+    assert seen[-1].out_dir == "runs/key" and capsys.readouterr().err == ""
 
 
 def test_audit_reads_plot_as_out_with_a_note(capsys, tmp_path):

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top-k", type=int, default=-1, help="the top-k they were sampled with (-1: none)")
     ap.add_argument("--seed", type=int, default=0, help="the audit's own uniforms (the PIT diagnostic)")
     ap.add_argument("--alpha", type=float, default=1e-3, help="the false-alarm probability it rejects at")
-    ap.add_argument("--out", type=Path, default=None, help="PNG of the e-process against 1/alpha (needs matplotlib)")
+    ap.add_argument("--out", type=Path, default=None, metavar="FILE.png", help="PNG of the e-process against 1/alpha (needs matplotlib)")
     ap.add_argument("--dtype", default="float32", help="the model's dtype for scoring: float32 or bfloat16")
     args = ap.parse_args(rename(list(sys.argv[1:] if argv is None else argv), RENAMED, "specrl audit"))
     from ..engine.sampling import SamplingParams

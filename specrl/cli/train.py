@@ -1,6 +1,8 @@
-"""`specrl train [--config FILE] [--out DIR] [key=value ...]`: GRPO on speculative rollouts.
+"""`specrl train [--config FILE] [--out DIR] [--model DIR] [--method M] [key=value ...]`: GRPO on speculative
+rollouts. The flags are the commands' common names for keys of the config tree (`--out` is `out_dir=`, `--model`
+`model=`, `--method` `rollout.spec.method=`); every other setting is a `key.sub=value` override.
 
-    specrl train                                   # embedded arithmetic task, shipped base policy
+    specrl train                                   # embedded chain task, shipped base policy
     specrl train --out runs/a max_steps=20         # top-level shortcuts for schedule.max_steps etc.
     specrl train --config configs/default.yaml rollout.spec.method=ngram optim.lr=1e-5
     specrl train resume=runs/a                     # continue from the last checkpoint of runs/a
@@ -14,14 +16,13 @@ from pathlib import Path
 
 from ..config import ConfigError, load_config
 from ..config.files import argv_overrides
-from ..config.renamed import rename
 from ..train.config import TrainConfig
 
 # `max_steps=N` is what people type; it means `schedule.max_steps=N`
 SHORTCUTS = {"max_steps": "schedule.max_steps", "eval_every": "schedule.eval_every",
              "save_every": "schedule.save_every", "keep_last": "schedule.keep_last", "lr": "optim.lr",
              "n": "rollout.n", "prompts_per_step": "rollout.prompts_per_step", "method": "rollout.spec.method"}
-RENAMED = {"out_dir": "--out"}  # `out_dir` stays a key of config files; on the command line it is --out
+FLAGS = {"out": "out_dir", "model": "model", "method": "rollout.spec.method"}  # flag -> the config key it sets
 
 
 def build_config(config_file: str | None, overrides: list[str]) -> TrainConfig:
@@ -42,14 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specrl train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="YAML file (see configs/default.yaml)")
-    parser.add_argument("--out", help="the run directory it writes: config.yaml, metrics.jsonl, checkpoints, plots "
-                        "(default: the config's out_dir, runs/train)")
+    parser.add_argument("--out", metavar="DIR", help="the run directory it writes: config.yaml, metrics.jsonl, "
+                        "checkpoints, plots (default: runs/train)")
+    parser.add_argument("--model", metavar="DIR", help="the policy's HF checkpoint (default: the shipped policy)")
+    parser.add_argument("--method", help="the SD method: auto (default), eagle3, draft_model, mtp, ngram, suffix, "
+                        "or null for SD off")
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. optim.lr=1e-5")
-    args = parser.parse_intermixed_args(rename(list(sys.argv[1:] if argv is None else argv), RENAMED, "specrl train"))
+    args = parser.parse_intermixed_args(argv)
     from ..pipeline.run import train
     from ..pipeline.seam import RunStopped
-    out = [f"out_dir={args.out}"] if args.out is not None else []
-    cfg = build_config(args.config, args.overrides + out)  # a bad config ends in specrl.cli.main's error boundary
+    flags = [f"{key}={getattr(args, flag)}" for flag, key in FLAGS.items() if getattr(args, flag) is not None]
+    cfg = build_config(args.config, args.overrides + flags)  # a bad config ends in specrl.cli.main's error boundary
     try:
         summary = train(cfg)
     except RunStopped as e:  # not a user error: the run ended early, its directory and checkpoints intact

@@ -19,8 +19,7 @@ def rename(argv: list[str], renamed: Mapping[str, str], prog: str) -> list[str]:
             continue
         if key not in noted:
             noted.add(key)
-            old_form = key if key.startswith("--") else f"{key}="
-            new_form = new if new.startswith("--") else f"{new}="  # `out_dir=` -> `--out`
+            old_form, new_form = (key, new) if key.startswith("--") else (f"{key}=", f"{new}=")
             print(f"{prog}: note: {old_form} is now {new_form}; the old spelling goes in the next release",
                   file=sys.stderr)
         out.append(f"{new}{sep}{value}")
