@@ -19,7 +19,7 @@ def test_unknown_command_suggests(capsys):
 
 def test_bench_needs_a_known_benchmark(capsys):
     assert main(["bench", "engin"]) == 2
-    assert "choose one of ['adaptive', 'audit', 'engine', 'peer', 'spec']" in capsys.readouterr().err
+    assert "got 'engin'; choose one of ['adaptive', 'audit', 'bf16-step', 'default-run', 'engine'," in capsys.readouterr().err
 
 
 def test_module_entry_point_runs():
@@ -37,7 +37,7 @@ def test_bench_spec_quick_runs_a_small_workload(capsys):
 
 
 def test_bench_spec_on_a_prompt_file_checks_greedy_identity(capsys, tmp_path):
-    """What benchmarks/real_model.py and bf16_sd_identity.py did: prompts from a file, greedy, SD on vs off."""
+    """Prompts from a file, greedy, SD on vs off: every sequence the same."""
     from specrl.tasks import make_problems
     rows = [{"prompt": p.prompt, "answer": p.answer} for p in make_problems(4, seed=5, split="test")]
     prompts = tmp_path / "p.jsonl"
@@ -145,3 +145,42 @@ def test_generate_writes_rows_the_audit_reads(tmp_path, capsys):
     from specrl.cli.audit import read_rollouts
     prompts, completions = read_rollouts(out, vocab_size=10**6)
     assert completions == [r["token_ids"] for r in rows]
+
+
+def test_train_flags_set_their_config_keys(monkeypatch, capsys):
+    import specrl.pipeline.run as run
+    seen = []
+    monkeypatch.setattr(run, "train", lambda cfg: seen.append(cfg) or {})
+    # flags and overrides intermixed; a flag wins over the same key given as an override, as the last override does
+    assert main(["train", "max_steps=1", "--out", "runs/new", "seed=3", "--method", "ngram", "--model", "m",
+                 "rollout.spec.method=suffix"]) == 0
+    cfg = seen[-1]
+    assert (cfg.out_dir, cfg.model, cfg.rollout.spec.method, cfg.seed) == ("runs/new", "m", "ngram", 3)
+    assert main(["train", "out_dir=runs/key", "max_steps=1"]) == 0  # the config key itself, as in a YAML file
+    assert seen[-1].out_dir == "runs/key" and capsys.readouterr().err == ""
+
+
+def test_audit_reads_plot_as_out_with_a_note(capsys, tmp_path):
+    assert main(["audit", "--model", str(tmp_path / "none"), "--rollouts", "r.jsonl", "--plot", "p.png"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == _note("--plot", "--out", "specrl audit") and "none" in err[1]  # then the missing model
+
+
+def test_bench_pngs_are_out_with_a_note(capsys, tmp_path):
+    assert main(["bench", "packing-throughput", "--png", "p.png"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [_note("--png", "--out", "specrl bench packing-throughput"),
+                   "specrl bench: error: pass --batches FILE (written by --record FILE), or --record FILE to write one"]
+    assert main(["bench", "audit", "summary", "--rows", str(tmp_path / "none.jsonl"), "--png", "c.png"]) != 0
+    assert capsys.readouterr().err.splitlines()[0] == _note("--png", "--out", "specrl bench audit")
+    from specrl.bench.adaptive import RENAMED, parser
+    from specrl.config.renamed import rename
+    assert parser().parse_args(rename(["--png", "a.png"], RENAMED, "specrl bench adaptive")).out == "a.png"
+    assert capsys.readouterr().err.strip() == _note("--png", "--out", "specrl bench adaptive")
+
+
+def test_sim_calibrate_reads_policy_as_model_with_a_note(capsys, tmp_path):
+    assert main(["bench", "sim-calibrate", "--policy", str(tmp_path / "none"), "--out", str(tmp_path / "o"),
+                 "--threads", "1"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == _note("--policy", "--model", "specrl bench sim-calibrate") and "none" in err[-1]

@@ -1,10 +1,10 @@
 """`specrl audit --model DIR --rollouts FILE.jsonl [--temperature T] [--top-p P] [--top-k K] [--alpha A]
-[--plot FILE.png]`: were these completions drawn from this model at these settings? The sampler audit of
+[--out FILE.png]`: were these completions drawn from this model at these settings? The sampler audit of
 `specrl train` (specrl/audit/) on a dump from any engine (vLLM, verl, NeMo-RL): each row has `prompt_ids` and
 `completion_ids`, token ids of the model's vocabulary, so no tokenizer is read. Prints one JSON line: `e_value`
 and `log_e` (the e-process over the file's tokens, row by row), `p_value` (1 / its running maximum: the smallest
 alpha it rejects at, exact for any policy), `rejected` at `--alpha`, `tokens`, and the randomized-PIT `z` as a
-diagnostic. A dump sampled at other settings than the flags is no error: its e-value says so. `--plot` draws
+diagnostic. A dump sampled at other settings than the flags is no error: its e-value says so. `--out` draws
 the e-process against 1/alpha. Temperature 0 is greedy: the test is then identity (every token the argmax).
 """
 from __future__ import annotations
@@ -16,7 +16,10 @@ from pathlib import Path
 
 import torch
 
+from ..config.renamed import rename
 from ..errors import InputFormatError, MissingFileError, UserError, pyplot
+
+RENAMED = {"--plot": "--out"}
 
 
 def read_rollouts(path: Path, vocab_size: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -65,7 +68,7 @@ def greedy_mismatches(model, prompts: list[list[int]], completions: list[list[in
 
 
 def plot_eprocess(path_log_e: torch.Tensor, alpha: float, path: Path, title: str) -> None:
-    plt = pyplot("--plot")
+    plt = pyplot("--out")
     from ..audit.plot import draw_eprocess
     fig, ax = plt.subplots(figsize=(7, 4))
     draw_eprocess(ax, list(range(1, len(path_log_e) + 1)), path_log_e.tolist(), alpha)
@@ -80,14 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="specrl audit", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="the policy's checkpoint directory (config + safetensors)")
     ap.add_argument("--rollouts", required=True, type=Path, help="JSONL rows with prompt_ids and completion_ids")
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--top-k", type=int, default=-1)
+    ap.add_argument("--temperature", type=float, default=1.0, help="the temperature the rows were sampled at "
+                    "(0: greedy, checked by identity)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="the top-p they were sampled with (1: none)")
+    ap.add_argument("--top-k", type=int, default=-1, help="the top-k they were sampled with (-1: none)")
     ap.add_argument("--seed", type=int, default=0, help="the audit's own uniforms (the PIT diagnostic)")
     ap.add_argument("--alpha", type=float, default=1e-3, help="the false-alarm probability it rejects at")
-    ap.add_argument("--plot", type=Path, default=None, help="PNG of the e-process against 1/alpha")
-    ap.add_argument("--dtype", default="float32")
-    args = ap.parse_args(argv)
+    ap.add_argument("--out", type=Path, default=None, metavar="FILE.png", help="PNG of the e-process against 1/alpha (needs matplotlib)")
+    ap.add_argument("--dtype", default="float32", help="the model's dtype for scoring: float32 or bfloat16")
+    args = ap.parse_args(rename(list(sys.argv[1:] if argv is None else argv), RENAMED, "specrl audit"))
     from ..engine.sampler import SamplingParams
     from ..model import load_model
     from ..audit.offline import audit_completions
@@ -110,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     result, path = audit_completions(model, prompts, completions, args.temperature, args.top_p, args.top_k,
                                      args.seed, args.alpha)
     out.update(result)
-    if args.plot is not None:
-        plot_eprocess(path, args.alpha, args.plot, f"{args.rollouts.name}: e = {result['e_value']:.3g}, "
+    if args.out is not None:
+        plot_eprocess(path, args.alpha, args.out, f"{args.rollouts.name}: e = {result['e_value']:.3g}, "
                       f"p = {result['p_value']:.2g}, {result['tokens']} tokens")
-        out["plot"] = str(args.plot)
+        out["plot"] = str(args.out)
     print(json.dumps(out))
     return 0

@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
                     "shipped drafter of the embedded policy)")
     ap.add_argument("--max-num-seqs", type=int, default=64, help="sequences decoded at once")
     ap.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
-    from .runtime import add_runtime_args, engine, parse_args, policy_path
+    from ..runtime import add_runtime_args, engine, parse_args, policy_path
     add_runtime_args(ap)
     args = parse_args(ap, rename(argv, RENAMED, "specrl generate"))  # and torch's threads from --threads
     from .. import SamplingParams, SpecConfig

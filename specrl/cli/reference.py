@@ -63,7 +63,7 @@ def help_texts() -> dict[str, str]:
             if name == "bench":
                 texts["specrl bench"] = bench_usage()
                 for bench in BENCHES:
-                    texts[f"specrl bench {bench}"] = _text(f"benchmarks.{bench}", "main")
+                    texts[f"specrl bench {bench}"] = _text(BENCHES[bench][0], "main")
                 continue
             texts[f"specrl {name}"] = _text(module, func)
             parser, _ = parser_of(module, func, ["--help"])

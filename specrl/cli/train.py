@@ -1,7 +1,9 @@
-"""`specrl train [--config FILE] [key=value ...]`: GRPO on speculative rollouts.
+"""`specrl train [--config FILE] [--out DIR] [--model DIR] [--method M] [key=value ...]`: GRPO on speculative
+rollouts. The flags are the commands' common names for keys of the config tree (`--out` is `out_dir=`, `--model`
+`model=`, `--method` `rollout.spec.method=`); every other setting is a `key.sub=value` override.
 
-    specrl train                                   # embedded arithmetic task, shipped base policy
-    specrl train max_steps=20 out_dir=runs/a       # top-level shortcuts for schedule.max_steps etc.
+    specrl train                                   # embedded chain task, shipped base policy
+    specrl train --out runs/a max_steps=20         # top-level shortcuts for schedule.max_steps etc.
     specrl train --config configs/default.yaml rollout.spec.method=ngram optim.lr=1e-5
     specrl train resume=runs/a                     # continue from the last checkpoint of runs/a
 """
@@ -20,6 +22,7 @@ from ..config.run import TrainConfig
 SHORTCUTS = {"max_steps": "schedule.max_steps", "eval_every": "schedule.eval_every",
              "save_every": "schedule.save_every", "keep_last": "schedule.keep_last", "lr": "optim.lr",
              "n": "rollout.n", "prompts_per_step": "rollout.prompts_per_step", "method": "rollout.spec.method"}
+FLAGS = {"out": "out_dir", "model": "model", "method": "rollout.spec.method"}  # flag -> the config key it sets
 
 
 def build_config(config_file: str | None, overrides: list[str]) -> TrainConfig:
@@ -31,7 +34,7 @@ def build_config(config_file: str | None, overrides: list[str]) -> TrainConfig:
         from ..pipeline.run_dir import is_run_dir
         if not is_run_dir(run_dir):
             raise ConfigError(f"resume={str(run_dir)!r} is not a run directory (expected config.yaml and "
-                              "metrics.jsonl written by `specrl train`); pass the out_dir of an earlier run")
+                              "metrics.jsonl written by `specrl train`); pass the --out of an earlier run")
         return load_config(TrainConfig, run_dir / "config.yaml", overrides + [f"out_dir={run_dir}"])
     return load_config(TrainConfig, config_file, overrides)
 
@@ -40,11 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specrl train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="YAML file (see configs/default.yaml)")
+    parser.add_argument("--out", metavar="DIR", help="the run directory it writes: config.yaml, metrics.jsonl, "
+                        "checkpoints, plots (default: runs/train)")
+    parser.add_argument("--model", metavar="DIR", help="the policy's HF checkpoint (default: the shipped policy)")
+    parser.add_argument("--method", help="the SD method: auto (default), eagle3, draft_model, mtp, ngram, suffix, "
+                        "or null for SD off")
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. optim.lr=1e-5")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     from ..pipeline.run import train
     from ..pipeline.seam import RunStopped
-    cfg = build_config(args.config, args.overrides)  # a bad config ends in specrl.cli.main's error boundary
+    flags = [f"{key}={getattr(args, flag)}" for flag, key in FLAGS.items() if getattr(args, flag) is not None]
+    cfg = build_config(args.config, args.overrides + flags)  # a bad config ends in specrl.cli.main's error boundary
     try:
         summary = train(cfg)
     except RunStopped as e:  # not a user error: the run ended early, its directory and checkpoints intact

@@ -31,7 +31,7 @@ from ..drafters.training.data import load_prompts
 from ..engine.memory import DEFAULT_MEMORY_UTILIZATION
 from ..engine.methods import get_method, trainable_methods
 from ..config.renamed import rename
-from .runtime import policy_path
+from ..runtime import policy_path
 
 
 @dataclass

@@ -12,6 +12,7 @@ from ..heap import TRIM_MIN_FREE, trim
 from ..model import CausalLM, check_tokenizer_matches, load_model, load_text_tokenizer
 from ..model.chat import is_conversation
 from ..model.layers import skip_cudnn_attention
+from ..model.packed import pack_linears
 from ..model.precision import Precision, choose_dtype, engine_rows, parse_dtype
 from ..model.tokenizer import TextTokenizer
 from .drafting import Drafter
@@ -40,7 +41,8 @@ class LLM:
         """`drafter` plugs in a custom Drafter (specrl.engine.drafting) or a DrafterPool instead of `spec.method`'s,
         `strategy` a custom schedule over them. `dtype` applies when `model` is a path: "auto" measures whether
         bf16 or fp32 runs the model's GEMMs faster at this engine's shapes (specrl.model.precision), "float32" or
-        "bfloat16" forces one; a CausalLM keeps its own. The KV cache is sized from
+        "bfloat16" forces one; a CausalLM keeps its own (and its plain linears: a model loaded here in bf16 on a
+        CPU runs pre-packed ones, specrl.model.packed). The KV cache is sized from
         `kv_cache_memory` bytes (or "4GiB"), else `memory_utilization` x the free memory (specrl.engine.memory);
         with no `max_model_len` the budget sets it, capped by the model's limit."""
         self.spec = spec if spec is not None else SpecConfig()
@@ -53,6 +55,7 @@ class LLM:
             rows = engine_rows(max_num_seqs, self.spec.num_speculative_tokens if self.spec.enabled else 0)
             self.precision = choose_dtype(dtype, device, self.model.config, rows)
             self.model.to(check_dtype(device, self.precision.dtype))
+            pack_linears(self.model)  # bf16 on a CPU: weights pre-packed for oneDNN, the same outputs bit for bit
         cfg = self.model.config
         src = tokenizer or self.model.source_path
         self.text_tokenizer = load_text_tokenizer(src) if src else None

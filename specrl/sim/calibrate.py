@@ -25,7 +25,7 @@ def load_trace(path: str | Path) -> list[dict]:
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"trace file {str(p)!r} not found; record one with "
-                                "LLM(path, trace_path=...) or benchmarks/sim_calibrate.py")
+                                "LLM(path, trace_path=...) or `specrl bench sim-calibrate`")
     rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
     if not rows:
         raise ValueError(f"trace {str(p)!r} is empty; expected one JSON row per engine step")

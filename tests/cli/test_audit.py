@@ -37,7 +37,7 @@ def _samples(temperature=1.0, n=6, max_tokens=12):
 
 def test_exact_samples_pass_with_one_json_line_and_a_plot(model_dir, tmp_path, capsys):
     rollouts = _write(tmp_path / "r.jsonl", _samples())
-    assert main(["audit", "--model", str(model_dir), "--rollouts", str(rollouts), "--plot", str(tmp_path / "p.png")]) == 0
+    assert main(["audit", "--model", str(model_dir), "--rollouts", str(rollouts), "--out", str(tmp_path / "p.png")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1
     out = json.loads(lines[0])

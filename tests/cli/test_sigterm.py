@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from benchmarks import peer as bench_peer
+from specrl.bench import peer as bench_peer
 from specrl.cli.main import COMMANDS, main
 from specrl.errors import TERMINATING, Terminated, raise_if_terminating
 from specrl.pipeline.vllm.backend import VllmBackend

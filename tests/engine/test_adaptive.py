@@ -17,7 +17,7 @@ from specrl.engine.pool import DrafterPool
 from specrl.engine.sequence import StepResult
 from specrl.engine.sequence import Sequence
 from specrl.engine.sampler import SamplingParams as SP
-from specrl.train.config import TrainConfig
+from specrl.config.run import TrainConfig
 from tests.helpers import tiny_model
 
 
@@ -446,9 +446,9 @@ def test_bench_adaptive_defaults_to_what_specrl_train_runs(capsys, keep_threads)
     import torch
 
     from specrl.cli.main import main
-    from specrl.train.config import TrainConfig
+    from specrl.config.run import TrainConfig
     torch.set_num_threads(1)  # as torch's default here would be; the bench must keep it, whatever the load
-    from benchmarks.adaptive import MIN_PROMPTS
+    from specrl.bench.adaptive import MIN_PROMPTS
     assert main(["bench", "adaptive", "--batch-sizes", "2", "--methods", "ngram", "--max-tokens", "6",
                  "--warmup-tokens", "2", "--png", ""]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

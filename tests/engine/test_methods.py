@@ -29,7 +29,7 @@ def test_every_method_is_one_class_in_its_own_folder(name):
 
 
 def test_every_list_of_methods_is_the_registry():
-    from benchmarks import spec as bench_spec
+    from specrl.bench import spec as bench_spec
     from specrl.cli import train_drafter
     from specrl.sim.build import SD_METHODS
     assert METHODS == ("draft_model", "eagle3", "mtp", "ngram", "suffix", "auto") == tuple(REGISTRY)

@@ -63,3 +63,28 @@ def test_pack_linears_keeps_names_ties_and_logits():
 def test_fp32_is_not_packed():
     model = tiny_model(seed=0)
     assert pack_linears(model) == 0 and not any(isinstance(m, PackedLinear) for m in model.modules())
+
+
+@needs_packing
+def test_the_engine_packs_a_bf16_checkpoint_and_samples_the_same_tokens(tmp_path):
+    """LLM(path, dtype=bfloat16) packs its linears; the sampled tokens and logprobs equal those of the same
+    engine with plain linears, SD off and with SD, and a refit reaches the packed weights."""
+    from specrl import LLM, SamplingParams, SpecConfig
+    from tests.helpers import save_tiny
+    path = save_tiny(tmp_path / "m")
+    params = [SamplingParams(n=4, temperature=1.0, max_tokens=12, seed=s, logprobs=0) for s in range(3)]
+    prompts = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
+    for spec in (None, SpecConfig(method="ngram", num_speculative_tokens=3)):
+        packed = LLM(str(path), dtype="bfloat16", spec=spec, kv_cache_memory="8MiB")
+        assert any(isinstance(m, PackedLinear) for m in packed.model.modules())
+        plain_model = tiny_model(seed=0).to(torch.bfloat16)
+        plain = LLM(plain_model, spec=spec, kv_cache_memory="8MiB")  # a CausalLM keeps its plain linears
+        assert not any(isinstance(m, PackedLinear) for m in plain.model.modules())
+        a, b = packed.generate(prompts, params), plain.generate(prompts, params)
+        assert [[c.token_ids for c in r.outputs] for r in a] == [[c.token_ids for c in r.outputs] for r in b]
+        assert [[c.logprobs for c in r.outputs] for r in a] == [[c.logprobs for c in r.outputs] for r in b]
+    new = {k: v + 0.01 for k, v in tiny_model(seed=0).to(torch.bfloat16).state_dict().items()}
+    packed.update_weights(new)
+    plain.update_weights(new)
+    a, b = packed.generate(prompts, params), plain.generate(prompts, params)
+    assert [[c.token_ids for c in r.outputs] for r in a] == [[c.token_ids for c in r.outputs] for r in b]

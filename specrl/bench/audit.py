@@ -9,7 +9,7 @@ e-process, as one run's are. Rows go to a JSONL file (resumable: a step already 
     specrl bench audit calibration --out FILE --paths off ngram suffix --steps 150 --max-tokens 32
     specrl bench audit power --out FILE --faults temp_1.1 accept_all --steps 10 --max-tokens 1100
     specrl bench audit dumps --out FILE DUMP.jsonl ...      (another engine's completions, 16 rows a step)
-    specrl bench audit summary --rows FILE ... [--png FILE] [--runs RUN_DIR ...]
+    specrl bench audit summary --rows FILE ... [--out FILE.png] [--runs RUN_DIR ...]
 
 Faults (built here, never in the product): temp_1.1 / temp_0.9 / top_p_0.9 are sampled so and audited at
 temperature 1, top-p 1; bonus_pq (the bonus token after k accepted drafts drawn from max(p - q_k, 0)),
@@ -28,7 +28,9 @@ from pathlib import Path
 
 import torch
 
+from specrl.config.renamed import rename
 from specrl.audit import EProcess, StepEvidence, TokenScorer, choose_groups, score_completions, step_evidence
+from specrl.errors import MissingFileError
 from specrl.pipeline.run_dir import read_jsonl
 
 ALPHA = 1e-3
@@ -79,8 +81,8 @@ class Steps:
         from specrl.engine import LLM
         from specrl.model import load_model
         from specrl.tasks import default_policy_path
-        from specrl.train.config import TrainConfig
-        from specrl.train.data import PromptEncoder, build_sources
+        from specrl.config.run import TrainConfig
+        from specrl.trainer.data import PromptEncoder, build_sources
         policy = str(default_policy_path())
         self.source = build_sources(TrainConfig().data, seed)[0]
         self.encoder = PromptEncoder(policy, True)
@@ -95,7 +97,7 @@ class Steps:
         sum over the step's tokens of KL(sampled || audited), the most log-evidence any test can expect."""
         from specrl.engine import SamplingParams
         from specrl.pipeline.steps import AUDIT_SALT
-        from specrl.train.data import step_seed
+        from specrl.trainer.data import step_seed
         prompts, params = [], []
         for step in steps:
             examples = self.source.batch(step, PROMPTS)
@@ -213,6 +215,10 @@ def alarms(rows: list[dict]) -> dict:
 
 
 def summary(args) -> None:
+    missing = [str(f) for f in args.rows if not Path(f).is_file()]
+    if missing:
+        raise MissingFileError(f"--rows {missing[0]!r} does not exist; pass the --out files of `specrl bench audit "
+                               "calibration`, `power` or `dumps`")
     rows = [r for f in args.rows for r in read_jsonl(f)]
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -231,14 +237,14 @@ def summary(args) -> None:
         print(json.dumps({"kind": "cost", "run": str(run), "steps": len(m), "sampler_s": [r.get("sampler_s") for r in m],
                           "step_s": [r["step_s"] for r in m], "share": share,
                           "share_total": sum(r.get("sampler_s", 0) for r in m) / sum(r["step_s"] for r in m)}))
-    if args.png:
-        plot(groups, args.png)
+    if args.out:
+        plot(groups, args.out)
 
 
 def plot(groups: dict, png: Path) -> None:
     """Each exact path's e-process (running maximum, log10) against 1/alpha, over its steps."""
     from specrl.errors import pyplot
-    plt = pyplot("--png")
+    plt = pyplot("--out")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for (kind, name), rs in sorted(groups.items()):
         if kind != "calibration":
@@ -259,29 +265,40 @@ def plot(groups: dict, png: Path) -> None:
     plt.close(fig)
 
 
+MODES = {"calibration": "exact samplers (SD off and each shipped drafter): the e-process must stay low",
+         "power": "injected faults: steps until the e-process and the PIT window alarm",
+         "dumps": "another engine's completions (JSONL of prompt_ids and completion_ids), 16 rows a step",
+         "summary": "steps to the alarm per path or fault, from rows these wrote; a PNG with --out"}
+RENAMED = {"--png": "--out"}  # summary's plot
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="specrl bench audit", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="mode", required=True)
     for name in ("calibration", "power", "dumps"):
-        p = sub.add_parser(name)
-        p.add_argument("--out", type=Path, required=True)
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--threads", type=int, default=1)
+        p = sub.add_parser(name, help=MODES[name], description=MODES[name])
+        p.add_argument("--out", type=Path, required=True, help="the JSONL of rows, one a step (resumable)")
+        p.add_argument("--seed", type=int, default=0, help="seed of the steps' prompts and samples")
+        p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
         if name != "dumps":
-            p.add_argument("--steps", type=int, default=10)
-            p.add_argument("--max-tokens", type=int, default=1100)
+            p.add_argument("--steps", type=int, default=10, help="steps of the e-process")
+            p.add_argument("--max-tokens", type=int, default=1100, help="tokens per sample at most")
             p.add_argument("--chunk", type=int, default=8, help="steps generated in one engine call (each step's "
                            "samples are seeded alone, so the rows do not depend on it)")
-    sub.choices["calibration"].add_argument("--paths", nargs="+", default=list(paths()))
-    sub.choices["power"].add_argument("--faults", nargs="+", default=list(FAULTS), choices=list(FAULTS))
-    sub.choices["dumps"].add_argument("files", nargs="+", type=Path)
+    sub.choices["calibration"].add_argument("--paths", nargs="+", default=list(paths()),
+                                            help="the engine paths: off and the shipped drafters (default: all)")
+    sub.choices["power"].add_argument("--faults", nargs="+", default=list(FAULTS), choices=list(FAULTS),
+                                      help="the faults to inject (default: all)")
+    sub.choices["dumps"].add_argument("files", nargs="+", type=Path, help="JSONL dumps of another engine")
     sub.choices["dumps"].add_argument("--model", default=None, help="the policy directory (default: shipped)")
-    sub.choices["dumps"].add_argument("--temperature", type=float, default=1.0)
-    s = sub.add_parser("summary")
-    s.add_argument("--rows", type=Path, nargs="+", required=True)
-    s.add_argument("--runs", type=Path, nargs="*", default=[])
-    s.add_argument("--png", type=Path, default=None)
-    args = ap.parse_args(argv)
+    sub.choices["dumps"].add_argument("--temperature", type=float, default=1.0,
+                                      help="the temperature the dumps were sampled at")
+    s = sub.add_parser("summary", help=MODES["summary"], description=MODES["summary"])
+    s.add_argument("--rows", type=Path, nargs="+", required=True, help="JSONL files of calibration/power/dumps")
+    s.add_argument("--runs", type=Path, nargs="*", default=[], help="`specrl train` run directories: the audit's "
+                   "share of their step")
+    s.add_argument("--out", type=Path, default=None, help="PNG of the e-processes (needs matplotlib)")
+    args = ap.parse_args(rename(list(argv or []), RENAMED, "specrl bench audit"))
     if args.mode != "summary":
         torch.set_num_threads(args.threads)
     {"calibration": calibration, "power": power, "dumps": dumps, "summary": summary}[args.mode](args)

@@ -10,17 +10,16 @@ SD speedup, and the % errors, once on process-CPU-time clocks (immune to other p
 machine) and once on raw wall clock. Decoding is greedy, so the SD and no-SD runs of one batch emit
 identical tokens and the measured speedup is SD's alone.
 
-    python benchmarks/sim_calibrate.py [--out runs/sim_calibration] [--max-tokens 256] [--repeats 3]
+    specrl bench sim-calibrate [--out runs/sim_calibration] [--max-tokens 256] [--repeats 3]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
+from specrl.config.renamed import rename
 
 BATCHES = (1, 4, 8, 16, 32, 64)
 SD_CONFIGS = ((None, 0), ("ngram", 2), ("ngram", 4), ("suffix", 2), ("suffix", 4))
@@ -79,21 +78,24 @@ def warmup(policy: Path, device: str, hops_median: float) -> None:
             prompts_for(policy, 4, hops_median), SamplingParams(temperature=0.0, max_tokens=16))
 
 
+RENAMED = {"--policy": "--model"}
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="runs/sim_calibration")
-    p.add_argument("--max-tokens", type=int, default=256)
+    p = argparse.ArgumentParser(prog="specrl bench sim-calibrate", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="runs/sim_calibration", help="folder of the traces and calibration_*.json")
+    p.add_argument("--max-tokens", type=int, default=256, help="tokens per response at most")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 = steadier timings)")
     p.add_argument("--repeats", type=int, default=3, help="runs per config; the fastest is used")
     p.add_argument("--device", default="cpu", help="cpu | cuda (GPU timings use the wall clock)")
-    p.add_argument("--policy", default=None, help="HF checkpoint dir (default: embedded policy)")
+    p.add_argument("--model", default=None, help="HF checkpoint dir (default: embedded policy)")
     p.add_argument("--hops-median", type=float, default=8.0,
                    help="median hops of the problems (the test split's 3 gives ~16-token answers, 8 ~40)")
-    a = p.parse_args(argv)
+    a = p.parse_args(rename(list(argv or []), RENAMED, "specrl bench sim-calibrate"))
     import torch
     torch.set_num_threads(a.threads)
     from specrl.tasks import default_policy_path
-    policy = Path(a.policy) if a.policy else default_policy_path()
+    policy = Path(a.model) if a.model else default_policy_path()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     warmup(policy, a.device, a.hops_median)
@@ -122,6 +124,3 @@ def fit_and_validate(runs: dict[tuple, list[dict]], clock: str, policy: Path, ou
     code = sim_main(["calibrate", "--traces", *fit, "--out", cal, "--model", str(policy)])
     return code or sim_main(["validate", "--calibration", cal, "--traces", *held,
                              "--fit-traces", *fit])
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,7 +15,7 @@ the fit's cores) are held out too: their step time is the wall interval between 
 record them on an otherwise idle machine. They are predicted with the fit of the sync runs alone, and
 also compared with the sync run of the same workload and method (the async speedup).
 
-    python benchmarks/sim_train_validate.py [--out runs/sim_train_validation] [--steps 4]
+    specrl bench sim-train-validate [--out runs/sim_train_validation] [--steps 4]
 
 On a shared machine, `--steps 8` averages out more of its noise (docs/simulator.md: the six runs with the
 largest step-time errors at 4 steps came to 2.5% at 8).
@@ -28,9 +28,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without install
 
 # name: (method, k, prompts per step, n[, engine slots, async lag]). The fit runs span 64-128 sequences per
 # step, n of 4 and 8 and 4 or 64 engine slots, so that the training cost's fixed and per-token terms
@@ -64,18 +61,18 @@ def run_train(out: Path, name: str, method: str | None, k: int, prompts: int, n:
             len((run / "rollout_workload.jsonl").read_text().splitlines()) >= steps:
         return run  # already recorded (re-running the script only refits)
     shutil.rmtree(run, ignore_errors=True)
-    cmd = [sys.executable, "-m", "specrl", "train", f"out_dir={run}", f"max_steps={steps}", "rollout.trace=true",
+    cmd = [sys.executable, "-m", "specrl", "train", "--out", str(run), f"max_steps={steps}", "rollout.trace=true",
            "data.eval_size=0", "num_threads=1", "progress=false", "plots=false", "tensorboard=false",
            f"schedule.save_every={steps}", "schedule.keep_last=1", f"rollout.prompts_per_step={prompts}",
            f"rollout.n={n}", f"rollout.spec.method={method or 'null'}", f"rollout.spec.num_speculative_tokens={max(k, 1)}",
            f"rollout.max_num_seqs={slots}", *extra]
-    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return run
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="runs/sim_train_validation")
+    p = argparse.ArgumentParser(prog="specrl bench sim-train-validate", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="runs/sim_train_validation", help="folder of the runs and calibration_*.json")
     p.add_argument("--steps", type=int, default=4, help="RL steps per run; the first is warm-up and dropped")
     p.add_argument("extra", nargs="*", help="more `specrl train` overrides for every run, e.g. model=DIR")
     a = p.parse_args(argv)
@@ -96,7 +93,3 @@ def main(argv: list[str] | None = None) -> int:
         code = code or sim_main(["validate", "--calibration", cal, "--clock", clock, "--fit-train-runs", *fit,
                                  "--train-runs", *held])
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,7 +14,7 @@ lines and writes figures:
   - OUT/lengths.png: the histogram of response lengths at the first and the last step (SD-off runs), with
     median, p99 and max.
 
-    python benchmarks/default_run.py --out runs/default_run --seeds 0 1 [key=value ...]
+    specrl bench default-run --out runs/default_run --seeds 0 1 [key=value ...]
 """
 from __future__ import annotations
 
@@ -28,13 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.errors import UserError, pyplot
 from specrl.pipeline.run_dir import read_jsonl
+from .common import parse_with_overrides
 
 WARMUP_STEPS = 1  # the first step pays one-off costs (allocation, first touch); left out of the mean timings
 
 
 def launch(run_dir: Path, seed: int, sd: bool, overrides: list[str]) -> subprocess.Popen:
-    args = [sys.executable, "-m", "specrl", "train", f"seed={seed}", f"out_dir={run_dir}", "num_threads=1",
+    args = [sys.executable, "-m", "specrl", "train", "--out", str(run_dir), f"seed={seed}", "num_threads=1",
             "rollout.trace=true", "progress=false", *overrides]
     if not sd:
         args.append("rollout.spec.method=null")
@@ -70,9 +72,7 @@ def summary(seed: int, on: dict, off: dict) -> dict:
 
 
 def length_histogram(runs: list[dict], out: Path) -> dict:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("specrl bench default-run")
     stats, fig = {}, plt.figure(figsize=(8, 4))
     for which, index in (("first step", 0), ("last step", -1)):
         lens = np.array([n for run in runs for n in run["workload"][index]["response_lengths"]])
@@ -89,19 +89,21 @@ def length_histogram(runs: list[dict], out: Path) -> dict:
     return stats
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("runs/default_run"))
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="specrl bench default-run", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("runs/default_run"),
+                    help="folder of the runs, their logs and the figures (default: runs/default_run)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="one SD on / SD off pair per seed")
     ap.add_argument("--reuse", action="store_true", help="summarise runs already in --out instead of training")
-    ap.add_argument("overrides", nargs="*", help="config overrides for both arms, e.g. schedule.max_steps=10")
-    args = ap.parse_args()
+    ap.add_argument("overrides", nargs="*", help="`specrl train` overrides for both arms, e.g. max_steps=10")
+    args = parse_with_overrides(ap, argv)
+    pyplot("specrl bench default-run")  # before any run: a missing matplotlib ends here, not after the training
     dirs = {(s, sd): args.out / f"{'sd_on' if sd else 'sd_off'}_seed{s}" for s in args.seeds for sd in (True, False)}
     if not args.reuse:
         for s in args.seeds:  # a pair at a time: the two arms share the machine alike
             procs = [launch(dirs[s, sd], s, sd, args.overrides) for sd in (True, False)]
             if any(p.wait() != 0 for p in procs):
-                raise SystemExit(f"a run of seed {s} failed: see the .log files in {args.out}")
+                raise UserError(f"a run of seed {s} failed: see the .log files in {args.out}")
     runs = {key: load(path) for key, path in dirs.items()}
     pairs = [summary(s, runs[s, True], runs[s, False]) for s in args.seeds]
     for row in pairs:
@@ -111,9 +113,9 @@ def main() -> None:
     hist = length_histogram([runs[s, False] for s in args.seeds], args.out / "lengths.png")
     print(json.dumps({"overall": speed(on, off), "lengths": hist}))
     names = [f"{'SD on' if sd else 'SD off'} seed {s}={dirs[s, sd]}" for s in args.seeds for sd in (True, False)]
-    subprocess.run([sys.executable, "-m", "specrl", "compare", *names, "--out", str(args.out / "compare.png")],
-                   check=True)
-
-
-if __name__ == "__main__":
-    main()
+    done = subprocess.run([sys.executable, "-m", "specrl", "compare", *names, "--out", str(args.out / "compare.png")],
+                          capture_output=True, text=True)
+    print(done.stdout + done.stderr, end="", file=sys.stderr)  # its table to stderr: stdout holds the JSON lines
+    if done.returncode != 0:
+        raise UserError(f"`specrl compare` of the runs in {args.out} failed (exit {done.returncode})")
+    return 0

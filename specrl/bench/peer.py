@@ -67,8 +67,8 @@ def plan(args) -> list[dict]:
 def workload(name: str, model_dir: Path, args) -> tuple[list[list[int]], int, int]:
     """(prompt ids, samples per prompt, max_tokens) of a workload."""
     from specrl.tasks import make_problems
-    from specrl.train.config import TrainConfig
-    from specrl.train.data import PromptEncoder
+    from specrl.config.run import TrainConfig
+    from specrl.trainer.data import PromptEncoder
     cfg = TrainConfig()
     count, n = {"b1": (1, 1), "b64": (64, 1), "rl": (cfg.rollout.prompts_per_step, cfg.rollout.n)}[name]
     encoder = PromptEncoder(model_dir)
@@ -97,7 +97,7 @@ def build(run: dict, model_dir: Path, args, batch: int):
         return llm, llm.precision.name
     from specrl.config import load_config
     from specrl.pipeline.vllm.build import vllm_backend
-    from specrl.train.config import TrainConfig
+    from specrl.config.run import TrainConfig
     cfg = load_config(TrainConfig, None, [f"rollout.spec.method={method or 'null'}", f"dtype={args.dtype}",
                                           f"rollout.spec.num_speculative_tokens={args.k}",
                                           f"rollout.spec.draft_model={args.draft_model or 'null'}",
@@ -201,14 +201,16 @@ def summary(rows: list[dict]) -> list[dict]:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="specrl bench peer", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
-    ap.add_argument("--engines", default="specrl,vllm")
+    ap.add_argument("--engines", default="specrl,vllm", help="specrl, vllm or both, comma-separated")
     ap.add_argument("--methods", default="off,default",
                     help="off, default (each engine's default SD) and/or SD methods both engines run, e.g. off,ngram")
     ap.add_argument("--dtype", default="auto", help="both engines' dtype (default: auto, each engine's own default)")
-    ap.add_argument("--workloads", default="b1,b64,rl")
-    ap.add_argument("--vllm-modes", default="compile,eager")
+    ap.add_argument("--workloads", default="b1,b64,rl", help="b1 (one prompt), b64 (64 prompts), rl (the default "
+                    "run's rollout: 8 prompts x 8 samples), comma-separated")
+    ap.add_argument("--vllm-modes", default="compile,eager", help="vLLM with torch.compile, eager, or both (the "
+                    "faster one goes to the summary)")
     ap.add_argument("--repeats", type=int, default=3, help="rounds; each round alternates the engines' order")
-    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
     ap.add_argument("--max-tokens", type=int, default=256, help="b1 and b64's budget")
     ap.add_argument("--rl-max-tokens", type=int, default=None, help="rl's budget (default: the default run's)")
     ap.add_argument("--ignore-eos", action="store_true",

@@ -5,10 +5,10 @@ same seed), then time the policy update (forward, backward, optimizer step: `Pol
 packed (`optim.packing=true`) and padded, in one process, alternating which goes first (ABBA), repeated.
 The score is response tokens per second: the batch's response tokens over the update's wall time. A
 synthetic batch of equal-length rows (no padding at all) shows what packing costs where there is nothing to
-remove. Prints JSON lines; with --png a bar chart.
+remove. Prints JSON lines; with --out a bar chart.
 
-    python benchmarks/packing_throughput.py --record runs/packing/batches.pt --steps 3   # ~1-2 min a step
-    python benchmarks/packing_throughput.py --batches runs/packing/batches.pt --repeats 3 --png out.png
+    specrl bench packing-throughput --record runs/packing/batches.pt --steps 3   # ~1-2 min a step
+    specrl bench packing-throughput --batches runs/packing/batches.pt --repeats 3 --out out.png
 """
 from __future__ import annotations
 
@@ -17,23 +17,26 @@ import copy
 import json
 import os
 import statistics
-import sys
+import tempfile
 import time
 
 import torch
 
 from specrl.config import load_config
+from specrl.config.files import argv_overrides
+from specrl.config.renamed import rename
+from specrl.errors import MissingFileError, UserError, pyplot
 from specrl.model import load_model
 from specrl.tasks import default_policy_path
-from specrl.train.batch import TrainBatch
-from specrl.train.config import TrainConfig
-from specrl.train.trainer import PolicyTrainer
+from specrl.trainer.batch import TrainBatch
+from specrl.config.run import TrainConfig
+from specrl.trainer.trainer import PolicyTrainer
 
 
 def record(out: str, steps: int, overrides: list[str]) -> None:
-    """Runs `specrl train` for `steps` steps and saves every TrainBatch its learner received."""
+    """Runs `specrl train` for `steps` steps and saves every TrainBatch its learner received. The run's own
+    directory is a byproduct: a temporary one, unless the overrides name an out_dir."""
     import specrl.pipeline.steps as steps_mod
-    from specrl.cli.train import build_config
     from specrl.pipeline.run import train
     batches, collate = [], steps_mod.collate
 
@@ -43,8 +46,13 @@ def record(out: str, steps: int, overrides: list[str]) -> None:
         torch.save(batches, out)  # after each step: a cut-short run keeps what it recorded
         return batch
     steps_mod.collate = recording
-    train(build_config(None, [f"max_steps={steps}", "eval_every=0", "progress=false", "num_threads=1",
-                              "tensorboard=false", "plots=false", "data.eval_size=1", *overrides]))
+    try:
+        with tempfile.TemporaryDirectory() as run_dir:
+            train(load_config(TrainConfig, None, [
+                f"out_dir={run_dir}/run", f"schedule.max_steps={steps}", "schedule.eval_every=0", "progress=false",
+                "num_threads=1", "tensorboard=false", "plots=false", "data.eval_size=1", *argv_overrides(overrides)]))
+    finally:
+        steps_mod.collate = collate
 
 
 def equal_lengths(batch: TrainBatch, length: int) -> TrainBatch:
@@ -98,9 +106,7 @@ def describe(batch: TrainBatch) -> dict:
 
 
 def plot(summary: list[dict], path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("--out")
     names = [s["batch"] for s in summary]
     x = range(len(names))
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -115,23 +121,34 @@ def plot(summary: list[dict], path: str) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+RENAMED = {"--png": "--out"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="specrl bench packing-throughput", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--record", help="record batches of a short default run into this file, then stop")
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3, help="--record: RL steps to record")
     ap.add_argument("--batches", help="batches recorded by --record")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3, help="timed updates per batch and arm")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--equal-length", type=int, default=64, help="rows of the synthetic no-padding batch (0: none)")
-    ap.add_argument("--png")
-    ap.add_argument("overrides", nargs="*", help="config overrides for --record")
-    args = ap.parse_args(argv)
+    ap.add_argument("--out", help="PNG of the packed and padded throughput per batch (needs matplotlib)")
+    ap.add_argument("overrides", nargs="*", help="--record: run config overrides, full keys (rollout.n=4)")
+    args = ap.parse_args(rename(list(argv or []), RENAMED, "specrl bench packing-throughput"))
     torch.set_num_threads(args.threads)
     if args.record:
         record(args.record, args.steps, args.overrides)
         return 0
+    if not args.batches:
+        raise UserError("pass --batches FILE (written by --record FILE), or --record FILE to write one")
+    if not os.path.isfile(args.batches):
+        raise MissingFileError(f"--batches {args.batches!r} does not exist; write it with --record {args.batches}")
+    if args.out:
+        pyplot("--out")  # before the timings: a missing matplotlib ends here
     cfg = load_config(TrainConfig, None, [])
     recorded = [TrainBatch(*t) for t in torch.load(args.batches)]
     batches = {f"step{i + 1}": b for i, b in enumerate(recorded)}
@@ -158,10 +175,6 @@ def main(argv: list[str] | None = None) -> int:
                       "threads": args.threads, "repeats": args.repeats, "load1_start": load0[0],
                       "load1_end": os.getloadavg()[0], "cpus": os.cpu_count(), "torch": torch.__version__}),
           flush=True)
-    if args.png:
-        plot(summary, args.png)
+    if args.out:
+        plot(summary, args.out)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

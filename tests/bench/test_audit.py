@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from benchmarks.audit import alarms, broken_verify
+from specrl.bench.audit import alarms, broken_verify
 from specrl.audit.bets import COMPONENTS
 from specrl.cli.main import main
 from specrl.engine.sampler import verify
@@ -52,7 +52,7 @@ def test_calibration_rows_feed_the_summary_and_its_plot(tmp_path, capsys):
     assert main(["bench", "audit", "calibration", "--out", str(rows), "--paths", "off", "--steps", "2"]) == 0
     assert len(rows.read_text().splitlines()) == 2  # resumable: done steps are skipped
     capsys.readouterr()
-    assert main(["bench", "audit", "summary", "--rows", str(rows), "--png", str(tmp_path / "c.png")]) == 0
+    assert main(["bench", "audit", "summary", "--rows", str(rows), "--out", str(tmp_path / "c.png")]) == 0
     out = json.loads(capsys.readouterr().out.splitlines()[0])
     assert out["name"] == "off" and out["steps"] == 2 and out["steps_e"] is None
     assert (tmp_path / "c.png").stat().st_size > 0

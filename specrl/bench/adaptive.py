@@ -5,7 +5,7 @@ config) SD off runs first, then every drafter at every k of --ks, then "auto" (k
 all at temperature 1 on task prompts with a seed per prompt, the same for every strategy. Left out, the
 threads, the ks and the RL workload's budget are `specrl train`'s defaults, so the RL row measures what the
 main job runs (`--model` a run's checkpoint measures a later policy: train's rollouts move with it). Prints
-one JSON line per measurement, then writes --png: speedup over SD off by batch size, and what auto chose over
+one JSON line per measurement, then writes --out: speedup over SD off by batch size, and what auto chose over
 the RL rollout. --save-profile writes what auto learnt (after the RL workload) as the JSON that
 `rollout.spec.cost_profile` reads (engine/adaptive/profile.py); auto starts from the shipped profile for the
 embedded policy on this device and dtype, or --profile PATH.
@@ -18,6 +18,7 @@ import sys
 from specrl.engine.adaptive import profile
 from specrl.engine.methods import DRAFTING_METHODS, METHODS, SpecConfig, is_adaptive
 from specrl.engine.stats import Choices
+from specrl.config.renamed import rename
 from specrl.errors import MissingDependency, UserError, pyplot
 from .common import RATE, at_least_one, base_parser, emit, engine, measure, parse_args, policy_path, prompt_sets
 from .spec import parse_batch_sizes
@@ -50,8 +51,9 @@ def parser():
                     help="default: the default run's response budget (--quick: 32)")
     ap.add_argument("--repeats", type=at_least_one, default=None, help="batches per n=1 measurement; default 2, and at "
                     f"least {MIN_PROMPTS} prompts (--quick: 1)")
-    ap.add_argument("--adaptive-mode", default="measured", choices=["measured", "deterministic"])
-    ap.add_argument("--png", default="bench_adaptive.png", help="the plot ('' for none; needs matplotlib)")
+    ap.add_argument("--adaptive-mode", default="measured", choices=["measured", "deterministic"],
+                    help="auto's cost model: measured timings, or a fixed one (the same choices on every machine)")
+    ap.add_argument("--out", default="bench_adaptive.png", help="the plot ('' for none; needs matplotlib)")
     ap.add_argument("--save-profile", default=None, help="write what the adaptive engine learnt here (JSON)")
     ap.add_argument("--profile", default=None, help="auto's starting profile (default: the shipped one, for the "
                                                     "embedded policy on this device and dtype)")
@@ -60,9 +62,12 @@ def parser():
     return ap
 
 
+RENAMED = {"--png": "--out"}
+
+
 def main(argv: list[str]) -> int:
-    args = parse_args(parser(), argv)
-    from specrl.train.config import TrainConfig
+    args = parse_args(parser(), rename(argv, RENAMED, "specrl bench adaptive"))
+    from specrl.config.run import TrainConfig
     default = TrainConfig()
     rollout = default.rollout  # the RL workload is the default run's rollout, with its task's budget
     for key, full, quick in (("batch_sizes", "1,4,16,64,rl", "1,4"), ("max_tokens", 256, 32),
@@ -113,8 +118,8 @@ def main(argv: list[str]) -> int:
                 f.writelines(json.dumps({"batch_size": common["batch_size"], **h}) + "\n" for h in choices.history)
         if args.save_profile and (rl or bs == batch_sizes[-1]):
             profile.save(llm.engine.strategy, args.save_profile, llm.model, path=str(path))
-    if args.png:
-        plot(rows, history, args.png, args.dtype)
+    if args.out:
+        plot(rows, history, args.out, args.dtype)
     return 0
 
 
@@ -175,7 +180,7 @@ def is_auto(row: dict) -> bool:
 
 def plot(rows: list[dict], history: list[dict] | None, png: str, dtype: str) -> None:
     try:
-        plt = pyplot("--png")
+        plt = pyplot("--out")
     except MissingDependency as e:
         print(f"{e}: no {png}", file=sys.stderr)
         return

@@ -42,12 +42,15 @@ def packed_linear(weight: torch.Tensor, rows: int):
     return lambda x: torch.ops.mkl._mkl_linear(x, packed, weight, None, rows)
 
 
-def best_seconds(fn, x: torch.Tensor, calls: int) -> float:
+def best_seconds(fn, x: torch.Tensor, calls: int, cap_s: float = 0.2) -> float:
+    """Seconds per call over `calls` calls, or fewer when they pass `cap_s`."""
     fn(x)
     t0 = time.perf_counter()
-    for _ in range(calls):
+    done = 0
+    while done < calls and (done == 0 or time.perf_counter() - t0 < cap_s):
         fn(x)
-    return (time.perf_counter() - t0) / calls
+        done += 1
+    return (time.perf_counter() - t0) / done
 
 
 def measure(k: int, n: int, rows: int, dtype: torch.dtype, repeats: int) -> dict:
@@ -56,7 +59,7 @@ def measure(k: int, n: int, rows: int, dtype: torch.dtype, repeats: int) -> dict
     x = torch.randn(rows, k, generator=g).to(dtype)  # [rows, k]
     plain, packed = (lambda v: F.linear(v, w)), packed_linear(w, rows)
     diff = (plain(x).float() - packed(x).float()).abs().max().item()
-    calls = max(1, int(2e8 / (2 * rows * k * n)))  # about 0.2 GFLOP a timing
+    calls = max(1, min(200, int(2e8 / (2 * rows * k * n))))  # about 0.2 GFLOP a timing, 200 calls at most
     times = {"plain": [], "packed": []}
     for _ in range(repeats):
         for name, fn in (("plain", plain), ("packed", packed)):

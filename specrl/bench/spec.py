@@ -40,7 +40,7 @@ def parse_batch_sizes(text: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     ap = base_parser("specrl bench spec", __doc__, warmup=True)
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", default=",".join(METHODS), help="the SD methods, comma-separated (default: all)")
     ap.add_argument("--batch-sizes", default=None, help="default 1,4,16,64,rl (--quick: 1,4)")
     ap.add_argument("--k", type=int, default=None, help="draft length (default: `specrl train`'s, "
                     "rollout.spec.num_speculative_tokens)")
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
                     help="batches per measurement (n=1 workloads); default 3 (--quick: 1)")
     ap.add_argument("--prompts", default=None, help="a JSONL of prompt or messages rows (`specrl make-data`), "
                     "encoded as `specrl train` does (chat template); default: the embedded task's")
-    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
     ap.add_argument("--check-identity", action="store_true",
                     help="greedy (temperature 0): does each method give SD off's tokens? (columns same_tokens, ...)")
     ap.add_argument("--draft-model", default=None, help="drafter dir for eagle3 / draft_model / mtp")
@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
     from specrl import SpecConfig
-    from specrl.train.config import TrainConfig
+    from specrl.config.run import TrainConfig
     default = TrainConfig()
     rollout = default.rollout  # the RL workload is the default run's rollout
     args.k = args.k or rollout.spec.num_speculative_tokens

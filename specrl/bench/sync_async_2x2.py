@@ -11,8 +11,8 @@ Prints one JSON line per run and per cell (the mean over seeds), then the simula
 seed it is calibrated (wall and process-CPU clocks) on the other seed's sync runs and predicts this seed's runs from their
 workloads alone. Writes OUT/summary.jsonl and OUT/2x2.png (step seconds per cell, held-out accuracy).
 
-    python benchmarks/sync_async_2x2.py --out runs/2x2 --seeds 0 1 [--cells sync:off,async:auto,...] [key=value ...]
-    python benchmarks/sync_async_2x2.py --out runs/2x2 --seeds 0 1 --reuse      # summary and figures only
+    specrl bench sync-async-2x2 --out runs/2x2 --seeds 0 1 [--cells sync:off,async:auto,...] [key=value ...]
+    specrl bench sync-async-2x2 --out runs/2x2 --seeds 0 1 --reuse      # summary and figures only
 """
 from __future__ import annotations
 
@@ -24,11 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without install
-
-from default_run import speed  # noqa: E402  (benchmarks/default_run.py: R, alpha and the step bound)
-from specrl.pipeline.run_dir import read_jsonl  # noqa: E402
+from specrl.errors import UserError, pyplot
+from specrl.pipeline.run_dir import read_jsonl
+from .common import parse_with_overrides
+from .default_run import speed  # R, alpha and NeMo-RL's step bound
 
 CELLS = ("sync:off", "async:auto", "sync:auto", "async:off")
 WARMUP_STEPS = 1  # sync: first allocations; async: the step that fills the pipeline
@@ -40,15 +39,15 @@ def run_dir(out: Path, cell: str, seed: int) -> Path:
 
 def launch(path: Path, cell: str, seed: int, overrides: list[str]) -> None:
     mode, method, *extra = cell.split(":")
-    args = [sys.executable, "-m", "specrl", "train", f"seed={seed}", f"out_dir={path}", "rollout.trace=true",
+    args = [sys.executable, "-m", "specrl", "train", "--out", str(path), f"seed={seed}", "rollout.trace=true",
             "progress=false", f"pipeline.mode={mode}", f"rollout.spec.method={'null' if method == 'off' else method}",
             *overrides, *extra]
     path.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(path.parent / f"{path.name}.log", "w") as log:
-        code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT)
     if code != 0:
-        raise SystemExit(f"{cell} seed {seed} failed (exit {code}): see {path.parent / (path.name + '.log')}")
+        raise UserError(f"{cell} seed {seed} failed (exit {code}): see {path.parent / (path.name + '.log')}")
     (path / "wall_s.json").write_text(json.dumps({"wall_s": time.perf_counter() - start}))
 
 
@@ -59,6 +58,9 @@ def mean(rows: list[dict], key: str) -> float:
 def load(path: Path, cell: str, seed: int) -> dict:
     rows, evals = read_jsonl(path / "metrics.jsonl"), read_jsonl(path / "eval.jsonl")
     timed = rows[WARMUP_STEPS:]
+    if not timed:
+        raise UserError(f"{path} has {len(rows)} step(s) and the first is left out as warm-up: run at least "
+                        f"{WARMUP_STEPS + 1} steps (max_steps={WARMUP_STEPS + 1})")
     lags = [r["policy_lag"] for r in rows if "policy_lag" in r]
     work = read_jsonl(path / "rollout_workload.jsonl")[-1]  # async: the threads each stage used
     return {"cell": cell, "seed": seed, "steps": len(rows),
@@ -102,18 +104,16 @@ def simulate(out: Path, seeds: list[int], cells: list[str]) -> list[dict]:
         for clock in ("wall", "cpu"):
             cal = out / f"calibration_{clock}_without_seed{seed}.json"
             subprocess.run([*base, "calibrate", "--train-runs", *fit, "--clock", clock, "--out", str(cal)],
-                           check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+                           check=True, stdout=subprocess.DEVNULL)
             got = subprocess.run([*base, "validate", "--calibration", str(cal), "--clock", clock,
                                   "--fit-train-runs", *fit, "--train-runs", *held],
-                                 check=True, cwd=ROOT, capture_output=True, text=True)
+                                 check=True, capture_output=True, text=True)
             rows += [{**json.loads(line), "seed": seed} for line in got.stdout.splitlines() if line.startswith("{")]
     return rows
 
 
 def plot(runs: list[dict], cells: list[str], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("specrl bench sync-async-2x2")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for i, cell in enumerate(cells):
         mine = [r for r in runs if r["cell"] == cell]
@@ -138,15 +138,17 @@ def plot(runs: list[dict], cells: list[str], path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("runs/2x2"))
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="specrl bench sync-async-2x2", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("runs/2x2"),
+                    help="folder of the runs, summary.jsonl and 2x2.png (default: runs/2x2)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="every cell runs once per seed")
     ap.add_argument("--cells", default=",".join(CELLS), help="comma-separated mode:method, method off for SD off")
     ap.add_argument("--reuse", action="store_true", help="summarise runs already in --out instead of training")
     ap.add_argument("--no-sim", action="store_true", help="skip the simulator's predictions")
-    ap.add_argument("overrides", nargs="*", help="config overrides for every run")
-    args = ap.parse_args()
+    ap.add_argument("overrides", nargs="*", help="`specrl train` overrides for every run, e.g. max_steps=4")
+    args = parse_with_overrides(ap, argv)
+    pyplot("specrl bench sync-async-2x2")  # before any run: a missing matplotlib ends here, not after the training
     out, args.cells = args.out.resolve(), args.cells.split(",")
     for i, seed in enumerate(args.seeds):
         for cell in (args.cells if i % 2 == 0 else args.cells[::-1]):
@@ -165,7 +167,4 @@ def main() -> None:
             print(json.dumps(row, default=float), flush=True)
             f.write(json.dumps(row, default=float) + "\n")
     plot(runs, args.cells, out / "2x2.png")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -7,9 +7,10 @@ import time
 
 import torch
 
-from specrl.cli.runtime import AS_TRAIN, add_runtime_args, engine, parse_args, policy_path
+from specrl.runtime import AS_TRAIN, add_runtime_args, engine, parse_args, policy_path
 
 __all__ = ["RATE", "at_least_one", "base_parser", "emit", "engine", "file_prompts", "measure", "parse_args",
+           "parse_with_overrides",
            "policy_path", "prompt_sets", "task_prompts", "timed", "timed_generate", "warm_up"]
 
 RATE = ("tokens", "seconds", "tokens_per_s")  # of timed_generate's figures, those a bench adaptive row reports
@@ -21,6 +22,16 @@ def at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is below 1: give at least 1, or leave it out for the default")
     return value
+
+
+def parse_with_overrides(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`ap`'s flags, and in `args.overrides` every `key=value` word wherever it stands: a list flag such as
+    `--seeds 0 1` would otherwise swallow the overrides after it."""
+    argv = list(argv or [])
+    overrides = [w for w in argv if "=" in w and not w.startswith("-")]
+    args = ap.parse_args([w for w in argv if w not in overrides])
+    args.overrides = args.overrides + overrides
+    return args
 
 
 def base_parser(prog: str, description: str, warmup: bool = False) -> argparse.ArgumentParser:
@@ -97,7 +108,7 @@ def measure(llm, prompts: list[list[int]], n: int, batch: int, max_tokens: int, 
 def file_prompts(path: str, model_dir: str, count: int) -> list[list[int]]:
     """The first `count` rows of a prompt file, encoded as `specrl train` encodes them (chat template)."""
     from specrl.errors import UserError
-    from specrl.train.data import PromptEncoder, read_prompts
+    from specrl.trainer.data import PromptEncoder, read_prompts
     rows = read_prompts(path, flag="--prompts")
     if len(rows) < count:
         raise UserError(f"--prompts {path!r} has {len(rows)} rows; this workload needs {count}: add rows or lower "

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.peer import measure, plan, summary
+from specrl.bench.peer import measure, plan, summary
 from specrl.cli.main import main
 from tests.helpers import save_tiny
 
@@ -66,7 +66,7 @@ def test_one_engine_times_each_workload_and_a_sampled_sd_row_has_its_audit(tiny)
 
 
 def test_rows_name_the_dtype_and_each_engines_default_sd(tiny):
-    from benchmarks.peer import sd_method
+    from specrl.bench.peer import sd_method
     [auto] = measure({"engine": "specrl", "method": "default", "workloads": ["b1"], "repeat": 0}, tiny, _args())
     assert (auto["dtype"], auto["sd"]) == ("float32", "auto")  # the suite pins auto to fp32 (tests/conftest.py)
     [bf16] = measure({"engine": "specrl", "method": "off", "workloads": ["b1"], "repeat": 0}, tiny,
@@ -78,7 +78,7 @@ def test_rows_name_the_dtype_and_each_engines_default_sd(tiny):
 
 
 def test_rl_takes_the_default_runs_budget_unless_told(tiny):
-    from benchmarks.peer import workload
+    from specrl.bench.peer import workload
     prompts, n, budget = workload("rl", tiny, _args())
     assert (len(prompts), n, budget) == (8, 8, 1100)
     assert workload("rl", tiny, _args(rl_max_tokens=64))[2] == 64

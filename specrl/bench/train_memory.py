@@ -6,7 +6,7 @@ threshold) or fixed at the given bytes, decoder activation checkpointing on or o
 arm: RSS after the forward, the lm-head and the backward, the sampled peak (every 20 ms), and the forward /
 backward seconds (so the speed cost of a setting shows beside its memory).
 
-    python benchmarks/train_memory.py --model DIR [--rows 16] [--tokens 252] [--thresholds ,131072,1048576,16777216]
+    specrl bench train-memory --model DIR [--rows 16] [--tokens 252] [--thresholds ,131072,1048576,16777216]
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
+from specrl.errors import UserError
+from specrl.runtime import policy_path
 
 
 def rss_mib() -> float:
@@ -32,7 +33,7 @@ def rss_mib() -> float:
 def arm(args) -> dict:
     import torch
     from specrl.model import load_model
-    from specrl.train.trainer import head_logprobs
+    from specrl.trainer.trainer import head_logprobs
     torch.set_num_threads(args.threads)
     peak = [0.0]
 
@@ -41,7 +42,7 @@ def arm(args) -> dict:
             peak[0] = max(peak[0], rss_mib())
             time.sleep(0.02)
     threading.Thread(target=sample, daemon=True).start()
-    model = load_model(args.model)
+    model = load_model(policy_path(args.model))
     model.train()
     model.checkpoint_layers = args.checkpointing == "on"
     for p in model.parameters():
@@ -64,33 +65,31 @@ def arm(args) -> dict:
             "forward_s": round(fwd_s, 1), "backward_s": round(bwd_s, 1)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--rows", type=int, default=16)
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="specrl bench train-memory", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
+    ap.add_argument("--rows", type=int, default=16, help="rows of the micro-batch")
     ap.add_argument("--tokens", type=int, default=252, help="tokens per row (a 52-token prompt + 200)")
     ap.add_argument("--thresholds", default=",131072,1048576,16777216",
                     help="comma-separated MALLOC_MMAP_THRESHOLD_ values; empty: glibc's default")
     ap.add_argument("--checkpointing", default="on", help="on, off or on,off")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--arm", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads of each arm")
+    ap.add_argument("--arm", action="store_true", help=argparse.SUPPRESS)  # a child: one arm
+    args = ap.parse_args(argv)
     if args.arm:
         print("RESULT " + json.dumps(arm(args)), flush=True)
-        return
+        return 0
     for ckpt in args.checkpointing.split(","):
         for threshold in args.thresholds.split(","):
             env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
             if threshold:
                 env["MALLOC_MMAP_THRESHOLD_"] = threshold
-            cmd = [sys.executable, __file__, "--arm", "--model", args.model, "--rows", str(args.rows),
-                   "--tokens", str(args.tokens), "--checkpointing", ckpt, "--threads", str(args.threads)]
+            cmd = [sys.executable, "-m", "specrl", "bench", "train-memory", "--arm", "--rows", str(args.rows),
+                   "--tokens", str(args.tokens), "--checkpointing", ckpt, "--threads", str(args.threads),
+                   *(["--model", args.model] if args.model else [])]
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
             if line is None:
-                sys.exit(f"arm {ckpt} {threshold or 'default'} failed:\n{proc.stderr[-2000:]}")
+                raise UserError(f"arm {ckpt} {threshold or 'default'} failed: {proc.stderr.strip()[-2000:]}")
             print(line[len("RESULT "):], flush=True)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

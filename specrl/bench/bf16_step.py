@@ -6,8 +6,8 @@
     seconds (the first step left out) and logprob_diff (the trainer-vs-engine gap, mean and max over steps).
   - `decode`: engine decode throughput, SD off, fp32 vs bf16 alternating, at batch 1 and 64.
 
-    OMP_NUM_THREADS=1 python benchmarks/bf16_step.py --steps 6 [--parts rl,decode] [key=value ...]
-    python benchmarks/bf16_step.py --device cuda device=cuda   # on a GPU
+    OMP_NUM_THREADS=1 specrl bench bf16-step --steps 6 [--parts rl,decode] [key.sub=value ...]
+    specrl bench bf16-step --device cuda device=cuda   # on a GPU
 """
 from __future__ import annotations
 
@@ -20,12 +20,15 @@ import time
 import torch
 
 from specrl import LLM, SamplingParams
+from specrl.errors import UserError
 from specrl.model import load_model
 from specrl.pipeline.run import build_parts, model_dir
 from specrl.pipeline.sync import rl_step
 from specrl.tasks import default_policy_path, make_problems
-from specrl.train.data import build_sources
-from specrl.cli.train import build_config
+from specrl.config import load_config
+from specrl.config.files import argv_overrides
+from specrl.config.run import TrainConfig
+from specrl.trainer.data import build_sources
 
 ARMS = {  # name: (rollout.dtype, optim.autocast)
     "fp32": ("float32", False),
@@ -43,8 +46,8 @@ def rl_arms(steps: int, arms: list[str], overrides: list[str]) -> None:
     runs = {}
     for name in arms:
         dtype, autocast = ARMS[name]
-        cfg = build_config(None, overrides + [f"rollout.dtype={dtype}", f"optim.autocast={autocast}",
-                                              f"schedule.max_steps={steps}", "progress=false"])
+        cfg = load_config(TrainConfig, None, argv_overrides(overrides) + [
+            f"rollout.dtype={dtype}", f"optim.autocast={autocast}", f"schedule.max_steps={steps}", "progress=false"])
         torch.manual_seed(cfg.seed)
         source, held_out = build_sources(cfg.data, cfg.seed)
         runs[name] = (cfg, build_parts(cfg, model_dir(cfg), source, held_out), [])
@@ -89,23 +92,25 @@ def decode(repeats: int, max_tokens: int, device: str, model: str | None) -> Non
               "bf16_speedup": tps["bf16"] / tps["fp32"]})
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="rl,decode")
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="specrl bench bf16-step", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", default="rl,decode", help="rl (the RL step's arms), decode (engine throughput), or both")
     ap.add_argument("--steps", type=int, default=6, help="RL steps per arm")
-    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated RL arms, of {', '.join(ARMS)}")
     ap.add_argument("--repeats", type=int, default=3, help="decode: generate() calls per dtype and batch")
     ap.add_argument("--max-tokens", type=int, default=128, help="decode: tokens per sequence")
     ap.add_argument("--model", default=None, help="decode: an HF checkpoint dir (default: the embedded policy)")
     ap.add_argument("--device", default="cpu", help="decode's device (the RL arms take the override device=cuda)")
-    ap.add_argument("overrides", nargs="*", help="TrainConfig overrides for every RL arm")
-    args = ap.parse_args()
+    ap.add_argument("overrides", nargs="*", help="run config overrides for every RL arm, full keys "
+                    "(schedule.max_steps=6)")
+    args = ap.parse_args(argv)
+    bad = sorted(set(args.arms.split(",")) - set(ARMS))
+    if bad:
+        raise UserError(f"--arms: {bad} unknown; choose from {list(ARMS)}")
     emit({"threads": torch.get_num_threads(), "torch": torch.__version__})
     if "decode" in args.parts:
         decode(args.repeats, args.max_tokens, args.device, args.model)
     if "rl" in args.parts:
         rl_arms(args.steps, args.arms.split(","), args.overrides)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

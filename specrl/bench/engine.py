@@ -54,8 +54,8 @@ def run_workload(name, llm, hf, prompts, n, max_tokens, ignore_eos, device, max_
 
 def main(argv: list[str]) -> int:
     ap = base_parser("specrl bench engine", __doc__)
-    ap.add_argument("--max-num-seqs", type=int, default=128)
-    ap.add_argument("--workloads", default="a,b")
+    ap.add_argument("--max-num-seqs", type=int, default=128, help="this engine's batch slots")
+    ap.add_argument("--workloads", default="a,b", help="a (fixed-length batch), b (the RL rollout), or both")
     ap.add_argument("--prompts", default=None, help="a JSONL of prompt or messages rows (`specrl make-data`), "
                     "encoded as `specrl train` does (chat template); default: the embedded task's")
     args = parse_args(ap, argv)
