@@ -115,7 +115,7 @@ class LearnerAudit:
         if rollout.audit == "off":
             return None
         scorer = TokenScorer(rollout.temperature, rollout.top_p, rollout.top_k, seed)
-        return cls(scorer, load_previous() if keep_previous else None)
+        return cls(scorer, load_previous() if keep_previous else None, rollout.audit_share)
 
     def begin(self, trainer, policy: torch.nn.Module, version: int, batch, audit: AuditRows | None
               ) -> StepAudit | None:

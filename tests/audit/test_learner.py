@@ -156,3 +156,12 @@ def test_rows_of_the_version_before_are_cut_to_the_budget_and_scored_as_cut():
     got = step.metrics()
     assert got["sampler_tokens"] == expect.tokens == sum(n) and got["sampler_tokens"] < int(batch.mask[rows].sum())
     assert got["sampler_bets"] == pytest.approx(expect.log_bets, abs=1e-6)  # under version 0's weights, cut
+
+
+def test_the_audit_share_comes_from_the_config_and_a_bad_one_is_one_line():
+    from specrl.config import ConfigError
+    from specrl.config.rollout import RolloutConfig
+    audit = LearnerAudit.build(RolloutConfig(audit_share=0.05), seed=0, keep_previous=False)
+    assert audit.budget.share == 0.05
+    with pytest.raises(ConfigError, match="audit_share"):
+        RolloutConfig(audit_share=0.0).validate()

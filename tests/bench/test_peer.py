@@ -17,7 +17,8 @@ ROW_KEYS = ("engine", "method", "workload", "tokens", "makespan_s", "tokens_per_
 
 def _args(**kw) -> SimpleNamespace:
     base = dict(engines="specrl,vllm", methods="off", workloads="b1", vllm_modes="compile,eager", repeats=2,
-                temperature=1.0, max_tokens=4, rl_max_tokens=None, k=2, threads=1, no_audit=False, ignore_eos=False, dtype="auto")
+                temperature=1.0, max_tokens=4, rl_max_tokens=None, k=2, threads=1, no_audit=False, ignore_eos=False, dtype="auto",
+                draft_model=None)
     return SimpleNamespace(**{**base, **kw})
 
 

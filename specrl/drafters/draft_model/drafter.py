@@ -26,7 +26,7 @@ def check_same_vocab(target: CausalLM, draft: CausalLM, draft_path: str) -> None
     if tv != dv:
         raise ValueError(f"draft model {draft_path!r} has vocab_size {dv} but the policy {target_path!r} has {tv}: "
                          "a draft model must use the policy's tokenizer. Train one with "
-                         "`specrl train-drafter --method draft_model --policy POLICY`.")
+                         "`specrl train-drafter --method draft_model --model POLICY`.")
     t_tok = load_tokenizer(target_path) if target.source_path else None
     d_tok = load_tokenizer(draft_path)
     if t_tok is not None and d_tok is not None and t_tok.get_vocab(True) != d_tok.get_vocab(True):
@@ -104,7 +104,7 @@ def load_drafter(path: Path, target: CausalLM, num_slots: int, max_len: int) -> 
         raise FileNotFoundError(
             f"no draft model checkpoint at {str(path)!r} (expected config.json and *.safetensors): set "
             "SpecConfig.draft_model to a small CausalLM with the policy's tokenizer, or train one with "
-            "`specrl train-drafter --method draft_model --policy POLICY --out DIR`.")
+            "`specrl train-drafter --method draft_model --model POLICY --out DIR`.")
     p = next(target.parameters())
     draft = load_model(path, device=p.device, dtype=p.dtype)
     check_same_vocab(target, draft, str(path))

@@ -88,7 +88,7 @@ def check_compatible(head: Eagle3Head, target_cfg, source: str) -> None:
         if getattr(hc, key) != getattr(tc, key):
             raise ValueError(f"EAGLE-3 head {source!r} has {key} {getattr(hc, key)} but the policy has "
                              f"{getattr(tc, key)}: the head reuses the policy's embeddings and lm_head, so train "
-                             f"one for this policy ({DEFAULT_INSTALL_HINT} --policy PATH)")
+                             f"one for this policy ({DEFAULT_INSTALL_HINT} with --model PATH)")
     bad = [i for i in hc.target_hidden_layers if not 0 <= i < tc.num_layers]
     if bad:
         raise ValueError(f"EAGLE-3 head {source!r} reads target layers {bad}, but the policy has layers "

@@ -62,8 +62,8 @@ def check_fits(head: Eagle3Head, target_cfg, source: str = "in memory") -> None:
     if head.lm_head is not None and hc.vocab_size != target_cfg.vocab_size:
         raise ValueError(f"EAGLE-3 head {source!r} drafts over {hc.draft_vocab_size} tokens of a {hc.vocab_size}-token "
                          f"vocabulary, but the policy has {target_cfg.vocab_size} tokens: its d2t maps into another "
-                         "tokenizer's ids; export it with the policy it was trained on (--policy DIR) or train a "
-                         "head for this one (`specrl train-drafter --method eagle3 --policy DIR`)")
+                         "tokenizer's ids; export it with the policy it was trained on (--model DIR) or train a "
+                         "head for this one (`specrl train-drafter --method eagle3 --model DIR`)")
     check_compatible(head, target_cfg, source)
     if head.lm_head is None:
         return
@@ -146,7 +146,7 @@ def public_tensors(head: Eagle3Head, lm_head_weight: torch.Tensor | None, dtype:
     if head.lm_head is None:
         if lm_head_weight is None:
             raise ValueError("a full-vocabulary EAGLE-3 head drafts with the policy's lm_head, which the public "
-                             "layout stores in the drafter: pass the policy (--policy DIR)")
+                             "layout stores in the drafter: pass the policy (--model DIR)")
         state["lm_head.weight"] = lm_head_weight
     if layout == "speculators":  # its own module name; vLLM's loader reads both
         state = {k.replace("midlayer.", "layers.0.", 1): v for k, v in state.items()}

@@ -49,7 +49,7 @@ def load_mtp(path: str | Path, target: CausalLM) -> MTPStack:
     cfg = ModelConfig.from_hf(json.loads((path / "config.json").read_text()))
     if cfg.num_mtp_modules < 1:
         raise ValueError(f"{str(path)!r} has no MTP modules (num_nextn_predict_layers missing or 0): train them "
-                         "with `specrl train-drafter --method mtp --policy POLICY --out DIR`.")
+                         "with `specrl train-drafter --method mtp --model POLICY --out DIR`.")
     bad = {k: (getattr(cfg, k), getattr(target.config, k)) for k in MATCH_KEYS
            if getattr(cfg, k) != getattr(target.config, k)}
     if bad:
@@ -122,6 +122,6 @@ def load_drafter(draft_model: str | None, shipped: Path, target: CausalLM, num_s
         where = target.source_path or "<in-memory policy>"
         raise ValueError(
             f"method 'mtp' needs MTP modules, but the policy {where!r} has none (num_nextn_predict_layers = 0) "
-            "and SpecConfig.draft_model is not set. Train them with `specrl train-drafter --method mtp --policy "
+            "and SpecConfig.draft_model is not set. Train them with `specrl train-drafter --method mtp --model "
             "POLICY --out DIR`, then load DIR as the policy or pass SpecConfig(method='mtp', draft_model=DIR).")
     return MTPDrafter(target, stack, num_slots, max_len)
