@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from specrl.pipeline import seam
+from specrl.registry import load
 
 DRIVERS = ("sync.py", "asynchronous.py", "steps.py", "run.py")
 PIPELINE = Path(seam.__file__).parent
@@ -100,8 +101,8 @@ class SeamOnly:
 def _seam_only_backend():
     local = seam.get_backend("local")
     seam.register_backend("seam_only",
-                          lambda *a, **kw: SeamOnly(seam.load(local.rollout)(*a, **kw), seam.RolloutBackend, "backend"),
-                          lambda *a, **kw: SeamOnly(seam.load(local.learner)(*a, **kw), seam.Learner, "learner"))
+                          lambda *a, **kw: SeamOnly(load(local.rollout)(*a, **kw), seam.RolloutBackend, "backend"),
+                          lambda *a, **kw: SeamOnly(load(local.learner)(*a, **kw), seam.Learner, "learner"))
 
 
 @pytest.mark.parametrize("mode, extra", [("sync", {}), ("async", {}),
@@ -155,10 +156,10 @@ def test_every_pipeline_mode_has_a_driver_and_every_backend_row_loads():
     from specrl.pipeline.run import DRIVERS
     assert tuple(DRIVERS) == PIPELINE_MODES
     for path in DRIVERS.values():
-        assert callable(seam.load(path))
+        assert callable(load(path))
     for name in ("local", "ray"):  # importing the Ray backend's modules does not import Ray
         row = seam.get_backend(name)
-        assert callable(seam.load(row.rollout)) and callable(seam.load(row.learner))
+        assert callable(load(row.rollout)) and callable(load(row.learner))
 
 
 if __name__ == "__main__":
