@@ -7,7 +7,7 @@ threads, the ks and the RL workload's budget are `specrl train`'s defaults, so t
 main job runs (`--model` a run's checkpoint measures a later policy: train's rollouts move with it). Prints
 one JSON line per measurement, then writes --out: speedup over SD off by batch size, and what auto chose over
 the RL rollout. --save-profile writes what auto learnt (after the RL workload) as the JSON that
-`rollout.spec.cost_profile` reads (engine/adaptive/profile.py); auto starts from the shipped profile for the
+`rollout.spec.auto.cost_profile` reads (engine/adaptive/profile.py); auto starts from the shipped profile for the
 embedded policy on this device and dtype, or --profile PATH.
 """
 from __future__ import annotations
@@ -101,9 +101,10 @@ def main(argv: list[str]) -> int:
         rows.append({**common, "strategy": "off", "k": 0, **base, "speedup": 1.0})
         emit(rows[-1])
         rows += static_rows(args, path, batch, methods, ks, common, run)
+        auto = {"mode": args.adaptive_mode, "cost_profile": args.profile,
+                "drafters": auto_drafters(methods, methods_given)}
         llm = engine(args, path, batch, SpecConfig(method="auto", num_speculative_tokens=max(ks),
-                                                   adaptive_mode=args.adaptive_mode, cost_profile=args.profile,
-                                                   drafters=auto_drafters(methods, methods_given)))
+                                                   options={"auto": auto}))
         choices = Choices()
         llm.engine.choices = choices
         choices.history = [] if rl or args.history else None
@@ -166,7 +167,7 @@ def auto_drafters(methods: list[str], given: bool) -> tuple[str, ...]:
     observe every forward (it cannot defer), which the schedule does not price."""
     if given:
         return tuple(methods)
-    return tuple(d for d in SpecConfig().drafters if d in methods) or tuple(methods)
+    return tuple(d for d in SpecConfig().options["auto"].drafters if d in methods) or tuple(methods)
 
 
 def is_static(row: dict) -> bool:

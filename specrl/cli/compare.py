@@ -10,7 +10,7 @@ and acceptance length against the RL step in one figure (matplotlib).
 
     specrl compare runs/before runs/after --same     # exit 1 unless every metric but the timings is equal
 
-`--same` checks that two runs learnt the same thing (e.g. `rollout.spec.adaptive_mode=deterministic` before and
+`--same` checks that two runs learnt the same thing (e.g. `rollout.spec.auto.mode=deterministic` before and
 after a change): metrics.jsonl and eval.jsonl row by row, every key that is not a time (`*_s`, `*_per_s`).
 """
 from __future__ import annotations

@@ -95,7 +95,7 @@ def test_removed_settings_name_what_replaced_them():
         from_dict(TrainConfig, {"rollout": {"spec": {"auto_methods": ["suffix"]}}})
     with pytest.raises(ConfigError, match=r"config key 'rollout.spec.auto_max_batch' was removed"):
         from_dict(TrainConfig, {"rollout": {"spec": {"method": "auto", "auto_max_batch": 32}}})
-    with pytest.raises(ValueError, match=r"adaptive_mode='fast' is invalid: expected one of \['measured', 'deterministic'\]"):
+    with pytest.raises(ValueError, match=r"auto.mode='fast' is invalid: expected one of \['measured', 'deterministic'\]"):
         SpecConfig(method="auto", adaptive_mode="fast")
 
 
