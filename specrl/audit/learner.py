@@ -6,10 +6,11 @@ hook), or in the async pipeline the version before (`LearnerAudit` keeps a copy 
 version, or of several, are not audited: a rule on versions alone, never on tokens or rewards.
 
 Rows of the version before cost a forward of their own, which the update does not share. `ForwardBudget` keeps
-it to a share of the step's seconds (`rollout.audit_share`, 3%) by cutting those rows short (`cut_rows`). The cut
-is set from earlier steps' seconds and the rows' order alone, so whether a token is audited never depends on that
-token or on any later one, and the e-process stays valid; it sees fewer tokens a step, so it needs more steps to
-ring.
+it to a share (`rollout.audit_share`, 3%) of the update's work, a forward and a backward over the previous step's
+update rows, by cutting those rows short (`cut_rows`). The cut is set from the previous step and the rows' order
+alone, so whether a token is audited never depends on that token or on any later one (the e-process stays
+valid), and it counts tokens, not seconds, so a run is reproducible. The e-process sees fewer tokens a step, so
+it needs more steps to ring.
 """
 from __future__ import annotations
 
@@ -57,26 +58,27 @@ class StepAudit:
         return {**out, "sampler_s": self.seconds}
 
 
-AUDIT_SHARE = 0.03  # the most of a step's seconds the audit's own forward (async: the version before) may take
-FIRST_TOKENS = 512  # forward positions of the first such forward, before its seconds per position are known
+AUDIT_SHARE = 0.03  # the audit's own forward (async: the version before) against the update's work
+FIRST_TOKENS = 512  # forward positions of the audit's own forward before any update was seen
+UPDATE_FORWARDS = 3  # an update's forward and backward, in forwards
 
 
 class ForwardBudget:
-    """Forward positions the audit's own forward may run in a step: `share` of the step's seconds at the seconds
-    per position measured on earlier steps (`FIRST_TOKENS` before any)."""
+    """Forward positions the audit's own forward may run in a step: `share` of the previous step's update, whose
+    forward and backward over its rows cost about `UPDATE_FORWARDS` forwards of their positions."""
 
     def __init__(self, share: float = AUDIT_SHARE):
         self.share = share
-        self.per_token: float | None = None  # seconds per forward position, the last measurement
+        self.update_tokens: int | None = None  # the previous step's update positions
 
-    def tokens(self, step_s: float | None) -> int:
-        if self.per_token is None or step_s is None:
+    def tokens(self) -> int:
+        if self.update_tokens is None:
             return FIRST_TOKENS
-        return int(self.share * step_s / self.per_token)
+        return int(self.share * UPDATE_FORWARDS * self.update_tokens)
 
-    def record(self, tokens: int, seconds: float) -> None:
-        if tokens > 0 and seconds > 0:
-            self.per_token = seconds / tokens
+    def record(self, batch) -> None:
+        """This step's update positions (rows with an advantage: the update skips the others), for the next."""
+        self.update_tokens = int(batch.lengths[batch.advantages != 0].sum())
 
 
 def cut_rows(batch, rows: Tensor, tokens: int):
@@ -106,7 +108,6 @@ class LearnerAudit:
         self.scorer, self.previous = scorer, previous
         self.budget = ForwardBudget(share)
         self._snapshot: dict[str, Tensor] | None = None
-        self._last_begin: float | None = None  # perf_counter at the last begin(): steps' seconds from one to the next
 
     @classmethod
     def build(cls, rollout, seed: int, keep_previous: bool, load_previous=None) -> "LearnerAudit | None":
@@ -123,11 +124,12 @@ class LearnerAudit:
         Rows of this version: install it as `trainer.logits_hook` (`on_policy`). Rows of the version before
         are scored here, now, under `previous`."""
         now = time.perf_counter()
-        step_s, self._last_begin = (None if self._last_begin is None else now - self._last_begin), now
         kept, self._snapshot = self._snapshot, None
         if self.previous is not None:  # this version, for the next step's rows
             self._snapshot = {k: v.detach().clone() for k, v in policy.state_dict().items()}
         snapshot_s = time.perf_counter() - now
+        budget = self.budget.tokens()  # set by the steps before this one
+        self.budget.record(batch)
         if audit is None or audit.version is None:
             return None
         if audit.version == version:
@@ -136,17 +138,16 @@ class LearnerAudit:
             return step
         if kept is None or audit.version != version - 1:
             return None
-        return self._score_previous(trainer, kept, batch, audit.rows, step_s, snapshot_s)
+        return self._score_previous(trainer, kept, batch, audit.rows, budget, snapshot_s)
 
-    def _score_previous(self, trainer, kept: dict[str, Tensor], batch, rows: Tensor, step_s: float | None,
+    def _score_previous(self, trainer, kept: dict[str, Tensor], batch, rows: Tensor, budget: int,
                         snapshot_s: float) -> StepAudit:
-        """Rows of the version before, cut to the budget, scored now under its weights `kept`."""
-        cut, rows = cut_rows(batch, rows, self.budget.tokens(step_s))
+        """Rows of the version before, cut to `budget` forward positions, scored now under its weights `kept`."""
+        cut, rows = cut_rows(batch, rows, budget)
         step = StepAudit(self.scorer, rows, cut.mask, on_policy=False)
         with step.timed():
             self.previous.load_state_dict(kept)
             if bool(rows.any()):
                 trainer.score(self.previous, cut, torch.arange(cut.num_rows)[rows], step)
-        self.budget.record(int(cut.lengths[rows].sum()), step.seconds)
         step.seconds += snapshot_s
         return step

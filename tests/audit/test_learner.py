@@ -81,7 +81,7 @@ def test_rows_are_scored_under_the_version_that_sampled_them():
     ps, cs, batch = _rollouts(model)
     learner = LocalLearner(model, _trainer(model), version=3)
     rows = group_rows([1], 4, batch.num_rows)
-    audit = LearnerAudit(TokenScorer(1.0))
+    audit = LearnerAudit(TokenScorer(1.0), share=1.0)  # a budget that cuts nothing (the cut: tests below)
 
     def begin(version):
         return audit.begin(learner.trainer, model, learner.version, batch, AuditRows(rows, version))
@@ -129,11 +129,13 @@ def test_cut_rows_shares_the_budget_in_row_order():
     assert cut.lengths.equal(batch.lengths) and cut.mask.equal(batch.mask) and keep.equal(rows)
 
 
-def test_the_budget_follows_the_measured_seconds():
+def test_the_budget_is_a_share_of_the_previous_update():
     budget = ForwardBudget(share=0.03)
-    assert budget.tokens(10.0) == FIRST_TOKENS  # nothing measured yet
-    budget.record(tokens=500, seconds=0.5)  # 1 ms a position
-    assert budget.tokens(None) == FIRST_TOKENS and budget.tokens(10.0) == 300  # 3% of 10 s at 1 ms
+    assert budget.tokens() == FIRST_TOKENS  # no update seen yet
+    batch = collate([[1] * 5] * 3, [[2] * 45, [2] * 95, [2] * 5], [[0.0] * 45, [0.0] * 95, [0.0] * 5],
+                    torch.tensor([1.0, -1.0, 0.0]), pad_id=0)
+    budget.record(batch)  # the update forwards rows 0 and 1 (row 2 has no advantage): 49 + 99 positions
+    assert budget.update_tokens == 148 and budget.tokens() == int(0.03 * 3 * 148)
 
 
 def test_rows_of_the_version_before_are_cut_to_the_budget_and_scored_as_cut():
@@ -143,8 +145,7 @@ def test_rows_of_the_version_before_are_cut_to_the_budget_and_scored_as_cut():
     audit = LearnerAudit(TokenScorer(1.0, seed=2), previous=tiny_model(seed=9))
     trainer = _trainer(model)
     audit.begin(trainer, model, 0, batch, None)  # keeps version 0
-    audit.budget.per_token, audit.budget.share = 1.0, 0.24  # 1 s a forward position, 24% of a step
-    audit._last_begin -= 100.0  # a 100 s step: room for 24 positions over the 8 rows
+    audit.budget.share = 24 / (3 * int(batch.lengths[batch.advantages != 0].sum()))  # room for 24 positions
     step = audit.begin(trainer, model, 1, batch, AuditRows(rows, 0))
     assert not step.on_policy
     cut, keep = cut_rows(batch, rows, 24)

@@ -89,7 +89,7 @@ def test_profiles_round_trip_and_bad_ones_are_clear_errors(tmp_path):
 def test_removed_settings_name_what_replaced_them():
     with pytest.raises(ConfigError, match=r"'auto_max_batch' was removed: .*cost model.*delete the key"):
         from_dict(SpecConfig, {"method": "auto", "auto_max_batch": 32})
-    with pytest.raises(ConfigError, match=r"'auto_methods' was removed: .*rename auto_methods to drafters"):
+    with pytest.raises(ConfigError, match=r"'auto_methods' was removed: .*rename auto_methods to auto.drafters"):
         from_dict(SpecConfig, {"method": "auto", "auto_methods": ["suffix"]})
     with pytest.raises(ConfigError, match=r"config key 'rollout.spec.auto_methods' was removed: .*drafters"):
         from_dict(TrainConfig, {"rollout": {"spec": {"auto_methods": ["suffix"]}}})
