@@ -48,7 +48,12 @@ class StepAudit:
 
     def __call__(self, logits: Tensor, targets: Tensor, rows: Tensor, positions: Tensor) -> None:
         with self.timed():
-            self.scores[rows, positions] = self.scorer(logits, targets, rows, positions)
+            scored = self.mask[rows, positions] > 0  # [n] response tokens: the prompt's are not the sampler's
+            if bool(scored.any()):
+                at = scored.nonzero()[:, 0]
+                rows, positions = rows[at], positions[at]
+                self.scores[rows, positions] = self.scorer(logits[at.to(logits.device)], targets[at.to(targets.device)],
+                                                           rows, positions)
 
     def metrics(self) -> dict:
         """The step's evidence as metrics-row keys (`StepEvidence.metrics`) and `sampler_s`."""
@@ -82,15 +87,15 @@ class ForwardBudget:
 
 
 def cut_rows(batch, rows: Tensor, tokens: int):
-    """(`batch` with the audited `rows` [N] bool cut to about `tokens` forward positions in all, the rows left
-    [N] bool): in row order, each row takes at most an equal share of what the rows before it left, and a row
-    whose share ends before its first response token is dropped. Decided by the rows' order and the lengths of
-    earlier rows alone (independent samples), never by a row's own tokens."""
+    """(`batch` with the audited `rows` [N] bool cut to at most `tokens` forward positions in all, the rows left
+    [N] bool): in row order, each row takes what the rows before it left (a row's prompt is paid once, so a few
+    whole rows audit more tokens than many short cuts), and a row whose share ends before its first response
+    token is dropped. Decided by the rows' order and the lengths of earlier rows alone (independent samples),
+    never by a row's own tokens."""
     lengths, mask, keep = batch.lengths.clone(), batch.mask.clone(), rows.clone()  # [N], [N, T], [N]
-    idx = rows.nonzero()[:, 0].tolist()
     left = tokens
-    for k, r in enumerate(idx):
-        n = min(int(lengths[r]), left // (len(idx) - k))  # forward positions of row r
+    for r in rows.nonzero()[:, 0].tolist():
+        n = min(int(lengths[r]), left)  # forward positions of row r
         first = int(batch.mask[r].argmax())  # the position of its first response target
         if n <= first:
             keep[r] = False
@@ -132,8 +137,9 @@ class LearnerAudit:
         self.budget.record(batch)
         if audit is None or audit.version is None:
             return None
-        if audit.version == version:
-            step = StepAudit(self.scorer, audit.rows, batch.mask)
+        if audit.version == version:  # scored in the update's forward; with a lag, to the same budget
+            cut, rows = cut_rows(batch, audit.rows, budget) if self.previous is not None else (batch, audit.rows)
+            step = StepAudit(self.scorer, rows, cut.mask)
             step.seconds += snapshot_s
             return step
         if kept is None or audit.version != version - 1:

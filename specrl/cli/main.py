@@ -9,7 +9,6 @@ and keeps its traceback. SIGTERM (e.g. from `timeout`) ends a command as Ctrl-C 
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import signal
@@ -18,6 +17,7 @@ import threading
 import traceback
 
 from ..errors import TERMINATING, USER_ERRORS, MissingDependency, Terminated
+from ..registry import load
 
 COMMANDS = {
     "train": ("specrl.cli.train", "main", "GRPO training with speculative rollouts (the main job)"),
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(name: str, module: str, func: str, rest: list[str]) -> int:
     try:
-        result = getattr(importlib.import_module(module), func)(rest)
+        result = load(f"{module}:{func}")(rest)
     except Terminated:
         print("terminated", file=sys.stderr)
         return 128 + signal.SIGTERM
@@ -140,7 +140,7 @@ def bench(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     try:  # an optional dependency of this bench, imported with it or by its run (ours keep their traceback)
-        return int(importlib.import_module(BENCHES[name][0]).main(argv[1:]) or 0)
+        return int(load(f"{BENCHES[name][0]}:main")(argv[1:]) or 0)
     except ModuleNotFoundError as e:
         top = (e.name or "").partition(".")[0]
         if top not in OPTIONAL:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
 import os
 from pathlib import Path
 from unittest import mock
 
+from ..registry import load
 from .main import BENCHES, COMMANDS, bench_usage, usage
 
 WIDTH = "100"  # argparse wraps to $COLUMNS; fixed so that the page does not depend on the terminal
@@ -41,7 +41,7 @@ def parser_of(module: str, func: str, argv: list[str]) -> tuple[argparse.Argumen
     out = io.StringIO()
     with mock.patch.object(argparse.ArgumentParser, "parse_known_args", _catch), contextlib.redirect_stdout(out):
         try:
-            getattr(importlib.import_module(module), func)(argv)
+            load(f"{module}:{func}")(argv)
         except _Caught as caught:
             return caught.parser, ""
         except SystemExit:

@@ -120,11 +120,13 @@ def test_cut_rows_shares_the_budget_in_row_order():
                     torch.zeros(4), pad_id=0)
     assert batch.mask.equal(mask)
     rows = torch.tensor([True, True, False, True])
-    cut, keep = cut_rows(batch, rows, tokens=40)  # shares: 40 // 3 = 13 -> 10 (whole); 30 // 2 = 15; 15 // 1 = 15
-    assert cut.lengths.tolist() == [10, 15, 8, 15] and keep.tolist() == [True, True, False, True]
-    assert cut.mask.sum(-1).tolist() == [6, 11, 4, 11]  # row 2, not audited, is left as it was
-    cut, keep = cut_rows(batch, rows, tokens=12)  # 12 // 3 = 4: no response token in row 0's share, it is dropped
-    assert keep.tolist() == [False, True, False, True] and cut.lengths.tolist() == [10, 6, 8, 6]
+    cut, keep = cut_rows(batch, rows, tokens=40)  # row 0 whole (10), row 1 the 30 left, row 3 nothing left
+    assert cut.lengths.tolist() == [10, 30, 8, 30] and keep.tolist() == [True, True, False, False]
+    assert cut.mask.sum(-1).tolist() == [6, 26, 4, 26]  # row 2, not audited, is left as it was
+    cut, keep = cut_rows(batch, rows, tokens=8)  # 8 < row 0's 10: cut after 3 response tokens; then nothing left
+    assert keep.tolist() == [True, False, False, False] and cut.lengths.tolist() == [8, 30, 8, 30]
+    cut, keep = cut_rows(batch, rows, tokens=4)  # no response token in row 0's share: dropped, and so the rest
+    assert not keep.any()
     cut, keep = cut_rows(batch, rows, tokens=10_000)  # room for all: nothing cut
     assert cut.lengths.equal(batch.lengths) and cut.mask.equal(batch.mask) and keep.equal(rows)
 
