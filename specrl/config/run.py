@@ -90,7 +90,7 @@ class PipelineConfig:
     # async on a CPU: torch threads of each side; 0: half of num_threads (or torch's default) each, at least 1
     rollout_threads: int = 0
     train_threads: int = 0
-    backend: str = "local"  # both sides of the pipeline: a row of specrl.pipeline.seam.BACKENDS
+    backend: str = "local"  # both sides of the pipeline: a row of specrl.pipeline.backends.BACKENDS
     # async: take a new policy version between two engine steps of a running generate(), not at the next
     # call; runs then depend on timing (docs/ray.md, "In-flight updates")
     inflight_updates: bool = False

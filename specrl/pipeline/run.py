@@ -20,8 +20,8 @@ from ..trainer.precision import resolve_precision
 from ..trainer.rewards import REWARDS, get_reward
 from .progress import StepProgress
 from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
-from .seam import (IN_PROCESS_ENGINE, IdleWork, OnlineDrafter, SharedPolicy, SpecFallback, get_backend, lacks,
-                   require)
+from .backends import IN_PROCESS_ENGINE, get_backend
+from .seam import (IdleWork, OnlineDrafter, SharedPolicy, SpecFallback, lacks, require)
 from .steps import SAMPLER_STATE, LearnerSide, Parts, RolloutSide
 
 # pipeline.mode -> its driver, run(run_dir, parts, cfg, start, bar); the keys are config.choices.PIPELINE_MODES

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specrl.pipeline import seam
+from specrl.pipeline import backends, seam
 from specrl.registry import load
 
 DRIVERS = ("sync.py", "asynchronous.py", "steps.py", "run.py")
@@ -99,8 +99,8 @@ class SeamOnly:
 
 
 def _seam_only_backend():
-    local = seam.get_backend("local")
-    seam.register_backend("seam_only",
+    local = backends.get_backend("local")
+    backends.register_backend("seam_only",
                           lambda *a, **kw: SeamOnly(load(local.rollout)(*a, **kw), seam.RolloutBackend, "backend"),
                           lambda *a, **kw: SeamOnly(load(local.learner)(*a, **kw), seam.Learner, "learner"))
 
@@ -122,7 +122,7 @@ def test_the_drivers_use_only_what_the_seam_declares(tmp_path, mode, extra):
     try:
         assert main(["train", *args]) == 0
     finally:
-        seam.BACKENDS.pop("seam_only")
+        backends.BACKENDS.pop("seam_only")
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
 
 
@@ -158,7 +158,7 @@ def test_every_pipeline_mode_has_a_driver_and_every_backend_row_loads():
     for path in DRIVERS.values():
         assert callable(load(path))
     for name in ("local", "ray"):  # importing the Ray backend's modules does not import Ray
-        row = seam.get_backend(name)
+        row = backends.get_backend(name)
         assert callable(load(row.rollout)) and callable(load(row.learner))
 
 

@@ -11,7 +11,8 @@ from specrl.cli.main import main as cli_main
 from specrl.pipeline.local import LocalBackend
 from specrl.pipeline.run_dir import read_jsonl
 from specrl.pipeline.local import local_backend
-from specrl.pipeline.seam import BACKENDS, RolloutBackend, register_backend
+from specrl.pipeline.backends import BACKENDS, register_backend
+from specrl.pipeline.seam import RolloutBackend
 from specrl.trainer.checkpoint import CheckpointError, load_checkpoint
 from tests.pipeline.fixtures import make_setup, overrides, strip_timings
 

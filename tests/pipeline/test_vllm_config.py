@@ -10,7 +10,7 @@ import torch
 
 from specrl.cli.main import main as cli_main
 from specrl.engine.methods import METHODS, SpecConfig, get_method
-from specrl.pipeline.seam import get_backend
+from specrl.pipeline.backends import get_backend
 from specrl.registry import load
 from specrl.pipeline.vllm.refit import RefitError, checkpoint_layout, fitted
 from specrl.pipeline.vllm.spec import Context, UnsupportedMethod, batch_schedule, speculative_config

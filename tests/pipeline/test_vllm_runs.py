@@ -22,7 +22,7 @@ from specrl.cli.main import main  # noqa: E402
 from specrl.config import load_config  # noqa: E402
 from specrl.pipeline.learner import LocalLearner  # noqa: E402
 from specrl.pipeline.run_dir import read_jsonl  # noqa: E402
-from specrl.pipeline.seam import BACKENDS, register_backend  # noqa: E402
+from specrl.pipeline.backends import BACKENDS, register_backend  # noqa: E402
 from specrl.pipeline.vllm.procs import alive  # noqa: E402
 from specrl.trainer.checkpoint import checkpoint_paths  # noqa: E402
 from specrl.config.run import TrainConfig  # noqa: E402

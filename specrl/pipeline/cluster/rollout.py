@@ -19,8 +19,8 @@ import torch
 from ...config.run import TrainConfig
 from ...engine import RequestOutput, SamplingParams
 from ...engine.llm import GenerationCancelled
-from ...registry import load
-from ..seam import IN_PROCESS_ENGINE, NamedTensors, RunStopped, get_backend, group_version
+from ..local import local_backend
+from ..seam import NamedTensors, RunStopped, group_version
 from .connect import placed, release
 
 POLL_S = 0.2  # how often a waiting generate() checks for cancel()
@@ -58,7 +58,7 @@ class ActorFailed(RunStopped):
 class RolloutActor:
     def __init__(self, model_dir: str | Path, cfg: TrainConfig, threads: int):
         torch.set_num_threads(threads)
-        self.backend = load(get_backend(IN_PROCESS_ENGINE).rollout)(model_dir, cfg)
+        self.backend = local_backend(model_dir, cfg)  # the engine a Ray actor builds for itself
         self._busy = threading.Event()
 
     def generate(self, prompts: list[list[int]], params: list, tags: dict) -> tuple[list, dict, int]:

@@ -1,4 +1,4 @@
-"""Builds the vLLM engine of `pipeline.backend=vllm` from a checkpoint and the run's config (seam.BACKENDS)."""
+"""Builds the vLLM engine of `pipeline.backend=vllm` from a checkpoint and the run's config (backends.BACKENDS)."""
 from __future__ import annotations
 
 import json
