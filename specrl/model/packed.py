@@ -16,10 +16,12 @@ from torch import Tensor, nn
 PACK_ROWS = 64  # the batch-size hint of the reorder; the packed weight serves any number of rows
 
 
+HAS_PACKED_LINEAR = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
 def can_pack(weight: Tensor) -> bool:
     """bf16 on a CPU whose torch has oneDNN's packed linear."""
-    return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    return HAS_PACKED_LINEAR and weight.device.type == "cpu" and weight.dtype == torch.bfloat16
 
 
 class PackedLinear(nn.Module):

@@ -128,10 +128,12 @@ def time_gemm(g: Gemm, dtype: torch.dtype, device: torch.device) -> float:
     `F.linear`, or the pre-packed one for bf16 on a CPU (specrl.model.packed)."""
     x = torch.randn(g.m, g.k, device=device).to(dtype)  # [m, k]
     w = torch.randn(g.n, g.k, device=device).to(dtype)  # [n, k]
-    linear = PackedLinear(nn.Linear(g.k, g.n, bias=False, device=device, dtype=dtype)) if can_pack(w) else None
-    if linear is not None:
-        linear.weight.data = w
-    call = (lambda: linear(x)) if linear is not None else (lambda: F.linear(x, w))
+    call = (lambda: F.linear(x, w))
+    if can_pack(w):
+        linear = nn.Linear(g.k, g.n, bias=False, device="meta")
+        linear.weight = nn.Parameter(w, requires_grad=False)  # [n, k]: the weight above, no init of its own
+        packed = PackedLinear(linear)
+        call = (lambda: packed(x))
     with torch.no_grad():
         call()  # warm-up: oneDNN builds its kernel for the shape on the first call (and packs the weight)
         reps = max(1, min(200, int(2e7 / (2 * g.m * g.k * g.n))))  # ~1 ms each at 20 GFLOP/s
