@@ -184,12 +184,15 @@ def _filter_top_k_top_p(scaled: torch.Tensor, k: torch.Tensor, top_p: torch.Tens
 
 def sample_from(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF sampling. probs: [..., V] (need not be normalised), u: [...] in (0, 1) -> [...] long."""
-    cdf = probs.double().cumsum(-1)  # [..., V]
-    target = (u * cdf[..., -1]).unsqueeze(-1)
-    idx = (cdf < target).sum(-1)
-    # rounding can push idx past the last token with mass; fall back to that token
-    last_nonzero = (probs > 0).long().cumsum(-1).argmax(-1)
-    return torch.minimum(idx, last_nonzero)
+    cdf = probs.cumsum(-1, dtype=torch.float64)  # [..., V]
+    target = (u * cdf[..., -1]).unsqueeze(-1)  # [..., 1]
+    idx = torch.searchsorted(cdf, target).squeeze(-1).clamp_max(probs.shape[-1] - 1)  # first cdf >= target
+    # rounding can push idx past the last token with mass; fall back to that token (rare: found without a scan)
+    past = probs.gather(-1, idx.unsqueeze(-1)).squeeze(-1) <= 0  # [...]
+    if bool(past.any()):
+        vocab = torch.arange(probs.shape[-1], device=probs.device)  # [V]
+        idx = torch.where(past, torch.where(probs > 0, vocab, 0).amax(-1), idx)
+    return idx
 
 
 class Verdict(NamedTuple):

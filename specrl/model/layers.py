@@ -74,6 +74,20 @@ def attention_mask(positions: torch.Tensor) -> torch.Tensor:
     return (key_pos[None, None, :] <= positions[:, :, None])[:, None]
 
 
+def masked_attention(q, keys, values, mask: torch.Tensor) -> torch.Tensor:
+    """q [B, H, T, D] over keys, values [B, Hkv, L, D] under mask [B, 1, T, L] -> [B, H, T, D]. On a CPU in half
+    precision each KV head's G = H / Hkv query heads are folded into the query length, [B, Hkv, G*T, D]: torch's
+    `enable_gqa` takes a path there that runs a decode step's attention ~5x slower (bf16, 64 rows, `specrl bench
+    kernels`) for bit-identical output (tests/model/test_attention.py). fp32 and GPUs keep `enable_gqa`."""
+    B, H, T, D = q.shape
+    G = H // keys.shape[1]
+    if G == 1 or q.device.type != "cpu" or q.dtype == torch.float32:
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+    folded = mask.expand(B, G, T, mask.shape[-1]).reshape(B, 1, G * T, mask.shape[-1])  # row g*T + t: query t's
+    out = F.scaled_dot_product_attention(q.reshape(B, keys.shape[1], G * T, D), keys, values, attn_mask=folded)
+    return out.view(B, H, T, D)
+
+
 class SlotRuns(NamedTuple):
     """The cache slots of a batch whose rows do not own consecutive slots: `index` [B] for the writes, `runs`
     (first slot, first row, rows) per stretch of consecutive slots for the reads, one attention call on a view
@@ -103,14 +117,13 @@ def cached_attention(q, k, v, kv: KV, slots: Slots, positions: torch.Tensor,
     k_cache[rows, :, positions] = k.transpose(1, 2)  # write [B, T, Hkv, D]
     v_cache[rows, :, positions] = v.transpose(1, 2)
     if isinstance(slots, SlotRuns):
-        return torch.cat([F.scaled_dot_product_attention(
-            q[r:r + n], k_cache[s:s + n, :, :length], v_cache[s:s + n, :, :length], attn_mask=mask[r:r + n],
-            enable_gqa=True) for s, r, n in slots.runs])  # one view [n, Hkv, L, D] per stretch
+        return torch.cat([masked_attention(q[r:r + n], k_cache[s:s + n, :, :length], v_cache[s:s + n, :, :length],
+                                           mask[r:r + n]) for s, r, n in slots.runs])  # a view [n, Hkv, L, D] each
     if isinstance(slots, slice):
         keys, values = k_cache[:, :, :length], v_cache[:, :, :length]  # views [B, Hkv, L, D]
     else:
         keys, values = k_cache[index, :, :length], v_cache[index, :, :length]  # gathers [B, Hkv, L, D]
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+    return masked_attention(q, keys, values, mask)
 
 
 def slot_index(slots: list[int], device, max_runs: int = 16) -> Slots:

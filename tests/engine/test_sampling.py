@@ -75,3 +75,31 @@ def test_per_prompt_gives_each_prompt_its_own_seed():
     assert [p.seed for p in seeded] == [3 * 1_000_003 + 10, 3 * 1_000_003 + 11, 3 * 1_000_003 + 12]
     assert all(p.temperature == 0.7 and p.max_tokens == 5 for p in seeded)
     assert [p.seed for p in per_prompt(SamplingParams(seed=None), 2)] == [None, None]  # unseeded stays unseeded
+
+
+def _inverse_cdf(probs, u):
+    """The definition sample_from must match token for token: the first token whose running mass in float64 reaches
+    u x the total, never a token without mass."""
+    cdf = probs.double().cumsum(-1)
+    idx = (cdf < (u * cdf[..., -1]).unsqueeze(-1)).sum(-1)
+    return torch.minimum(idx, (probs > 0).long().cumsum(-1).argmax(-1))
+
+
+def test_sample_from_is_the_inverse_cdf_token_for_token():
+    """Rows with zeros inside and at the end, rows without mass, bf16-rounded rows, u near 0 and 1, three shapes:
+    a change of search (a bisection here) must not move a single token."""
+    from specrl.engine.sampler import sample_from
+    g = torch.Generator().manual_seed(0)
+    for trial in range(300):
+        shape = [(64, 500), (3, 7, 50), (1, 4096), (4, 3)][trial % 4]
+        probs = torch.rand(*shape, generator=g) ** 8
+        probs[probs < 0.3] = 0
+        if trial % 5 == 0:
+            probs[..., -2:] = 0
+        if trial % 7 == 0:
+            probs[0] = 0
+        if trial % 13 == 0:
+            probs = probs.to(torch.bfloat16).float()
+        u = torch.rand(*shape[:-1], generator=g, dtype=torch.float64)
+        u.view(-1)[0] = (1 - 1e-16) if trial % 2 else 1e-300
+        assert torch.equal(sample_from(probs, u), _inverse_cdf(probs, u)), trial
