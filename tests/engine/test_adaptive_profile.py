@@ -162,7 +162,8 @@ def test_a_prior_changes_which_drafts_run_never_the_tokens(tmp_path):
 
 def test_an_llm_saves_what_auto_learnt_as_a_profile_that_a_fresh_engine_loads(tmp_path):
     model = tiny_model(seed=3, vocab=32, hidden=48, layers=2, max_pos=64)
-    spec = dict(method="auto", drafters=("suffix", "ngram"), ngram_min=1, adaptive_mode="deterministic")
+    auto = {"drafters": ("suffix", "ngram"), "mode": "deterministic"}
+    spec = dict(method="auto", options={"auto": auto, "ngram": {"min": 1}})
     llm = LLM(model, spec=SpecConfig(**spec), max_num_seqs=4)
     llm.generate([[0, 5, 6, 5, 6, 5], [0, 3, 4, 3, 4]], SamplingParams(temperature=0.0, max_tokens=24))
     path = tmp_path / "auto.json"
@@ -171,7 +172,9 @@ def test_an_llm_saves_what_auto_learnt_as_a_profile_that_a_fresh_engine_loads(tm
     assert meta["path"] == "tiny" and meta["drafters"] == ["suffix", "ngram"]
     assert profile.mismatch(meta, model) is None  # its fingerprint is this engine's
     fresh = LLM(model, spec=SpecConfig(**spec), max_num_seqs=4).engine.strategy.stats
-    primed = LLM(model, spec=SpecConfig(**spec, cost_profile=str(path)), max_num_seqs=4).engine.strategy.stats
+    primed = LLM(model, spec=SpecConfig(method="auto", options={"auto": {**auto, "cost_profile": str(path)},
+                                                                "ngram": {"min": 1}}),
+                 max_num_seqs=4).engine.strategy.stats
     assert sum(s.rows for s in fresh.values()) == 0 < sum(s.rows for s in primed.values())  # the prior is loaded
 
 
