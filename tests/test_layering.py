@@ -256,6 +256,16 @@ def test_the_method_registry_reads_without_torch():
     assert out.returncode == 0, out.stderr[-2000:]
 
 
+def test_the_engines_public_method_lookup_reads_without_torch():
+    """specrl.engine's public names load their rooms on first use: the method lookup (torch-free) loads no torch."""
+    code = ("import sys; from specrl.engine import METHODS, DRAFTING_METHODS, SpecConfig, get_method, is_adaptive; "
+            "assert is_adaptive('auto') and 'auto' in METHODS and 'auto' not in DRAFTING_METHODS; "
+            "assert get_method('ngram') is not None and SpecConfig(method='ngram').enabled; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
 def print_arrows(root: Path = ROOT) -> None:
     """`python tests/test_layering.py [SPECRL_DIR]`: the import arrows between packages and between the
     pipeline's and the engine's modules, and any cycle among them or among all modules of specrl (e.g. of an

@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import sys
 
-from specrl.engine.adaptive import profile
-from specrl.engine.methods import DRAFTING_METHODS, METHODS, SpecConfig, is_adaptive
-from specrl.engine.stats import Choices
+from specrl.engine import DRAFTING_METHODS, METHODS, Choices, SpecConfig, is_adaptive
 from specrl.config.renamed import rename
 from specrl.errors import MissingDependency, UserError, pyplot
 from .common import RATE, at_least_one, base_parser, emit, engine, measure, parse_args, policy_path, prompt_sets
@@ -105,9 +103,7 @@ def main(argv: list[str]) -> int:
                 "drafters": auto_drafters(methods, methods_given)}
         llm = engine(args, path, batch, SpecConfig(method="auto", num_speculative_tokens=max(ks),
                                                    options={"auto": auto}))
-        choices = Choices()
-        llm.engine.choices = choices
-        choices.history = [] if rl or args.history else None
+        choices = llm.record_choices(history=bool(rl or args.history))
         # auto keeps what it learnt in the warm-up, but counts its choices afresh
         got, stats = run(llm, after_warmup=choices.reset)
         rows.append(auto_row(got, stats, choices, common, max(ks), rows, list(llm.drafter.drafters)))
@@ -118,7 +114,7 @@ def main(argv: list[str]) -> int:
             with open(args.history, "w" if bs == batch_sizes[0] else "a") as f:
                 f.writelines(json.dumps({"batch_size": common["batch_size"], **h}) + "\n" for h in choices.history)
         if args.save_profile and (rl or bs == batch_sizes[-1]):
-            profile.save(llm.engine.strategy, args.save_profile, llm.model, path=str(path))
+            llm.save_cost_profile(args.save_profile, {"path": str(path)})
     if args.out:
         plot(rows, history, args.out, args.dtype)
     return 0

@@ -21,6 +21,7 @@ each train step (`sampler_s / step_s` of run directories).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import time
@@ -42,7 +43,7 @@ FAULTS = {"temp_1.1": ("off", {"temperature": 1.1}), "temp_0.9": ("off", {"tempe
 
 
 def paths() -> dict:
-    from specrl.engine.methods import SpecConfig
+    from specrl.engine import SpecConfig
     from specrl.tasks import default_policy_path
     assets = default_policy_path().parent / "drafters"
     return {"off": {}, "ngram": {"spec": SpecConfig(method="ngram")}, "suffix": {"spec": SpecConfig(method="suffix")},
@@ -52,8 +53,8 @@ def paths() -> dict:
 
 
 def broken_verify(kind: str):
-    """The engine's verify (specrl.engine.sampler) with one fault."""
-    from specrl.engine.sampler import Verdict, sample_from
+    """The engine's verify with one fault, to install with specrl.engine.replaced_verify."""
+    from specrl.engine import Verdict, sample_from
 
     def verify(p, draft_tokens, q, u_accept, u_sample):
         B, K = draft_tokens.shape
@@ -160,29 +161,31 @@ def calibration(args) -> None:
 
 
 def power(args) -> None:
-    import specrl.engine.sampler as engine_sampler
-    original = engine_sampler.verify
+    from specrl.engine import replaced_verify
     for fault in args.faults:
         path, sampling = FAULTS[fault]
-        rows = _done(args.out, "fault", fault)
-        todo = [s for s in range(args.steps) if s not in {r["step"] for r in rows}]
-        engine_sampler.verify = broken_verify(fault) if path != "off" else original
-        try:
-            steps = None
-            for k in range(0, len(todo), args.chunk):
-                a = alarms(rows) if rows else {"steps_e": None, "steps_pit": None}
-                if a["steps_e"] is not None and a["steps_pit"] is not None:
-                    break  # both alarms rang
-                steps = steps or Steps(path, args.seed, args.max_tokens, args.chunk)
-                t0 = time.perf_counter()
-                chunk = todo[k:k + args.chunk]
-                for s, (ev, kl) in zip(chunk, steps(chunk, **sampling)):
-                    row = _row(ev, kind="power", fault=fault, path=path, step=s, max_tokens=args.max_tokens,
-                               s=(time.perf_counter() - t0) / len(chunk), kl=kl)
-                    _write(args.out, row)
-                    rows.append(row)
-        finally:
-            engine_sampler.verify = original
+        # a sampling fault runs SD off, where no verify runs; the others replace verify under `auto`
+        with replaced_verify(broken_verify(fault)) if path != "off" else contextlib.nullcontext():
+            power_steps(args, fault, path, sampling)
+
+
+def power_steps(args, fault: str, path: str, sampling: dict) -> None:
+    """`fault`'s steps not yet in --out, until both alarms rang (or --steps ran out)."""
+    rows = _done(args.out, "fault", fault)
+    todo = [s for s in range(args.steps) if s not in {r["step"] for r in rows}]
+    steps = None
+    for k in range(0, len(todo), args.chunk):
+        a = alarms(rows) if rows else {"steps_e": None, "steps_pit": None}
+        if a["steps_e"] is not None and a["steps_pit"] is not None:
+            break  # both alarms rang
+        steps = steps or Steps(path, args.seed, args.max_tokens, args.chunk)
+        t0 = time.perf_counter()
+        chunk = todo[k:k + args.chunk]
+        for s, (ev, kl) in zip(chunk, steps(chunk, **sampling)):
+            row = _row(ev, kind="power", fault=fault, path=path, step=s, max_tokens=args.max_tokens,
+                       s=(time.perf_counter() - t0) / len(chunk), kl=kl)
+            _write(args.out, row)
+            rows.append(row)
 
 
 def dumps(args) -> None:

@@ -79,7 +79,7 @@ def timed_generate(llm, prompts: list[list[int]], n: int, batch: int, max_tokens
     """`repeats` generates of `batch` prompts each (all of them when n > 1), every prompt with its own seed ->
     tokens, wall seconds, tokens_per_s, process-CPU seconds and every completion's token ids."""
     from specrl import SamplingParams
-    from specrl.engine.sampler import per_prompt
+    from specrl.engine import per_prompt
     seconds, cpu, ids = 0.0, 0.0, []
     for r in range(repeats):
         chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts

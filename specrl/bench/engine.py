@@ -36,7 +36,7 @@ def hf_generate(hf, prompts: list[list[int]], n: int, max_new: int, ignore_eos: 
 
 def run_workload(name, llm, hf, prompts, n, max_tokens, ignore_eos, device, max_num_seqs) -> dict:
     from specrl import SamplingParams
-    from specrl.engine.sampler import per_prompt
+    from specrl.engine import per_prompt
     cfg = llm.model.config
     params = per_prompt(SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, ignore_eos=ignore_eos, seed=0),
                         len(prompts))

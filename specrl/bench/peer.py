@@ -48,7 +48,7 @@ def split(text: str, allowed: tuple[str, ...] | None, flag: str) -> list[str]:
 def plan(args) -> list[dict]:
     """The engine processes in order: per round and method, the engines alternate which goes first; each
     process times every workload."""
-    from specrl.engine.methods import get_method
+    from specrl.engine import get_method
     engines, workloads = split(args.engines, ENGINES, "--engines"), split(args.workloads, WORKLOADS, "--workloads")
     methods, modes = split(args.methods, None, "--methods"), split(args.vllm_modes, VLLM_MODES, "--vllm-modes")
     for m in methods:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import resource
 
-from specrl.engine.methods import METHODS, get_method
+from specrl.engine import METHODS, get_method
 from specrl.errors import UserError
 from .common import (at_least_one, base_parser, emit, engine, file_prompts, measure, parse_args, policy_path,
                            prompt_sets)

@@ -13,14 +13,28 @@
     engine.py     Engine.step: admit or schedule, run, postprocess
     llm.py        LLM, the vLLM-shaped front
     adaptive/     "auto": the adaptive strategy, its cost model, acceptance counts and constants
+    faults.py     replaced_verify: the one seam for running the engine with a broken verify (audit, tests)
 
-Public names are imported on first use, so that the torch-free core module (`specrl.engine.methods`) can be
-read without loading the model and torch."""
+Code outside the engine (the benchmarks, scripts) imports it only through the public names below, never a
+room's module, so that the rooms can change behind them:
+
+    LLM, SamplingParams, SpecConfig, RequestOutput, CompletionOutput   the vLLM-shaped front (also `specrl`'s)
+    METHODS, DRAFTING_METHODS, get_method, is_adaptive    the SD methods by name ("auto" is the adaptive one)
+    per_prompt     one SamplingParams per prompt, each with its own seed
+    Choices        what the adaptive engine chose, step by step (`LLM.record_choices`)
+    Verdict, sample_from, replaced_verify   writing and installing a faulty verify (faults.py)
+
+Public names are imported on first use, so that `import specrl.engine`, and the method lookup, do not load the
+model and torch."""
 from ..registry import load
 
+FRONT = ("LLM", "CompletionOutput", "RequestOutput", "SamplingParams", "SpecConfig")  # `specrl`'s own names too
 _EXPORTS = {"LLM": "llm", "CompletionOutput": "sequence", "RequestOutput": "sequence",
-            "SamplingParams": "sampler", "SpecConfig": "methods"}
-__all__ = ["LLM", "CompletionOutput", "RequestOutput", "SamplingParams"]
+            "SamplingParams": "sampler", "SpecConfig": "methods",
+            "METHODS": "methods", "DRAFTING_METHODS": "methods", "get_method": "methods", "is_adaptive": "methods",
+            "per_prompt": "sampler", "Choices": "stats",
+            "Verdict": "sampler", "sample_from": "sampler", "replaced_verify": "faults"}
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name):

@@ -8,6 +8,7 @@ from typing import Callable
 
 import torch
 
+from ..errors import UserError
 from ..heap import TRIM_MIN_FREE, trim
 from ..model import CausalLM, check_tokenizer_matches, load_model, load_text_tokenizer
 from ..model.chat import is_conversation
@@ -15,6 +16,7 @@ from ..model.layers import skip_cudnn_attention
 from ..model.packed import pack_linears
 from ..model.precision import Precision, choose_dtype, engine_rows, parse_dtype
 from ..model.tokenizer import TextTokenizer
+from .adaptive import profile
 from .drafting import Drafter
 from .engine import Engine
 from .memory import DEFAULT_MEMORY_UTILIZATION, SPARE, check_dtype, memory_budget, plan_kv_cache, release_caches
@@ -23,7 +25,7 @@ from .pool import Strategy, build_engine_drafting
 from .runner import ModelRunner
 from .sampler import SamplingParams, mix_seed
 from .sequence import CompletionOutput, RequestOutput, Scheduler, Sequence, Status, StopStrings
-from .stats import EngineStats, Tracer
+from .stats import Choices, EngineStats, Tracer
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,24 @@ class LLM:
 
     def reset_stats(self) -> None:
         self.engine.stats = EngineStats()
+
+    def record_choices(self, history: bool = False) -> Choices:
+        """Starts counting which drafter the strategy chooses for how many rows (off by default: it costs every
+        step), and with `history` every step's choice; returns the record, which fills as generate() runs
+        (`Choices.reset` counts afresh). Replaces any earlier record."""
+        choices = Choices()
+        choices.history = [] if history else None
+        self.engine.choices = choices
+        return choices
+
+    def save_cost_profile(self, out: str | Path, meta: dict | None = None) -> None:
+        """Writes what the adaptive engine ("auto") has learnt (cost fits, acceptance counts, rate checks) as the
+        profile that `rollout.spec.auto.cost_profile` reads (engine/adaptive/profile.py), with `meta` recorded
+        beside its fingerprint (e.g. {"path": the policy's checkpoint})."""
+        if not is_adaptive(self.spec.method):
+            raise UserError(f"save_cost_profile: this engine's method is {self.spec.method!r}, which learns no cost "
+                            "profile; build the LLM with SpecConfig(method='auto')")
+        profile.save(self.engine.strategy, out, self.model, **(meta or {}))
 
     def update_weights(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> None:
         """Weight sync from the trainer (the HF checkpoint's parameter names), tagged `version`. From

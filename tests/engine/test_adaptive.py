@@ -12,7 +12,6 @@ from specrl.engine.adaptive.constants import PLAN_EVERY
 from specrl.engine.adaptive.cost_model import CostModel, CostProfileError
 from specrl.engine.pool import Deferred
 from specrl.engine.drafting import pad_proposals
-from specrl.engine.stats import Choices
 from specrl.engine.pool import DrafterPool
 from specrl.engine.sequence import StepResult
 from specrl.engine.sequence import Sequence
@@ -471,18 +470,17 @@ def test_hybrid_plans_and_a_deferred_model_drafter_keep_greedy_tokens_and_logpro
     llm = LLM(model, spec=spec, max_num_seqs=4)
     assert isinstance(llm.drafter.drafters["eagle3"], Deferred)  # idle, it catches up only when asked to draft
     llm.engine.strategy.arms = [Arm("eagle3", 4, "suffix"), Arm("eagle3", 2, "suffix")]  # only hybrids
-    llm.engine.choices = Choices()  # off by default: the engine records choices only when asked
-    llm.engine.choices.history = []
+    choices = llm.record_choices(history=True)  # off by default: the engine records choices only when asked
     got = llm.generate(prompts, params)
-    arms = {h["arm"] for h in llm.engine.choices.history}
+    arms = {h["arm"] for h in choices.history}
     assert arms and arms <= {"suffix+eagle3@4", "suffix+eagle3@2"}
     assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in base]
     for g, b in zip(got, base):
         assert g.outputs[0].logprobs == pytest.approx(b.outputs[0].logprobs, abs=1e-5)
-    chosen = llm.engine.choices.rows  # telemetry: the engine's, not the strategy's
+    chosen = choices.rows  # telemetry: the engine's, not the strategy's
     assert chosen.get("suffix", 0) > 0 and chosen.get("eagle3", 0) > 0  # rows of both drafters
     strategy = llm.engine.strategy
     learnt = strategy.stats["suffix", ALL].rows
-    llm.engine.choices.reset()  # what `bench adaptive` does after its warm-up
-    assert llm.engine.choices.rows == {} and llm.engine.choices.history == []  # still logging, afresh
+    choices.reset()  # what `bench adaptive` does after its warm-up
+    assert choices.rows == {} and choices.history == []  # still logging, afresh
     assert strategy.stats["suffix", ALL].rows == learnt > 0

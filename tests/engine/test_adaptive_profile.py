@@ -158,3 +158,32 @@ def test_a_prior_changes_which_drafts_run_never_the_tokens(tmp_path):
         assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in base]
         for g, b in zip(got, base):
             assert g.outputs[0].logprobs == pytest.approx(b.outputs[0].logprobs, abs=1e-5)
+
+
+def test_an_llm_saves_what_auto_learnt_as_a_profile_that_a_fresh_engine_loads(tmp_path):
+    model = tiny_model(seed=3, vocab=32, hidden=48, layers=2, max_pos=64)
+    auto = {"drafters": ("suffix", "ngram"), "mode": "deterministic"}
+    spec = dict(method="auto", options={"auto": auto, "ngram": {"min": 1}})
+    llm = LLM(model, spec=SpecConfig(**spec), max_num_seqs=4)
+    llm.generate([[0, 5, 6, 5, 6, 5], [0, 3, 4, 3, 4]], SamplingParams(temperature=0.0, max_tokens=24))
+    path = tmp_path / "auto.json"
+    llm.save_cost_profile(path, {"path": "tiny"})
+    meta = read_profile(path)["meta"]
+    assert meta["path"] == "tiny" and meta["drafters"] == ["suffix", "ngram"]
+    assert profile.mismatch(meta, model) is None  # its fingerprint is this engine's
+    fresh = LLM(model, spec=SpecConfig(**spec), max_num_seqs=4).engine.strategy.stats
+    primed = LLM(model, spec=SpecConfig(method="auto", options={"auto": {**auto, "cost_profile": str(path)},
+                                                                "ngram": {"min": 1}}),
+                 max_num_seqs=4).engine.strategy.stats
+    assert sum(s.rows for s in fresh.values()) == 0 < sum(s.rows for s in primed.values())  # the prior is loaded
+
+
+@pytest.mark.parametrize("method", [None, "ngram"])
+def test_an_llm_without_auto_refuses_to_save_a_profile_in_one_line(tmp_path, method):
+    from specrl.errors import UserError
+    llm = LLM(tiny_model(), spec=SpecConfig(method=method))
+    with pytest.raises(UserError) as e:
+        llm.save_cost_profile(tmp_path / "p.json")
+    assert str(e.value) == (f"save_cost_profile: this engine's method is {method!r}, which learns no cost profile; "
+                            "build the LLM with SpecConfig(method='auto')")
+    assert not (tmp_path / "p.json").exists()
