@@ -7,10 +7,21 @@ runs each linear with `rows` = the batch (decode), batch x (k + 1) (a verify ste
 
     specrl bench kernels                                  # the embedded policy, rows 1, 64, 320, fp32 and bf16
     specrl bench kernels --model DIR --rows 1,64,320 --repeats 5
+    specrl bench kernels --model DIR --parts engine --repeats 3   # one engine end to end, packed against plain
 
 One line per (dtype, shape, rows): GFLOP/s plain and packed, `packed_over_plain` (> 1: packing pays) and
 `max_abs_diff`, the largest difference of the outputs (packing may change the summation order). Plain and packed
 alternate within every repeat; the best of `--repeats` is kept.
+
+Then the cached attention of one layer (`--parts attention`), per dtype, batch (1 and 64) and queries a row (1: a
+decode step, 5: a verify of 4 drafts) over `--context` cached positions: torch's SDPA with `enable_gqa` against
+the engine's `masked_attention` (which folds the query heads of a KV head into the query length on a CPU in half
+precision), milliseconds per call, `fold_over_gqa`, whether the outputs are equal, and each one's largest
+difference from an fp32 reference (`err_gqa`, `err_fold`).
+
+With `--parts engine`: one bf16 engine with its linears packed and plain in turn (`--repeats` alternated rounds),
+tokens per second at batch 1 (128 tokens) and 64 (64 tokens each) at fixed work, and a digest of the tokens,
+which must be the same both ways.
 """
 from __future__ import annotations
 
@@ -70,6 +81,58 @@ def measure(k: int, n: int, rows: int, dtype: torch.dtype, repeats: int) -> dict
             "max_abs_diff": diff}
 
 
+def measure_attention(cfg, batch: int, queries: int, context: int, dtype: torch.dtype, repeats: int) -> dict:
+    """One layer's cached attention, SDPA with enable_gqa against the engine's masked_attention (ms per call)."""
+    from specrl.model.layers import masked_attention
+    g = torch.Generator().manual_seed(0)
+    hd, heads, kv_heads = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
+    cache = torch.randn(2, batch, kv_heads, context + 64, hd, generator=g).to(dtype)  # a longer cache, as a view
+    k, v = cache[0, :, :, :context], cache[1, :, :, :context]  # [B, Hkv, L, D]
+    q = torch.randn(batch, heads, queries, hd, generator=g).to(dtype)  # [B, H, T, D]
+    last = torch.randint(context // 2, context + 1, (batch, 1), generator=g)  # each row's own length
+    positions = last - queries + torch.arange(queries)  # [B, T]
+    mask = (torch.arange(context)[None, None] <= positions[:, :, None])[:, None]  # [B, 1, T, L]
+    gqa = lambda _: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # noqa: E731
+    fold = lambda _: masked_attention(q, k, v, mask)  # noqa: E731
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, enable_gqa=True)
+    out_gqa, out_fold = gqa(None), fold(None)
+    err = {f"err_{name}": (out.float() - ref).abs().max().item()
+           for name, out in (("gqa", out_gqa), ("fold", out_fold))}
+    times = {"gqa": [], "fold": []}
+    for _ in range(repeats):
+        for name, fn in (("gqa", gqa), ("fold", fold)):
+            times[name].append(best_seconds(fn, q, 100))
+    a, b = min(times["gqa"]), min(times["fold"])
+    return {"ms_gqa": a * 1e3, "ms_fold": b * 1e3, "fold_over_gqa": a / b, "equal": torch.equal(out_gqa, out_fold),
+            **err}
+
+
+def measure_engine(model: str, repeats: int) -> list[dict]:
+    """One bf16 engine whose linears are packed and unpacked in turn, `repeats` alternated rounds: tokens/s at
+    batch 1 (128 tokens) and 64 (64 tokens each), fixed work, and a digest of the tokens (the same both ways)."""
+    import hashlib
+
+    from specrl.engine import LLM, SamplingParams
+    from specrl.model.packed import pack_linears, unpack_linears
+    llm = LLM(model, dtype="bfloat16", max_num_seqs=64, kv_cache_memory="2GiB")
+    prompts = [list(range(1, 9))[: 4 + i % 4] for i in range(64)]
+    rows = []
+    for rep in range(repeats):
+        for packed in (False, True):
+            (pack_linears if packed else unpack_linears)(llm.model)
+            for batch, tokens in ((1, 128), (64, 64)):
+                params = [SamplingParams(temperature=1.0, max_tokens=tokens, seed=i, ignore_eos=True)
+                          for i in range(batch)]
+                t0 = time.perf_counter()
+                outs = llm.generate(prompts[:batch], params)
+                seconds = time.perf_counter() - t0
+                ids = [list(c.token_ids) for r in outs for c in r.outputs]
+                rows.append({"repeat": rep, "packed": packed, "batch": batch,
+                             "tokens_per_s": round(sum(map(len, ids)) / seconds, 1),
+                             "digest": hashlib.sha256(repr(ids).encode()).hexdigest()[:12]})
+    return rows
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="specrl bench kernels", description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="HF checkpoint dir (default: the embedded policy)")
@@ -77,6 +140,10 @@ def main(argv=None) -> None:
     ap.add_argument("--dtypes", default=",".join(PACKED_DTYPES), help="of " + ", ".join(PACKED_DTYPES))
     ap.add_argument("--repeats", type=int, default=5, help="alternated repeats; the best is kept")
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    ap.add_argument("--parts", default="linears,attention",
+                    help="comma-separated: linears, attention (the default, both), engine (one bf16 engine, "
+                         "packed against plain, end to end)")
+    ap.add_argument("--context", type=int, default=256, help="cached positions the attention reads (default 256)")
     args = ap.parse_args(argv)
     from specrl.model import load_model
     from specrl.tasks import default_policy_path
@@ -87,13 +154,28 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     model = load_model(args.model or default_policy_path())
     head = {"model": args.model or "embedded policy", "threads": torch.get_num_threads(), "torch": torch.__version__}
+    parts = args.parts.split(",")
+    if not set(parts) <= {"linears", "attention", "engine"}:
+        raise SystemExit(f"specrl bench kernels: --parts {args.parts} names other than linears, attention, engine")
     with torch.no_grad():
-        for dtype in args.dtypes.split(","):
+        for dtype in args.dtypes.split(",") if "linears" in parts else ():
             for name, k, n in linear_shapes(model):
                 for rows in map(int, args.rows.split(",")):
                     row = measure(k, n, rows, getattr(torch, dtype), args.repeats)
                     print(json.dumps({**head, "dtype": dtype, "layer": name, "k": k, "n": n, "rows": rows,
                                       **{a: round(b, 4) for a, b in row.items()}}), flush=True)
+        for dtype in args.dtypes.split(",") if "attention" in parts else ():
+            for batch in (1, 64):
+                for queries in (1, 5):
+                    row = measure_attention(model.config, batch, queries, args.context, getattr(torch, dtype),
+                                            args.repeats)
+                    print(json.dumps({**head, "dtype": dtype, "layer": "attention", "batch": batch,
+                                      "queries": queries, "context": args.context,
+                                      **{a: round(b, 4) if isinstance(b, float) else b for a, b in row.items()}}),
+                          flush=True)
+    if "engine" in parts:
+        for row in measure_engine(args.model or str(default_policy_path()), args.repeats):
+            print(json.dumps({**head, "layer": "engine", **row}), flush=True)
 
 
 if __name__ == "__main__":

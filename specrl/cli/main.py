@@ -49,6 +49,8 @@ BENCHES = {
                        "simulator's prediction of each cell"),
     "kernels": ("specrl.bench.kernels", "the engine's linears: plain F.linear against pre-packed weights, on the "
                 "model's shapes"),
+    "profile": ("specrl.bench.profile", "where one generate's time goes in the engine, by kind of op "
+                "(torch.profiler)"),
     "bf16-step": ("specrl.bench.bf16_step", "bf16 against fp32: the RL step's arms (engine, trainer) and decode"),
     "train-memory": ("specrl.bench.train_memory", "resident memory of a training forward and backward, by malloc "
                      "setting"),

@@ -11,8 +11,8 @@
     pool.py       DrafterPool, Deferred, Strategy/StaticStrategy, and how the engine's drafting is built
     steps.py      the kinds of step as tensor work: prefill, decode, draft -> verify -> advance
     engine.py     Engine.step: admit or schedule, run, postprocess
+    adaptive/     "auto": the adaptive strategy, its cost model, acceptance counts, constants and saved profiles
     llm.py        LLM, the vLLM-shaped front
-    adaptive/     "auto": the adaptive strategy, its cost model, acceptance counts and constants
     faults.py     replaced_verify: the one seam for running the engine with a broken verify (audit, tests)
 
 Code outside the engine (the benchmarks, scripts) imports it only through the public names below, never a

@@ -77,8 +77,10 @@ def attention_mask(positions: torch.Tensor) -> torch.Tensor:
 def masked_attention(q, keys, values, mask: torch.Tensor) -> torch.Tensor:
     """q [B, H, T, D] over keys, values [B, Hkv, L, D] under mask [B, 1, T, L] -> [B, H, T, D]. On a CPU in half
     precision each KV head's G = H / Hkv query heads are folded into the query length, [B, Hkv, G*T, D]: torch's
-    `enable_gqa` takes a path there that runs a decode step's attention ~5x slower (bf16, 64 rows, `specrl bench
-    kernels`) for bit-identical output (tests/model/test_attention.py). fp32 and GPUs keep `enable_gqa`."""
+    `enable_gqa` takes a path there that runs a decode step's attention 3-6x slower (bf16, 64 rows; `specrl bench
+    kernels --parts attention`). The fold computes the same attention to bf16 rounding: bit-identical at most
+    shapes, and as close to an fp32 reference as `enable_gqa` at all (tests/model/test_attention.py). fp32 and
+    GPUs keep `enable_gqa`."""
     B, H, T, D = q.shape
     G = H // keys.shape[1]
     if G == 1 or q.device.type != "cpu" or q.dtype == torch.float32:

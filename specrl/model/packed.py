@@ -62,3 +62,16 @@ def pack_linears(model: nn.Module) -> int:
     for parent, name, child in swaps:
         setattr(parent, name, PackedLinear(child))
     return len(swaps)
+
+
+def unpack_linears(model: nn.Module) -> int:
+    """The inverse of `pack_linears`: every `PackedLinear` back to a plain `nn.Linear` on the same parameters (for
+    comparing the two, `specrl bench kernels --parts engine`); how many."""
+    swaps = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+             if isinstance(child, PackedLinear)]
+    for parent, name, child in swaps:
+        linear = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
+                           device=child.weight.device, dtype=child.weight.dtype)
+        linear.weight, linear.bias = child.weight, child.bias
+        setattr(parent, name, linear)
+    return len(swaps)

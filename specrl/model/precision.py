@@ -6,8 +6,11 @@ everywhere. So auto times the model's linears and lm_head at the row counts the 
 and at the run's batch, the verify shape), in fp32 and in bf16, and picks bf16 only where it is clearly faster
 over one forward at each row count. The figures are cached per CPU, torch version, thread count and shape set in
 a small JSON file (SPECRL_CACHE_DIR, else ~/.cache/specrl). SPECRL_AUTO_DTYPE=float32 (or bfloat16) makes auto
-a fixed choice without a probe (the test suite's setting: results that do not depend on the machine). On a CUDA device auto picks bf16 where the device
-supports it, without a probe. Sampling, logprobs, losses and optimizer state stay fp32 whatever is chosen.
+a fixed choice without a probe (the test suite's setting: results that do not depend on the machine). A probe
+taken while the machine was busy (load average above its CPUs + 1) answers for its own run but is not cached, and
+a cached one taken so (or before the load was recorded) is measured again: a starved probe's figures can be off
+by 100x. On a CUDA device auto picks bf16 where the device supports it, without a probe. Sampling, logprobs,
+losses and optimizer state stay fp32 whatever is chosen.
 """
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ class Precision:
     """The dtype a run uses, why, and (when probed) the probe's milliseconds per forward by row count."""
     dtype: torch.dtype
     requested: str
-    reason: str  # "forced", "cuda", "probe", "cached probe", "no probe on this device"
+    reason: str  # "forced", "cuda", "probe", "cached probe", "probe on a busy machine, not cached", ...
     fp32_ms: dict[int, float] = field(default_factory=dict)
     bf16_ms: dict[int, float] = field(default_factory=dict)
 
@@ -160,6 +163,19 @@ def probe(gemms: list[Gemm], device, timer: Timer = time_gemm) -> tuple[dict[int
     return ms[torch.float32], ms[torch.bfloat16]
 
 
+def machine_load() -> float:
+    """The 1-minute load average (0 where the OS does not give one)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
+def busy(load: float | None) -> bool:
+    """Whether a probe taken at `load` (None: not recorded) may have been starved of the CPU."""
+    return load is None or load > (os.cpu_count() or 1) + 1
+
+
 def cache_path() -> Path:
     root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specrl"
     return Path(root) / CACHE_FILE
@@ -243,13 +259,23 @@ def _choose(requested, device, cfg: ModelConfig, rows: list[int], timer: Timer) 
     path, key = cache_path(), cache_key(gemms, device)
     cache = read_cache(path)
     hit = cache.get(key)
+    if hit is not None and busy(hit.get("load")):
+        log.warning("the cached precision probe in %s was taken on a busy machine (load %s on %d CPUs): measuring "
+                    "again", path, hit.get("load", "not recorded"), os.cpu_count() or 1)
+        hit = None
     if hit is not None:
         fp32, bf16 = ({int(m): float(v) for m, v in hit[k].items()} for k in ("fp32_ms", "bf16_ms"))
         reason = "cached probe"
     else:
         fp32, bf16 = probe(gemms, device, timer)
-        reason = "probe"
-        cache[key] = {"fp32_ms": fp32, "bf16_ms": bf16, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
-        write_cache(path, cache)
+        reason, load = "probe", machine_load()
+        if busy(load):
+            reason = "probe on a busy machine, not cached"
+            log.warning("dtype=auto probed while the machine was busy (load %.1f on %d CPUs): its answer holds for "
+                        "this run only, and the next start measures again", load, os.cpu_count() or 1)
+        else:
+            cache[key] = {"fp32_ms": fp32, "bf16_ms": bf16, "load": round(load, 2),
+                          "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+            write_cache(path, cache)
     faster = sum(fp32.values()) >= MARGIN * sum(bf16.values())
     return Precision(torch.bfloat16 if faster else torch.float32, name, reason, dict(fp32), dict(bf16))

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specrl.model.packed import PackedLinear, can_pack, pack_linears
+from specrl.model.packed import PackedLinear, can_pack, pack_linears, unpack_linears
 from tests.helpers import tiny_model
 
 needs_packing = pytest.mark.skipif(not can_pack(torch.zeros(1, dtype=torch.bfloat16)),
@@ -57,6 +57,10 @@ def test_pack_linears_keeps_names_ties_and_logits():
         n = pack_linears(model)
         assert n == sum(1 for m in model.modules() if isinstance(m, PackedLinear)) > 0
         assert list(model.state_dict()) == keys
+        assert torch.equal(model(ids).logits, expect)
+        assert unpack_linears(model) == n and not any(isinstance(m, PackedLinear) for m in model.modules())
+        assert list(model.state_dict()) == keys
+        assert (model.lm_head.weight is model.model.embed_tokens.weight) == model.config.tie_word_embeddings
         assert torch.equal(model(ids).logits, expect)
 
 

@@ -17,6 +17,7 @@ def probed(monkeypatch, tmp_path):
     """auto measures (the suite's SPECRL_AUTO_DTYPE unset), caching under tmp_path."""
     monkeypatch.delenv(precision.FIXED_ENV, raising=False)
     monkeypatch.setenv(precision.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(precision, "machine_load", lambda: 0.5)  # a quiet machine, whatever runs beside the tests
     return tmp_path / "cache" / precision.CACHE_FILE
 
 
@@ -130,3 +131,33 @@ def test_engine_auto_follows_the_probe(probed, tmp_path):
     assert llm.engine.runner.cache[0][0].dtype == torch.bfloat16
     forced = LLM(str(path), max_num_seqs=4, dtype="float32")
     assert forced.precision.reason == "forced" and next(forced.model.parameters()).dtype == torch.float32
+
+
+def test_a_probe_on_a_busy_machine_answers_but_is_not_cached(probed, monkeypatch, caplog):
+    monkeypatch.setattr(precision, "machine_load", lambda: 40.0)
+    calls = []
+    choice = choose_dtype("auto", "cpu", tiny_config(), [1, 64], timer(4e-6, 1e-6, calls))
+    assert choice.dtype == torch.bfloat16 and choice.reason == "probe on a busy machine, not cached"
+    assert "busy" in caplog.text and "measures again" in caplog.text
+    assert not probed.exists()
+    n = len(calls)
+    choose_dtype("auto", "cpu", tiny_config(), [1, 64], timer(4e-6, 1e-6, calls))
+    assert len(calls) == 2 * n  # measured again
+
+
+@pytest.mark.parametrize("load", [None, 40.0])  # not recorded (an older cache), or taken on a busy machine
+def test_a_cached_probe_from_a_busy_machine_is_measured_again(probed, caplog, load):
+    calls = []
+    choose_dtype("auto", "cpu", tiny_config(), [1, 64], timer(1e-6, 4e-6, calls))  # cached: fp32 faster
+    cache = json.loads(probed.read_text())
+    (entry,) = cache.values()
+    assert entry["load"] == 0.5
+    if load is None:
+        del entry["load"]
+    else:
+        entry["load"] = load
+    probed.write_text(json.dumps(cache))
+    again = choose_dtype("auto", "cpu", tiny_config(), [1, 64], timer(4e-6, 1e-6, calls))
+    assert again.reason == "probe" and again.dtype == torch.bfloat16  # the new figures, not the cached ones
+    assert "taken on a busy machine" in caplog.text and "measuring again" in caplog.text
+    assert json.loads(probed.read_text())[next(iter(cache))]["load"] == 0.5  # rewritten from the quiet probe
