@@ -4,6 +4,7 @@ same sampling settings, one engine per process (a subprocess per engine), altern
     specrl bench peer                                   # embedded policy: SD off and specrl's default SD
     specrl bench peer --model DIR --methods off,ngram   # a real checkpoint (e.g. SmolLM2), with vLLM's ngram
     specrl bench peer --dtype float32                   # both engines in one dtype
+    specrl bench peer --reuse rows.jsonl --out peer.png # a chart of printed rows: each arm over vLLM's SD off
 
 Each engine runs at its own defaults unless told: its default dtype (specrl `auto`, the probe's choice; vLLM
 `auto`, its own) and, for `--methods default`, its default SD (specrl's adaptive `auto`; vLLM has no exact SD
@@ -27,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from specrl.errors import pyplot
 
 from .common import emit, policy_path
 
@@ -198,6 +201,47 @@ def summary(rows: list[dict]) -> list[dict]:
     return [{**r, "summary": True} for r in best.values()]
 
 
+def plot(rows: list[dict], out: str) -> None:
+    """A PNG of the best rows: per model, each (engine, method)'s tokens/s over vLLM's SD off (its `default` row
+    where measured) on every workload; 1.0 is level with vLLM at its defaults."""
+    plt = pyplot("specrl bench peer --out")
+    measured = [r for r in rows if not r.get("summary") and "error" not in r]
+    models = sorted({r["model"] for r in measured})
+    best = [r for m in models for r in summary([r for r in measured if r["model"] == m])]
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.6), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        mine = [r for r in best if r["model"] == model]
+        vllm_off = sorted((r for r in mine if r["engine"] == "vllm" and r["sd"] == "off"),
+                          key=lambda r: r["method"] == "default")  # its `default` row when there is one
+        base = {r["workload"]: r["tokens_per_s"] for r in vllm_off}
+        loads = [w for w in WORKLOADS if w in base]
+        arms = sorted({(r["engine"], r["method"], r["sd"]) for r in mine})
+        width = 0.8 / max(len(arms), 1)
+        for i, (engine, method, sd) in enumerate(arms):
+            got = {r["workload"]: r["tokens_per_s"] for r in mine if (r["engine"], r["method"]) == (engine, method)}
+            ax.bar([j + i * width for j in range(len(loads))], [got.get(w, 0) / base[w] for w in loads], width,
+                   label=f"{engine} {method} ({sd})")
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(loads))], loads)
+        ax.set_title(f"{model}: tokens/s over vLLM's SD off", fontsize=10)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3)
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    emit({"plot": out})
+
+
+def read_rows(paths: list[str]) -> list[dict]:
+    """The JSON lines of earlier runs (their summary lines are recomputed)."""
+    from specrl.errors import MissingFileError
+    rows = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise MissingFileError(f"--reuse {path}: no such file; pass the JSON lines a `specrl bench peer` printed")
+        rows += [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return rows
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="specrl bench peer", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="HF checkpoint dir (default: the embedded policy)")
@@ -221,8 +265,17 @@ def main(argv: list[str]) -> int:
                     "`specrl train-drafter --model DIR` output, for a --model other than the embedded policy); "
                     "default: the shipped one")
     ap.add_argument("--no-audit", action="store_true", help="skip the sampler audit of sampled SD rows")
+    ap.add_argument("--out", help="also draw the summary as a PNG here (needs matplotlib)")
+    ap.add_argument("--reuse", nargs="+", metavar="ROWS", help="draw --out from the JSON lines of earlier runs "
+                    "instead of measuring")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one measurement (JSON)
     args = ap.parse_args(argv)
+    if args.reuse:
+        if not args.out:
+            from specrl.errors import UserError
+            raise UserError("--reuse draws a chart: pass --out FILE.png too")
+        plot(read_rows(args.reuse), args.out)
+        return 0
     model_dir = Path(policy_path(args.model))
     if args.one is not None:
         for row in measure(json.loads(args.one), model_dir, args):
@@ -235,4 +288,6 @@ def main(argv: list[str]) -> int:
             emit(row)
     for row in summary(rows):
         emit(row)
+    if args.out:
+        plot(rows, args.out)
     return 0

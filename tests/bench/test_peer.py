@@ -99,3 +99,41 @@ def test_the_summary_keeps_the_faster_vllm_mode_and_skips_errors():
             {"engine": "vllm", "method": "off", "workload": "b1", "vllm_mode": "eager", "tokens_per_s": 7.0},
             {"engine": "vllm", "method": "off", "workload": "b64", "error": "exit 1: ..."}]
     assert summary(rows) == [{**rows[1], "summary": True}]
+
+
+def test_reuse_draws_each_models_rows_over_vllms_sd_off(tmp_path, capsys):
+    """--reuse --out: a PNG from printed rows of two models, each engine's best over vLLM's `default` (SD off)."""
+    pytest.importorskip("matplotlib")
+    from specrl.bench.peer import plot
+
+    def row(model, engine, method, sd, workload, tps, mode=None):
+        return {"model": model, "engine": engine, "method": method, "sd": sd, "workload": workload,
+                "tokens_per_s": tps, "vllm_mode": mode}
+    rows = [row(m, "vllm", "default", "off", w, 100.0, "compile") for m in ("a", "b") for w in ("b1", "rl")]
+    rows += [row(m, "specrl", "off", "off", w, 50.0) for m in ("a", "b") for w in ("b1", "rl")]
+    rows.append(row("a", "vllm", "default", "off", "b1", 80.0, "eager"))  # the slower mode: not the base
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["bench", "peer", "--reuse", str(path), "--out", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").stat().st_size > 1000
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"plot": str(tmp_path / "p.png")}
+    drawn = []  # (label, heights) of every bar series, both models
+    import matplotlib.axes
+    original = matplotlib.axes.Axes.bar
+
+    def bar(self, x, heights, *args, **kw):
+        drawn.append((kw.get("label"), list(heights)))
+        return original(self, x, heights, *args, **kw)
+    matplotlib.axes.Axes.bar = bar
+    try:
+        plot(rows, str(tmp_path / "q.png"))
+    finally:
+        matplotlib.axes.Axes.bar = original
+    assert sorted(drawn) == sorted([("specrl off (off)", [0.5, 0.5]), ("vllm default (off)", [1.0, 1.0])] * 2)
+
+
+def test_reuse_needs_out_and_an_existing_file(tmp_path, capsys):
+    assert main(["bench", "peer", "--reuse", str(tmp_path / "x.jsonl")]) != 0
+    assert "pass --out FILE.png" in capsys.readouterr().err
+    assert main(["bench", "peer", "--reuse", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "p.png")]) != 0
+    assert "no such file" in capsys.readouterr().err
