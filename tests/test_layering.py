@@ -241,8 +241,12 @@ def test_drafters_use_the_engine_core_only():
                                     "specrl.drafters.eagle3.method", "specrl.pipeline.vllm.spec", "specrl.rl"])
 def test_module_imports_first_in_a_fresh_interpreter(module):
     """No circular import whatever is imported first (a verify module beside the drafters used to fail this way)."""
-    out = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
-                         cwd=ROOT.parent)
+    fresh_python(f"import {module}")
+
+
+def fresh_python(code: str) -> None:
+    """Runs `code` in a new interpreter from the checkout's root; its error output fails the test."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent)
     assert out.returncode == 0, out.stderr[-2000:]
 
 
@@ -252,8 +256,7 @@ def test_the_method_registry_reads_without_torch():
             "from specrl.sim.models import get_model; "
             "[b.default_draft_frac(n, get_model('qwen3-8b')) for n in m.DRAFTING_METHODS]; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent)
-    assert out.returncode == 0, out.stderr[-2000:]
+    fresh_python(code)
 
 
 def test_the_engines_public_method_lookup_reads_without_torch():
@@ -262,8 +265,7 @@ def test_the_engines_public_method_lookup_reads_without_torch():
             "assert is_adaptive('auto') and 'auto' in METHODS and 'auto' not in DRAFTING_METHODS; "
             "assert get_method('ngram') is not None and SpecConfig(method='ngram').enabled; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent)
-    assert out.returncode == 0, out.stderr[-2000:]
+    fresh_python(code)
 
 
 def print_arrows(root: Path = ROOT) -> None:
