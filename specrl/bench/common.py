@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 
@@ -9,9 +10,9 @@ import torch
 
 from specrl.runtime import AS_TRAIN, add_runtime_args, engine, parse_args, policy_path
 
-__all__ = ["RATE", "at_least_one", "base_parser", "emit", "engine", "file_prompts", "measure", "parse_args",
-           "parse_with_overrides",
-           "policy_path", "prompt_sets", "task_prompts", "timed", "timed_generate", "warm_up"]
+__all__ = ["RATE", "at_least_one", "base_parser", "digest", "emit", "encoded_task_prompts", "engine", "file_prompts",
+           "measure", "parse_args", "parse_with_overrides", "policy_path", "prompt_sets", "short_prompts",
+           "task_prompts", "timed", "timed_generate", "warm_up"]
 
 RATE = ("tokens", "seconds", "tokens_per_s")  # of timed_generate's figures, those a bench adaptive row reports
 
@@ -52,6 +53,24 @@ def task_prompts(llm, count: int, seed: int = 1234, split: str = "test") -> list
     """Token ids of the default task's prompts (held-out ones unless `split="train"`)."""
     from specrl.tasks import make_problems
     return [llm.tokenizer.encode(p.prompt).ids for p in make_problems(count, seed=seed, split=split)]
+
+
+def encoded_task_prompts(model_dir, count: int, seed: int = 1234, split: str = "test") -> list[list[int]]:
+    """The task's prompts encoded as `specrl train` encodes them for `model_dir` (its chat template, if any)."""
+    from specrl.tasks import make_problems
+    from specrl.trainer.data import PromptEncoder
+    encoder = PromptEncoder(model_dir)
+    return [encoder.encode(p.prompt) for p in make_problems(count, seed=seed, split=split)]
+
+
+def short_prompts(count: int) -> list[list[int]]:
+    """`count` prompts of 4-7 token ids that every tokenizer has: fixed work whose cost is the decode's."""
+    return [list(range(1, 9))[: 4 + i % 4] for i in range(count)]
+
+
+def digest(token_ids) -> str:
+    """8 hex digits naming a completion's token ids (equal ids, equal digest)."""
+    return hashlib.sha1(json.dumps([int(t) for t in token_ids]).encode()).hexdigest()[:8]
 
 
 def prompt_sets(llm, rl: bool, batch: int, repeats: int, rollout, seed: int) -> tuple[list, list]:

@@ -32,6 +32,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from .common import digest, short_prompts
+
 PACKED_DTYPES = ("float32", "bfloat16")
 
 
@@ -109,13 +111,11 @@ def measure_attention(cfg, batch: int, queries: int, context: int, dtype: torch.
 
 def measure_engine(model: str, repeats: int) -> list[dict]:
     """One bf16 engine whose linears are packed and unpacked in turn, `repeats` alternated rounds: tokens/s at
-    batch 1 (128 tokens) and 64 (64 tokens each), fixed work, and a digest of the tokens (the same both ways)."""
-    import hashlib
-
+    batch 1 (128 tokens) and 64 (64 tokens each), fixed work, and each completion's digest (the same both ways)."""
     from specrl.engine import LLM, SamplingParams
     from specrl.model.packed import pack_linears, unpack_linears
     llm = LLM(model, dtype="bfloat16", max_num_seqs=64, kv_cache_memory="2GiB")
-    prompts = [list(range(1, 9))[: 4 + i % 4] for i in range(64)]
+    prompts = short_prompts(64)
     rows = []
     for rep in range(repeats):
         for packed in (False, True):
@@ -129,7 +129,7 @@ def measure_engine(model: str, repeats: int) -> list[dict]:
                 ids = [list(c.token_ids) for r in outs for c in r.outputs]
                 rows.append({"repeat": rep, "packed": packed, "batch": batch,
                              "tokens_per_s": round(sum(map(len, ids)) / seconds, 1),
-                             "digest": hashlib.sha256(repr(ids).encode()).hexdigest()[:12]})
+                             "digests": [digest(i) for i in ids]})
     return rows
 
 

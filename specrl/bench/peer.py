@@ -21,7 +21,6 @@ sample), then one `"summary": true` line per (engine, method, workload): the bes
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 
 from specrl.errors import pyplot
 
-from .common import emit, policy_path
+from .common import digest, emit, encoded_task_prompts, policy_path
 
 ENGINES = ("specrl", "vllm")
 WORKLOADS = ("b1", "b64", "rl")
@@ -69,15 +68,11 @@ def plan(args) -> list[dict]:
 
 def workload(name: str, model_dir: Path, args) -> tuple[list[list[int]], int, int]:
     """(prompt ids, samples per prompt, max_tokens) of a workload."""
-    from specrl.tasks import make_problems
     from specrl.config.run import TrainConfig
-    from specrl.trainer.data import PromptEncoder
     cfg = TrainConfig()
     count, n = {"b1": (1, 1), "b64": (64, 1), "rl": (cfg.rollout.prompts_per_step, cfg.rollout.n)}[name]
-    encoder = PromptEncoder(model_dir)
-    problems = make_problems(count, seed=1234, split="train" if name == "rl" else "test")
     max_tokens = (args.rl_max_tokens or cfg.budget.max_tokens) if name == "rl" else args.max_tokens
-    return [encoder.encode(p.prompt) for p in problems], n, max_tokens
+    return encoded_task_prompts(model_dir, count, split="train" if name == "rl" else "test"), n, max_tokens
 
 
 DEFAULT_SD = {"specrl": "auto", "vllm": None}  # `--methods default`: each engine's SD at its defaults
@@ -143,11 +138,6 @@ def measure(run: dict, model_dir: Path, args) -> list[dict]:
         if run["engine"] == "vllm":
             engine.close()
     return rows
-
-
-def digest(token_ids) -> str:
-    """8 hex digits naming a completion's token ids (equal ids, equal digest)."""
-    return hashlib.sha1(json.dumps([int(t) for t in token_ids]).encode()).hexdigest()[:8]
 
 
 def audit_p(model_dir: Path, outs, temperature: float) -> float:
@@ -234,12 +224,11 @@ def plot(rows: list[dict], out: str) -> None:
 def read_rows(paths: list[str]) -> list[dict]:
     """The JSON lines of earlier runs (their summary lines are recomputed)."""
     from specrl.errors import MissingFileError
-    rows = []
-    for path in paths:
-        if not Path(path).is_file():
-            raise MissingFileError(f"--reuse {path}: no such file; pass the JSON lines a `specrl bench peer` printed")
-        rows += [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return rows
+    from specrl.pipeline.run_dir import read_jsonl
+    missing = [path for path in paths if not Path(path).is_file()]
+    if missing:
+        raise MissingFileError(f"--reuse {missing[0]}: no such file; pass the JSON lines a `specrl bench peer` printed")
+    return [row for path in paths for row in read_jsonl(path)]
 
 
 def main(argv: list[str]) -> int:

@@ -16,6 +16,8 @@ import argparse
 import json
 import time
 
+from .common import encoded_task_prompts, short_prompts
+
 GROUPS = {  # group: substrings of the op names that belong to it, matched in this order
     "attention": ("attention", "sdpa"),
     "linears": ("linear", "addmm", "aten::mm", "mkldnn", "mkl_"),
@@ -26,17 +28,6 @@ GROUPS = {  # group: substrings of the op names that belong to it, matched in th
 
 def group_of(op: str) -> str:
     return next((g for g, keys in GROUPS.items() if any(k in op for k in keys)), "other")
-
-
-def prompts(batch: int, task: bool, model) -> list[list[int]]:
-    """`batch` short prompts of 4-7 token ids (ids every tokenizer has), or with `task` the task's held-out
-    prompts as `bench peer` encodes them."""
-    if not task:
-        return [list(range(1, 9))[: 4 + i % 4] for i in range(batch)]
-    from specrl.tasks import make_problems
-    from specrl.trainer.data import PromptEncoder
-    encoder = PromptEncoder(model)
-    return [encoder.encode(p.prompt) for p in make_problems(batch, seed=1234, split="test")]
 
 
 def grouped(events) -> tuple[dict, list]:
@@ -69,7 +60,7 @@ def main(argv=None) -> None:
     spec = SpecConfig(method=args.method) if args.method else None
     model = str(args.model or default_policy_path())
     llm = LLM(model, dtype=args.dtype, max_num_seqs=args.batch, spec=spec)
-    work = prompts(args.batch, args.task, model)
+    work = encoded_task_prompts(model, args.batch) if args.task else short_prompts(args.batch)
     llm.generate(work, SamplingParams(max_tokens=8, seed=1))  # warm-up
     params = [SamplingParams(temperature=1.0, max_tokens=args.max_tokens, seed=1000 + i, ignore_eos=not args.task)
               for i in range(args.batch)]
