@@ -40,7 +40,7 @@ def test_trim_gives_freed_heap_pages_back():
 
 def test_the_trainer_trims_before_each_micro_batch_of_a_large_model_only_and_the_engine_after_generate(monkeypatch):
     """Even one trim per update made a small policy's update ~10% slower (freed pages faulted back in) for
-    ~0.2 GB of peak (docs/results/house.md): only a large model's micro-batches are trimmed."""
+    ~0.2 GB of peak (docs/memory.md): only a large model's micro-batches are trimmed."""
     import copy
 
     import torch

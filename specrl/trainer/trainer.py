@@ -152,7 +152,7 @@ class PolicyTrainer:
             budget = activation_budget(optim.activation_memory, state)
             self.token_cap = micro_batch_token_cap(model.config, budget, optim.activation_checkpointing, mtp_depths)
         # trim the heap before every micro-batch of a large model on a CPU (its heap grows, its compute dwarfs the
-        # page faults), never for a small one (the trim costs more than it saves: docs/results/house.md)
+        # page faults), never for a small one (the trim costs more than it saves: docs/memory.md)
         self.trims_heap = state >= LARGE_STATE and self.device.type == "cpu"
         self.optimizer = build_optimizer(model, optim)
         self.scheduler = warmup_cosine_scheduler(self.optimizer, optim, total_steps * algo.updates_per_step)

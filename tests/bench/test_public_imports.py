@@ -24,7 +24,7 @@ def _is_room(name: str) -> bool:
 
 def _imported(node: ast.ImportFrom) -> str:
     """The absolute module an ImportFrom in a specrl/bench module reads from ('' for a non-specrl one)."""
-    if node.level:  # specrl/bench/x.py: one dot is specrl.bench, two are specrl
+    if node.level:  # specrl/bench/NAME.py: one dot is specrl.bench, two are specrl
         base = ["specrl", "bench"][:3 - node.level]
         return ".".join(base + ([node.module] if node.module else []))
     return node.module if node.module and node.module.split(".")[0] == "specrl" else ""
