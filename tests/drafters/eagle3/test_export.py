@@ -166,7 +166,7 @@ def test_layers_are_read_back_from_each_numbering():
 
 
 def test_a_head_on_the_last_layer_is_refused_or_exported_with_a_warning(tmp_path, caplog):
-    # The previously shipped head's layers: (1, 3, 5) of 6 (today's fuses 1, 3, 4). Layer 5's output is vLLM
+    # A head on layers (1, 3, 5) of 6 (the shipped one fuses 1, 3, 4). Layer 5's output is vLLM
     # id 6 = L, which only vLLM's EagleModelMixin capture reaches; SGLang captures before layers 0..5 only
     # (nested 5 + 1 = 6 is never hit).
     model = tiny_model(layers=6)
