@@ -169,8 +169,17 @@ COMMANDS = {"step": cmd_step, "sweep": cmd_sweep, "project": cmd_project,
             "calibrate": cmd_calibrate, "validate": cmd_validate, "specs": cmd_specs}
 
 
+REMOVED = {"--adaptive-max-batch": "'auto' no longer turns SD off above a fixed batch size: pass --method auto "
+                                   "(the adaptive engine's cost model decides per iteration; --auto-drafters, "
+                                   "--auto-profile) and delete --adaptive-max-batch"}
+
+
 def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(rename(sys.argv[1:] if argv is None else argv, RENAMED, "specrl simulate"))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for word in argv:
+        if word.split("=")[0] in REMOVED:
+            raise ValueError(REMOVED[word.split("=")[0]])
+    a = build_parser().parse_args(rename(argv, RENAMED, "specrl simulate"))
     return COMMANDS[a.cmd](a)  # a bad argument ends in specrl.cli.main's error boundary
 
 

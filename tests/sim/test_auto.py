@@ -75,3 +75,15 @@ def test_auto_needs_counts_for_every_drafter(tiny):
         AutoPolicy({"eagle3": PoolDrafter(hw, 0.1, point=False)}, {}, 4)
     with pytest.raises(ValueError, match="at least one drafter"):
         AutoPolicy({}, {}, 4)
+
+
+def test_the_cli_models_auto_and_names_the_removed_threshold(capsys):
+    from specrl.sim.cli import main
+    with pytest.raises(ValueError, match="no longer turns SD off above a fixed batch size: pass --method auto"):
+        main(["step", "--adaptive-max-batch", "32"])
+    args = ["step", "--method", "auto", "--auto-drafters", "eagle3,suffix", "--gpus", "2", "--num-prompts", "4",
+            "--n", "4", "--lengths", "lognormal:300,0.5", "--max-tokens", "1000", "--k", "4"]
+    assert main(args) == 0
+    assert '"rollout_speedup"' in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"--auto-drafters \['auto'\] invalid"):
+        main([*args[:3], "--auto-drafters", "auto"])
