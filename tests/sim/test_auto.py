@@ -1,4 +1,6 @@
 """`auto` in the simulator: the adaptive engine's own rule (AdaptiveStrategy.best_arm) over the simulator's costs."""
+import json
+
 import numpy as np
 import pytest
 
@@ -87,3 +89,14 @@ def test_the_cli_models_auto_and_names_the_removed_threshold(capsys):
     assert '"rollout_speedup"' in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"--auto-drafters \['auto'\] invalid"):
         main([*args[:3], "--auto-drafters", "auto"])
+
+
+def test_choices_prints_the_rule_per_running_count(capsys):
+    from specrl.sim.cli import main
+    with pytest.raises(ValueError, match="pass --method auto"):
+        main(["choices", "--method", "eagle3"])
+    assert main(["choices", "--method", "auto", "--k", "4", "--rows", "1", "64"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["running"] for r in rows] == [1, 64] and all(r["kind"] == "choice" for r in rows)
+    # H100, Qwen3-8B, EAGLE-3 at acceptance length 3: verifying is nearly free at either count, so it drafts
+    assert all(r["drafter"] == "eagle3" and r["k"] > 0 for r in rows)
