@@ -55,7 +55,7 @@ class SimCost:
         ctx_sum = batch * self.ctx
         q = tokens_in / max(batch, 1)  # tokens fed per row
         return float(cost.target_step_s(self.hw, self.model, self.tp, batch, tokens_in, ctx_sum, ctx_sum * q,
-                                        0.0, 1.0))  # auto takes the SD path on every step
+                                        0.0, 1.0))  # auto takes the SD path on every step, drafts or none
 
     def draft_s(self, name: str, tokens: int, steps: int) -> float:
         if tokens <= 0:
@@ -68,13 +68,17 @@ class SimCost:
         return 0.0  # observing costs a model drafter a forward it already pays for in draft_s
 
 
-def counts_from_model(acc: AcceptanceModel, k_max: int, rows: float = COUNTED_ROWS) -> dict:
-    """The `AcceptanceStats` state of a drafter whose drafts follow `acc` (per-position acceptance), every row
-    asked for and proposed `k_max` tokens; positions past `acc.k` repeat its last rate."""
+def counts_from_model(acc: AcceptanceModel, k_max: int, share: float = 1.0, rows: float = COUNTED_ROWS) -> dict:
+    """The `AcceptanceStats` state of a drafter that proposes a full-length draft on `share` of its rows and
+    nothing on the rest (a model-free drafter's match, or none), its proposals accepted per position as `acc`
+    (positions past `acc.k` repeat its last rate); every row asked for `k_max` tokens. A row without a proposal
+    counts as reaching position 0 and failing there, as the engine counts it."""
     alphas = [acc.alphas[min(j, acc.k - 1)] for j in range(k_max)]
-    reach = rows * np.concatenate([[1.0], np.cumprod(alphas)[:-1]])  # [k_max] rows that drafted position j
-    return {"reached": reach.tolist(), "accepted": (reach * alphas).tolist(), "asked": [rows] * k_max,
-            "proposed": [rows] * k_max}
+    reach = share * rows * np.concatenate([[1.0], np.cumprod(alphas)[:-1]])  # [k_max] proposals reaching j
+    accepted = reach * alphas  # [k_max]
+    reach[0] = rows  # every row reaches position 0
+    return {"reached": reach.tolist(), "accepted": accepted.tolist(), "asked": [rows] * k_max,
+            "proposed": [share * rows] * k_max}
 
 
 def over_one(hw: HardwareSpec, acc: AcceptanceModel, draft_frac: float) -> "AutoPolicy":

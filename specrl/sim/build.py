@@ -68,6 +68,9 @@ def add_system_args(p: argparse.ArgumentParser) -> None:
                    help="drafter forward cost / target forward (default: by method)")
     s.add_argument("--auto-drafters", default=None,
                    help="auto: the drafters it chooses among, comma-separated (default: the profile's, else eagle3)")
+    s.add_argument("--proposal-share", type=float, default=1.0,
+                   help="auto without a profile: the share of rows a model-free drafter finds a match for (it then "
+                        "proposes k tokens, accepted as --acceptance*; nothing on the other rows)")
     s.add_argument("--auto-profile", default=None,
                    help="auto: the adaptive engine's saved profile (`specrl bench adaptive --save-profile`), whose "
                         "acceptance counts per drafter replace --acceptance* (k up to --k)")
@@ -120,8 +123,13 @@ def auto_from_args(a: argparse.Namespace, hw, calib: dict | None, model) -> Auto
     if profile is not None:
         stats = {tuple(key): state for key, state in profile["stats"]}
     else:
-        counts = counts_from_model(acceptance_from_args(a), a.k)
-        stats = {(n, kind): counts for n in names for kind in (ALL, FULL if pool[n].point else FILL)}
+        if not 0.0 < a.proposal_share <= 1.0:
+            raise ValueError(f"--proposal-share {a.proposal_share} is invalid: expected a share in (0, 1]")
+        acc = acceptance_from_args(a)
+        stats = {}
+        for n, d in pool.items():  # a model-free drafter's full-length matches are its FULL rows
+            stats[n, ALL] = counts_from_model(acc, a.k, a.proposal_share if d.point else 1.0)
+            stats[n, FULL if d.point else FILL] = counts_from_model(acc, a.k)
     return AutoPolicy(pool, stats, a.k)
 
 

@@ -198,7 +198,8 @@ def _timeline(engine: Engine, it: Iterations, prompt_len: int, prompt_share: flo
     """The cost model turns each iteration's batch into seconds."""
     decoding = it.active - it.new  # [J]
     spec = it.k > 0  # [J] iteration verified drafts
-    # "auto" takes the SD path (propose, verify, drafter bookkeeping) at every decoding step, even with k 0
+    # "auto" takes the SD path (propose, verify, drafter bookkeeping) at every decoding step, even with k 0: its
+    # drafters observe every forward (engine/engine.py run)
     path = (decoding > 0) if sd is not None and sd.per_iteration else spec  # [J]
     prefill = it.new * prompt_len / prompt_share  # [J] prompt tokens fed
     tokens_in = decoding * it.q + prefill  # [J]

@@ -100,3 +100,13 @@ def test_choices_prints_the_rule_per_running_count(capsys):
     assert [r["running"] for r in rows] == [1, 64] and all(r["kind"] == "choice" for r in rows)
     # H100, Qwen3-8B, EAGLE-3 at acceptance length 3: verifying is nearly free at either count, so it drafts
     assert all(r["drafter"] == "eagle3" and r["k"] > 0 for r in rows)
+
+
+def test_counts_of_a_drafter_that_matches_on_a_share_of_its_rows():
+    # a model-free drafter matching on 10% of its rows, its proposals accepted at 0.8 a position, k 4: the engine's
+    # counts expect 0.1 x (0.8 + 0.64 + 0.512 + 0.4096) = 0.236 accepted drafts a row, and a full-length share 0.1
+    from specrl.engine.adaptive.acceptance import AcceptanceStats
+    stats = AcceptanceStats(4)
+    stats.load_state_dict(counts_from_model(geometric(0.8, 4), 4, share=0.1))
+    assert stats.expected(4, optimistic=False) == pytest.approx(0.23616, rel=1e-4)
+    assert stats.full_share(4) == pytest.approx(0.1, rel=1e-4)
