@@ -13,12 +13,13 @@ step 3: print the metrics as one JSON line (also written to DIR/train_metrics.js
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, make_dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -35,8 +36,9 @@ from ..runtime import policy_path
 
 
 @dataclass
-class TrainDrafterConfig:
-    """`specrl train-drafter`'s `key=value` settings, as `specrl train` takes them (`--key value` too)."""
+class SharedSettings:
+    """`specrl train-drafter`'s `key=value` settings that every method shares, as `specrl train` takes them
+    (`--key value` too); each method's own are its class's `train_settings` (`TrainDrafterConfig` joins them)."""
     method: str | None = None  # required: a method with weights (draft_model, eagle3, mtp)
     model: str | None = None  # policy checkpoint dir; null: the embedded policy
     out: str | None = None  # required: the drafter's output dir
@@ -62,14 +64,6 @@ class TrainDrafterConfig:
     teacher_topk: int = DrafterTrainArgs.teacher_topk  # eagle3: stored teacher tokens a position (0: all)
     cache: str | None = None  # teacher-data cache dir (step 1); it also keeps the fit's state for `resume`
     resume: bool = False  # continue the fit saved in `cache` (same method, draft vocabulary and steps)
-    # the methods' own options
-    eagle3_layers: str | None = None  # target layers to fuse, e.g. 1,3,5; null: 1, L/2-1, L-4 made increasing
-    ttt_steps: int = 7  # eagle3: training-time-test unroll steps
-    eagle3_intermediate: int | None = None  # eagle3: head MLP width; null: the policy's
-    # eagle3: draft over the N tokens most frequent in the sampled responses, with the head's own output
-    # layer and EAGLE-3's d2t map; null: the target's whole vocabulary
-    draft_vocab_size: int | None = None
-    draft_layers: int | None = None  # draft_model: decoder layers of the student; null: a third of the policy's
 
     MOVED = {"eagle3_ttt_steps": ".ttt_steps"}
 
@@ -78,19 +72,60 @@ class TrainDrafterConfig:
                 "the other speculative methods have no weights to train")
 
 
-def parse_args(argv: list[str] | None) -> TrainDrafterConfig:
+def parse_args(argv: list[str] | None) -> SharedSettings:
     argv = rename(list(sys.argv[1:] if argv is None else argv), RENAMED, "specrl train-drafter")
     if "-h" in argv or "--help" in argv:
         print(__doc__ + "\nsettings (`--key value` or `key=value`; default, then what it sets):\n" + settings_help())
         raise SystemExit(0)
-    return load_config(TrainDrafterConfig, None, argv_overrides(argv))
+    return load_config(config_class(), None, argv_overrides(argv))
 
 
 RENAMED = {"policy": "model", "--policy": "--model"}
 
 
+def config_class() -> type:
+    """The settings every method shares, then each trainable method's own (`train_settings`, in the order the
+    registry lists them): a new method's settings join by its class alone."""
+    own = []
+    for name in trainable_methods():
+        method = get_method(name)
+        if "train_settings" not in vars(type(method)):
+            raise TypeError(f"method {name!r} has weights but its class {type(method).__name__} does not say its "
+                            "`specrl train-drafter` settings: set train_settings to a dataclass, or None")
+        own.append(method.train_settings)
+    return _joined(tuple(s for s in own if s is not None))
+
+
+@functools.cache
+def _joined(own: tuple[type, ...]) -> type:
+    seen: dict[str, str] = {f.name: "the shared settings" for f in fields(SharedSettings)}
+    for cls in own:
+        for f in fields(cls):
+            if f.name in seen:
+                raise TypeError(f"train-drafter setting {f.name!r} of {cls.__name__} is also one of {seen[f.name]}: "
+                                "give it its method's prefix")
+            seen[f.name] = cls.__name__
+    # a dataclass's fields come from its bases in reverse order: the shared ones first
+    return make_dataclass("TrainDrafterConfig", [], bases=(*reversed(own), SharedSettings))
+
+
+def __getattr__(name: str):
+    if name == "TrainDrafterConfig":  # built from the registry when asked (a test may register a method)
+        return config_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def field_help(cls: type) -> dict[str, str]:
-    """Each field's comment in `cls`'s source: the one on its line, else the comment lines just above it."""
+    """Each field's comment in the source of `cls` and of the dataclasses it joins: the one on its line, else the
+    comment lines just above it."""
+    helps: dict[str, str] = {}
+    for base in cls.__mro__:
+        if is_dataclass(base) and base.__name__ != "TrainDrafterConfig":
+            helps = {**_source_help(base), **helps}
+    return helps
+
+
+def _source_help(cls: type) -> dict[str, str]:
     helps, above = {}, []
     for line in inspect.getsource(cls).splitlines():
         code, _, comment = line.strip().partition("#")
@@ -104,7 +139,8 @@ def field_help(cls: type) -> dict[str, str]:
 
 
 def settings_help() -> str:
-    helps, defaults = field_help(TrainDrafterConfig), to_dict(TrainDrafterConfig())
+    cls = config_class()
+    helps, defaults = field_help(cls), to_dict(cls())
     return "\n".join(f"  --{k.replace('_', '-'):<22} {yaml.safe_dump(v).strip().removesuffix('...').strip():<8} "
                      f"{helps.get(k, '')}" for k, v in defaults.items())
 
@@ -113,14 +149,14 @@ def default_out(method: str) -> Path:
     return get_method(method).shipped_dir
 
 
-def sampling_settings(ns: TrainDrafterConfig) -> dict:
+def sampling_settings(ns: SharedSettings) -> dict:
     """What the sampled responses depend on besides the policy (the cache's key)."""
     return {"data": digest_files([Path(ns.data)]) if ns.data else "embedded task", "prompts": ns.prompts,
             "samples": ns.samples, "max_tokens": ns.max_tokens, "temperature": ns.temperature, "seed": ns.seed,
             "max_model_len": ns.max_model_len}
 
 
-def collect(ns: TrainDrafterConfig, policy: str) -> list:
+def collect(ns: SharedSettings, policy: str) -> list:
     prompts = (load_prompts(ns.data, policy, ns.prompts) if ns.data
                else default_prompts(512 if ns.prompts is None else ns.prompts, ns.seed))
     return collect_sequences(policy, prompts, n=ns.samples, max_tokens=ns.max_tokens, temperature=ns.temperature,

@@ -27,6 +27,7 @@ class ModelMethod(DrafterMethod, Protocol):
     (training/online.py), `specrl train-drafter` and the checkpoints call."""
     shipped_dir: Path  # the embedded default checkpoint
     module_class: type  # the nn.Module its drafter drafts with (what OnlineDrafterTrainer trains)
+    train_settings: type | None  # its own `specrl train-drafter` settings (a dataclass), or None
 
     def scratch(self, policy, seed: int = 0): ...  # cold start: its module made from the policy
 

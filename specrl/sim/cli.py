@@ -1,4 +1,4 @@
-"""`specrl simulate ...`: step | sweep | project | calibrate | validate | specs. JSON lines on stdout."""
+"""`specrl simulate ...`: step | choices | sweep | project | calibrate | validate | specs. JSON lines on stdout."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +24,20 @@ def cmd_step(a) -> int:
     _emit({"kind": "step", "sd": False, **r["no_sd"]})
     _emit({"kind": "step", "sd": True, **r["sd"]})
     _emit({"kind": "speedup", **{k: v for k, v in r.items() if not isinstance(v, dict)}})
+    return 0
+
+
+def cmd_choices(a) -> int:
+    """What the adaptive engine's rule picks at each running count and context on the simulated machine."""
+    cfg = config_from_args(a)
+    if cfg.sd is None or cfg.sd.auto is None:
+        raise ValueError("choices shows what 'auto' picks: pass --method auto (with --auto-drafters or --auto-profile)")
+    step = cfg.sd.auto.stepper(cfg.hw, cfg.model, cfg.tp)
+    for ctx in a.contexts:
+        for rows in a.rows:
+            arm = step.arm(rows, cfg.workload.prompt_len + ctx)
+            _emit({"kind": "choice", "running": rows, "context": cfg.workload.prompt_len + ctx, "arm": arm.label,
+                   "drafter": arm.drafter, "lead": arm.lead, "k": arm.k})
     return 0
 
 
@@ -133,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specrl simulate", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     add_system_args(sub.add_parser("step", help="one RL step, SD on vs off"))
+    ch = sub.add_parser("choices", help="what --method auto picks per running count and context")
+    add_system_args(ch)
+    ch.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 48, 64],
+                    help="running sequences to show the choice at")
+    ch.add_argument("--contexts", type=int, nargs="+", default=[100],
+                    help="response tokens so far (added to --prompt-len) to show the choice at")
     sw = sub.add_parser("sweep", help="speedup vs acceptance length, batch size, GPU count")
     add_system_args(sw)
     sw.add_argument("--out", default=None, help="directory to write the PNG plots to (default: none)")
@@ -165,12 +185,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 RENAMED = {"--sd-method": "--method", "--prompts": "--num-prompts", "--model": "--arch", "--plot-dir": "--out"}
-COMMANDS = {"step": cmd_step, "sweep": cmd_sweep, "project": cmd_project,
+COMMANDS = {"step": cmd_step, "choices": cmd_choices, "sweep": cmd_sweep, "project": cmd_project,
             "calibrate": cmd_calibrate, "validate": cmd_validate, "specs": cmd_specs}
 
 
+REMOVED = {"--adaptive-max-batch": "'auto' no longer turns SD off above a fixed batch size: pass --method auto "
+                                   "(the adaptive engine's cost model decides per iteration; --auto-drafters, "
+                                   "--auto-profile) and delete --adaptive-max-batch"}
+
+
 def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(rename(sys.argv[1:] if argv is None else argv, RENAMED, "specrl simulate"))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for word in argv:
+        if word.split("=")[0] in REMOVED:
+            raise ValueError(REMOVED[word.split("=")[0]])
+    a = build_parser().parse_args(rename(argv, RENAMED, "specrl simulate"))
     return COMMANDS[a.cmd](a)  # a bad argument ends in specrl.cli.main's error boundary
 
 

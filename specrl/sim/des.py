@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from specrl.sim import cost
 from specrl.sim.acceptance import AcceptanceModel, BatchAcceptance, LengthAcceptance
+from specrl.sim.auto import AutoPolicy
 from specrl.sim.hardware import HardwareSpec
 from specrl.sim.models import ModelSpec
 
@@ -31,11 +32,16 @@ class Engine:
 class SDSetting:
     acceptance: AcceptanceModel
     draft_frac: float = 0.0  # drafter forward cost / target decode forward cost, per draft token
-    adaptive_max_batch: int | None = None  # SD only while active sequences <= this (None: always)
     verify_len: float | None = None  # tokens verified per sequence per SD step (None: k + 1; an
     # n-gram drafter without a match proposes fewer than k)
     by_length: LengthAcceptance | None = None  # acceptance per response length (None: `acceptance` for all)
-    by_batch: BatchAcceptance | None = None  # k and acceptance per running count ("auto"); overrides the rest
+    by_batch: BatchAcceptance | None = None  # k and acceptance per running count, read off a trace of "auto"
+    auto: AutoPolicy | None = None  # "auto": the engine's rule picks drafter and k each iteration (sim/auto.py)
+
+    @property
+    def per_iteration(self) -> bool:
+        """Drafter and k change from one iteration to the next ("auto"): simulated one iteration at a time."""
+        return self.by_batch is not None or self.auto is not None
 
     def steps_needed(self, tokens, lengths, rng) -> np.ndarray:
         if self.by_length is not None:
@@ -88,31 +94,14 @@ def _ramp_sum(starts, ends, c0, slope, length):
     return sum_w + np.arange(length) * sum_s, sum_s
 
 
-def _switch_iter(starts, iters, threshold: int) -> int:
-    """First iteration after which the batch never exceeds `threshold` (adaptive SD turns on)."""
-    length = int((starts + iters).max())
-    active = np.cumsum(np.bincount(starts, minlength=length + 1)
-                       - np.bincount(starts + iters, minlength=length + 1))[:length]  # [J]
-    over = np.flatnonzero(active > threshold)
-    return 0 if over.size == 0 else int(over[-1]) + 1
-
-
 def plan(lengths, slots: int, sd: SDSetting | None, rng):
-    """Start iteration, iterations, and plain-decode iterations (before SD) of each sequence."""
+    """Start iteration, iterations, and plain-decode iterations (the prefill's) of each sequence."""
     lengths = np.asarray(lengths, dtype=np.int64)  # [S]
     if sd is None:
-        starts = slot_starts(lengths, slots)
-        return starts, lengths, lengths, np.iinfo(np.int64).max
-    if sd.adaptive_max_batch is None or sd.adaptive_max_batch >= min(slots, lengths.size):
-        switch = 0
-        plain = np.ones_like(lengths)  # the prefill iteration emits the first token
-        iters = plain + sd.steps_needed(lengths - plain, lengths, rng)
-        return slot_starts(iters, slots), iters, plain, switch
-    starts = slot_starts(lengths, slots)  # before the switch the schedule is plain decoding
-    switch = _switch_iter(starts, lengths, sd.adaptive_max_batch)
-    plain = np.clip(switch - starts, 1, lengths)
+        return slot_starts(lengths, slots), lengths, lengths
+    plain = np.ones_like(lengths)  # the prefill iteration emits the first token
     iters = plain + sd.steps_needed(lengths - plain, lengths, rng)
-    return starts, iters, plain, switch
+    return slot_starts(iters, slots), iters, plain
 
 
 def simulate_replica(engine: Engine, lengths, prompt_len: int, slots: int,
@@ -120,8 +109,10 @@ def simulate_replica(engine: Engine, lengths, prompt_len: int, slots: int,
     """Iteration-level timeline of one replica generating `lengths` [S] after prompts. Each prompt is
     prefilled once for `prompt_share` sequences (a GRPO group shares its prompt: prefix caching, or
     n samples of one request), so a new sequence costs prompt_len / prompt_share prefill tokens."""
-    if sd is not None and sd.by_batch is not None:
-        it = lockstep(lengths, prompt_len, slots, sd.by_batch, rng)
+    if sd is not None and sd.per_iteration:
+        drafts = (sd.auto.stepper(engine.hw, engine.model, engine.tp).step if sd.auto is not None
+                  else traced_drafts(sd.by_batch))
+        it = lockstep(lengths, prompt_len, slots, drafts, rng)
     else:
         it = _planned(lengths, prompt_len, slots, sd, rng)
     return _timeline(engine, it, prompt_len, prompt_share, sd)
@@ -134,11 +125,12 @@ class Iterations(NamedTuple):
     emitted: np.ndarray  # [J] tokens emitted
     q: np.ndarray  # [J] tokens fed per decoding sequence
     k: np.ndarray  # [J] draft length (0: plain decode)
+    draft_s: np.ndarray | None = None  # [J] drafting seconds, where the drafter changes per iteration ("auto")
 
 
 def _planned(lengths, prompt_len: int, slots: int, sd: SDSetting | None, rng) -> Iterations:
     """Per-sequence iteration counts first (plan), then the batch per iteration from difference arrays."""
-    starts, iters, plain, switch = plan(lengths, slots, sd, rng)
+    starts, iters, plain = plan(lengths, slots, sd, rng)
     length = int((starts + iters).max())
     lengths = np.asarray(lengths, dtype=np.float64)
     # step 1: context per iteration, piecewise linear: 1 token/iter, then rate r in the SD phase
@@ -150,40 +142,55 @@ def _planned(lengths, prompt_len: int, slots: int, sd: SDSetting | None, rng) ->
     active = np.cumsum(np.bincount(starts, minlength=length + 1)
                        - np.bincount(starts + iters, minlength=length + 1))[:length]  # [J]
     new = np.bincount(starts, minlength=length)[:length]  # [J]
-    spec = (np.arange(length) >= switch) & (active - new > 0)  # [J] a prefill-only step drafts nothing
+    spec = (sd is not None) & (active - new > 0)  # [J] a prefill-only step drafts nothing
     q = np.where(spec, sd.tokens_per_seq if sd else 1, 1.0)  # [J]
     k = np.where(spec, sd.acceptance.k if sd else 0, 0)  # [J]
     return Iterations(active, new, c1 + c2, e1 + e2, q, k)
 
 
-def lockstep(lengths, prompt_len: int, slots: int, acc: BatchAcceptance, rng) -> Iterations:
-    """One engine iteration at a time, for SD whose k and acceptance follow the running count: FIFO
-    admission into free slots (a new sequence's prefill emits its first token), then each decoding
+# one iteration's drafting over R running rows: (n in the batch, R, mean context of the R rows, rng) ->
+# (accepted drafts [R], tokens fed per row, k, drafting seconds or None for the timeline to price)
+Drafts = Callable[[int, int, float, np.random.Generator], tuple[np.ndarray, float, int, float | None]]
+
+
+def traced_drafts(acc: BatchAcceptance) -> Drafts:
+    """The draft length and acceptance an "auto" trace showed at each running count (`BatchAcceptance`)."""
+    def drafts(n: int, running: int, ctx: float, rng) -> tuple:
+        i = acc.index(n)
+        if not acc.k[i]:
+            return np.zeros(running, dtype=np.int64), 1.0, 0, None
+        return acc.sample_accepted(n, running, rng), 1.0 + acc.drafts[i], acc.k[i], None
+    return drafts
+
+
+def lockstep(lengths, prompt_len: int, slots: int, drafts: Drafts, rng) -> Iterations:
+    """One engine iteration at a time, for SD whose drafter, k and acceptance change per iteration ("auto"):
+    FIFO admission into free slots (a new sequence's prefill emits its first token), then each decoding
     sequence emits 1 + accepted drafts, cut at its length as a lossless engine stops."""
     lengths = np.asarray(lengths, dtype=np.int64)  # [S]
     left, gen = lengths.copy(), np.zeros_like(lengths)  # [S] tokens still to emit, emitted so far
     running = np.zeros(0, dtype=np.int64)
-    rows, admitted = [], 0
+    rows, admitted, priced = [], 0, False
     while running.size or admitted < lengths.size:
         new = np.arange(admitted, min(lengths.size, admitted + slots - running.size))
         admitted += new.size
         n = running.size + new.size
-        k = acc.k[acc.index(n)] if running.size else 0
-        step = np.ones(running.size, dtype=np.int64)  # [R]
-        if k:
-            step += acc.sample_accepted(n, running.size, rng)
-        step = np.minimum(step, left[running])
         ctx = n * prompt_len + int(gen[running].sum())
+        step, q, k, draft_s = np.zeros(running.size, dtype=np.int64), 1.0, 0, None  # [R]
+        if running.size:
+            step, q, k, draft_s = drafts(n, running.size, prompt_len + gen[running].mean(), rng)
+        priced = priced or draft_s is not None
+        step = np.minimum(step + 1, left[running])
         left[running] -= step
         gen[running] += step
         left[new] -= 1
         gen[new] += 1
-        rows.append((n, new.size, ctx, int(step.sum()) + new.size,
-                     1.0 + acc.drafts[acc.index(n)] if k else 1.0, k))
+        rows.append((n, new.size, ctx, int(step.sum()) + new.size, q, k, draft_s or 0.0))
         both = np.concatenate([running, new])
         running = both[left[both] > 0]
-    cols = np.array(rows, dtype=np.float64).T  # [6, J]
-    return Iterations(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5].astype(np.int64))
+    cols = np.array(rows, dtype=np.float64).T  # [7, J]
+    return Iterations(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5].astype(np.int64),
+                      cols[6] if priced else None)
 
 
 def _timeline(engine: Engine, it: Iterations, prompt_len: int, prompt_share: float,
@@ -191,15 +198,18 @@ def _timeline(engine: Engine, it: Iterations, prompt_len: int, prompt_share: flo
     """The cost model turns each iteration's batch into seconds."""
     decoding = it.active - it.new  # [J]
     spec = it.k > 0  # [J] iteration verified drafts
-    # "auto" takes the SD path (propose, verify, drafter bookkeeping) at every decoding step, even with k 0
-    path = (decoding > 0) if sd is not None and sd.by_batch is not None else spec  # [J]
+    # "auto" takes the SD path (propose, verify, drafter bookkeeping) at every decoding step, even with k 0: its
+    # drafters observe every forward (engine/engine.py run)
+    path = (decoding > 0) if sd is not None and sd.per_iteration else spec  # [J]
     prefill = it.new * prompt_len / prompt_share  # [J] prompt tokens fed
     tokens_in = decoding * it.q + prefill  # [J]
     pairs = (it.ctx_sum - it.new * prompt_len) * it.q + prefill * (prompt_len + 1) / 2  # [J]
     t = cost.target_step_s(engine.hw, engine.model, engine.tp, it.active, tokens_in, it.ctx_sum, pairs,
                            prefill, path if sd is not None else 0.0)  # [J]
     draft_t = np.zeros_like(t)  # [J]
-    if sd is not None:
+    if it.draft_s is not None:
+        draft_t = it.draft_s
+    elif sd is not None:
         draft_t = np.where(path, cost.draft_step_s(engine.hw, engine.model, engine.tp, decoding,
                                                        it.ctx_sum, it.k, sd.draft_frac), 0.0)
     return ReplicaTrace(t + draft_t, it.active, it.emitted, spec, tokens_in, it.ctx_sum, draft_t)

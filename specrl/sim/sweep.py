@@ -7,6 +7,7 @@ import numpy as np
 
 from specrl.sim import cost
 from specrl.sim.acceptance import from_acceptance_length
+from specrl.sim.auto import over_one
 from specrl.sim.des import Engine, simulate_replica
 from specrl.sim.pipeline import SimConfig, compare
 
@@ -32,13 +33,14 @@ def vs_acceptance(cfg: SimConfig, points: int = 8) -> list[dict]:
 
 def vs_batch(cfg: SimConfig, sizes=BATCH_SIZES) -> list[dict]:
     """One replica generating a batch of B sequences (queued beyond its KV capacity), SD static vs
-    adaptive, against no SD."""
+    adaptive ("auto": the config's, else auto over the config's one drafter), against no SD."""
     engine = Engine(cfg.hw, cfg.model, cfg.tp)
     ctx = cfg.workload.prompt_len + float(np.mean(cfg.workload.sample_lengths(
         np.random.default_rng(cfg.seed))))
     capacity = cost.kv_capacity_seqs(cfg.hw, cfg.model, cfg.tp, ctx)
-    adaptive = replace(cfg.sd, adaptive_max_batch=cfg.sd.adaptive_max_batch or 32)
-    static = replace(cfg.sd, adaptive_max_batch=None)
+    adaptive = cfg.sd if cfg.sd.auto is not None else \
+        replace(cfg.sd, auto=over_one(cfg.hw, cfg.sd.acceptance, cfg.sd.draft_frac))
+    static = replace(cfg.sd, auto=None)
     out = []
     for b in sizes:
         lengths = cfg.workload.lengths.sample(b, np.random.default_rng([cfg.seed, b]))

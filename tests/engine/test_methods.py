@@ -31,10 +31,10 @@ def test_every_method_is_one_class_in_its_own_folder(name):
 def test_every_list_of_methods_is_the_registry():
     from specrl.bench import spec as bench_spec
     from specrl.cli import train_drafter
-    from specrl.sim.build import SD_METHODS
+    from specrl.sim.build import sd_methods
     assert METHODS == ("draft_model", "eagle3", "mtp", "ngram", "suffix", "auto") == tuple(REGISTRY)
     assert TRAINABLE_METHODS == ("draft_model", "eagle3", "mtp")
-    assert SD_METHODS == ("none", *DRAFTING_METHODS) and "auto" not in DRAFTING_METHODS  # sim's torch-free copy
+    assert sd_methods() == ("none", *METHODS) and "auto" not in DRAFTING_METHODS  # the simulator reads the registry
     assert train_drafter.default_out("eagle3") == get_method("eagle3").shipped_dir
     assert "auto" in METHODS and bench_spec.METHODS == METHODS
     with pytest.raises(ValueError, match=r"drafters=\['auto'\] is invalid: expected at least one of "

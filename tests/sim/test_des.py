@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from specrl.sim.acceptance import BatchAcceptance, geometric
-from specrl.sim.des import Engine, SDSetting, lockstep, plan, simulate_replica, slot_starts
+from specrl.sim.des import Engine, SDSetting, lockstep, simulate_replica, slot_starts, traced_drafts
 from tests.sim.helpers import toy_hw
 
 
@@ -40,17 +40,6 @@ def test_slot_schedule_fifo():
     np.testing.assert_array_equal(slot_starts(np.array([5, 5]), 4), [0, 0])
 
 
-def test_adaptive_sd_turns_on_in_the_tail():
-    # 4 sequences, SD allowed at <= 2 active: plain decoding until only the 2 long ones remain
-    lengths = np.array([10, 10, 100, 100])
-    sd = SDSetting(geometric(1.0, 3), 0.0, adaptive_max_batch=2)
-    starts, iters, plain, switch = plan(lengths, 8, sd, np.random.default_rng(0))
-    assert switch == 10  # first iteration with 2 active
-    np.testing.assert_array_equal(plain, [10, 10, 10, 10])
-    # long ones: 10 plain tokens, then 90 more at 4 per step -> 10 + 23 iterations
-    np.testing.assert_array_equal(iters, [10, 10, 33, 33])
-
-
 def test_long_tail_emerges_from_lengths(tiny):
     # one sequence 10x longer than the rest: most of the replica's iterations run nearly empty
     lengths = np.array([50] * 15 + [500])
@@ -66,7 +55,7 @@ def test_lockstep_follows_the_running_count():
     # running at 5 a step: 20 -> 15 -> 10 -> 5 -> 0 and 40 -> 35 -> 30 -> 25 -> 20 (iterations 5-8), then
     # 20 -> 0 alone in 4 more (9-12): 13 iterations, the last 8 with SD.
     acc = BatchAcceptance((4, 4, 0), (4.0, 4.0, 0.0), (4.0, 4.0, 0.0))
-    it = lockstep(np.array([5, 5, 21, 41]), 10, 4, acc, np.random.default_rng(0))
+    it = lockstep(np.array([5, 5, 21, 41]), 10, 4, traced_drafts(acc), np.random.default_rng(0))
     np.testing.assert_array_equal(it.k, [0] * 5 + [4] * 8)
     np.testing.assert_array_equal(it.active, [4] * 5 + [2] * 4 + [1] * 4)
     np.testing.assert_array_equal(it.new, [4] + [0] * 12)

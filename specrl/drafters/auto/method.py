@@ -55,5 +55,5 @@ class Auto:
         return None  # the served config names the drafter it runs: vLLM refits that one
 
     def sim_draft_frac(self, head_frac: float) -> float:
-        raise ValueError("the simulator models 'auto' by --adaptive-max-batch over one drafting method: pass "
-                         "--sd-method as that method")
+        raise ValueError("'auto' drafts nothing itself: the simulator prices each drafter of its pool "
+                         "(--auto-drafters, sim/auto.py)")

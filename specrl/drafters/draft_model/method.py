@@ -2,15 +2,23 @@
 (train.py) or online. Torch-free at import: each member imports what it runs."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...engine.methods import SpecConfig
 from ..base import WithWeights
 
 
+@dataclass
+class DraftModelTrainSettings:
+    """`specrl train-drafter --method draft_model`'s own settings (`cli_train` reads them)."""
+    draft_layers: int | None = None  # draft_model: decoder layers of the student; null: a third of the policy's
+
+
 class DraftModel(WithWeights):
     name = "draft_model"
     defers = True  # its observe reads each input alone
+    train_settings = DraftModelTrainSettings
 
     # ---- the engine
     def load(self, draft_model: str | None, target, num_slots: int, max_len: int):

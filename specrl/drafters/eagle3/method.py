@@ -3,15 +3,28 @@ training-time test (train.py) or online, exported for vLLM and SGLang (export.py
 member imports what it runs."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...engine.methods import SpecConfig
 from ..base import WithWeights
 
 
+@dataclass
+class Eagle3TrainSettings:
+    """`specrl train-drafter --method eagle3`'s own settings (`cli_train` reads them)."""
+    eagle3_layers: str | None = None  # target layers to fuse, e.g. 1,3,5; null: 1, L/2-1, L-4 made increasing
+    ttt_steps: int = 7  # eagle3: training-time-test unroll steps
+    eagle3_intermediate: int | None = None  # eagle3: head MLP width; null: the policy's
+    # eagle3: draft over the N tokens most frequent in the sampled responses, with the head's own output
+    # layer and EAGLE-3's d2t map; null: the target's whole vocabulary
+    draft_vocab_size: int | None = None
+
+
 class Eagle3(WithWeights):
     name = "eagle3"
     defers = True  # its observe reads each input alone
+    train_settings = Eagle3TrainSettings
 
     # ---- the engine
     def load(self, draft_model: str | None, target, num_slots: int, max_len: int):

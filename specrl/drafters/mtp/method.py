@@ -11,6 +11,7 @@ from ..base import WithWeights
 class MTP(WithWeights):
     name = "mtp"
     defers = False  # its modules read the next inputs, so it observes every step
+    train_settings = None  # `specrl train-drafter` has no MTP settings
 
     # ---- the engine
     def load(self, draft_model: str | None, target, num_slots: int, max_len: int):
