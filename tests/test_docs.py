@@ -122,7 +122,7 @@ def code_files(root: Path = ROOT) -> list[Path]:
 
 
 # pages rewritten on other branches of the same issue; each leaves this set when its rewrite lands
-ELSEWHERE = {"docs/results/sampler_audit.md", "docs/simulator.md"}
+ELSEWHERE = {"docs/results/sampler_audit.md"}
 
 
 def test_every_page_and_docstring_holds_no_stale_text():
