@@ -81,11 +81,12 @@ def op_loaded() -> bool:
     return hasattr(torch.ops, OP[0]) and hasattr(getattr(torch.ops, OP[0]), OP[1])
 
 
-def load_kernel(source: Path = SOURCE) -> str | None:
+def load_kernel(source: Path | None = None) -> str | None:
     """Loads (building first if needed) the kernel into torch.ops.specrl_kernels; None when it loaded, else the
     one-line reason the SDPA path is taken (already logged once)."""
     if op_loaded():
         return None
+    source = source or SOURCE
     cflags = compile_flags(cpu_flags())
     root = cache_root()
     key = build_key(source, cflags)
@@ -116,9 +117,12 @@ def _build(source: Path, cflags: list[str], root: Path, final: Path, log_file: P
         log_file.write_text(f"{type(e).__name__}: {e}\n")
         shutil.rmtree(tmp, ignore_errors=True)
         return _note(f"the decode attention kernel failed to build (log: {log_file})")
+    built = next(tmp.glob("*.so"))  # torch names a second build of one name in a process NAME_v1.so
+    built.rename(tmp / f".{NAME}.so")
     for junk in tmp.iterdir():  # keep the module alone: objects and ninja files are not needed to load it
-        if junk.name != f"{NAME}.so":
+        if junk.name != f".{NAME}.so":
             shutil.rmtree(junk) if junk.is_dir() else junk.unlink()
+    (tmp / f".{NAME}.so").rename(tmp / f"{NAME}.so")
     try:
         os.replace(tmp, final)
     except OSError:  # another process put its build there first: theirs stands
