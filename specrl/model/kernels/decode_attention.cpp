@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -44,80 +45,161 @@ struct Geometry {
   float scale;
 };
 
+// The horizontal sums of W vectors, as one vector: lane j holds the sum of a[j]'s lanes. A transpose-and-add tree
+// costs about 3 instructions a sum where reducing each vector alone costs about 8.
+inline fVec lane_sums(const fVec* a) {
+#if defined(CPU_CAPABILITY_AVX512)
+  __m512 u[4];
+  for (int g = 0; g < 4; ++g) {  // u[g]'s 128-bit lane L: [a[4g + j] summed over its lane L, j = 0..3]
+    const __m512 a0 = a[4 * g], a1 = a[4 * g + 1], a2 = a[4 * g + 2], a3 = a[4 * g + 3];
+    const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+    const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+    u[g] = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  const __m512 w0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+  const __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xDD));
+#elif defined(CPU_CAPABILITY_AVX2)
+  __m256 u[2];
+  for (int g = 0; g < 2; ++g) {
+    const __m256 a0 = a[4 * g], a1 = a[4 * g + 1], a2 = a[4 * g + 2], a3 = a[4 * g + 3];
+    const __m256 t0 = _mm256_add_ps(_mm256_unpacklo_ps(a0, a1), _mm256_unpackhi_ps(a0, a1));
+    const __m256 t1 = _mm256_add_ps(_mm256_unpacklo_ps(a2, a3), _mm256_unpackhi_ps(a2, a3));
+    u[g] = _mm256_add_ps(_mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
+#else
+  alignas(64) float out[fVec::size()];
+  for (int j = 0; j < fVec::size(); ++j)
+    out[j] = at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return x + y; }, a[j]);
+  return fVec::loadu(out);
+#endif
+}
+
+// Query rows a value tile holds in registers (R * NV accumulators); the row count is padded to a multiple of it.
+template <int NV>
+constexpr int64_t tile_rows() { return NV >= 16 ? 1 : 16 / NV; }
+
+// Per-thread scratch of `attend`, rows padded to a multiple of tile_rows.
+struct Scratch {
+  std::vector<float> buf;
+  float *qf, *kf, *vf, *scores, *acc, *mx, *sum, *alpha;
+  Scratch(int64_t rows, int64_t D) : buf(rows * D * 2 + 2 * kBlock * D + rows * kBlock + 3 * rows, 0.f) {
+    qf = buf.data(); acc = qf + rows * D; kf = acc + rows * D; vf = kf + kBlock * D; scores = vf + kBlock * D;
+    mx = scores + rows * kBlock; sum = mx + rows; alpha = sum + rows;
+  }
+};
+
+// acc[r0 .. r0 + RR) = acc * alpha + p @ V over this block's nb positions, the RR rows' accumulators in registers.
+template <int NV, int RR>
+inline void pv_tile(Scratch& s, const float* vf, int64_t r0, int64_t nb) {
+  constexpr int W = fVec::size();
+  constexpr int64_t D = NV * W;
+  fVec ac[RR][NV];
+  for (int rr = 0; rr < RR; ++rr)
+    for (int i = 0; i < NV; ++i) ac[rr][i] = fVec::loadu(s.acc + (r0 + rr) * D + i * W) * fVec(s.alpha[r0 + rr]);
+  for (int64_t n = 0; n < nb; ++n) {
+    fVec vv[NV];
+    for (int i = 0; i < NV; ++i) vv[i] = fVec::loadu(vf + n * D + i * W);
+    for (int rr = 0; rr < RR; ++rr) {
+      const fVec p(s.scores[(r0 + rr) * kBlock + n]);
+      for (int i = 0; i < NV; ++i) ac[rr][i] = at::vec::fmadd(p, vv[i], ac[rr][i]);
+    }
+  }
+  for (int rr = 0; rr < RR; ++rr)
+    for (int i = 0; i < NV; ++i) ac[rr][i].store(s.acc + (r0 + rr) * D + i * W);
+}
+
+// pv_tile for a run-time row count n <= RR (the last tile of a task, or a task of fewer rows than a tile).
+template <int NV, int RR>
+inline void pv_rows(int64_t n, Scratch& s, const float* vf, int64_t r0, int64_t nb) {
+  if constexpr (RR >= 1) {
+    if (n == RR) return pv_tile<NV, RR>(s, vf, r0, nb);
+    pv_rows<NV, RR - 1>(n, s, vf, r0, nb);
+  }
+}
+
 // One task: the G * T query rows of (row b, KV head hk) over cache positions [start, end). Leaves in acc [M, D] the
 // unnormalised sum of p * v, in mx [M] the running max and in sum [M] the running sum of exp(score - max).
 template <typename T, int NV>
 void attend(const Geometry& g, const T* q, const T* k, const T* v, const int64_t* pos, int64_t b, int64_t hk,
-            int64_t start, int64_t end, float* qf, float* scores, float* acc, float* mx, float* sum) {
+            int64_t start, int64_t end, Scratch& s) {
   constexpr int W = fVec::size();
-  const int64_t M = g.G * g.T, D = g.D;
+  constexpr int64_t D = NV * W, R = tile_rows<NV>();
+  const int64_t M = g.G * g.T, rows = M;
   // step 1: the queries in fp32, pre-scaled; row r = gi * T + t
   for (int64_t gi = 0; gi < g.G; ++gi)
     for (int64_t t = 0; t < g.T; ++t) {
       const T* src = q + b * g.q_sb + (hk * g.G + gi) * g.q_sh + t * g.q_st;
-      float* dst = qf + (gi * g.T + t) * D;
+      float* dst = s.qf + (gi * g.T + t) * D;
       for (int64_t d = 0; d < D; ++d) dst[d] = static_cast<float>(src[d]) * g.scale;
     }
-  std::fill(acc, acc + M * D, 0.f);
-  std::fill(mx, mx + M, kNegInf);
-  std::fill(sum, sum + M, 0.f);
+  std::fill(s.acc, s.acc + rows * D, 0.f);
+  std::fill(s.mx, s.mx + rows, kNegInf);
+  std::fill(s.sum, s.sum + rows, 0.f);
   const T* kb = k + hk * g.k_sh;
   const T* vb = v + hk * g.v_sh;
   for (int64_t n0 = start; n0 < end; n0 += kBlock) {
     const int64_t nb = std::min(kBlock, end - n0);
-    // step 2: scores [M, nb]; a position past a query's own is -inf (the verify queries are causal among themselves)
-    for (int64_t n = 0; n < nb; ++n) {
-      fVec kv[NV];
-      const T* kp = kb + (n0 + n) * g.k_sl;
-      for (int i = 0; i < NV; ++i) load_floats(kp + i * W, kv[i]);
-      for (int64_t r = 0; r < M; ++r) {
-        float s = kNegInf;
-        if (n0 + n <= pos[r % g.T]) {
-          const float* qr = qf + r * D;
-          fVec a = fVec::loadu(qr) * kv[0];
-          for (int i = 1; i < NV; ++i) a = at::vec::fmadd(fVec::loadu(qr + i * W), kv[i], a);
-          s = at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return x + y; }, a);
+    // step 2: this block's keys and values in fp32, read from the cache once for all rows (a full block of fp32
+    // rows is read in place; a partial one is copied, since step 3 reads whole chunks of W keys)
+    const float *kf = s.kf, *vf = s.vf;
+    if constexpr (std::is_same_v<T, float>) {
+      if (g.k_sl == D && g.v_sl == D && nb == kBlock) {
+        kf = kb + n0 * D;
+        vf = vb + n0 * D;
+      }
+    }
+    if (kf == s.kf)
+      for (int64_t n = 0; n < nb; ++n)
+        for (int i = 0; i < NV; ++i) {
+          fVec x, y;
+          load_floats(kb + (n0 + n) * g.k_sl + i * W, x);
+          load_floats(vb + (n0 + n) * g.v_sl + i * W, y);
+          x.store(s.kf + n * D + i * W);
+          y.store(s.vf + n * D + i * W);
         }
-        scores[r * kBlock + n] = s;
+    // step 3: scores and the online softmax, row by row; a position past a query's own is -inf (the verify queries
+    // are causal among themselves), and a row that sees none of this block (or pads the tile) gets p = 0
+    for (int64_t r = 0; r < rows; ++r) {
+      float* sr = s.scores + r * kBlock;
+      const int64_t upto = r < M ? std::min(nb, pos[r % g.T] - n0 + 1) : 0;
+      if (upto <= 0) {
+        std::fill(sr, sr + kBlock, 0.f);
+        s.alpha[r] = 1.f;
+        continue;
       }
+      fVec qv[NV];
+      for (int i = 0; i < NV; ++i) qv[i] = fVec::loadu(s.qf + r * D + i * W);
+      for (int64_t c = 0; c < upto; c += W) {
+        fVec a[W];
+        for (int j = 0; j < W; ++j) {
+          const float* kr = kf + (c + j) * D;
+          fVec x = qv[0] * fVec::loadu(kr);
+          for (int i = 1; i < NV; ++i) x = at::vec::fmadd(qv[i], fVec::loadu(kr + i * W), x);
+          a[j] = x;
+        }
+        lane_sums(a).store(sr + c);
+      }
+      std::fill(sr + upto, sr + kBlock, kNegInf);
+      fVec m = fVec(s.mx[r]);
+      for (int64_t c = 0; c < kBlock; c += W) m = at::vec::maximum(m, fVec::loadu(sr + c));
+      const float m_new = at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return at::vec::maximum(x, y); }, m);
+      fVec total(0.f);
+      for (int64_t c = 0; c < kBlock; c += W) {
+        const fVec e = (fVec::loadu(sr + c) - fVec(m_new)).exp_u20();
+        e.store(sr + c);
+        total = total + e;
+      }
+      s.alpha[r] = std::exp(s.mx[r] - m_new);  // exp(-inf) = 0 on a row's first block
+      s.sum[r] = s.sum[r] * s.alpha[r] +
+                 at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return x + y; }, total);
+      s.mx[r] = m_new;
     }
-    // step 3: online softmax; a row that sees none of this block keeps its state
-    for (int64_t r = 0; r < M; ++r) {
-      if (n0 > pos[r % g.T]) continue;
-      float* sr = scores + r * kBlock;
-      float m_new = mx[r];
-      for (int64_t n = 0; n < nb; ++n) m_new = std::max(m_new, sr[n]);
-      const float alpha = std::exp(mx[r] - m_new);  // exp(-inf) = 0 on the first block
-      float s_blk = 0.f;
-      int64_t n = 0;
-      for (; n + W <= nb; n += W) {
-        fVec e = (fVec::loadu(sr + n) - fVec(m_new)).exp_u20();
-        e.store(sr + n);
-        s_blk += at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return x + y; }, e);
-      }
-      for (; n < nb; ++n) {
-        sr[n] = std::exp(sr[n] - m_new);
-        s_blk += sr[n];
-      }
-      sum[r] = sum[r] * alpha + s_blk;
-      mx[r] = m_new;
-      if (alpha != 1.f) {
-        float* ar = acc + r * D;
-        for (int i = 0; i < NV; ++i) (fVec::loadu(ar + i * W) * fVec(alpha)).store(ar + i * W);
-      }
-    }
-    // step 4: acc += p @ V; each value vector is loaded once for all M rows
-    for (int64_t n = 0; n < nb; ++n) {
-      fVec vv[NV];
-      const T* vp = vb + (n0 + n) * g.v_sl;
-      for (int i = 0; i < NV; ++i) load_floats(vp + i * W, vv[i]);
-      for (int64_t r = 0; r < M; ++r) {
-        if (n0 + n > pos[r % g.T]) continue;
-        const fVec p(scores[r * kBlock + n]);
-        float* ar = acc + r * D;
-        for (int i = 0; i < NV; ++i) at::vec::fmadd(p, vv[i], fVec::loadu(ar + i * W)).store(ar + i * W);
-      }
-    }
+    // step 4: acc = acc * alpha + p @ V, R rows at a time with their accumulators in registers
+    for (int64_t r0 = 0; r0 < M; r0 += R) pv_rows<NV, R>(std::min<int64_t>(R, M - r0), s, vf, r0, nb);
   }
 }
 
@@ -196,14 +278,15 @@ void run(const at::Tensor& q, const at::Tensor& kc, const at::Tensor& vc, const 
   const T* kp = kc.data_ptr<T>();
   const T* vp = vc.data_ptr<T>();
   T* op = out.data_ptr<T>();
+  constexpr int64_t R = tile_rows<NV>();
   at::parallel_for(0, threads, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<float> buf(M * D * 2 + M * kBlock + 2 * M);
-    float *qf = buf.data(), *acc = qf + M * D, *scores = acc + M * D, *mx = scores + M * kBlock, *sm = mx + M;
+    Scratch scratch((M + R - 1) / R * R, D);
+    const float *acc = scratch.acc, *mx = scratch.mx, *sm = scratch.sum;
     for (int64_t w = cut[lo]; w < cut[hi]; ++w) {
       const Task& tk = tasks[w / g.Hkv];
       const int64_t hk = w % g.Hkv, b = tk.row;
-      attend<T, NV>(g, qp, kp + slot[b] * g.k_ss, vp + slot[b] * g.v_ss, pos + b * T_, b, hk, tk.start, tk.end, qf,
-                    scores, acc, mx, sm);
+      attend<T, NV>(g, qp, kp + slot[b] * g.k_ss, vp + slot[b] * g.v_ss, pos + b * T_, b, hk, tk.start, tk.end,
+                    scratch);
       for (int64_t r = 0; r < M; ++r) {
         if (tk.part < 0) {
           const int64_t h = hk * g.G + r / g.T, t = r % g.T;
