@@ -181,3 +181,19 @@ def test_a_failed_build_names_its_log_takes_sdpa_and_leaves_no_module(fresh_buil
     monkeypatch.setattr(K, "_state", {})  # the next process does not compile it again
     assert K.kernel_status() == (f"sdpa: the decode attention kernel failed to build before (log: {logs[0]}; "
                                  "delete it to retry)")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_splits_over_positions_merge_exactly_where_a_split_lies_past_some_queries(kernel, threads):
+    """One row of 290 positions, one KV head: at one thread the plan cuts splits of 96 positions, so the last split
+    holds positions 288-289 only, past the first three verify queries (285-287), which see none of it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            args = inputs([290, 7], 4, 1, 64, 5, dtype)
+            ref = reference(*args)
+            err = (kernel(*args).double() - ref).abs().max().item()
+            assert err <= 2 * (plain_sdpa(*args).double() - ref).abs().max().item() + 1e-6, (dtype, err)
+    finally:
+        torch.set_num_threads(before)
