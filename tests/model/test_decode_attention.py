@@ -90,16 +90,17 @@ def test_padded_verify_queries_that_repeat_a_position(kernel, dtype):
 
 
 def test_each_row_reads_only_its_own_length(kernel):
-    """Garbage (NaN) past every row's last position, and in the slots no row owns, changes nothing."""
+    """Garbage (NaN) in the slots no row owns changes nothing on either path, and past every row's last position
+    nothing for the kernel (the fallback pads the rows of a group to its longest, as the dense path did)."""
     q, k, v, slots, positions, scale = inputs([40, 7, 300], 9, 3, 64, 5, torch.float32)
     clean = K.decode_attention(q, k, v, slots, positions, scale)
+    spare = [s for s in range(k.shape[0]) if s not in slots.tolist()]
+    k[spare], v[spare] = float("nan"), float("nan")
+    assert not decode_attention_sdpa(q, k, v, slots, positions, scale).isnan().any()
     for b, s in enumerate(slots.tolist()):
         k[s, :, int(positions[b].max()) + 1:] = float("nan")
         v[s, :, int(positions[b].max()) + 1:] = float("nan")
-    spare = [s for s in range(k.shape[0]) if s not in slots.tolist()]
-    k[spare], v[spare] = float("nan"), float("nan")
     assert torch.equal(K.decode_attention(q, k, v, slots, positions, scale), clean)
-    assert not decode_attention_sdpa(q, k, v, slots, positions, scale).isnan().any()
 
 
 def test_a_bad_position_or_slot_is_an_error_not_a_read_out_of_bounds(kernel):
@@ -111,8 +112,9 @@ def test_a_bad_position_or_slot_is_an_error_not_a_read_out_of_bounds(kernel):
 
 
 def test_fallback_groups_rows_of_similar_length():
-    # sorted longest first: 100, 90 (within 1.25x of 100), then 70 starts a group with 60; 10 alone
-    assert groups([10, 100, 60, 90, 70]) == [[1, 3], [4, 2], [0]]
+    # sorted longest first: 1000, 900 (within 1.25x of 1000), then 700 starts a group with 600; 100 alone
+    assert groups([100, 1000, 600, 900, 700]) == [[1, 3], [4, 2], [0]]
+    assert groups([10, 100, 60, 90, 70]) == [[1, 3, 4, 2, 0]]  # short rows: padding 90 positions beats a call
 
 
 def test_inputs_the_kernel_does_not_take_use_the_fallback(kernel):

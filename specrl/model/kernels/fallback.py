@@ -1,15 +1,18 @@
 """The torch path of `decode_attention`: SDPA over each row's own length, for devices, dtypes and head sizes the
 kernel does not cover, for autograd, and where the kernel cannot be built.
 
-Rows are sorted by length and grouped so that no row in a group is padded by more than a quarter of its length;
-each group is one masked SDPA call over its longest row. A group of one reads its cache row as a view; a larger
-group gathers its rows (a copy of what it reads)."""
+Rows are sorted by length and grouped so that no row in a group is padded by more than a quarter of its length or
+PAD positions, whichever is more (a call costs about as much as reading that many positions more per row); each
+group is one masked SDPA call over its longest row, so the positions a shorter row is padded with must hold finite
+values (masked, never weighted), as under the dense mask before. A group of one reads its cache row as a view; a
+larger group gathers its rows (a copy of what it reads)."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
 SLACK = 1.25  # a group's longest row over its shortest
+PAD = 128  # positions of padding a row may carry anyway
 
 
 def sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
@@ -28,11 +31,11 @@ def sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.
 
 
 def groups(lengths: list[int]) -> list[list[int]]:
-    """Row indices grouped by length, longest first, each group within SLACK of its longest row."""
+    """Row indices grouped by length, longest first, each row within SLACK or PAD of its group's longest."""
     order = sorted(range(len(lengths)), key=lambda b: -lengths[b])
     out: list[list[int]] = []
     for b in order:
-        if out and lengths[b] * SLACK >= lengths[out[-1][0]]:
+        if out and (lengths[b] * SLACK >= lengths[out[-1][0]] or lengths[out[-1][0]] - lengths[b] <= PAD):
             out[-1].append(b)
         else:
             out.append([b])
