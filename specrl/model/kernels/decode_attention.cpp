@@ -228,6 +228,77 @@ std::vector<Task> plan(const int64_t* lengths, int64_t B, int64_t Hkv, int64_t t
   return tasks;
 }
 
+// Each row's length (its longest query's position + 1), checking every position and slot against the cache.
+std::vector<int64_t> row_lengths(const int64_t* pos, const int64_t* slot, int64_t B, int64_t T, int64_t L,
+                                 int64_t S) {
+  std::vector<int64_t> lengths(B);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t top = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t p = pos[b * T + t];
+      TORCH_CHECK(p >= 0 && p < L, "decode_attention: positions[", b, ", ", t, "] = ", p, " is outside the cache's ",
+                  L, " positions");
+      top = std::max(top, p);
+    }
+    TORCH_CHECK(slot[b] >= 0 && slot[b] < S, "decode_attention: slots[", b, "] = ", slot[b],
+                " is outside the cache's ", S, " slots");
+    lengths[b] = top + 1;
+  }
+  return lengths;
+}
+
+// Contiguous ranges of the work items (task w / Hkv, KV head w % Hkv) of about equal cost (positions plus a fixed
+// cost per task), one per thread: thread i runs items [cut[i], cut[i + 1]).
+std::vector<int64_t> balance(const std::vector<Task>& tasks, int64_t Hkv, int64_t threads) {
+  const int64_t n_work = static_cast<int64_t>(tasks.size()) * Hkv;
+  std::vector<double> cost(n_work + 1, 0.);
+  for (int64_t w = 0; w < n_work; ++w) {
+    const Task& tk = tasks[w / Hkv];
+    cost[w + 1] = cost[w] + static_cast<double>(tk.end - tk.start) + kBlock;
+  }
+  std::vector<int64_t> cut(threads + 1, n_work);
+  cut[0] = 0;
+  int64_t w = 0;
+  for (int64_t i = 1; i < threads; ++i) {
+    const double goal = cost[n_work] * i / threads;
+    while (w < n_work && cost[w + 1] <= goal) ++w;
+    cut[i] = w;
+  }
+  return cut;
+}
+
+// Merges the splits of each split row by their log-sum-exp into out (the tasks of one row are consecutive).
+template <typename T>
+void merge_splits(const Geometry& g, const std::vector<Task>& tasks, int64_t parts, const float* pbuf, T* op) {
+  const int64_t M = g.G * g.T, D = g.D;
+  std::vector<std::pair<int64_t, int64_t>> rows;  // (batch row, first part)
+  for (const Task& tk : tasks)
+    if (tk.part >= 0 && (rows.empty() || rows.back().first != tk.row)) rows.push_back({tk.row, tk.part});
+  const int64_t n_rows = static_cast<int64_t>(rows.size());
+  at::parallel_for(0, n_rows * g.Hkv, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> merged(D);
+    for (int64_t w = lo; w < hi; ++w) {
+      const int64_t b = rows[w / g.Hkv].first, first = rows[w / g.Hkv].second, hk = w % g.Hkv;
+      const int64_t last = (w / g.Hkv + 1 < n_rows) ? rows[w / g.Hkv + 1].second : parts;
+      for (int64_t r = 0; r < M; ++r) {
+        float top = kNegInf;
+        for (int64_t j = first; j < last; ++j) top = std::max(top, pbuf[((j * g.Hkv + hk) * M + r) * (D + 2) + D]);
+        std::fill(merged.begin(), merged.end(), 0.f);
+        float total = 0.f;
+        for (int64_t j = first; j < last; ++j) {
+          const float* src = pbuf + ((j * g.Hkv + hk) * M + r) * (D + 2);
+          if (src[D] == kNegInf) continue;  // this split lies past the query's position
+          const float f = std::exp(src[D] - top);
+          total += f * src[D + 1];
+          for (int64_t d = 0; d < D; ++d) merged[d] += f * src[d];
+        }
+        const int64_t h = hk * g.G + r / g.T, t = r % g.T;
+        store_row(op + ((b * g.H + h) * g.T + t) * D, merged.data(), 1.f / total, D);
+      }
+    }
+  });
+}
+
 template <typename T, int NV>
 void run(const at::Tensor& q, const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& slots,
          const at::Tensor& positions, double scale, at::Tensor& out) {
@@ -239,39 +310,11 @@ void run(const at::Tensor& q, const at::Tensor& kc, const at::Tensor& vc, const 
   const int64_t M = g.G * g.T, D = g.D;
   const int64_t* pos = positions.data_ptr<int64_t>();
   const int64_t* slot = slots.data_ptr<int64_t>();
-  std::vector<int64_t> lengths(B);
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t top = 0;
-    for (int64_t t = 0; t < T_; ++t) {
-      const int64_t p = pos[b * T_ + t];
-      TORCH_CHECK(p >= 0 && p < L, "decode_attention: positions[", b, ", ", t, "] = ", p, " is outside the cache's ",
-                  L, " positions");
-      top = std::max(top, p);
-    }
-    TORCH_CHECK(slot[b] >= 0 && slot[b] < kc.size(0), "decode_attention: slots[", b, "] = ", slot[b],
-                " is outside the cache's ", kc.size(0), " slots");
-    lengths[b] = top + 1;
-  }
+  const std::vector<int64_t> lengths = row_lengths(pos, slot, B, T_, L, kc.size(0));
   const int64_t threads = at::get_num_threads();
   int64_t parts = 0;
   const std::vector<Task> tasks = plan(lengths.data(), B, g.Hkv, threads, &parts);
-  const int64_t n_work = static_cast<int64_t>(tasks.size()) * g.Hkv;  // work item w: task w / Hkv, KV head w % Hkv
-  // contiguous ranges of work of about equal cost (positions + a fixed cost per task), one per thread
-  std::vector<int64_t> cut(threads + 1, n_work);
-  {
-    std::vector<double> cost(n_work + 1, 0.);
-    for (int64_t w = 0; w < n_work; ++w) {
-      const Task& tk = tasks[w / g.Hkv];
-      cost[w + 1] = cost[w] + static_cast<double>(tk.end - tk.start) + kBlock;
-    }
-    cut[0] = 0;
-    int64_t w = 0;
-    for (int64_t i = 1; i < threads; ++i) {
-      const double goal = cost[n_work] * i / threads;
-      while (w < n_work && cost[w + 1] <= goal) ++w;
-      cut[i] = w;
-    }
-  }
+  const std::vector<int64_t> cut = balance(tasks, g.Hkv, threads);
   at::Tensor part_acc = at::empty({std::max<int64_t>(parts, 1), g.Hkv, M, D + 2}, q.options().dtype(at::kFloat));
   float* pbuf = part_acc.data_ptr<float>();
   const T* qp = q.data_ptr<T>();
@@ -301,33 +344,7 @@ void run(const at::Tensor& q, const at::Tensor& kc, const at::Tensor& vc, const 
     }
   });
   if (parts == 0) return;
-  // merge the splits of each split row by their log-sum-exp (the tasks of one row are consecutive)
-  std::vector<std::pair<int64_t, int64_t>> rows;  // (batch row, first part)
-  for (const Task& tk : tasks)
-    if (tk.part >= 0 && (rows.empty() || rows.back().first != tk.row)) rows.push_back({tk.row, tk.part});
-  const int64_t n_rows = static_cast<int64_t>(rows.size());
-  at::parallel_for(0, n_rows * g.Hkv, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<float> merged(D);
-    for (int64_t w = lo; w < hi; ++w) {
-      const int64_t b = rows[w / g.Hkv].first, first = rows[w / g.Hkv].second, hk = w % g.Hkv;
-      const int64_t last = (w / g.Hkv + 1 < n_rows) ? rows[w / g.Hkv + 1].second : parts;
-      for (int64_t r = 0; r < M; ++r) {
-        float top = kNegInf;
-        for (int64_t j = first; j < last; ++j) top = std::max(top, pbuf[((j * g.Hkv + hk) * M + r) * (D + 2) + D]);
-        std::fill(merged.begin(), merged.end(), 0.f);
-        float total = 0.f;
-        for (int64_t j = first; j < last; ++j) {
-          const float* src = pbuf + ((j * g.Hkv + hk) * M + r) * (D + 2);
-          if (src[D] == kNegInf) continue;  // this split lies past the query's position
-          const float f = std::exp(src[D] - top);
-          total += f * src[D + 1];
-          for (int64_t d = 0; d < D; ++d) merged[d] += f * src[d];
-        }
-        const int64_t h = hk * g.G + r / g.T, t = r % g.T;
-        store_row(op + ((b * g.H + h) * g.T + t) * D, merged.data(), 1.f / total, D);
-      }
-    }
-  });
+  merge_splits(g, tasks, parts, pbuf, op);
 }
 
 template <typename T>
