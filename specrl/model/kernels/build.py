@@ -64,7 +64,8 @@ def cache_root() -> Path:
 
 def build_key(source: Path, cflags: list[str]) -> str:
     flags = " ".join(sorted(cpu_flags()))
-    text = "\n".join([cpu_model(), flags, torch.__version__, " ".join(cflags), source.read_text()])
+    headers = [h.read_text() for h in sorted(SOURCE.parent.glob("*.h"))]  # what the source includes
+    text = "\n".join([cpu_model(), flags, torch.__version__, " ".join(cflags), source.read_text(), *headers])
     return f"{NAME}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
