@@ -65,14 +65,14 @@ def check_capabilities(cfg: TrainConfig, learner, backend) -> None:
     fix = f"use pipeline.backend=local, or drop the setting (pipeline.backend={cfg.pipeline.backend})"
     if cfg.rollout.drafter.online:
         require(learner, OnlineDrafter, "rollout.drafter.online=true", fix)
+        if cfg.rollout.drafter.schedule == "long_tail":
+            require(backend, IdleWork, "rollout.drafter.schedule=long_tail", fix)
         require(backend, DrafterRefit, "rollout.drafter.online=true", fix)
         if not backend.refits_drafter:
             raise ConfigError(f"rollout.drafter.online=true needs a drafter with weights in the rollout engine, but "
                               f"pipeline.backend={cfg.pipeline.backend} serves rollout.spec.method="
                               f"{cfg.rollout.spec.method} without one it can refit: set rollout.spec.method=eagle3 "
                               "(or draft_model), or drop rollout.drafter.online")
-        if cfg.rollout.drafter.schedule == "long_tail":
-            require(backend, IdleWork, "rollout.drafter.schedule=long_tail", fix)
     if cfg.rollout.audit == "fallback" and cfg.rollout.spec.enabled:
         require(backend, SpecFallback, "rollout.audit=fallback", "or use rollout.audit=on (stop the run)")
 
