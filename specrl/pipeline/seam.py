@@ -96,7 +96,7 @@ class OnlineDrafter(Protocol):
 
 class DrafterRefit(Protocol):
     """A backend that can take an online drafter's weights (rollout.drafter.online)."""
-    refits_drafter: bool  # False: its drafter has no weights to replace (SD off, model-free, vLLM's `auto`)
+    refits_drafter: bool  # False: its drafter has no weights to replace (SD off, ngram, suffix)
 
 
 class IdleWork(Protocol):
