@@ -76,7 +76,8 @@ class OnlineDrafterTrainer:
         self.gen = torch.Generator().manual_seed(seed)
         self.probe_gen = torch.Generator().manual_seed(seed + 1)  # apart: probing never moves the training rows
         self.version, self.group_size = 0, group_size
-        self.window: deque[list[Weighted]] = deque(maxlen=cfg.window)  # the captures of the last `window` steps
+        # the captures of the `window` - 1 steps before this one (none held between steps with window 1)
+        self.window: deque[list[Weighted]] = deque(maxlen=cfg.window - 1)
         # the step-0 drafter (this module as built) and policy, scored beside the online one
         self.probe = DriftProbe(self, k, pi0) if cfg.probe_fraction > 0 else None
 
@@ -152,10 +153,10 @@ class OnlineDrafterTrainer:
         weights = None
         if self.cfg.reward_weighting and rewards is not None:
             weights = reward_weights(rewards, self.group_size, self.cfg.reward_w_floor, self.cfg.reward_w_max)  # [N]
-        self.window.append([(mb, None if weights is None else weights[mb.rows].to(mb.mask.device)) for mb in batches])
+        now = [(mb, None if weights is None else weights[mb.rows].to(mb.mask.device)) for mb in batches]
         probed = self.probe.before(probe) if self.probe is not None and probe else {}
         u = self.cfg.updates_per_step
-        captured = [item for step in self.window for item in step]
+        captured = [item for step in self.window for item in step] + now
         shares: list[list[Weighted]] = [captured]
         if u > 1:  # update j trains on the j-th of u random slices of every micro-batch's rows
             shares = [[] for _ in range(u)]
@@ -167,6 +168,7 @@ class OnlineDrafterTrainer:
         for share in shares:
             self._update(share, sums)
         self.version += 1
+        self.window.append(now)  # dropped at once with window 1 (maxlen 0)
         if probed:
             probed.update(self.probe.after(probe))
             probed["probe_lag"] = probed["probe_accept_newest"] - probed["probe_accept_online"]
