@@ -6,7 +6,8 @@
 Prints a table: per run, its steps, final and peak held-out accuracy, mean step, rollout and update seconds,
 mean acceptance length, and the first run's step and rollout seconds over this run's (x > 1: this run is
 faster); `--json` prints the rows as JSON lines instead. `--out` draws reward, held-out accuracy, the seconds
-and acceptance length against the RL step in one figure (matplotlib).
+and acceptance length against the RL step in one figure (matplotlib), with a seventh panel, the drift probe
+(online against frozen drafter on the same positions, KL to pi_0 on a second axis), when a run has it.
 
     specrl compare runs/before runs/after --same     # exit 1 unless every metric but the timings is equal
 
@@ -60,7 +61,8 @@ def load_run(arg: str) -> Run:
 
 def summary(run: Run, first: Run) -> dict:
     acc = [e["accuracy"] for e in run.evals if not math.isnan(e["accuracy"])]
-    means = {key: run.mean(key) for key in ("step_s", "rollout_s", "train_s", "acceptance_length")}
+    means = {key: run.mean(key) for key in ("step_s", "rollout_s", "train_s", "acceptance_length",
+                                            "probe_accept_online", "probe_accept_frozen", "probe_kl_pi0")}
     return {"run": run.name, "steps": run.rows[-1]["step"], "final_accuracy": acc[-1] if acc else None,
             "peak_accuracy": max(acc) if acc else None, **means,
             "step_speedup": first.mean("step_s") / means["step_s"],
@@ -70,7 +72,9 @@ def summary(run: Run, first: Run) -> dict:
 COLUMNS = (("run", "run", "{}"), ("steps", "steps", "{}"), ("final_accuracy", "acc final", "{:.3f}"),
            ("peak_accuracy", "acc peak", "{:.3f}"), ("step_s", "step s", "{:.2f}"),
            ("rollout_s", "rollout s", "{:.2f}"), ("train_s", "train s", "{:.2f}"),
-           ("acceptance_length", "accept len", "{:.2f}"), ("step_speedup", "step x", "{:.2f}"),
+           ("acceptance_length", "accept len", "{:.2f}"), ("probe_accept_online", "probe online", "{:.3f}"),
+           ("probe_accept_frozen", "probe frozen", "{:.3f}"), ("probe_kl_pi0", "KL pi0", "{:.4f}"),
+           ("step_speedup", "step x", "{:.2f}"),
            ("rollout_speedup", "rollout x", "{:.2f}"))
 
 
@@ -87,8 +91,13 @@ def table(rows: list[dict]) -> str:
 def plot(runs: list[Run], out: Path) -> Path:
     plt = pyplot("--out")
     from matplotlib.ticker import MaxNLocator
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-    for ax, (key, title) in zip(axes.flat, PANELS):
+    probed = any("probe_accept_online" in r for run in runs for r in run.rows)
+    fig, axes = plt.subplots(2, 4 if probed else 3, figsize=(20 if probed else 15, 8))
+    if probed:
+        draw_probes(axes.flat[3], runs)
+        axes.flat[7].axis("off")
+    panels = [ax for i, ax in enumerate(axes.flat) if not probed or i not in (3, 7)]
+    for ax, (key, title) in zip(panels, PANELS):
         for run in runs:
             if key == "eval":
                 ax.plot([e["step"] for e in run.evals], [e["accuracy"] for e in run.evals], "o-", label=run.name)
@@ -105,6 +114,23 @@ def plot(runs: list[Run], out: Path) -> Path:
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def draw_probes(ax, runs: list[Run]) -> None:
+    """The drift probe of every run that has it on one pair of axes (run_dir.draw_probe, lines named by run)."""
+    from matplotlib.ticker import MaxNLocator
+
+    from ..pipeline.run_dir import draw_probe, probe_legend
+    kl = ax.twinx()
+    for run in runs:
+        probed = [(r["step"], r) for r in run.rows if "probe_accept_online" in r]
+        if probed:
+            draw_probe(ax, kl, probed, f"{run.name}: ")
+    probe_legend(ax, kl)
+    ax.set_title("drift probe: online vs frozen drafter (same positions); KL to pi_0")
+    ax.set_xlabel("RL step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
 
 
 def is_timing(key: str) -> bool:

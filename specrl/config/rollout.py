@@ -53,9 +53,14 @@ class DrafterConfig:
     optim: OptimSettings = field(default_factory=lambda: OptimSettings(lr=3e-4, betas=(0.9, 0.95)))
     kl_coef: float = 1.0  # forward KL(p || q) to the policy's distribution
     accept_coef: float = 0.0  # 1 - expected accepted mass sum_x min(p, q)
-    reward_weighting: bool = False  # ReSpec: trajectories weighted by w(r), normalised and clipped
+    reward_weighting: bool = False  # ReSpec: trajectories weighted by w(r) per GRPO group, clipped, mean 1
     reward_w_max: float = 2.0
+    reward_w_floor: float = 0.25  # the least weight before normalising: failed rows still teach the drafter
     updates_per_step: int = 1  # AdamW steps per RL step, each on its own share of the kept trajectories
+    window: int = 1  # replay window: each update trains on the captures of the last this many RL steps
+    # the drift probe's share of each micro-batch's rows, taken from those sample_fraction leaves (none left at
+    # sample_fraction=1: no probe), never trained on; 0: no probe (docs/training.md)
+    probe_fraction: float = 0.125
     ttt_steps: int = 3  # EAGLE-3 training-time-test unroll
     unroll_decay: float = 0.8  # weight decay^j of unroll step j (EAGLE-3 TTT steps, MTP depths)
     mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
@@ -76,6 +81,11 @@ class DrafterConfig:
         require(self.kl_coef >= 0 and self.accept_coef >= 0 and self.kl_coef + self.accept_coef > 0, "kl_coef",
                 self.kl_coef, ">= 0, with accept_coef >= 0 and not both 0")
         require(0 < self.sample_fraction <= 1, "sample_fraction", self.sample_fraction, "in (0, 1]")
+        require(0 <= self.reward_w_floor <= 1 <= self.reward_w_max, "reward_w_floor", self.reward_w_floor,
+                f"in [0, 1] (with reward_w_max={self.reward_w_max} >= 1)")
+        require_min(self, 1, "window")
+        require(0 <= self.probe_fraction < 1, "probe_fraction", self.probe_fraction, "in [0, 1)",
+                "0 turns the drift probe off")
 
 
 AUDIT_MODES = ("on", "fallback", "off")

@@ -15,7 +15,7 @@ import torch
 
 from ..audit import AuditRows, LearnerAudit
 from ..drafters.training.capture import DrafterBatch
-from ..drafters.training.online import OnlineDrafterTrainer
+from ..drafters.training.online import OnlineDrafterTrainer, batch_from_dict
 from ..model import CausalLM, load_model, save_model
 from ..trainer.precision import master_dtype
 from ..state_files import has_state, load_state, save_state
@@ -34,7 +34,8 @@ class LocalLearner:
         self.policy, self.trainer, self.version = policy, trainer, version
         self.tokenizer_dir = tokenizer_dir
         self.drafter, self.defer_drafter = drafter, defer_drafter
-        self._pending: tuple[list[DrafterBatch], torch.Tensor | None] | None = None  # captured, not yet trained
+        # captured, not yet trained: (batches, rewards, probe rows)
+        self._pending: tuple[list[DrafterBatch], torch.Tensor | None, list[DrafterBatch]] | None = None
         self._drafter_metrics: dict[str, float] = {}  # of a deferred update, reported with the next step
         self.audit: LearnerAudit | None = None  # the sampler audit's side, None with rollout.audit=off
 
@@ -45,8 +46,11 @@ class LocalLearner:
         trainer = PolicyTrainer(policy, cfg.algorithm, cfg.optim, cfg.schedule.max_steps, cfg.rollout.temperature,
                                 cfg.budget.max_tokens)
         d, drafter = cfg.rollout.drafter, None
-        if d.online:
-            drafter = OnlineDrafterTrainer.from_spec(cfg.rollout.spec, policy, d, cfg.rollout.temperature, cfg.seed)
+        if d.online:  # the probe's pi_0 is the run's base policy (tokenizer_dir: model_dir(cfg), also on resume)
+            pi0 = load_model(tokenizer_dir or model_dir, device=cfg.device, dtype=master_dtype(cfg.dtype)) \
+                if d.probe_fraction > 0 else None
+            drafter = OnlineDrafterTrainer.from_spec(cfg.rollout.spec, policy, d, cfg.rollout.temperature, cfg.seed,
+                                                     cfg.rollout.n, pi0)
         learner = cls(policy, trainer, version, tokenizer_dir or model_dir, drafter, d.schedule == "long_tail")
         lagged = cfg.pipeline.mode == "async" and cfg.pipeline.max_policy_lag > 0
         learner.audit = LearnerAudit.build(cfg.rollout, cfg.seed, lagged, lambda: load_model(
@@ -74,7 +78,7 @@ class LocalLearner:
             metrics.update(sampler.metrics())
         self.version += 1
         if self.drafter is not None:
-            self._pending = (capture.batches, rewards)
+            self._pending = (capture.batches, rewards, capture.probe)
             if not self.defer_drafter:
                 self.train_drafter()
             metrics.update(self._drafter_metrics)
@@ -105,7 +109,8 @@ class LocalLearner:
         save_state(directory, TRAINER_STATE, {**self.trainer.state_dict(), "torch_rng": torch.get_rng_state()})
         if self.drafter is not None:
             pending = None if self._pending is None else {
-                "batches": [b._asdict() for b in self._pending[0]], "rewards": self._pending[1]}
+                "batches": [b._asdict() for b in self._pending[0]], "rewards": self._pending[1],
+                "probe": [b._asdict() for b in self._pending[2]]}
             save_state(directory, DRAFTER_TRAINER_STATE, {**self.drafter.state_dict(), "pending": pending,
                                                           "metrics": self._drafter_metrics})
             self.drafter.save_drafter(directory / "drafter")  # loadable as is, and by `specrl export-drafter`
@@ -123,5 +128,5 @@ class LocalLearner:
             pending, self._drafter_metrics = dstate.pop("pending"), dstate.pop("metrics")
             self.drafter.load_state_dict(dstate)
             self._pending = None if pending is None else (
-                [DrafterBatch(**{**b, "hidden": {int(k): v for k, v in b["hidden"].items()}})
-                 for b in pending["batches"]], pending["rewards"])
+                [batch_from_dict(b) for b in pending["batches"]], pending["rewards"],
+                [batch_from_dict(b) for b in pending.get("probe", [])])

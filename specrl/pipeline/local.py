@@ -33,6 +33,7 @@ class LocalBackend:
         self._newest = 0  # the newest version applied or waiting: an older one arriving late is ignored
         self._idle: tuple[Callable[[], None], int] | None = None  # (work, run it at most this many running)
         self._idle_done = True  # the idle work of the running generate() already ran
+        self._served = 0  # the drafter version the last generate() started with
 
     @property
     def weights_version(self) -> int:
@@ -47,12 +48,22 @@ class LocalBackend:
     def drafter_version(self) -> int:
         return drafter_version(self.llm.drafter)
 
+    @property
+    def refits_drafter(self) -> bool:
+        """Whether the engine runs a model drafter (eagle3, draft_model, mtp, or auto's) an online one replaces."""
+        try:
+            drafter_module(self.llm.drafter)
+        except TypeError:
+            return False
+        return True
+
     def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
         self.llm.should_stop = lambda: self._cancelled
         self.llm.between_steps = self._between_steps
         with self._lock:
             self._generating = True
         self._idle_done = False
+        self._served = self.drafter_version
         try:
             return self.llm.generate(prompts, params)
         finally:
@@ -120,7 +131,9 @@ class LocalBackend:
         self.llm.engine.strategy = None
 
     def stats(self) -> dict:
-        return dict(self.llm.stats)
+        """The engine's counters, with `drafter_served`: the drafter version the last generate() started with
+        (a newer one may land between its engine steps: async, long_tail)."""
+        return {**self.llm.stats, "drafter_served": self._served}
 
     def reset_stats(self) -> None:
         self.llm.reset_stats()

@@ -21,7 +21,7 @@ from ..trainer.rewards import REWARDS, get_reward
 from .progress import StepProgress
 from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
 from .backends import IN_PROCESS_ENGINE, get_backend
-from .seam import (IdleWork, OnlineDrafter, SharedPolicy, SpecFallback, lacks, require)
+from .seam import (DrafterRefit, IdleWork, OnlineDrafter, SharedPolicy, SpecFallback, lacks, require)
 from .steps import SAMPLER_STATE, LearnerSide, Parts, RolloutSide
 
 # pipeline.mode -> its driver, run(run_dir, parts, cfg, start, bar); the keys are config.choices.PIPELINE_MODES
@@ -67,6 +67,12 @@ def check_capabilities(cfg: TrainConfig, learner, backend) -> None:
         require(learner, OnlineDrafter, "rollout.drafter.online=true", fix)
         if cfg.rollout.drafter.schedule == "long_tail":
             require(backend, IdleWork, "rollout.drafter.schedule=long_tail", fix)
+        require(backend, DrafterRefit, "rollout.drafter.online=true", fix)
+        if not backend.refits_drafter:
+            raise ConfigError(f"rollout.drafter.online=true needs a drafter with weights in the rollout engine, but "
+                              f"pipeline.backend={cfg.pipeline.backend} serves rollout.spec.method="
+                              f"{cfg.rollout.spec.method} without one it can refit: set rollout.spec.method=eagle3 "
+                              "(or draft_model), or drop rollout.drafter.online")
     if cfg.rollout.audit == "fallback" and cfg.rollout.spec.enabled:
         require(backend, SpecFallback, "rollout.audit=fallback", "or use rollout.audit=on (stop the run)")
 

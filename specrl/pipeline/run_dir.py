@@ -129,6 +129,8 @@ class RunDir:
         steps = [r["step"] for r in rows]
         files = []
         panels = [("reward", _draw_reward), ("acceptance_length", _draw_acceptance), ("step_time", _draw_step_time)]
+        if any("probe_accept_online" in r for r in rows):
+            panels.append(("drift_probe", _draw_probe))
         if any("sampler_e" in r for r in rows):
             panels.append(("sampler_audit", partial(_draw_sampler, alpha=self.audit_alpha())))
         for name, draw in panels:
@@ -177,3 +179,30 @@ def _draw_sampler(ax, steps, rows, evals, alpha: float):
     from ..audit.plot import draw_eprocess
     audited = [(s, r) for s, r in zip(steps, rows) if "sampler_e" in r]
     draw_eprocess(ax, [s for s, _ in audited], [r["sampler_e"] for _, r in audited], alpha)
+
+
+def _draw_probe(ax, steps, rows, evals):
+    """The drift probe (drafters/training/probe.py): expected accepted tokens of the online drafter that served
+    each step, the newest one and the frozen step-0 copy on the same positions, and KL(pi_t || pi_0)."""
+    kl = ax.twinx()
+    draw_probe(ax, kl, [(s, r) for s, r in zip(steps, rows) if "probe_accept_online" in r])
+    probe_legend(ax, kl)
+
+
+def draw_probe(ax, kl_ax, probed: list[tuple[int, dict]], label: str = "") -> None:
+    """Acceptance per step, online (served and newest) against frozen on `ax`, KL to pi_0 on `kl_ax` (its
+    twin); `label` prefixes the legend (specrl compare draws several runs on one pair of axes)."""
+    steps = [s for s, _ in probed]
+    for key, style, name in (("probe_accept_online", "o-", "online (served)"),
+                             ("probe_accept_newest", ".:", "online (newest)"),
+                             ("probe_accept_frozen", "s--", "frozen step-0")):
+        ax.plot(steps, [r.get(key, float("nan")) for _, r in probed], style, label=f"{label}{name}")
+    ax.set_ylabel("expected accepted tokens (of k)")
+    kl_ax.plot(steps, [r.get("probe_kl_pi0", float("nan")) for _, r in probed], "-", alpha=0.5,
+               label=f"{label}KL(pi_t || pi_0)")
+    kl_ax.set_ylabel("KL(pi_t || pi_0) per token")
+
+
+def probe_legend(ax, kl_ax) -> None:
+    (h1, l1), (h2, l2) = ax.get_legend_handles_labels(), kl_ax.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=7)

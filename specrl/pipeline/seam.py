@@ -94,6 +94,11 @@ class OnlineDrafter(Protocol):
         """Runs a deferred drafter update (schedule long_tail); True when it ran (its weights are new)."""
 
 
+class DrafterRefit(Protocol):
+    """A backend that can take an online drafter's weights (rollout.drafter.online)."""
+    refits_drafter: bool  # False: its drafter has no weights to replace (SD off, ngram, suffix)
+
+
 class IdleWork(Protocol):
     """A backend that runs work in its rollout's long tail (rollout.drafter.schedule=long_tail)."""
 
@@ -113,7 +118,7 @@ class SpecFallback(Protocol):
         """Every later step decodes without drafts (the sampler's plain path)."""
 
 
-CAPABILITIES = {"learner": (OnlineDrafter, SharedPolicy), "backend": (IdleWork, SpecFallback)}
+CAPABILITIES = {"learner": (OnlineDrafter, SharedPolicy), "backend": (DrafterRefit, IdleWork, SpecFallback)}
 
 
 def members(protocol: type) -> set[str]:
@@ -133,8 +138,9 @@ def require(part, protocol: type, setting: str, fix: str) -> None:
 
 
 # counters a backend's stats() may add that the metrics row carries: a Ray backend's weight broadcast time
-# (of the weights that generated the step), its rollout-actor restarts and redrawn groups so far
-ROW_STATS = ("weight_transfer_s", "actor_restarts", "dropped_groups")
+# (of the weights that generated the step), its rollout-actor restarts and redrawn groups so far, and the drafter
+# version that served the step's rollout
+ROW_STATS = ("weight_transfer_s", "actor_restarts", "dropped_groups", "drafter_served")
 
 
 def group_version(out: RequestOutput, default: int) -> int:

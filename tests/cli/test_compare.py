@@ -24,7 +24,8 @@ def test_a_table_and_a_figure(runs, capsys, tmp_path):
     assert main(["compare", str(runs / "sd_on"), f"SD off={runs / 'sd_off'}", "--out", str(tmp_path / "c.png")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["run", "steps", "acc", "final", "acc", "peak", "step", "s", "rollout", "s", "train",
-                              "s", "accept", "len", "step", "x", "rollout", "x"]
+                              "s", "accept", "len", "probe", "online", "probe", "frozen", "KL", "pi0", "step", "x",
+                              "rollout", "x"]
     first, second = out[2].split(), out[3].split()
     assert first[0] == "sd_on" and first[1] == "2" and first[-2:] == ["1.00", "1.00"]  # the first run is the base
     assert second[:3] == ["SD", "off", "2"]
@@ -79,3 +80,19 @@ def test_same_ignores_timings_and_names_a_difference(tmp_path, capsys):
     assert first["differences"] == ["row 0 reward_mean: 0.25 != 0.5"]
     code, err = main(["compare", a, b, c, "--same"]), capsys.readouterr().err
     assert code == 2 and "--same compares two runs, got 3" in err
+
+
+def test_the_drift_probe_is_drawn_and_tabled(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    evals = [{"step": 0, "accuracy": 0.5}]
+    rows = [{"step": s, "reward_mean": 0.5, "step_s": 1.0, "rollout_s": 0.5, "train_s": 0.5, "acceptance_length": 2.0,
+             "probe_accept_online": 2.0 + 0.1 * s, "probe_accept_newest": 2.1 + 0.1 * s,
+             "probe_accept_frozen": 2.0 - 0.1 * s, "probe_kl_pi0": 0.01 * s} for s in (1, 2)]
+    a = _fake_run(tmp_path / "a", rows, evals)
+    b = _fake_run(tmp_path / "b", [{k: v for k, v in r.items() if not k.startswith("probe")} for r in rows], evals)
+    assert main(["compare", a, b, "--json", "--out", str(tmp_path / "c.png")]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    # means over the steps: online (2.1 + 2.2) / 2, frozen (1.9 + 1.8) / 2, KL (0.01 + 0.02) / 2
+    assert got[0]["probe_accept_online"] == pytest.approx(2.15) and got[0]["probe_accept_frozen"] == pytest.approx(1.85)
+    assert got[0]["probe_kl_pi0"] == pytest.approx(0.015) and got[1]["probe_kl_pi0"] != got[1]["probe_kl_pi0"]  # nan
+    assert (tmp_path / "c.png").stat().st_size > 10_000

@@ -5,7 +5,8 @@ states a drafter reads and the policy's next-token logits at no extra forward (N
 during rollout, TLT's, would see only the verify forwards). See online.py for how the parts connect.
 
 Layer -1 stands for the final normed hidden state (MTP's h^0). Only the rows `pick_rows(b)` keeps are copied
-out, so a micro-batch's [b, T, V] logits are held only while its backward runs.
+out, so a micro-batch's [b, T, V] logits are held only while its backward runs. `pick_probe(b, kept)` names
+other rows, never trained on, that the drift probe (probe.py) scores drafters on.
 """
 from __future__ import annotations
 
@@ -42,12 +43,15 @@ class DrafterBatch(NamedTuple):
 
 class Capture:
     """The policy trainer's forward hook of online drafter training: keeps one `DrafterBatch` per micro-batch
-    in `batches`, the `layers` of `pick_rows(b)`'s rows (all of them without `pick_rows`)."""
+    in `batches`, the `layers` of `pick_rows(b)`'s rows (all of them without `pick_rows`), and in `probe` the
+    rows `pick_probe(b, kept)` names (none without it)."""
 
-    def __init__(self, layers: tuple[int, ...], pick_rows: Callable[[int], Tensor | None] | None = None):
-        self.layers, self.pick_rows = layers, pick_rows
+    def __init__(self, layers: tuple[int, ...], pick_rows: Callable[[int], Tensor | None] | None = None,
+                 pick_probe: Callable[[int, Tensor | None], Tensor | None] | None = None):
+        self.layers, self.pick_rows, self.pick_probe = layers, pick_rows, pick_probe
         self.hidden_layers = tuple(sorted({i for i in layers if i != LAST}))  # to ask for, in the model's order
         self.batches: list[DrafterBatch] = []
+        self.probe: list[DrafterBatch] = []
 
     def __call__(self, info: ForwardInfo) -> None:
         """Detaches the asked-for parts of the forward, of the kept rows only (copied out). The policy's logits
@@ -57,8 +61,14 @@ class Capture:
         hidden = dict(zip(self.hidden_layers, (h.detach() for h in info.output.hidden)))
         hidden[LAST] = info.output.last_hidden.detach()  # cut and selected with the rest; dropped below unless asked
         batch = DrafterBatch(info.input_ids, info.mask, None, hidden, info.rows)
-        batch = batch if keep is None else batch.select(keep)
+        probe = self.pick_probe(len(info.rows), keep) if self.pick_probe is not None else None
+        if probe is not None and len(probe):
+            self.probe.append(self._copied(batch.select(probe), info))
+        self.batches.append(self._copied(batch if keep is None else batch.select(keep), info))
+
+    def _copied(self, batch: DrafterBatch, info: ForwardInfo) -> DrafterBatch:
+        """`batch` with the policy's logits of its rows, and the final hidden state only where asked for."""
         batch = batch._replace(logits=info.logits(batch.hidden[LAST]))
         if LAST not in self.layers:
-            del batch.hidden[LAST]
-        self.batches.append(batch)
+            batch = batch._replace(hidden={i: h for i, h in batch.hidden.items() if i != LAST})
+        return batch

@@ -31,15 +31,22 @@ def accepted_mass(draft_logits: Tensor, policy_logits: Tensor, temperature: floa
     return torch.minimum(p, q).sum(-1)
 
 
-def reward_weights(rewards: Tensor, w_min: float = 0.0, w_max: float = 2.0, eps: float = 1e-6) -> Tensor:
-    """ReSpec's w(r): 1 + (r - mean) / std, clipped to [w_min, w_max]: better trajectories weigh more.
-    rewards: [N] -> [N]."""
-    r = rewards.float()
-    std = r.std(unbiased=False)
-    if std < eps:  # equal rewards (up to rounding of the mean): no signal, plain distillation
-        return torch.ones_like(r)
-    z = (r - r.mean()) / std  # [N]
-    return (1.0 + z).clamp(w_min, w_max)
+def reward_weights(rewards: Tensor, group_size: int, floor: float = 0.25, w_max: float = 2.0,
+                   eps: float = 1e-6) -> Tensor:
+    """ReSpec's w(r), per GRPO group: w = clip(1 + (r - mean_g) / (std_g + eps), floor, w_max), then divided by
+    its group's mean, so every group teaches the drafter as much as any other and better trajectories weigh more
+    within it. The floor keeps failed rows in the loss: with binary rewards and a group mostly right, 1 + z of a
+    wrong row is below 0, and the long failed chains are the tokens SD is for. A group of equal rewards gets 1s
+    (no signal: plain distillation). rewards: [N], N a multiple of group_size, groups consecutive -> [N]."""
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}: expected "
+                         "consecutive GRPO groups of rollout.n samples")
+    r = rewards.float().view(-1, group_size)  # [G, n]
+    std = r.std(dim=1, unbiased=False, keepdim=True)  # [G, 1]
+    flat = std <= eps  # [G, 1] equal rewards (up to rounding of the mean)
+    z = torch.where(flat, 0.0, (r - r.mean(dim=1, keepdim=True)) / torch.where(flat, 1.0, std + eps))  # [G, n]
+    w = (1.0 + z).clamp(floor, w_max)  # [G, n]
+    return (w / w.mean(dim=1, keepdim=True)).view(-1)  # [N], mean 1 per group
 
 
 def weighted_token_mean(values: Tensor, mask: Tensor, row_weights: Tensor | None = None,

@@ -221,6 +221,10 @@ class RayRolloutBackend:
         self._transfer_s = time.perf_counter() - t0  # the object store's put and every actor's load
         self._version = version
 
+    # the actors' in-process engines swap a model drafter between engine steps; a model-free one is refused
+    # when the learner builds its online drafter (engine.methods.model_method)
+    refits_drafter = True
+
     def update_drafter(self, weights: NamedTensors, version: int) -> None:
         self._drafter = (self._put(weights), version)
         self._broadcast("update_drafter", self._drafter)

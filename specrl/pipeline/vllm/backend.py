@@ -4,7 +4,9 @@ generate() steps vLLM's engine itself, so cancel() takes effect between two engi
 process stops the run cleanly (RunStopped). vLLM's synchronous client waits forever for the output of an
 engine process that was killed, so a watcher thread (`watch_engine`) wakes it. vLLM's engine is not
 thread-safe, so weights that arrive while a generate() runs wait until it returns: every sequence of a call
-is sampled by one version.
+is sampled by one policy version and drafted by one drafter version (an online drafter published mid-call by
+the async driver is queued and reloaded at the generation boundary, never refused), and `stats()` names the
+drafter version that served the call (`drafter_served`).
 """
 from __future__ import annotations
 
@@ -63,7 +65,9 @@ class VllmBackend:
         self._cancelled = self._generating = False
         self._dead = False  # the engine process exited: nothing more can run on it
         self._lock = threading.Lock()
-        self._pending: tuple[dict, int] | None = None
+        self._pending: tuple[dict, int] | None = None  # policy weights waiting for the generation boundary
+        self._pending_drafter: tuple[dict, int] | None = None  # drafter weights waiting for it
+        self._served = 0  # the drafter version of the last generate() call
         self._transfer_s = 0.0  # the last policy refit's seconds: the weights the next rollout runs on
         self.reset_stats()
         self._closing = threading.Event()
@@ -79,6 +83,7 @@ class VllmBackend:
         from vllm.v1.engine.exceptions import EngineDeadError
         with self._lock:
             self._generating = True
+            self._served = self.drafter_version
         try:
             self._calls += 1
             ids = [f"{self._calls}-{i}" for i in range(len(prompts))]
@@ -94,8 +99,12 @@ class VllmBackend:
             with self._lock:
                 self._generating = False
                 pending, self._pending = self._pending, None
-            if pending is not None and not self._dead:
-                self._reload(*pending)
+                drafter, self._pending_drafter = self._pending_drafter, None
+            if not self._dead:  # the generation boundary: what arrived during the call lands before the next
+                if drafter is not None:
+                    self._reload_drafter(*drafter)
+                if pending is not None:
+                    self._reload(*pending)
         self._own["generated_tokens"] += sum(len(c.token_ids) for r in outs for c in r.outputs)
         return outs
 
@@ -143,18 +152,35 @@ class VllmBackend:
         self.weights_version = version
         self._transfer_s = time.perf_counter() - t0
 
+    @property
+    def refits_drafter(self) -> bool:
+        """Whether this engine's drafter has weights an online drafter can replace (eagle3, draft_model)."""
+        return self._drafter_tensors is not None
+
     def update_drafter(self, weights: NamedTensors, version: int) -> None:
-        """New drafter weights, reloaded in place in vLLM's worker (specrl/pipeline/vllm/worker.py); a misfit
-        is refused before the engine is touched."""
+        """New drafter weights, reloaded in place in vLLM's worker (specrl/pipeline/vllm/worker.py): now when no
+        generate() runs, else queued (a copy) until it returns, since vLLM cannot reload between the engine
+        steps of a running call from another thread. A misfit is refused before anything is queued; of two
+        queued versions the newer wins, and an older version than the engine's is ignored."""
         if self._drafter_tensors is None:
             raise ValueError("this vLLM engine runs no drafter with weights (SD off, ngram or suffix): there is "
                              "nothing to refit; set rollout.spec.method to eagle3 or draft_model")
         tensors = self._drafter_tensors(weights)
-        with self._lock:  # a drafter reload between engine steps is not possible from another thread
-            if self._generating:
-                raise RuntimeError("update_drafter while a vLLM generate() runs: use the after_step schedule")
+        with self._lock:
+            if version < self.drafter_version or (self._pending_drafter and version < self._pending_drafter[1]):
+                return
+            if self._generating:  # a copy: the sender's optimizer may change its tensors before the call ends
+                self._pending_drafter = ({k: v.detach().clone() for k, v in tensors.items()}, version)
+                return
+        self._reload_drafter(tensors, version)
+
+    def _reload_drafter(self, tensors: dict, version: int) -> None:
         path = self.drafter_refit.write(tensors, config={})
-        self.llm.collective_rpc("reload_drafter", kwargs={"weights_path": str(path)})
+        try:
+            self.llm.collective_rpc("reload_drafter", kwargs={"weights_path": str(path)})
+        except Exception:
+            self.drafter_refit.discard(path)
+            raise
         self.drafter_refit.commit(path)
         self.drafter_version = version
 
@@ -175,7 +201,8 @@ class VllmBackend:
         drafts = max(d["drafts"], 1)
         return {**self._own, **d, "acceptance_length": 1 + d["accepted_tokens"] / drafts,
                 "acceptance_rate": d["accepted_tokens"] / max(d["draft_tokens"], 1),
-                "acceptance_rate_per_pos": [a / drafts for a in per_pos], "weight_transfer_s": self._transfer_s}
+                "acceptance_rate_per_pos": [a / drafts for a in per_pos], "weight_transfer_s": self._transfer_s,
+                "drafter_served": self._served}
 
     def reset_stats(self) -> None:
         self._base = self._counters()

@@ -46,12 +46,32 @@ def test_restrict_to_gathers_the_draft_vocabulary():
 
 
 def test_reward_weights_by_hand():
-    # r = [0, 1]: mean 0.5, std 0.5 -> z = [-1, 1] -> 1 + z = [0, 2]
-    assert reward_weights(torch.tensor([0.0, 1.0])).tolist() == pytest.approx([0.0, 2.0], abs=1e-5)
-    # r = [0, 0, 0, 1]: mean 0.25, std sqrt(3)/4 -> z = [-1/sqrt3 x3, sqrt3] -> [0.4226 x3, 2.732 -> clipped 2]
-    w = reward_weights(torch.tensor([0.0, 0.0, 0.0, 1.0]))
-    assert w.tolist() == pytest.approx([1 - 1 / math.sqrt(3)] * 3 + [2.0], abs=1e-5)
-    assert reward_weights(torch.tensor([0.7, 0.7])).tolist() == [1.0, 1.0]  # equal rewards: plain distillation
+    # one group r = [0, 1]: mean 0.5, std 0.5 -> 1 + z = [0, 2] -> clip to [0.5, 2]: [0.5, 2] -> / mean 1.25
+    w = reward_weights(torch.tensor([0.0, 1.0]), group_size=2, floor=0.5, w_max=2.0, eps=0.0)
+    assert w.tolist() == pytest.approx([0.4, 1.6], abs=1e-6)
+    # r = [0, 0, 0, 1]: mean 0.25, std sqrt(3)/4 -> 1 + z = [1 - 1/sqrt3 x3, 1 + sqrt3] -> clip [0.25, 2]:
+    # [0.4226 x3, 2] (floor not reached) -> mean (3 * 0.4226 + 2) / 4 = 0.8170 -> [0.5173 x3, 2.4480]
+    w = reward_weights(torch.tensor([0.0, 0.0, 0.0, 1.0]), group_size=4, floor=0.25, w_max=2.0, eps=0.0)
+    low = 1 - 1 / math.sqrt(3)
+    mean = (3 * low + 2) / 4
+    assert w.tolist() == pytest.approx([low / mean] * 3 + [2 / mean], abs=1e-5)
+    # r = [1, 1, 1, 0]: the failed row's 1 + z = 1 - sqrt3 < 0 -> the floor 0.25, so it still teaches;
+    # [1 + 1/sqrt3 x3 = 1.5774, 0.25] -> mean 1.2455 -> [1.2665 x3, 0.2007]
+    w = reward_weights(torch.tensor([1.0, 1.0, 1.0, 0.0]), group_size=4, floor=0.25, w_max=2.0, eps=0.0)
+    high = 1 + 1 / math.sqrt(3)
+    mean = (3 * high + 0.25) / 4
+    assert w.tolist() == pytest.approx([high / mean] * 3 + [0.25 / mean], abs=1e-5)
+    assert w[3] > 0
+
+
+def test_reward_weights_are_per_group_with_mean_one():
+    # group 1 equal rewards -> 1s; group 2 [0, 1] as above; the groups never see each other's rewards
+    w = reward_weights(torch.tensor([0.7, 0.7, 0.0, 1.0]), group_size=2, floor=0.5, w_max=2.0, eps=0.0)
+    assert w.tolist() == pytest.approx([1.0, 1.0, 0.4, 1.6], abs=1e-6)
+    w = reward_weights(torch.rand(24, generator=torch.Generator().manual_seed(0)), group_size=8)
+    assert w.view(3, 8).mean(1).tolist() == pytest.approx([1.0] * 3, abs=1e-5)
+    with pytest.raises(ValueError, match="groups of 4"):
+        reward_weights(torch.ones(6), group_size=4)
 
 
 def test_weighted_token_mean_by_hand():

@@ -33,10 +33,10 @@ def _captured(method, seed=1, online=None):
     return model, capture.batches, batch
 
 
-def _fresh(method, model, seed=0, **cfg):
+def _fresh(method, model, seed=0, group_size=1, **cfg):
     return OnlineDrafterTrainer.from_spec(SpecConfig(method=method, draft_model="scratch"), model,
                                           DrafterConfig(optim=OptimSettings(lr=1e-2), **{"sample_fraction": 1.0, **cfg}),
-                                          seed=seed)
+                                          seed=seed, group_size=group_size)
 
 
 def _step(online, captured, rewards=None):
@@ -93,7 +93,7 @@ def test_resume_is_bitwise_exact(method):
     model, captured, batch = _captured(method)
     rewards = torch.linspace(0, 1, batch.num_rows)
     # the row sample is part of the state
-    cfg = dict(updates_per_step=2, reward_weighting=True, sample_fraction=0.5)
+    cfg = dict(updates_per_step=2, reward_weighting=True, sample_fraction=0.5, window=2)  # the window too
     straight = _fresh(method, model, **cfg)
     for _ in range(3):
         _step(straight, captured, rewards)
@@ -165,10 +165,21 @@ def test_updates_split_the_kept_rows():
     assert one.version == two.version == 1
     # each of the two updates trained on its own half of every micro-batch's rows
     seen = []
-    two._update = lambda share, w, sums: seen.append(sorted(r for mb in share for r in mb.rows.tolist()))
+    two._update = lambda share, sums: seen.append(sorted(r for mb, _ in share for r in mb.rows.tolist()))
     two.step(captured)
     assert len(seen) == 2 and not set(seen[0]) & set(seen[1])
     assert sorted(seen[0] + seen[1]) == sorted(torch.cat([c.rows for c in captured]).tolist())
+
+
+def test_the_replay_window_trains_on_the_last_steps_captures():
+    model, captured, _ = _captured("draft_model")
+    rows = sum(len(mb.rows) for mb in captured)
+    online = _fresh("draft_model", model, window=2)
+    seen = []
+    update = online._update
+    online._update = lambda share, sums: (seen.append(len(share)), update(share, sums))
+    assert [online.step(captured)["drafter_window_rows"] for _ in range(3)] == [rows, 2 * rows, 2 * rows]
+    assert seen == [len(captured), 2 * len(captured), 2 * len(captured)]  # the oldest step left the window
 
 
 def test_equal_rewards_weigh_like_no_rewards():
@@ -176,7 +187,8 @@ def test_equal_rewards_weigh_like_no_rewards():
     plain = _fresh("draft_model", model).step(captured)
     weighted = _fresh("draft_model", model, reward_weighting=True).step(captured, torch.full((batch.num_rows,), 0.3))
     assert weighted["drafter_loss"] == pytest.approx(plain["drafter_loss"], rel=1e-6)
-    skewed = _fresh("draft_model", model, reward_weighting=True).step(captured, torch.linspace(0, 1, batch.num_rows))
+    skewed = _fresh("draft_model", model, group_size=batch.num_rows, reward_weighting=True).step(
+        captured, torch.linspace(0, 1, batch.num_rows))
     assert skewed["drafter_loss"] != pytest.approx(plain["drafter_loss"], rel=1e-3)
 
 
