@@ -4,8 +4,8 @@ an `AttentionMetadata` record per forward (cache slot, positions and context len
 Slot `s`, position `p` lives at `k[s, :, p]`. A query at position p attends to positions 0..p of its row's slot,
 so each row reads its own length only, and entries a rejected draft left behind are never read: the next forward
 overwrites them first. `attend` is the only place the cached path reads the cache: it calls the compiled kernel
-(`specrl.model.kernels.decode_attention`) where that package imports and the tensors are on a CPU, else
-`sdpa_attention`, the reference. SPECRL_ATTENTION=sdpa forces the reference.
+(`specrl.model.kernels.decode_attention`) for decode and verify forwards where that package imports and the tensors
+are on a CPU, else `sdpa_attention`, the reference. SPECRL_ATTENTION=sdpa forces the reference.
 """
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ import torch.nn.functional as F
 
 ATTENTION_ENV = "SPECRL_ATTENTION"
 BACKENDS = ("auto", "sdpa", "kernel")
+# the kernel serves decode and verify (k + 1 <= 17 queries a row); a prompt's prefill, hundreds of queries a row,
+# is one SDPA call per group, as compute-bound as attention gets
+KERNEL_MAX_QUERIES = 32
 
 
 class LayerKV(NamedTuple):
@@ -115,7 +118,7 @@ def write_kv(layer: LayerKV, k: torch.Tensor, v: torch.Tensor, meta: AttentionMe
 def attend(q: torch.Tensor, layer: LayerKV, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """q [B, H, T, D] over the cache rows of `meta` (keys already written) -> [B, H, T, D]."""
     k_cache, v_cache = layer
-    kernel = _kernel() if q.device.type == "cpu" else None
+    kernel = _kernel() if q.device.type == "cpu" and q.shape[2] <= KERNEL_MAX_QUERIES else None
     if kernel is not None:
         return kernel(q, k_cache, v_cache, meta.slots, meta.positions, scale)
     return grouped_sdpa(q, k_cache, v_cache, meta, scale)

@@ -106,3 +106,21 @@ def test_backend_env(monkeypatch):
         attention.backend()
     monkeypatch.setenv(attention.ATTENTION_ENV, "sdpa")
     assert attention._kernel() is None  # the reference, even where the kernel package imports
+
+
+def test_attend_calls_the_kernel_for_decode_and_verify_only(monkeypatch):
+    """The kernel gets the metadata's slots and positions; a prefill-sized query block stays on SDPA."""
+    calls = []
+
+    def fake(q, k_cache, v_cache, slots, positions, scale):
+        calls.append((slots, positions, scale))
+        return sdpa_attention(q, k_cache, v_cache, slots, positions, scale)
+
+    monkeypatch.setattr(attention, "_kernel", lambda: fake)
+    for T, called in ((5, True), (attention.KERNEL_MAX_QUERIES + 1, False)):
+        calls.clear()
+        q, layer, slots, positions = _setup(4, 2, 64, T, [0, 2], [100, 120])
+        meta = AttentionMetadata.build(slots, positions)
+        out = attend(q, layer, meta, 0.125)
+        assert bool(calls) == called and (not called or calls[0][0] is meta.slots)
+        torch.testing.assert_close(out.double(), _reference(q, layer, slots, positions), atol=2e-6, rtol=1e-5)
