@@ -83,7 +83,7 @@ class AttentionMetadata:
         """Per group, [n, 1, T, length]: which positions each query sees; None where every query sees them all
         (one query a row, all rows of the group equally long)."""
         out, T = [], self.positions.shape[1]
-        for row, n, _, length in self.groups:
+        for row, n, _, length in self.groups or ((0, len(self.host_lens), None, max(self.host_lens)),):
             if T == 1 and min(self.host_lens[row:row + n]) == length:
                 out.append(None)
             else:
@@ -92,15 +92,30 @@ class AttentionMetadata:
         return tuple(out)
 
 
+MAX_GROUPS = 16  # SDPA calls a layer at most: past it, one gather of every row is cheaper than the calls
+SMALL_GROUP = 8192  # row-positions (rows x longest) under which a group is padded rather than split: calls cost more
+
+
 def slot_groups(slots: list[int], lengths: list[int]) -> tuple[tuple[int, int, int, int], ...]:
-    """(first row, rows, first slot, length) per group: rows of consecutive slots, read as one view, whose lengths
-    are close enough that reading each to the group's longest wastes under a quarter of the reads."""
+    """(first row, rows, first slot, length) per SDPA call: rows of consecutive slots, read as one view, whose
+    lengths are close enough that reading each to the group's longest wastes under a quarter of the reads (or the
+    group is small). Where that makes more than MAX_GROUPS calls, one group per stretch of consecutive slots; past
+    MAX_GROUPS stretches, an empty tuple: one gathered call over every row (`grouped_sdpa`)."""
+    split = _groups(slots, lengths, by_length=True)
+    if len(split) <= MAX_GROUPS:
+        return split
+    runs = _groups(slots, lengths, by_length=False)
+    return runs if len(runs) <= MAX_GROUPS else ()
+
+
+def _groups(slots: list[int], lengths: list[int], by_length: bool) -> tuple[tuple[int, int, int, int], ...]:
     groups: list[list[int]] = []  # [first row, rows, first slot, longest, total length]
     for row, (slot, n) in enumerate(zip(slots, lengths)):
-        if groups:
+        if groups and slot == groups[-1][2] + groups[-1][1]:
             g = groups[-1]
             longest = max(g[3], n)
-            if slot == g[2] + g[1] and 4 * (g[4] + n) >= 3 * longest * (g[1] + 1):
+            padded = longest * (g[1] + 1)
+            if not by_length or padded <= SMALL_GROUP or 4 * (g[4] + n) >= 3 * padded:
                 g[1], g[3], g[4] = g[1] + 1, longest, g[4] + n
                 continue
         groups.append([row, 1, slot, n, n])
@@ -144,6 +159,10 @@ def sdpa_attention(q, k_cache, v_cache, slots, positions, scale: float) -> torch
 def grouped_sdpa(q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """One SDPA call per `meta.groups` entry, over views of its slots up to the group's longest row; a mask only
     where some query of the group must not see that far."""
+    if not meta.groups:  # rows in too many stretches of slots: one gather [B, Hkv, L, D] of them all
+        length = max(meta.host_lens)
+        keys, values = k_cache[meta.slots, :, :length], v_cache[meta.slots, :, :length]
+        return masked_attention(q, keys, values, meta.masks[0], scale)
     outs = []
     for (row, n, slot, length), mask in zip(meta.groups, meta.masks):
         keys, values = k_cache[slot:slot + n, :, :length], v_cache[slot:slot + n, :, :length]  # views [n, Hkv, L, D]

@@ -75,11 +75,24 @@ def test_cached_attention_writes_then_reads_its_own_keys():
     torch.testing.assert_close(out.double(), _reference(q, layer, slots, positions), atol=2e-6, rtol=1e-5)
 
 
-def test_groups_join_consecutive_slots_of_similar_length_only():
+def test_groups_join_consecutive_slots_of_similar_length_only(monkeypatch):
+    slots, lengths = [0, 1, 2, 3, 7, 8, 9], [100, 90, 110, 1000, 50, 60, 55]
+    assert slot_groups(slots, lengths) == ((0, 4, 0, 1000), (4, 3, 7, 60))  # small: padded, not split
+    monkeypatch.setattr(attention, "SMALL_GROUP", 0)
     # slots 0-2 consecutive and alike; slot 3 far longer; 7 not consecutive; 8, 9 alike again
-    assert slot_groups([0, 1, 2, 3, 7, 8, 9], [100, 90, 110, 1000, 50, 60, 55]) == (
-        (0, 3, 0, 110), (3, 1, 3, 1000), (4, 3, 7, 60))
+    assert slot_groups(slots, lengths) == ((0, 3, 0, 110), (3, 1, 3, 1000), (4, 3, 7, 60))
+    alternating = [10, 10000] * 10  # 20 groups by length: one per stretch of slots instead
+    assert slot_groups(list(range(20)), alternating) == ((0, 20, 0, 10000),)
+    assert slot_groups(list(range(0, 40, 2)), alternating) == ()  # 20 stretches: one gathered call
     assert slot_groups([], []) == ()
+
+
+def test_gathered_call_over_scattered_slots():
+    q, layer, slots, positions = _setup(9, 3, 64, 2, list(range(0, 40, 2)), [5 + 9 * i for i in range(20)], S=40)
+    meta = AttentionMetadata.build(slots, positions)
+    assert meta.groups == ()
+    got = attend(q, layer, meta, default_scale(64))
+    torch.testing.assert_close(got.double(), _reference(q, layer, slots, positions), atol=2e-6, rtol=1e-5)
 
 
 def test_metadata_lengths_and_bad_shapes():
