@@ -21,6 +21,7 @@ import torch
 
 from ..errors import UserError
 from ..model import ModelConfig, check_device, resolve_dtype
+from ..model.attention import KVCache, LayerKV
 from ..model.precision import parse_dtype
 from .methods import MAX_SPEC_TOKENS
 
@@ -229,10 +230,12 @@ def kv_zeros(shape: tuple[int, ...], device, dtype) -> torch.Tensor:
 
 
 def kv_cache(layers: int, num_slots: int, kv_heads: int, max_len: int, head_dim: int, device, dtype,
-             spare: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """K and V per layer, each `kv_shape` (`spare`: rows a drafter keeps for itself)."""
+             spare: int = 0, lazy: bool = True) -> KVCache:
+    """K and V per layer, each `kv_shape` (`spare`: rows a drafter keeps for itself); `lazy`: in `kv_zeros`'s
+    mapping, whose pages become resident when written, else in ordinary memory (huge pages allowed)."""
     shape = kv_shape(num_slots, kv_heads, max_len, head_dim, spare)
-    return [(kv_zeros(shape, device, dtype), kv_zeros(shape, device, dtype)) for _ in range(layers)]
+    zeros = kv_zeros if lazy else (lambda shape, device, dtype: torch.zeros(shape, device=device, dtype=dtype))
+    return KVCache(LayerKV(zeros(shape, device, dtype), zeros(shape, device, dtype)) for _ in range(layers))
 
 
 def kv_shape(num_slots: int, kv_heads: int, max_len: int, head_dim: int, spare: int = 0) -> tuple[int, ...]:

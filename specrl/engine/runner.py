@@ -1,4 +1,5 @@
-"""Owns the target model and its position-indexed KV cache; does all of the engine's tensor work."""
+"""Owns the target model and its position-indexed KV cache; does all of the engine's tensor work. Each forward's
+`AttentionMetadata` (slots, positions, lengths) is built here, once, and shared by every layer."""
 from __future__ import annotations
 
 import time
@@ -7,7 +8,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ..model import CausalLM, ModelOutput
-from ..model.layers import slot_index
+from ..model.attention import AttentionMetadata
 from .memory import kv_cache
 
 
@@ -28,11 +29,11 @@ class ModelRunner:
         T = ids.shape[1]
         positions = torch.arange(T, device=self.device).expand(len(prompts), T)  # [G, T]
         last = torch.tensor([len(p) - 1 for p in prompts], device=self.device)[:, None]  # [G, 1]
-        slot_ids = torch.tensor(slots, device=self.device)
+        meta = AttentionMetadata.build(slots, positions)
         if cache_only:
-            return self.model(ids, positions, self.cache, slot_ids, logits_index=last, compute_logits=False)
+            return self.model(ids, positions, self.cache, meta=meta, logits_index=last, compute_logits=False)
         full = -1 in self.hidden_layers  # a drafter reads every input's final hidden state
-        out = self.model(ids, positions, self.cache, slot_ids, hidden_layers=self.hidden_layers,
+        out = self.model(ids, positions, self.cache, meta=meta, hidden_layers=self.hidden_layers,
                          logits_index=None if full else last)
         if full:  # logits of the last prompt token only
             out = out._replace(logits=out.logits.gather(1, last[..., None].expand(-1, -1, out.logits.shape[-1])))
@@ -41,18 +42,13 @@ class ModelRunner:
     @torch.inference_mode()
     def copy_slot(self, src: int, dsts: list[int], length: int) -> None:
         """n samples of one prompt share its prefill: copy the prompt's cache rows to the siblings."""
-        if not dsts:
-            return
-        dst = torch.tensor(dsts, device=self.device)
-        for k, v in self.cache:
-            k[dst, :, :length] = k[src, :, :length]
-            v[dst, :, :length] = v[src, :, :length]
+        self.cache.copy_slot(src, dsts, length)
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: list[int]) -> ModelOutput:
         """tokens, positions: [B, T] -> logits [B, T, V]."""
-        index = slot_index(slots, self.device)
-        return self.model(tokens, positions, self.cache, index, hidden_layers=self.hidden_layers)
+        meta = AttentionMetadata.build(slots, positions)
+        return self.model(tokens, positions, self.cache, meta=meta, hidden_layers=self.hidden_layers)
 
     @torch.inference_mode()
     def time_forward(self, batch: int, length: int) -> float:

@@ -8,7 +8,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
-from .layers import KV, DecoderLayer, RMSNorm, attention_mask, packed_positions, rope_cos_sin
+from .attention import AttentionMetadata
+from .layers import KV, DecoderLayer, RMSNorm, packed_positions, rope_cos_sin
 from .mtp import MTPStack
 
 
@@ -43,9 +44,11 @@ class CausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None,
                 kv_cache: list[KV] | None = None, slots: torch.Tensor | None = None,
                 hidden_layers: tuple[int, ...] = (), logits_index: torch.Tensor | None = None,
-                compute_logits: bool = True, segments: tuple[int, ...] | None = None) -> ModelOutput:
-        """input_ids, positions: [B, T]. With `kv_cache` (one (k, v) pair per layer) and `slots` [B],
-        keys/values are written at (slot, position) and attention reads the cache. `logits_index` [B, N]
+                compute_logits: bool = True, segments: tuple[int, ...] | None = None,
+                meta: AttentionMetadata | None = None) -> ModelOutput:
+        """input_ids, positions: [B, T]. With `kv_cache` (a KVCache, or one (k, v) pair per layer) and `slots` [B]
+        (or the forward's `meta`, which the engine's runner builds once a step), keys/values are written at
+        (slot, position) and attention reads the cache (specrl.model.attention). `logits_index` [B, N]
         selects the time steps whose logits are computed (saves the lm_head on prompt tokens). `segments`
         (training, no cache): input_ids [1, T] holds rows of these lengths back to back, each attending only
         to itself, its positions restarting at 0 (padding-free training, specrl.trainer.batch)."""
@@ -56,14 +59,15 @@ class CausalLM(nn.Module):
             positions = torch.arange(T, device=input_ids.device).expand(B, T)
         x = self.model.embed_tokens(input_ids)  # [B, T, D]
         cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
-        mask = None if kv_cache is None else attention_mask(positions)  # [B, 1, T, L], shared by all layers
+        if kv_cache is not None and meta is None:
+            meta = AttentionMetadata.build(slots, positions)  # shared by all layers
         hidden = []
         recompute = self.checkpoint_layers and kv_cache is None and self.training and torch.is_grad_enabled()
         for i, layer in enumerate(self.model.layers):
             if recompute:
-                x = checkpoint(layer, x, cos, sin, positions, None, slots, mask, segments, use_reentrant=False)
+                x = checkpoint(layer, x, cos, sin, None, None, segments, use_reentrant=False)
             else:
-                x = layer(x, cos, sin, positions, None if kv_cache is None else kv_cache[i], slots, mask, segments)
+                x = layer(x, cos, sin, None if kv_cache is None else kv_cache[i], meta, segments)
             if i in hidden_layers:
                 hidden.append(x)
         if logits_index is not None:

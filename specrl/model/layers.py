@@ -1,20 +1,19 @@
 """Decoder building blocks shared by the policy, the draft model, EAGLE-3 and MTP heads.
 
-Attention writes its keys/values into a position-indexed cache when one is given: slot `s`, position
-`p` lives at `k_cache[s, :, p]`. Queries attend to every cached position <= their own, so entries a
-rejected draft left behind are never read: the next forward overwrites them first.
+With a cache, attention writes its keys/values and reads the cache through specrl.model.attention (the one
+KV seam); without one, whole rows attend causally with SDPA.
 """
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention import AttentionMetadata, LayerKV, cached_attention, default_scale
+from .attention import masked_attention  # noqa: F401  (specrl bench kernels times it)
 from .config import ModelConfig
 
-KV = tuple[torch.Tensor, torch.Tensor]  # k_cache, v_cache: [S, Hkv, L, D] each
+KV = LayerKV  # k_cache, v_cache: [S, Hkv, L, D] each
 
 
 def skip_cudnn_attention(device) -> None:
@@ -67,87 +66,12 @@ def segment_attention(q, k, v, segments: tuple[int, ...]) -> torch.Tensor:
                       for qi, ki, vi in parts], 2)
 
 
-def attention_mask(positions: torch.Tensor) -> torch.Tensor:
-    """Cached attention's mask [B, 1, T, L]: a query sees every position up to its own. Built once per
-    forward (the `max` is a host sync) and shared by all layers."""
-    key_pos = torch.arange(int(positions.max()) + 1, device=positions.device)
-    return (key_pos[None, None, :] <= positions[:, :, None])[:, None]
-
-
-def masked_attention(q, keys, values, mask: torch.Tensor) -> torch.Tensor:
-    """q [B, H, T, D] over keys, values [B, Hkv, L, D] under mask [B, 1, T, L] -> [B, H, T, D]. On a CPU in half
-    precision each KV head's G = H / Hkv query heads are folded into the query length, [B, Hkv, G*T, D]: torch's
-    `enable_gqa` takes a path there that runs a decode step's attention 3-6x slower (bf16, 64 rows; `specrl bench
-    kernels --parts attention`). The fold computes the same attention to bf16 rounding: bit-identical at most
-    shapes, and as close to an fp32 reference as `enable_gqa` at all (tests/model/test_attention.py). fp32 and
-    GPUs keep `enable_gqa`."""
-    B, H, T, D = q.shape
-    G = H // keys.shape[1]
-    if G == 1 or q.device.type != "cpu" or q.dtype == torch.float32:
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-    folded = mask.expand(B, G, T, mask.shape[-1]).reshape(B, 1, G * T, mask.shape[-1])  # row g*T + t: query t's
-    out = F.scaled_dot_product_attention(q.reshape(B, keys.shape[1], G * T, D), keys, values, attn_mask=folded)
-    return out.view(B, H, T, D)
-
-
-class SlotRuns(NamedTuple):
-    """The cache slots of a batch whose rows do not own consecutive slots: `index` [B] for the writes, `runs`
-    (first slot, first row, rows) per stretch of consecutive slots for the reads, one attention call on a view
-    each: gathering the rows would copy the batch's whole cache every layer, at long contexts dearer than the layer."""
-    index: torch.Tensor
-    runs: tuple[tuple[int, int, int], ...]
-
-
-Slots = torch.Tensor | slice | SlotRuns
-
-
-def cached_attention(q, k, v, kv: KV, slots: Slots, positions: torch.Tensor,
-                     mask: torch.Tensor | None = None) -> torch.Tensor:
-    """q: [B, H, T, D]; k, v: [B, Hkv, T, D]; slots: [B], a slice when the batch owns consecutive slots (the
-    cache rows are then read as views), or `SlotRuns`; positions: [B, T]; mask: `attention_mask(positions)`
-    when the caller has it -> [B, H, T, D]."""
-    k_cache, v_cache = kv
-    if mask is None:
-        mask = attention_mask(positions)
-    length = mask.shape[-1]
-    if isinstance(slots, slice):
-        k_cache, v_cache = k_cache[slots], v_cache[slots]  # views [B, Hkv, L, D]
-        index = torch.arange(q.shape[0], device=q.device)  # [B]
-    else:
-        index = slots.index if isinstance(slots, SlotRuns) else slots
-    rows = index[:, None].expand_as(positions)  # [B, T]
-    k_cache[rows, :, positions] = k.transpose(1, 2)  # write [B, T, Hkv, D]
-    v_cache[rows, :, positions] = v.transpose(1, 2)
-    if isinstance(slots, SlotRuns):
-        return torch.cat([masked_attention(q[r:r + n], k_cache[s:s + n, :, :length], v_cache[s:s + n, :, :length],
-                                           mask[r:r + n]) for s, r, n in slots.runs])  # a view [n, Hkv, L, D] each
-    if isinstance(slots, slice):
-        keys, values = k_cache[:, :, :length], v_cache[:, :, :length]  # views [B, Hkv, L, D]
-    else:
-        keys, values = k_cache[index, :, :length], v_cache[index, :, :length]  # gathers [B, Hkv, L, D]
-    return masked_attention(q, keys, values, mask)
-
-
-def slot_index(slots: list[int], device, max_runs: int = 16) -> Slots:
-    """How a batch owning cache `slots` (in row order) reads the cache: a slice when they are consecutive, else
-    by stretches of consecutive slots (`SlotRuns`) when there are at most `max_runs`, else a gather."""
-    runs, first = [], 0
-    for row in range(1, len(slots) + 1):
-        if row == len(slots) or slots[row] != slots[row - 1] + 1:
-            runs.append((slots[first], first, row - first))
-            first = row
-    if len(runs) == 1:
-        return slice(slots[0], slots[0] + len(slots))
-    index = torch.tensor(slots, device=device)
-    return SlotRuns(index, tuple(runs)) if len(runs) <= max_runs else index
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         hd, bias = cfg.head_dim, cfg.qkv_bias
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, hd
-        self.rope_theta = cfg.rope_theta
+        self.rope_theta, self.scale = cfg.rope_theta, default_scale(hd)
         self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * hd, bias=bias)
         self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * hd, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * hd, bias=bias)
@@ -155,9 +79,10 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
 
-    def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None, mask=None,
+    def forward(self, x, cos, sin, kv: KV | None = None, meta: AttentionMetadata | None = None,
                 segments: tuple[int, ...] | None = None) -> torch.Tensor:
-        """Without `kv`: causal attention over each row, or with `segments` over each packed row of x [1, T, D]."""
+        """With `kv` and `meta`: writes this forward's keys/values and attends over the cache. Without: causal
+        attention over each row, or with `segments` over each packed row of x [1, T, D]."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)  # [B, T, H, D]
         k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)  # [B, T, Hkv, D]
@@ -168,7 +93,7 @@ class Attention(nn.Module):
         k = apply_rope(k.transpose(1, 2), cos, sin)  # [B, Hkv, T, D]
         v = v.transpose(1, 2)
         if kv is not None:
-            out = cached_attention(q, k, v, kv, slots, positions, mask)
+            out = cached_attention(q, k, v, kv, meta, self.scale)
         elif segments is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
@@ -195,7 +120,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, positions, kv: KV | None = None, slots=None, mask=None,
+    def forward(self, x, cos, sin, kv: KV | None = None, meta: AttentionMetadata | None = None,
                 segments: tuple[int, ...] | None = None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, positions, kv, slots, mask, segments)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv, meta, segments)
         return x + self.mlp(self.post_attention_layernorm(x))

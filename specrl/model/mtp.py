@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from .config import ModelConfig
+from .attention import AttentionMetadata
 from .layers import KV, DecoderLayer, RMSNorm, rope_cos_sin
 
 
@@ -27,10 +28,10 @@ class MTPModule(nn.Module):
         self.norm = RMSNorm(d, cfg.rms_norm_eps)  # DeepSeek-V3's per-module `shared_head.norm`
 
     def forward(self, h: torch.Tensor, emb: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                positions: torch.Tensor, kv: KV | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
+                kv: KV | None = None, meta: AttentionMetadata | None = None) -> torch.Tensor:
         """h, emb: [B, T, D] -> h^d [B, T, D] (before the module's output norm)."""
         x = self.eh_proj(torch.cat([self.hnorm(h), self.enorm(emb)], dim=-1))  # [B, T, D]
-        return self.block(x, cos, sin, positions, kv, slots)
+        return self.block(x, cos, sin, kv, meta)
 
 
 class MTPStack(nn.Module):
@@ -50,10 +51,11 @@ class MTPStack(nn.Module):
         return self.layers[min(d, self.depth) - 1]
 
     def step(self, d: int, h: torch.Tensor, emb: torch.Tensor, positions: torch.Tensor,
-             kv: KV | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
-        """One depth: h^{d-1}, Emb(t_{i+d}) [B, T, D] at positions [B, T] -> h^d [B, T, D]."""
+             kv: KV | None = None, meta: AttentionMetadata | None = None) -> torch.Tensor:
+        """One depth: h^{d-1}, Emb(t_{i+d}) [B, T, D] at positions [B, T] -> h^d [B, T, D]; with `kv`, attention
+        reads that cache under `meta` (whose positions are these)."""
         cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_theta, h.dtype)
-        return self.module_for(d)(h, emb, cos, sin, positions, kv, slots)
+        return self.module_for(d)(h, emb, cos, sin, kv, meta)
 
     def logits(self, d: int, h: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         return lm_head(self.module_for(d).norm(h))  # [B, T, V]

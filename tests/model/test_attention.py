@@ -1,11 +1,11 @@
-"""The cached attention's GQA fold (specrl.model.layers.masked_attention): in bf16 on a CPU it folds each KV head's
+"""The cached attention's GQA fold (specrl.model.attention.masked_attention): in bf16 on a CPU it folds each KV head's
 query heads into the query length, and must compute the attention torch's own `enable_gqa` computes: as close to
 an fp32 reference (bit-identical at most shapes, not all: the kernels block the work differently)."""
 import pytest
 import torch
 import torch.nn.functional as F
 
-from specrl.model.layers import masked_attention
+from specrl.model.attention import masked_attention
 
 SHAPES = [  # B, H, Hkv, T, L: decode at 64 rows (two contexts), a verify, a prefill, MHA, MQA
     (64, 9, 3, 1, 200), (64, 9, 3, 1, 256), (3, 9, 3, 5, 77), (2, 8, 2, 40, 40), (1, 4, 4, 3, 10),

@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 
 from ...engine.drafting import Proposal, TargetForward
-from ...engine.memory import kv_shape
+from ...engine.memory import kv_cache
 from ...engine.sampler import STREAM_DRAFT, batch_params, hash_uniform, sample_from, target_probs
 from ...engine.sequence import Sequence
-from ...model.layers import slot_index
+from ...model.attention import AttentionMetadata
 from ..weights import ModelDrafter
 from .head import DEFAULT_INSTALL_HINT, Eagle3Head, load_head
 
@@ -35,9 +35,8 @@ class Eagle3Drafter(ModelDrafter):
         self._pick = [self.hidden_layers.index(i) for i in layers]  # the target returns layers in order
         p = next(head.parameters())
         cfg = head.config
-        shape = kv_shape(num_slots, cfg.num_kv_heads, max_len, cfg.head_dim)  # [S, Hkv, L, hd]
-        # in ordinary memory (huge pages allowed), kept between generate() calls: it is one layer
-        self.kv = tuple(torch.zeros(shape, device=p.device, dtype=p.dtype) for _ in range(2))
+        # one layer [S, Hkv, L, hd], in ordinary memory (huge pages allowed), kept between generate() calls
+        self.kv = kv_cache(1, num_slots, cfg.num_kv_heads, max_len, cfg.head_dim, p.device, p.dtype, lazy=False)[0]
         self.last_h = torch.zeros(num_slots, cfg.hidden_size, device=p.device, dtype=p.dtype)  # [S, D] pre-norm
         self.last_pos = torch.zeros(num_slots, dtype=torch.long, device=p.device)  # [S]
         self.device = p.device
@@ -45,9 +44,10 @@ class Eagle3Drafter(ModelDrafter):
     @torch.inference_mode()
     def observe(self, fwd: TargetForward) -> None:
         B = len(fwd.seqs)
-        slots = slot_index([s.slot for s in fwd.seqs], self.device, max_runs=0)  # a slice (views) or [B]
+        slots = torch.tensor([s.slot for s in fwd.seqs], device=self.device)  # [B]
+        meta = AttentionMetadata.build(slots, fwd.positions)
         fused = self.module.fuse([fwd.hidden[i] for i in self._pick])  # [B, T, D]
-        out = self.module(fused, self.target.embed(fwd.next_tokens), fwd.positions, self.kv, slots)  # [B, T, D]
+        out = self.module(fused, self.target.embed(fwd.next_tokens), fwd.positions, self.kv, meta)  # [B, T, D]
         rows = torch.arange(B, device=self.device)
         last = (fwd.valid - 1).clamp(min=0)  # [B]
         self.last_h[slots] = out[rows, last]
@@ -59,7 +59,7 @@ class Eagle3Drafter(ModelDrafter):
         lengths = torch.tensor(k, dtype=torch.long, device=self.device)  # [B]
         if K == 0:
             return Proposal(torch.zeros(B, 0, dtype=torch.long, device=self.device), lengths, None)
-        slots = slot_index([s.slot for s in seqs], self.device, max_runs=0)  # a slice (views) or [B]
+        slots = torch.tensor([s.slot for s in seqs], device=self.device)  # [B]
         h = self.last_h[slots][:, None]  # [B, 1, D]
         pos = self.last_pos[slots][:, None]  # [B, 1]
         params = batch_params(seqs, self.device) if self.sample_drafts else None
@@ -77,7 +77,8 @@ class Eagle3Drafter(ModelDrafter):
                 qs.append(q)
             drafts.append(tok)
             if j + 1 < K:
-                h = self.module(h, self.target.embed(tok), pos + 1 + j, self.kv, slots)  # [B, 1, D]
+                at = pos + 1 + j  # [B, 1]
+                h = self.module(h, self.target.embed(tok), at, self.kv, AttentionMetadata.build(slots, at))  # [B, 1, D]
         return Proposal(torch.cat(drafts, dim=1), lengths, torch.cat(qs, dim=1) if qs else None)  # [B, K], [B, K, V]
 
 

@@ -19,7 +19,8 @@ from torch import nn
 from ...io import atomic_dir
 from ...model import ModelConfig
 from ...model.checkpoint import load_safetensors
-from ...model.layers import MLP, Attention, RMSNorm, apply_rope, cached_attention, rope_cos_sin
+from ...model.attention import AttentionMetadata, LayerKV, cached_attention
+from ...model.layers import MLP, Attention, RMSNorm, apply_rope, rope_cos_sin
 
 DEFAULT_INSTALL_HINT = "run `specrl train-drafter --method eagle3` to train one"
 PUBLIC_ARCHS = {"LlamaForCausalLMEagle3", "Eagle3Speculator"}  # export.py's two layouts
@@ -206,10 +207,11 @@ class Eagle3Head(nn.Module):
         x = h + layer.self_attn.o_proj(attn_out.transpose(1, 2).reshape(B, T, -1))  # [B, T, D]
         return x + layer.mlp(layer.post_attention_layernorm(x))
 
-    def forward(self, h, emb, positions, kv, slots) -> torch.Tensor:
-        """One step over a position-indexed cache (k, v each [S, Hkv, L, hd]) -> pre-norm output [B, T, D]."""
+    def forward(self, h, emb, positions, kv: LayerKV, meta: AttentionMetadata) -> torch.Tensor:
+        """One step over a position-indexed cache (k, v each [S, Hkv, L, hd]) under `meta` (whose positions
+        are `positions` [B, T]) -> pre-norm output [B, T, D]."""
         q, k, v = self.qkv(h, emb, positions)
-        return self.finish(h, cached_attention(q, k, v, kv, slots, positions))
+        return self.finish(h, cached_attention(q, k, v, kv, meta, self.midlayer.self_attn.scale))
 
 
 def init_head(cfg: Eagle3Config, seed: int = 0, std: float = 0.02) -> Eagle3Head:

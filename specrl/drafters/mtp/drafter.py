@@ -24,6 +24,7 @@ from ...engine.sequence import Sequence
 from ..weights import ModelDrafter
 from ...io import atomic_dir
 from ...model import CausalLM, ModelConfig, resolve_dtype
+from ...model.attention import AttentionMetadata
 from ...model.checkpoint import read_state_dict
 from ...model.mtp import MTPStack
 
@@ -85,10 +86,11 @@ class MTPDrafter(ModelDrafter):
     @torch.inference_mode()
     def observe(self, fwd: TargetForward) -> None:
         slots = torch.tensor([s.slot for s in fwd.seqs], device=self.device)  # [B]
+        meta = AttentionMetadata.build(slots, fwd.positions)  # every depth runs at the target's positions
         h = fwd.last_hidden  # [B, T, D]
         for d in range(1, self.module.depth + 1):
             ids = F.pad(fwd.next_tokens[:, d - 1:], (0, d - 1))  # [B, T]: t_{i+d}, zeros past the row
-            h = self.module.step(d, h, self.target.embed(ids), fwd.positions, self.cache[d - 1], slots)
+            h = self.module.step(d, h, self.target.embed(ids), fwd.positions, self.cache[d - 1], meta)
         last = (fwd.valid - 1).clamp_min(0)  # [B] index of the last accepted input
         self.h0[slots] = fwd.last_hidden[torch.arange(len(fwd.seqs), device=self.device), last]  # [B, D]
 
@@ -100,9 +102,10 @@ class MTPDrafter(ModelDrafter):
         pos = torch.tensor([[s.num_tokens - 2] for s in seqs], device=self.device)  # [B, 1] last verified input
         tok = torch.tensor([s.tokens[-1] for s in seqs], device=self.device)  # [B]
         h = self.h0[slots][:, None]  # [B, 1, D]
+        meta = AttentionMetadata.build(slots, pos)  # every draft runs at the last verified position
         for j in range(1, K + 1):
             d = min(j, self.module.depth)
-            h = self.module.step(j, h, self.target.embed(tok[:, None]), pos, self.cache[d - 1], slots)  # [B, 1, D]
+            h = self.module.step(j, h, self.target.embed(tok[:, None]), pos, self.cache[d - 1], meta)  # [B, 1, D]
             tok = self.module.logits(j, h, self.target.lm_head)[:, -1].argmax(-1)  # [B]
             yield tok
 

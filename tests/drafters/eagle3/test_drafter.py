@@ -8,6 +8,7 @@ import torch
 
 from specrl import LLM, SamplingParams, SpecConfig
 from specrl.drafters.eagle3.head import Eagle3Config, default_layers, init_head, load_head, save_head
+from specrl.model.attention import AttentionMetadata
 from tests.helpers import tiny_model
 
 
@@ -60,7 +61,8 @@ def test_save_load_round_trip(tmp_path):
     # one cached step: [B, T, D] in, [B, T, D] out
     kv = tuple(torch.zeros(2, 2, 8, model.config.head_dim) for _ in range(2))
     h = torch.randn(2, 3, D)
-    out = back(h, torch.randn(2, 3, D), torch.arange(3).expand(2, 3), kv, torch.tensor([0, 1]))
+    positions = torch.arange(3).expand(2, 3)  # [B, T]
+    out = back(h, torch.randn(2, 3, D), positions, kv, AttentionMetadata.build([0, 1], positions))
     assert out.shape == (2, 3, D)
 
 
