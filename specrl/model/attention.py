@@ -4,21 +4,21 @@ an `AttentionMetadata` record per forward (cache slot, positions and context len
 Slot `s`, position `p` lives at `k[s, :, p]`. A query at position p attends to positions 0..p of its row's slot,
 so each row reads its own length only, and entries a rejected draft left behind are never read: the next forward
 overwrites them first. `attend` is the only place the cached path reads the cache: it calls the compiled kernel
-(`specrl.model.kernels.decode_attention`) for decode and verify forwards where that package imports and the tensors
-are on a CPU, else `sdpa_attention`, the reference. SPECRL_ATTENTION=sdpa forces the reference.
+(`specrl.model.kernels.decode_attention`) for decode and verify forwards where it takes the inputs (CPU, fp32 or
+bf16, a built kernel), else `grouped_sdpa`, the reference. SPECRL_ATTENTION=sdpa|kernel forces a path
+(`specrl.model.kernels.forced_path`).
 """
 from __future__ import annotations
 
 import math
-import os
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-ATTENTION_ENV = "SPECRL_ATTENTION"
-BACKENDS = ("auto", "sdpa", "kernel")
+from . import kernels
+
 # the kernel serves decode and verify (k + 1 <= 17 queries a row); a prompt's prefill, hundreds of queries a row,
 # is one SDPA call per group, as compute-bound as attention gets
 KERNEL_MAX_QUERIES = 32
@@ -133,9 +133,8 @@ def write_kv(layer: LayerKV, k: torch.Tensor, v: torch.Tensor, meta: AttentionMe
 def attend(q: torch.Tensor, layer: LayerKV, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """q [B, H, T, D] over the cache rows of `meta` (keys already written) -> [B, H, T, D]."""
     k_cache, v_cache = layer
-    kernel = _kernel() if q.device.type == "cpu" and q.shape[2] <= KERNEL_MAX_QUERIES else None
-    if kernel is not None:
-        return kernel(q, k_cache, v_cache, meta.slots, meta.positions, scale)
+    if q.shape[2] <= KERNEL_MAX_QUERIES and kernels.takes(q, k_cache, v_cache):
+        return kernels.decode_attention(q, k_cache, v_cache, meta.slots, meta.positions, scale)
     return grouped_sdpa(q, k_cache, v_cache, meta, scale)
 
 
@@ -186,34 +185,3 @@ def masked_attention(q, keys, values, mask: torch.Tensor | None, scale: float | 
     out = F.scaled_dot_product_attention(q.reshape(B, keys.shape[1], G * T, D), keys, values, attn_mask=mask,
                                          scale=scale)
     return out.view(B, H, T, D)
-
-
-def backend() -> str:
-    """SPECRL_ATTENTION: auto (the kernel where it imports), sdpa (the reference) or kernel (the kernel or an error)."""
-    name = os.environ.get(ATTENTION_ENV, "auto").lower()
-    if name not in BACKENDS:
-        raise ValueError(f"{ATTENTION_ENV}={name!r}: expected one of {', '.join(BACKENDS)}")
-    return name
-
-
-@lru_cache(maxsize=None)
-def _kernel_for(name: str):
-    return _load_kernel(name)
-
-
-def _kernel():
-    """`specrl.model.kernels.decode_attention`, or None where the package is absent or SDPA is forced."""
-    return _kernel_for(backend())
-
-
-def _load_kernel(name: str):
-    if name == "sdpa":
-        return None
-    try:
-        from .kernels import decode_attention
-    except ImportError as e:
-        if name == "kernel":
-            raise RuntimeError(f"{ATTENTION_ENV}=kernel but specrl.model.kernels does not import ({e}): unset "
-                               f"{ATTENTION_ENV} to fall back to SDPA") from e
-        return None
-    return decode_attention

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import specrl.model.kernels as K
 from specrl.errors import ConfigError
 from specrl.model.kernels import build
-from specrl.model.kernels.fallback import decode_attention_sdpa, groups
+from specrl.model.attention import sdpa_attention as decode_attention_sdpa
 
 
 def reference(q, k_cache, v_cache, slots, positions, scale) -> torch.Tensor:
@@ -109,12 +109,6 @@ def test_a_bad_position_or_slot_is_an_error_not_a_read_out_of_bounds(kernel):
         kernel(q, k, v, slots, positions + k.shape[2], scale)
     with pytest.raises(RuntimeError, match="outside the cache"):
         kernel(q, k, v, slots + 100, positions, scale)
-
-
-def test_fallback_groups_rows_of_similar_length():
-    # sorted longest first: 1000, 900 (within 1.25x of 1000), then 700 starts a group with 600; 100 alone
-    assert groups([100, 1000, 600, 900, 700]) == [[1, 3], [4, 2], [0]]
-    assert groups([10, 100, 60, 90, 70]) == [[1, 3, 4, 2, 0]]  # short rows: padding 90 positions beats a call
 
 
 def test_inputs_the_kernel_does_not_take_use_the_fallback(kernel):

@@ -4,7 +4,8 @@ prefill-sized query blocks."""
 import pytest
 import torch
 
-from specrl.model import attention
+from specrl.errors import ConfigError
+from specrl.model import attention, kernels
 from specrl.model.attention import (AttentionMetadata, KVCache, LayerKV, attend, cached_attention, default_scale,
                                     sdpa_attention, slot_groups)
 
@@ -114,11 +115,12 @@ def test_kv_cache_copy_slot():
 
 
 def test_backend_env(monkeypatch):
-    monkeypatch.setenv(attention.ATTENTION_ENV, "flash")
-    with pytest.raises(ValueError, match="expected one of"):
-        attention.backend()
-    monkeypatch.setenv(attention.ATTENTION_ENV, "sdpa")
-    assert attention._kernel() is None  # the reference, even where the kernel package imports
+    monkeypatch.setenv(kernels.ENV, "flash")
+    with pytest.raises(ConfigError, match="expected one of sdpa, kernel"):
+        kernels.forced_path()
+    monkeypatch.setenv(kernels.ENV, "sdpa")
+    q, layer, slots, positions = _setup(4, 2, 64, 1, [0, 2], [100, 120])
+    assert not kernels.takes(q, *layer)  # the reference, even where the kernel builds
 
 
 def test_attend_calls_the_kernel_for_decode_and_verify_only(monkeypatch):
@@ -129,7 +131,8 @@ def test_attend_calls_the_kernel_for_decode_and_verify_only(monkeypatch):
         calls.append((slots, positions, scale))
         return sdpa_attention(q, k_cache, v_cache, slots, positions, scale)
 
-    monkeypatch.setattr(attention, "_kernel", lambda: fake)
+    monkeypatch.setattr(kernels, "decode_attention", fake)
+    monkeypatch.setattr(kernels, "takes", lambda q, k, v: True)
     for T, called in ((5, True), (attention.KERNEL_MAX_QUERIES + 1, False)):
         calls.clear()
         q, layer, slots, positions = _setup(4, 2, 64, T, [0, 2], [100, 120])

@@ -6,7 +6,8 @@
 
 The kernel (decode_attention.cpp, built at first use by `build.load_kernel`) takes CPU tensors in float32 or
 bfloat16 with head size 32, 64, 128 or 256, outside autograd; anything else takes the SDPA path
-(`fallback.decode_attention_sdpa`), as does a machine where the kernel does not build. SPECRL_ATTENTION=sdpa
+(`specrl.model.attention.sdpa_attention`, the seam's reference), as does a machine where the kernel does not
+build. SPECRL_ATTENTION=sdpa
 forces the SDPA path, =kernel the kernel (an error where it cannot run); `kernel_status()` says which path this
 machine takes.
 """
@@ -19,7 +20,6 @@ import torch
 from specrl.errors import ConfigError
 
 from . import build
-from .fallback import decode_attention_sdpa
 
 ENV = "SPECRL_ATTENTION"
 CHOICES = ("sdpa", "kernel")
@@ -28,7 +28,7 @@ KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 
 _state: dict[str, str | None] = {}  # "reason": None once the kernel loaded, else why not (asked once a process)
 
-__all__ = ["decode_attention", "decode_attention_sdpa", "kernel_status", "forced_path"]
+__all__ = ["decode_attention", "kernel_status", "forced_path", "takes"]
 
 
 def forced_path() -> str | None:
@@ -70,16 +70,24 @@ def unsupported(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -
     return None
 
 
+def takes(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """Whether `decode_attention` runs the kernel on these inputs; SPECRL_ATTENTION=kernel where it cannot is a
+    ConfigError naming the reason."""
+    forced = forced_path()
+    if forced == "sdpa":
+        return False
+    why = unsupported(q, k_cache, v_cache) or kernel_reason()
+    if why is not None and forced == "kernel":
+        raise ConfigError(f"{ENV}=kernel, but the kernel cannot run here: {why}; unset {ENV} (or set it to "
+                          "sdpa) to take the SDPA path")
+    return why is None
+
+
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
                      positions: torch.Tensor, scale: float) -> torch.Tensor:
     """q [B, H, T, D] over one layer's cache [S, Hkv, L, D] at slots [B], each query up to its own position
     (positions [B, T]) -> [B, H, T, D] in q's dtype. Each row reads only its own length."""
-    forced = forced_path()
-    if forced != "sdpa":
-        why = unsupported(q, k_cache, v_cache) or kernel_reason()
-        if why is None:
-            return torch.ops.specrl_kernels.decode_attention(q, k_cache, v_cache, slots, positions, float(scale))
-        if forced == "kernel":
-            raise ConfigError(f"{ENV}=kernel, but the kernel cannot run here: {why}; unset {ENV} (or set it to "
-                              "sdpa) to take the SDPA path")
-    return decode_attention_sdpa(q, k_cache, v_cache, slots, positions, scale)
+    if takes(q, k_cache, v_cache):
+        return torch.ops.specrl_kernels.decode_attention(q, k_cache, v_cache, slots, positions, float(scale))
+    from specrl.model.attention import sdpa_attention  # the seam imports this package: imported on use
+    return sdpa_attention(q, k_cache, v_cache, slots, positions, scale)
