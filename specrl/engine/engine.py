@@ -72,13 +72,15 @@ class Engine:
         return speculate(self.runner, self.pool.drafters, batch.seqs, batch.plan)
 
     def postprocess(self, batch: Batch, ran: Ran, scheduler: Scheduler, t0: float) -> StepResult:
-        # the trace's mean context: before the step's tokens, a prefill's rows with their first one
+        # step 1: the sequences take their tokens (the one change a step makes to them), the drafters observe them;
+        # the trace's mean context is taken before the tokens, a prefill's rows with their first one
         ctx = _mean_len(scheduler.running) if self.tracer.file and not batch.groups else 0.0
         for seq in (s for g in batch.groups for s in g):  # admitted: their tokens come from the weights held now
             seq.mark_version(self.weights_version)
         kept = advance(self.pool, batch.seqs, ran)
         if self.tracer.file and batch.groups:
             ctx = _mean_len(scheduler.running)
+        # step 2: the step's one StepResult, which the counters, the tracer and the strategy read
         result = step_result(batch, ran, kept, time.perf_counter() - t0, ctx)
         self.stats.add(result)
         if self.choices is not None:
@@ -86,6 +88,7 @@ class Engine:
         self.tracer.record(**result.trace_row())
         if self.planning is not None:
             self.planning.update(result)
+        # step 3: finished sequences give their slots back
         for seq in scheduler.retire_finished():
             if self.pool is not None:
                 self.pool.release(seq)
