@@ -9,8 +9,8 @@
     runner.py     ModelRunner: the target model and its position-indexed KV cache
     stats.py      the counters across generate() calls, the strategy's choices, the per-step trace
     pool.py       DrafterPool, Deferred, Strategy/StaticStrategy, and how the engine's drafting is built
-    steps.py      the kinds of step as tensor work: prefill, decode, draft -> verify -> advance
-    engine.py     Engine.step: admit or schedule, run, postprocess
+    steps.py      the kinds of step as tensor work: prefill, decode, draft -> verify; and advance
+    engine.py     Engine.step: schedule (admit, or the strategy's plan) -> run -> postprocess (advance, learn)
     adaptive/     "auto": the adaptive strategy, its cost model, acceptance counts, constants and saved profiles
     llm.py        LLM, the vLLM-shaped front
     faults.py     replaced_verify: the one seam for running the engine with a broken verify (audit, tests)

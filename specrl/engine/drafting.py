@@ -1,5 +1,7 @@
 """The interface between the engine and a drafter, and the `Plan` a strategy hands the engine each step. The
-engine owns the target; a drafter owns its own state (caches, suffix trees) keyed by the sequence's cache slot."""
+engine owns the target; a drafter owns its own state (caches, suffix trees) keyed by the sequence's cache slot.
+A plan is bookkeeping only: it names who drafts how many tokens for which rows, and the engine's run makes every
+proposal (engine/steps.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -57,6 +59,15 @@ class HoldsCaches(Protocol):
     def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]: ...
 
 
+@runtime_checkable
+class CatchesUp(Protocol):
+    """A drafter that observes late (engine/pool.py `Deferred`): before it drafts, the engine has it catch up on
+    what it has not yet observed, and times that apart, since the adaptive engine prices a catch-up apart."""
+
+    def catch_up(self) -> int:
+        """Observes what waits; returns how many inputs that was."""
+
+
 def caches_of(drafter) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """`drafter`'s KV caches if it declares `HoldsCaches`, else none."""
     return drafter.caches() if isinstance(drafter, HoldsCaches) else []
@@ -89,14 +100,30 @@ def pad_proposals(drafts: list[list[int]], device) -> Proposal:
     return Proposal(tokens.to(device), lengths.to(device), None)
 
 
+class Shadow(NamedTuple):
+    """Drafts made for a few rows only to be scored against what the rows then emit, never verified (the adaptive
+    engine learns a model-free drafter's acceptance this way without spending steps on it)."""
+    drafter: str
+    rows: list[int]  # rows of the step, by index into its running sequences
+    k: int
+
+
 @dataclass
 class Plan:
-    """A strategy's decision for one step: for each running sequence, which drafter drafts how many tokens."""
+    """A strategy's decision for one step: for each running sequence, which drafter drafts how many tokens.
+    With a `lead`, the plan is a hybrid: the lead proposes for every row first, a row keeps the lead's draft
+    when it is full-length, and `drafters[b]` drafts for the others (who drafts a row depends on the lead's
+    proposal, so the engine's run decides it by this rule)."""
     drafters: list[str | None]  # per running sequence: the drafter that drafts for it (None: no draft)
     k: list[int]  # per running sequence: how many tokens to ask for
-    ready: dict[str, Proposal] = field(default_factory=dict)  # proposals already made while scheduling (all rows)
-    draft_s: float = 0.0  # seconds the schedule spent drafting (those proposals)
+    lead: str | None = None  # a hybrid's model-free drafter whose full-length proposals go first
+    shadows: list[Shadow] = field(default_factory=list)  # drafts to score only, made by the run as well
     label: str = "off"  # what the strategy chose, for the engine's record of choices (e.g. "suffix+eagle3@4")
+
+    @classmethod
+    def off(cls, n: int, shadows: list[Shadow] | None = None) -> "Plan":
+        """No draft for any of `n` rows (the drafters still observe the forward)."""
+        return cls([None] * n, [0] * n, shadows=list(shadows or []))
 
     def capped(self, seqs: list[Sequence]) -> "Plan":
         """k cut to what each sequence may still emit (0 without a drafter)."""

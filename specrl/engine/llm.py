@@ -17,7 +17,7 @@ from ..model.packed import pack_linears
 from ..model.precision import Precision, choose_dtype, engine_rows, parse_dtype
 from ..model.tokenizer import TextTokenizer
 from .adaptive import profile
-from .drafting import Drafter
+from .drafting import Drafter, Stateful
 from .engine import Engine
 from .memory import DEFAULT_MEMORY_UTILIZATION, SPARE, check_dtype, memory_budget, plan_kv_cache, release_caches
 from .methods import SpecConfig, is_adaptive
@@ -131,14 +131,24 @@ class LLM:
         `between_steps` it is an update in flight: the running sequences' KV cache is recomputed, so every later
         token comes from the new policy exactly (`CompletionOutput.weight_versions` says which version sampled
         which token). Never call it from another thread during generate()."""
-        self.engine.runner.load_weights(state_dict)
-        if version is not None:
-            self.weights_version = version
-        running = self._scheduler.running if self._scheduler is not None else []
-        if running:  # every input but the last, which the next step feeds; drafters keep their (stale) state
-            self.engine.runner.prefill([s.tokens[:-1] for s in running], [s.slot for s in running], cache_only=True)
-            for seq in running:
-                seq.mark_version(self.weights_version)
+        self.engine.update_weights(state_dict, version, self._scheduler.running if self._scheduler is not None else [])
+
+    def drafter_state(self) -> dict | None:
+        """What a checkpoint keeps of the drafting: the drafter's state, with a pool of drafters ("auto") that of
+        the strategy over it too (Engine.drafting_state); None when nothing keeps any."""
+        if self.drafter is not None and self.drafter is self.engine.pool:
+            return self.engine.drafting_state()
+        return self.drafter.state_dict() if isinstance(self.drafter, Stateful) else None
+
+    def load_drafter_state(self, state: dict) -> None:
+        """Loads what `drafter_state` returned (an exact resume)."""
+        if self.drafter is not None and self.drafter is self.engine.pool:
+            self.engine.load_drafting_state(state)
+        elif isinstance(self.drafter, Stateful):
+            self.drafter.load_state_dict(state)
+        else:
+            raise ValueError(f"the checkpoint holds drafter state but the engine's drafter ({self.spec.method!r}) "
+                             "keeps none: resume with the run's own rollout.spec")
 
     def generate(self, prompts: list, params: SamplingParams | list[SamplingParams] | None = None,
                  progress: bool = False) -> list[RequestOutput]:

@@ -5,7 +5,6 @@ in engine/adaptive/); and what the engine drafts with: `build_engine_drafting` (
 each drafting method builds)."""
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import torch
@@ -21,8 +20,8 @@ MAX_PENDING = 200_000  # pending inputs (all sequences) before a catch-up is for
 
 class DrafterPool:
     """Every drafter observes every target forward, drafting that step or not, so switching a sequence to
-    another drafter needs no re-prefill. Its state (for checkpoints) is each stateful drafter's plus that of
-    the `strategy` the engine attaches."""
+    another drafter needs no re-prefill. Its state (for checkpoints) is each stateful drafter's; the strategy
+    that plans over it keeps its own (the engine's, `LLM.drafter_state` joins them)."""
 
     def __init__(self, drafters: dict[str, Drafter], model_based: tuple[str, ...] = ()):
         if not drafters:
@@ -33,7 +32,6 @@ class DrafterPool:
         kept = [i for i in self.hidden_layers if i >= 0]  # the target returns the non-negative layers, in order
         self._pick = {n: [kept.index(i) for i in sorted(j for j in d.hidden_layers if j >= 0)]
                       for n, d in self.drafters.items()}
-        self.strategy = None
 
     @property
     def inner(self):
@@ -53,15 +51,12 @@ class DrafterPool:
         return [c for d in self.drafters.values() for c in caches_of(d)]
 
     def state_dict(self) -> dict:
-        return {"drafters": {n: d.state_dict() for n, d in self.drafters.items() if isinstance(d, Stateful)},
-                "strategy": self.strategy.state_dict() if isinstance(self.strategy, Stateful) else None}
+        return {"drafters": {n: d.state_dict() for n, d in self.drafters.items() if isinstance(d, Stateful)}}
 
     def load_state_dict(self, state: dict) -> None:
         for n, sub in state["drafters"].items():
             if n in self.drafters and isinstance(self.drafters[n], Stateful):
                 self.drafters[n].load_state_dict(sub)
-        if state.get("strategy") is not None and isinstance(self.strategy, Stateful):
-            self.strategy.load_state_dict(state["strategy"])
 
 
 def unwrap(drafter):
@@ -72,7 +67,8 @@ def unwrap(drafter):
 class Deferred:
     """A model drafter that is not drafting catches up on the target's forwards only when
     it is next asked to draft, in a few batched forwards instead of one per engine step. `Deferred` wraps such a
-    drafter and is itself a `Drafter`: its `observe` buffers, its `propose` catches up first.
+    drafter and is itself a `Drafter`: its `observe` buffers, its `propose` catches up first (the engine calls
+    `catch_up` itself just before, to time it: the cost model prices a catch-up apart from drafting).
 
     Why: keeping its cache current costs a model drafter a fraction of a target forward every step, and the
     adaptive engine often leaves it idle. The state stays exact: a sequence's accepted inputs are contiguous
@@ -87,7 +83,6 @@ class Deferred:
         self.steps: list[tuple[list[Sequence], list[int], tuple[torch.Tensor, ...]]] = []
         self.pending = 0  # inputs held
         self.live: set[int] = set()  # seq_ids with pending inputs that have not finished
-        self.caught_up = (0, 0.0)  # inputs and seconds of catch-ups before drafting since the last `take`
 
     def observe(self, fwd: TargetForward) -> None:
         valid = fwd.valid.tolist()
@@ -141,16 +136,8 @@ class Deferred:
         return inputs
 
     def propose(self, seqs: list[Sequence], k: list[int]) -> Proposal:
-        t = time.perf_counter()
-        inputs = self.catch_up()
-        if inputs:  # the cost model prices a catch-up apart from drafting (engine/adaptive/strategy.py)
-            self.caught_up = (self.caught_up[0] + inputs, self.caught_up[1] + time.perf_counter() - t)
+        self.catch_up()
         return self.inner.propose(seqs, k)
-
-    def take(self) -> tuple[int, float]:
-        """Inputs caught up on before drafting, and the seconds that took, since the last call."""
-        out, self.caught_up = self.caught_up, (0, 0.0)
-        return out
 
     def release(self, seq: Sequence) -> None:
         """`seq` finished: once no pending sequence is left, nothing held would be read again."""
@@ -164,9 +151,11 @@ class Deferred:
 
 
 class Strategy:
-    """Decides, for each running sequence, which drafter drafts how many tokens (0: none)."""
+    """Decides, for each running sequence, which drafter drafts how many tokens (0: none): bookkeeping only, the
+    engine's run makes the proposals. It learns from each step's `StepResult` alone."""
 
-    def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan | None:
+    def schedule(self, seqs: list[Sequence]) -> Plan | None:
+        """The plan for the next step over `seqs` (None: no draft)."""
         raise NotImplementedError
 
     def update(self, result: StepResult) -> None:
@@ -182,7 +171,7 @@ class StaticStrategy(Strategy):
     def __init__(self, name: str, k: int):
         self.name, self.k = name, k
 
-    def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan:
+    def schedule(self, seqs: list[Sequence]) -> Plan:
         return Plan([self.name] * len(seqs), [self.k] * len(seqs), label=f"{self.name}@{self.k}")
 
 

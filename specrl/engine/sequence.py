@@ -175,8 +175,8 @@ class Scheduler:
 
 @dataclass
 class StepResult:
-    """What one engine step did, filled by engine/steps.py and read by the counters, the tracer and the strategy,
-    so none of them re-derives it."""
+    """What one engine step did, made once by the engine's postprocess and read by the counters, the tracer and
+    the strategy (which learns its costs and acceptance from it alone), so none of them re-derives it."""
     phase: str  # "prefill", "decode" (SD off) or "spec" (one verify forward)
     seqs: list[Sequence]  # the sequences the forward ran, in row order
     tokens_in: int  # inputs of the target forward (all rows, drafts and padding included)
@@ -186,8 +186,8 @@ class StepResult:
     accepted_tokens: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0  # the target forward, sampling and verification
-    other_s: float = 0.0  # the rest of the step (scheduling, bookkeeping), filled by the engine
-    context_len_mean: float = 0.0  # filled by the engine when a trace is written
+    other_s: float = 0.0  # the rest of the step (scheduling, shadow drafts, bookkeeping)
+    context_len_mean: float = 0.0  # when a trace is written
     # per row of a spec step: the drafter whose drafts row b carried (None: none), the k asked of it, the
     # drafts proposed and accepted; and each drafter's propose time
     drafters: list[str | None] = field(default_factory=list)
@@ -196,6 +196,10 @@ class StepResult:
     lengths: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
     draft_s_by: dict[str, float] = field(default_factory=dict)  # a deferred drafter's catch-up included
+    # per drafter that observes late: the inputs it caught up on before drafting, and the seconds that took
+    catch_up: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # drafts made only to be scored: (drafter, row, the row's num_tokens when drafted, the draft tokens)
+    shadows: list[tuple[str, Sequence, int, list[int]]] = field(default_factory=list)
     plan: str = "off"  # the label of the strategy's plan (engine/drafting.py Plan.label)
 
     @property

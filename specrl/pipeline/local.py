@@ -12,7 +12,6 @@ import torch
 
 from ..drafters.weights import check_fits, drafter_module, drafter_version, load_drafter_weights
 from ..engine import LLM, RequestOutput, SamplingParams
-from ..engine.drafting import Stateful
 from ..model import CausalLM
 from ..config.run import TrainConfig
 from .seam import NamedTensors
@@ -126,9 +125,9 @@ class LocalBackend:
                 self._apply((named, version), None)
 
     def disable_speculation(self) -> None:
-        """rollout.audit=fallback: no more drafts. The engine reads its strategy once per step, so a step
-        already running finishes as it started; the drafters stay (their state, for checkpoints)."""
-        self.llm.engine.strategy = None
+        """rollout.audit=fallback: no more drafts. The engine reads the switch once per step, so a step
+        already running finishes as it started; the drafters and the strategy stay (their state, for checkpoints)."""
+        self.llm.engine.speculate = False
 
     def stats(self) -> dict:
         """The engine's counters, with `drafter_served`: the drafter version the last generate() started with
@@ -145,13 +144,10 @@ class LocalBackend:
         self._cancelled = True
 
     def drafter_state(self) -> dict | None:
-        return self.llm.drafter.state_dict() if isinstance(self.llm.drafter, Stateful) else None
+        return self.llm.drafter_state()
 
     def load_drafter_state(self, state: dict) -> None:
-        if not isinstance(self.llm.drafter, Stateful):
-            raise ValueError(f"the checkpoint holds drafter state but the engine's drafter "
-                             f"({self.llm.spec.method!r}) keeps none: resume with the run's own rollout.spec")
-        self.llm.drafter.load_state_dict(state)
+        self.llm.load_drafter_state(state)
 
     def close(self) -> None:
         self.llm.engine.tracer.close()

@@ -35,7 +35,7 @@ class RandomMix(Strategy):
         self.drafted = {n: 0 for n in names}
         self.accepted = {n: 0 for n in names}
 
-    def schedule(self, seqs, pool):
+    def schedule(self, seqs):
         which = [self.rng.choice(self.names + [None]) for _ in seqs]
         return Plan(which, [self.rng.randint(0, self.k_max) for _ in seqs])
 

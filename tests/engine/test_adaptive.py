@@ -11,7 +11,8 @@ from specrl.engine.adaptive.strategy import AdaptiveStrategy
 from specrl.engine.adaptive.constants import PLAN_EVERY
 from specrl.engine.adaptive.cost_model import CostModel, CostProfileError
 from specrl.engine.pool import Deferred
-from specrl.engine.drafting import pad_proposals
+from specrl.engine.drafting import Shadow, pad_proposals
+from specrl.engine.steps import draft, shadow_drafts
 from specrl.engine.pool import DrafterPool
 from specrl.engine.sequence import StepResult
 from specrl.engine.sequence import Sequence
@@ -114,12 +115,13 @@ class PointDrafter:
     hidden_layers = ()
 
     def __init__(self, per_row):
-        self.per_row = per_row
+        self.per_row, self.calls = per_row, 0
 
     def observe(self, fwd):
         pass
 
     def propose(self, seqs, k):
+        self.calls += 1
         return pad_proposals([[1] * min(ki, self.per_row[s.seq_id]) for s, ki in zip(seqs, k)], "cpu")
 
     def release(self, seq):
@@ -168,11 +170,15 @@ def test_the_plan_takes_the_drafter_whose_counts_favour_it_and_a_hybrid_for_long
     teach(strategy, "suffix", 4)  # a full suffix match is always accepted ...
     strategy.stats["suffix", ALL].add([4] * 400, [0] * 400, [0] * 400)  # ... but most rows have none
     teach(strategy, "eagle3", 2)
-    plan = strategy.schedule(rows, pool)
-    # rows 0 and 2 have a full-length suffix match and keep it; row 1 has none, so EAGLE-3 drafts for it
+    plan = strategy.schedule(rows)
     assert strategy.arm.label == "suffix+eagle3@4"
-    assert plan.drafters == ["suffix", "eagle3", "suffix"] and plan.k == [4, 4, 4]
-    assert set(plan.ready) == {"suffix"}  # the suffix proposal is reused, not made again
+    assert (plan.lead, plan.drafters, plan.k) == ("suffix", ["eagle3"] * 3, [4, 4, 4])  # no draft made yet
+    assert pool.drafters["suffix"].calls == 0
+    # the run: rows 0 and 2 have a full-length suffix match and keep it; row 1 has none, so EAGLE-3 drafts for it
+    drafted = draft(pool.drafters, rows, plan.capped(rows), 8, "cpu")
+    assert drafted.drafters == ["suffix", "eagle3", "suffix"] and drafted.proposal.lengths.tolist() == [4, 4, 4]
+    assert pool.drafters["suffix"].calls == 1  # the lead's proposal is cut to its rows, not made again
+    assert set(drafted.seconds) == {"suffix", "eagle3"}  # each drafter's time, for the strategy to learn
 
 
 def test_a_model_drafter_filling_in_a_hybrid_is_counted_apart_from_its_rows_at_large():
@@ -185,10 +191,11 @@ def test_a_model_drafter_filling_in_a_hybrid_is_counted_apart_from_its_rows_at_l
     teach(strategy, "suffix", 4)
     strategy.stats["suffix", ALL].add([4] * 400, [0] * 400, [0] * 400)
     teach(strategy, "eagle3", 2)
-    plan = strategy.schedule(rows, pool)
-    assert strategy.arm.label == "suffix+eagle3@4" and plan.drafters == ["suffix", "eagle3", "suffix"]
+    plan = strategy.schedule(rows)
+    which = draft(pool.drafters, rows, plan.capped(rows), 8, "cpu").drafters
+    assert strategy.arm.label == "suffix+eagle3@4" and which == ["suffix", "eagle3", "suffix"]
     alone = list(strategy.stats["eagle3", ALL].reached)
-    strategy.update(StepResult("spec", rows, tokens_in=15, emitted_tokens=10, drafters_asked=plan.drafters,
+    strategy.update(StepResult("spec", rows, tokens_in=15, emitted_tokens=10, drafters_asked=which,
                                asked=[4, 4, 4], lengths=[4, 4, 4], accepted=[4, 0, 4]))
     assert strategy.stats["eagle3", ALL].reached == alone
     assert strategy.stats["eagle3", FILL].reached == [1.0, 0.0, 0.0, 0.0]  # row 1: its first draft was rejected
@@ -215,8 +222,7 @@ def test_sd_is_off_when_a_verified_token_costs_as_much_as_a_forward():
     cost.target.prior = [1e-6, 64.0, 0.0]  # seconds = tokens: no fixed cost left to amortise
     strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, cost)
     teach(strategy, "suffix", 3)
-    pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(64)})})
-    assert strategy.schedule(rows, pool) is None and strategy.arm == OFF
+    assert strategy.schedule(rows).drafters == [None] * 64 and strategy.arm == OFF
 
 
 def test_an_arm_that_runs_slower_than_predicted_is_priced_by_what_it_realised():
@@ -229,15 +235,14 @@ def test_an_arm_that_runs_slower_than_predicted_is_priced_by_what_it_realised():
     strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, cost)
     strategy.arms = [OFF, Arm("suffix", 4)]
     teach(strategy, "suffix", 3)
-    pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(4)})})
     forward = cost.target_s(4, 4)
-    assert strategy.schedule(rows, pool).k == [4] * 4
+    assert strategy.schedule(rows).k == [4] * 4
     for _ in range(3 * PLAN_EVERY):
         if strategy.arm == OFF:
             break
         strategy.update(StepResult("spec", rows, tokens_in=4, emitted_tokens=4, drafters_asked=[None] * 4,
                                    asked=[0] * 4, lengths=[0] * 4, accepted=[0] * 4, verify_s=8 * forward))
-        strategy.schedule(rows, pool)
+        strategy.schedule(rows)
     assert strategy.arm == OFF and strategy.checks.factor("suffix@4", 4) < 0.5
     assert strategy.checks.factor("off", 4) == 1.0  # an arm that has not run keeps the model's figure
     # the check is learned state: a checkpoint keeps it
@@ -285,15 +290,14 @@ def test_an_untried_drafter_is_tried_where_trying_could_pay_and_the_plan_is_reus
     cost = flat_cost(["suffix", "eagle3"])
     strategy = AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, cost)
     teach(strategy, "suffix", 1)
-    pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(2)}), "eagle3": PointDrafter({})})
-    strategy.schedule(seqs(2), pool)
+    strategy.schedule(seqs(2))
     assert strategy.arm.drafter == "eagle3"  # never seen: optimism tries it
     teach(strategy, "eagle3", 0)  # it turns out useless ...
-    strategy.schedule(seqs(2), pool)
+    strategy.schedule(seqs(2))
     assert strategy.arm.drafter == "suffix"  # ... and is dropped at once, not PLAN_EVERY steps later
     arm = strategy.arm
     teach(strategy, "eagle3", 4)  # better now, but the plan holds until it is PLAN_EVERY steps old
-    strategy.schedule(seqs(2), pool)
+    strategy.schedule(seqs(2))
     assert strategy.arm == arm
 
 
@@ -302,11 +306,13 @@ def test_shadow_drafts_teach_a_model_free_drafter_without_drafting():
     strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, flat_cost(["suffix"]))
     strategy.arms = [OFF]  # it never drafts: what it learns comes from the shadow drafts alone
     pool = DrafterPool({"suffix": PointDrafter({0: 4, 1: 4})})  # proposes [1, 1, 1, 1]
-    assert strategy.schedule(rows, pool) is None
+    plan = strategy.schedule(rows)
+    assert plan.drafters == [None, None] and plan.shadows == [Shadow("suffix", [0, 1], 4)]
+    shadows = shadow_drafts(pool.drafters, rows, plan.shadows)  # the engine's run drafts them
     rows[0].append([1, 1, 5], [0.0] * 3)  # row 0 emitted 1, 1, 5: two drafts would have been accepted
     rows[1].append([7], [0.0])  # row 1 emitted 7: the first draft would have been rejected
     strategy.update(StepResult("spec", rows, tokens_in=2, emitted_tokens=4, drafters_asked=[None, None],
-                               asked=[0, 0], lengths=[0, 0], accepted=[0, 0]))
+                               asked=[0, 0], lengths=[0, 0], accepted=[0, 0], shadows=shadows))
     # row 0: drafts 1, 2 accepted, the third rejected; row 1: the first rejected (positions past a rejection
     # are never reached)
     assert strategy.stats["suffix", ALL].reached[:3] == [2.0, 1.0, 1.0]
@@ -332,21 +338,20 @@ def test_rows_that_accept_a_drafter_less_than_its_counts_get_another_drafter_and
     # The long tail: the rows still running accept the model-free drafter's drafts far below what its counts
     # (pooled over every row) expect. The plan for those rows turns to the drafter they do accept; rows that
     # have not shown it are priced by the counts again.
-    pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(6)}), "eagle3": PointDrafter({})})
     strategy = AdaptiveStrategy(["suffix", "eagle3"], {"suffix"}, 4, flat_cost(["suffix", "eagle3"]))
     teach(strategy, "suffix", 3, rows=100_000)  # counts that one step's rows cannot move
     teach(strategy, "eagle3", 2, rows=100_000)
     tail = seqs(6)[:2]
-    strategy.schedule(tail, pool)
+    strategy.schedule(tail)
     assert strategy.arm.label == "suffix@4"
     for _ in range(PLAN_EVERY):  # the tail's rows reject every suffix draft
-        strategy.schedule(tail, pool)
+        strategy.schedule(tail)
         strategy.update(StepResult("spec", tail, tokens_in=10, emitted_tokens=2, drafters_asked=["suffix"] * 2,
                                    asked=[4, 4], lengths=[4, 4], accepted=[0, 0]))
-    strategy.schedule(tail, pool)  # a new plan
+    strategy.schedule(tail)  # a new plan
     assert strategy.arm.drafter == "eagle3"
     assert strategy.stats["suffix", ALL].expected(4, False) > strategy.stats["eagle3", ALL].expected(4, False)
-    strategy.schedule(seqs(6)[2:], pool)  # other rows, a new plan: the counts price them again
+    strategy.schedule(seqs(6)[2:])  # other rows, a new plan: the counts price them again
     assert strategy.arm.label == "suffix@4"
 
 
@@ -354,15 +359,14 @@ def test_rows_that_accept_more_than_the_counts_never_expect_every_draft():
     # MAX_ALPHA keeps a drafter's expectation below k, or a certain drafter would always ask k_max. Rows that
     # accept more than the counts scale it up (factor > 1); the scaled value must stay under that same cap.
     from specrl.engine.adaptive.acceptance import AcceptanceStats
-    pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(6)})})
     strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, flat_cost(["suffix"]))
     teach(strategy, "suffix", 4, rows=100_000)  # every position at MAX_ALPHA: expected(4) = most(4) < 4
     rows = seqs(2)
     for _ in range(PLAN_EVERY + 1):  # the rows accept every draft, above what the counts expect
-        strategy.schedule(rows, pool)
+        strategy.schedule(rows)
         strategy.update(StepResult("spec", rows, tokens_in=10, emitted_tokens=10, drafters_asked=["suffix"] * 2,
                                    asked=[4, 4], lengths=[4, 4], accepted=[4, 4]))
-    strategy.schedule(rows, pool)
+    strategy.schedule(rows)
     assert strategy._row_factor["suffix"] > 1.0
     assert strategy._expected(("suffix", ALL), 4, False) == pytest.approx(AcceptanceStats.most(4))
     assert AcceptanceStats.most(4) < 4
@@ -371,7 +375,7 @@ def test_rows_that_accept_more_than_the_counts_never_expect_every_draft():
 def run_auto(spec, prompts, params, state=None):
     llm = LLM(tiny_model(seed=3, vocab=32, hidden=48, layers=2, max_pos=64), spec=spec, max_num_seqs=8)
     if state is not None:
-        llm.drafter.load_state_dict(state)
+        llm.load_drafter_state(state)
     outs = llm.generate(prompts, params)
     return [o.token_ids for r in outs for o in r.outputs], llm
 
@@ -392,7 +396,7 @@ def test_deterministic_mode_repeats_token_for_token_and_its_state_resumes_exactl
     b, _ = run_auto(spec, prompts, params)
     assert a == b and llm_a.stats["draft_tokens"] > 0
     # resume: the second batch after loading the first engine's state equals the second batch of one engine
-    state = llm_a.drafter.state_dict()
+    state = llm_a.drafter_state()
     stats = {tuple(key): sub for key, sub in state["strategy"]["stats"]}
     assert stats["suffix", "all"]["reached"][0] > 0 and "cost" in state["strategy"]
     second = SamplingParams(n=3, temperature=1.0, max_tokens=30, seed=12)
@@ -411,7 +415,7 @@ def test_measured_mode_learns_from_its_own_steps_and_stays_exact():
     assert [r.outputs[0].token_ids for r in got] == [r.outputs[0].token_ids for r in base]
     cost = llm.engine.strategy.cost
     assert cost.target.n > 5 and cost.scaled  # fit on this engine's own step timings
-    assert llm.drafter.state_dict()["strategy"]["cost"]["target"]["n"] == cost.target.n  # kept in checkpoints
+    assert llm.drafter_state()["strategy"]["cost"]["target"]["n"] == cost.target.n  # kept in checkpoints
 
 
 def test_a_step_result_reaches_the_stats_the_trace_and_the_strategy_once(tmp_path):

@@ -80,12 +80,12 @@ def test_a_prior_moves_the_first_plan(tmp_path):
     pool = DrafterPool({"suffix": PointDrafter({i: 4 for i in range(4)}), "eagle3": PointDrafter({})})
     fresh = strategy()
     teach(fresh, "suffix", 1)
-    fresh.schedule(seqs(4), pool)
+    fresh.schedule(seqs(4))
     assert fresh.arm.drafter == "eagle3"  # never seen: optimism tries it first
     primed = strategy()
     teach(primed, "suffix", 1)
     profile.load(primed, path, tiny_model())  # its counts replace those the engine held
-    primed.schedule(seqs(4), pool)
+    primed.schedule(seqs(4))
     assert primed.arm.label == "suffix@4"  # the profile says suffix pays and EAGLE-3 does not
 
 
@@ -105,7 +105,7 @@ def test_a_wrong_prior_is_outweighed_by_observed_acceptance_within_a_few_plans(t
     truth = {"suffix": 2, "eagle3": 0}  # ... but here it is never accepted, and suffix gets 2 of 4
     labels = []
     for _ in range(3 * PLAN_EVERY):
-        plan = s.schedule(rows, pool)
+        plan = s.schedule(rows)
         labels.append(s.arm.label)
         step(s, rows, plan, truth)
     assert labels[0] == "eagle3@4"  # the prior's choice first ...

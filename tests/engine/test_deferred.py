@@ -21,7 +21,7 @@ class EveryOther(Strategy):
     def __init__(self):
         self.n = 0
 
-    def schedule(self, seqs, pool):
+    def schedule(self, seqs):
         self.n += 1
         return Plan(["ngram"] * len(seqs), [3] * len(seqs)) if self.n % 2 else None
 

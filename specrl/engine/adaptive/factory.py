@@ -48,7 +48,7 @@ def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> tuple[Draft
     cost = CostModel(target.config.num_params, {n: own_params(d, target) for n, d in drafters.items()},
                      deterministic=opts.mode == "deterministic")
     point = {n for n in drafters if not get_method(n).trainable}
-    strategy = AdaptiveStrategy(list(drafters), point, spec.num_speculative_tokens, cost, deferred)
+    strategy = AdaptiveStrategy(list(drafters), point, spec.num_speculative_tokens, cost, set(deferred))
     path = opts.cost_profile if opts.cost_profile is not None else profile.shipped_path(spec, target)
     if path is not None and profile.load(strategy, path, target):
         log.info("%s: starts from the profile %s", spec.method, path)

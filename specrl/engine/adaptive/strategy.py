@@ -1,15 +1,16 @@
 """`AdaptiveStrategy`: the decision of the adaptive engine (engine/adaptive/__init__.py) and what it learns from
 each step: the cost model's fits, the acceptance counts keyed (drafter, kind), each arm's rate check, and the
 model-free drafters' shadow drafts (`ShadowDrafts`). The plan is reused until the number of running sequences
-changes or PLAN_EVERY steps pass."""
+changes or PLAN_EVERY steps pass. Deciding touches no tensor: the plan names the arm's drafters, a hybrid's lead
+and the shadow rows, and the engine's run drafts; what each step cost and proposed comes back in its
+`StepResult`."""
 from __future__ import annotations
 
 import copy
-import time
-from typing import Callable
+from typing import Callable, Iterable
 
-from ..drafting import Plan, budget_cap
-from ..pool import Deferred, DrafterPool, Strategy
+from ..drafting import Plan, Shadow
+from ..pool import Strategy
 from ..sequence import Sequence, Status, StepResult
 from .acceptance import AcceptanceStats
 from .arms import ALL, FILL, FULL, OFF, OLD_KEYS, Arm, arm_grid, count_keys, tally
@@ -20,10 +21,10 @@ from .ratecheck import RateChecks, RowRates
 
 class AdaptiveStrategy(Strategy):
     def __init__(self, names: list[str], point: set[str], k_max: int, cost: CostModel,
-                 deferred: dict[str, Deferred] | None = None):
+                 deferred: Iterable[str] = ()):
         self.names, self.point, self.k_max, self.cost = list(names), set(point), k_max, cost
         self.deterministic = cost.deterministic
-        self.deferred = deferred or {}  # model drafters that catch up on their observations when asked
+        self.deferred = set(deferred)  # model drafters that catch up on their observations when asked
         self.stats = {key: AcceptanceStats(k_max) for key in count_keys(self.names, self.point)}
         self.arms = arm_grid(self.names, self.point, k_max)
         self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
@@ -63,7 +64,7 @@ class AdaptiveStrategy(Strategy):
         rates = {arm: self.predicted_rate(arm, B) * self.checks.factor(arm.label, B) for arm in self.arms}
         return max(self.arms, key=lambda a: (rates[a], -a.k))  # ties: the shorter draft
 
-    def schedule(self, seqs: list[Sequence], pool: DrafterPool) -> Plan | None:
+    def schedule(self, seqs: list[Sequence]) -> Plan:
         B = len(seqs)
         if B != self._planned_for or self._age >= PLAN_EVERY or self._trying:
             ids = [s.seq_id for s in seqs]
@@ -76,22 +77,11 @@ class AdaptiveStrategy(Strategy):
             self._expect = 0.0 if self.deterministic else self.predicted_rate(self.arm, B, optimistic=False)
         self._age += 1
         arm = self.arm
-        self.shadows.propose(seqs, pool)
+        shadows = self.shadows.plan(seqs)
         if arm.drafter is None:
-            return None
-        if arm.lead is None:
-            return Plan([arm.drafter] * B, [arm.k] * B, label=arm.label)
-        return self._hybrid(arm, seqs, pool)
-
-    def _hybrid(self, arm: Arm, seqs: list[Sequence], pool: DrafterPool) -> Plan:
-        """The model-free lead proposes for every row; its full drafts stay, the model drafter drafts the others."""
-        caps = [budget_cap(arm.k, s) for s in seqs]
-        t = time.perf_counter()
-        prop = pool.drafters[arm.lead].propose(seqs, caps)
-        dt = time.perf_counter() - t
-        self.cost.observe_draft(arm.lead, sum(caps), max(caps, default=0), dt)
-        which = [arm.lead if c > 0 and n >= c else arm.drafter for n, c in zip(prop.lengths.tolist(), caps)]
-        return Plan(which, [arm.k] * len(seqs), {arm.lead: prop}, draft_s=dt, label=arm.label)
+            return Plan.off(B, shadows)
+        # a hybrid: the model-free lead proposes for every row, its full drafts stay, the model drafter fills in
+        return Plan([arm.drafter] * B, [arm.k] * B, lead=arm.lead, shadows=shadows, label=arm.label)
 
     def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int) -> None:
         """The warm-up profile (measured mode only): the target forward timed over a grid of batch sizes and
@@ -114,6 +104,7 @@ class AdaptiveStrategy(Strategy):
         rows: dict[tuple, list[list[int]]] = {}  # stats key -> (asked, proposed, accepted) per row
         self._expected_now = {}
         self._count(result, asked_by, rows)
+        self.shadows.pending.extend(result.shadows)
         self.shadows.score(rows, self._score_row)
         for key, (asked, lengths, accepted) in rows.items():
             self.stats[key].add(asked, lengths, accepted)
@@ -125,14 +116,13 @@ class AdaptiveStrategy(Strategy):
             self.checks.add(self.arm.label, B, result.emitted_tokens, result.total_s * self._expect)
         # all of the step but drafting (which the drafters' fits price): forward, sampling, verify, bookkeeping
         self.cost.observe_target(result.tokens_in, B, result.verify_s + result.other_s)
-        caught_up = {name: d.take() for name, d in self.deferred.items()}
         for name, dt in result.draft_s_by.items():
-            if name != self.arm.lead:  # the lead's proposal was timed in the schedule
-                asked = [k for d, k in zip(asked_by, result.asked) if d == name]
-                inputs, catch_up_s = caught_up.get(name, (0, 0.0))
-                if inputs:  # priced apart: every token appended since it last drafted, all rows
-                    self.cost.observe_catch_up(name, inputs, catch_up_s)
-                self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt - catch_up_s)
+            # a hybrid's lead proposed for every row; any other drafter for the rows it was asked to draft
+            asked = result.asked if name == self.arm.lead else [k for d, k in zip(asked_by, result.asked) if d == name]
+            inputs, catch_up_s = result.catch_up.get(name, (0, 0.0))
+            if inputs:  # priced apart: every token appended since it last drafted, all rows
+                self.cost.observe_catch_up(name, inputs, catch_up_s)
+            self.cost.observe_draft(name, sum(asked), max(asked, default=0), dt - catch_up_s)
 
     def _count(self, result: StepResult, asked_by: list[str | None], rows: dict) -> None:
         """The step's rows into `rows` per (drafter, kind) key (arms.py), each scored against the counts."""
@@ -177,8 +167,9 @@ class AdaptiveStrategy(Strategy):
 
 
 class ShadowDrafts:
-    """The model-free drafters propose k_max tokens for a few rows each step (microseconds), each
-    scored against the tokens the row then emits. For a point draft that is an unbiased look at its acceptance
+    """The model-free drafters propose k_max tokens for a few rows each step (microseconds; the plan names the
+    rows, the engine's run drafts, the `StepResult` brings the drafts back), each scored against the tokens the
+    row then emits. For a point draft that is an unbiased look at its acceptance
     (the verifier accepts x with probability p(x), the chance that the policy's own exact sample is x), so the
     schedule learns which model-free drafter pays at every draft length without spending steps on trying each."""
 
@@ -187,20 +178,21 @@ class ShadowDrafts:
         self.pending: list[tuple[str, Sequence, int, list[int]]] = []  # (drafter, row, its length, draft)
         self.turn = 0  # which rows shadow drafts next
 
-    def propose(self, seqs: list[Sequence], pool: DrafterPool) -> None:
+    def plan(self, seqs: list[Sequence]) -> list[Shadow]:
+        """This step's shadow rows per drafter: the next few rows in turn, less those whose earlier draft by the
+        same drafter is still unscored or that cannot emit past one token."""
         if not self.names or not seqs:
-            return
+            return []
         busy = {(name, seq.seq_id) for name, seq, _, _ in self.pending}
         n = min(SHADOW_ROWS, len(seqs))
-        rows = [seqs[(self.turn + i) % len(seqs)] for i in range(n)]
+        rows = [(self.turn + i) % len(seqs) for i in range(n)]
         self.turn += n
+        shadows = []
         for name in self.names:
-            free = [s for s in rows if (name, s.seq_id) not in busy and s.budget > 1]
-            if not free:
-                continue
-            prop = pool.drafters[name].propose(free, [self.k_max] * len(free))
-            for seq, toks, length in zip(free, prop.tokens.tolist(), prop.lengths.tolist()):
-                self.pending.append((name, seq, seq.num_tokens, toks[:length]))
+            free = [b for b in rows if (name, seqs[b].seq_id) not in busy and seqs[b].budget > 1]
+            if free:
+                shadows.append(Shadow(name, free, self.k_max))
+        return shadows
 
     def score(self, rows: dict, per_row) -> None:
         """Counts into `rows` the drafts whose outcome is known: the row emitted past the draft (or past a
