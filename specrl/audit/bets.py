@@ -72,3 +72,90 @@ def log_bets(log_r: torch.Tensor) -> torch.Tensor:
 def log_mixture(log_wealth: torch.Tensor) -> torch.Tensor:
     """log of the equal-weight mixture of the components' wealth: [..., COMPONENTS] -> [...]."""
     return torch.logsumexp(log_wealth, -1) - math.log(log_wealth.shape[-1])
+
+
+NUCLEUS_TOP = 64  # tokens `from_logits` ranks by topk to find the nucleus; a wider one is binned
+SUM_BLOCK = 1024  # float32 sums over blocks this long, the blocks summed in float64
+BINS = 4096  # log-p bins of a wide nucleus (`_wide_nucleus`)
+LOW = -69.0  # the lowest log p - log max p `from_logits` keeps: every exponent a * LOW (a <= 1.25) stays above -87
+SUBNORMAL = -103.27  # log of float32's smallest subnormal: the engine's float32 softmax gives 0 below it
+
+
+class LogitScores(NamedTuple):
+    """What `token_scores` reads of each target, from `from_logits`."""
+    log_r: torch.Tensor  # [n, ALTERNATIVES] float64, as `log_ratios`
+    before: torch.Tensor  # [n] float64 mass ranked strictly before the target (ties: lower id first)
+    p_x: torch.Tensor  # [n] float64
+    max_p: torch.Tensor  # [n] float64
+
+
+def _sum(x: torch.Tensor) -> torch.Tensor:
+    """[n, V] -> [n] float64: float32 sums of SUM_BLOCK blocks, summed in float64 (a float64 sum of the row
+    converts every element and costs an order of magnitude more)."""
+    n, V = x.shape
+    if V % SUM_BLOCK:
+        return x.sum(-1).double()
+    return x.view(n, -1, SUM_BLOCK).sum(-1).double().sum(-1)
+
+
+def from_logits(z: torch.Tensor, targets: torch.Tensor) -> LogitScores:
+    """`log_ratios` and the PIT's inputs for p = softmax(z), z [n, V] the temperature-scaled logits (no top-k or
+    top-p cut), without a sort of the vocabulary or a float64 copy of it: the passes over [n, V] are float32 in
+    two reused buffers (exp of z - max, and sums in blocks: their rounding, about 1e-7, is far below the gap
+    between the trainer's logits and the engine's), the per-token math float64. The nucleus comes from the
+    NUCLEUS_TOP likeliest tokens (a histogram for a row whose nucleus is wider), a target's rank from counting
+    the tokens before it, so ties are ordered by id as the stable sort of `ranked` orders them."""
+    raw = z.float() - z.float().amax(-1, keepdim=True)  # [n, V] log p - log max p
+    # below LOW p < 1e-30, and exp under -87 takes the CPU's slow path (float32 underflow)
+    d = raw.clamp_min(LOW)  # [n, V]
+    e = d.exp()  # [n, V] p up to 1 / s
+    s = _sum(e)  # [n]
+    log_s = s.log()
+    floor = (log_s + SUBNORMAL)[:, None]  # [n, 1] the engine's float32 softmax is 0 at or below it
+    support = torch.gt(raw, floor.float()).count_nonzero(-1).double()  # [n] what the engine can sample
+    raw_x = raw.gather(-1, targets[:, None]).double()  # [n, 1] unclamped: a token the engine cannot draw has p 0
+    p_x = torch.where(raw_x > floor, (raw_x - log_s[:, None]).exp(), 0.0)[:, 0]  # [n]
+    buf = raw  # reused from here on
+    e_x = e.gather(-1, targets[:, None])  # [n, 1]
+    logp_x = p_x.clamp_min(1e-300).log()
+    cols = []
+    for tau in TAUS:  # log sum p^a = log sum e^a - a log s
+        a = 1.0 / tau
+        cols.append((a - 1) * logp_x - (_sum(torch.mul(d, a, out=buf).exp_()).log() - a * log_s))
+    ids = torch.arange(z.shape[-1], device=z.device)
+    ahead = torch.gt(e, e_x)  # [n, V] the tokens ranked before the target: likelier, or as likely with a lower id
+    tied = torch.eq(e, e_x).count_nonzero(-1) > 1  # [n] rows with another token as likely as the target (bf16 logits)
+    if bool(tied.any()):
+        ahead[tied] |= (e[tied] == e_x[tied]) & (ids < targets[tied, None])
+    before = _sum(torch.mul(e, ahead, out=buf)) / s  # [n]
+    rank = ahead.count_nonzero(-1)  # [n]
+    size, m = nucleus_size(e, s)  # tokens in the nucleus, their mass
+    cols.append(torch.where(rank < size, -m.log(), float("-inf")))
+    cols.append(torch.log((1 - TAIL) + TAIL / (support * p_x.clamp_min(1e-300))))
+    log_r = torch.where((p_x > 0)[:, None], torch.stack(cols, -1), 0.0)  # [n, J]
+    return LogitScores(log_r, before, p_x, 1.0 / s)
+
+
+def nucleus_size(e: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens [n], mass [n] float64) of the NUCLEUS cut of p = e / s, e [n, V]: the tokens with less than
+    NUCLEUS ranked before them. Ties inside the cut all have the same mass, so their order does not matter."""
+    k = min(NUCLEUS_TOP, e.shape[-1])
+    top = e.topk(k, -1).values.double() / s[:, None]  # [n, k] descending
+    inside = (top.cumsum(-1) - top) < NUCLEUS  # [n, k]
+    sizes, mass = inside.sum(-1), (top * inside).sum(-1)
+    for r in (inside[:, -1] & (k < e.shape[-1])).nonzero()[:, 0].tolist():  # the nucleus may reach past the k-th
+        sizes[r], mass[r] = _wide_nucleus(e[r], float(s[r]))
+    return sizes, mass
+
+
+def _wide_nucleus(e: torch.Tensor, s: float) -> tuple[int, float]:
+    """`nucleus_size` of one row e [V] in one pass: the mass and count of BINS bins of log p, the bins above the
+    one where the mass reaches NUCLEUS taken whole, that one's tokens ranked."""
+    b = (e.log() * (BINS / LOW)).long().clamp_(0, BINS - 1)  # [V] bin 0 holds the likeliest tokens
+    mass = torch.bincount(b, weights=e.double(), minlength=BINS) / s  # [BINS]
+    count = torch.bincount(b, minlength=BINS)
+    above = mass.cumsum(0) - mass  # [BINS] the mass of the bins before each
+    k = min(int((above + mass < NUCLEUS).sum()), BINS - 1)  # the bin where the mass reaches NUCLEUS
+    inner = e[b == k].sort(descending=True).values.double() / s  # [c] its tokens (equal ones in any order)
+    keep = (float(above[k]) + inner.cumsum(-1) - inner) < NUCLEUS
+    return int(count[:k].sum()) + int(keep.sum()), float(above[k]) + float((inner * keep).sum())

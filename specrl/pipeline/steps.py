@@ -159,8 +159,8 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
 
 
 def audit_rows(rollout: Rollout, cfg: TrainConfig, num_rows: int) -> AuditRows | None:
-    """The rows the sampler audit tests: `rollout.audit_groups` groups drawn from the run's seed and the step
-    alone (never from rewards), with the one version that sampled them (None when several did)."""
+    """The rows the sampler audit tests: every row, or `rollout.audit_groups` groups drawn from the run's seed and
+    the step alone (never from rewards), with the one version that sampled them (None when several did)."""
     ro = cfg.rollout
     if ro.audit == "off":
         return None
@@ -204,6 +204,8 @@ def check_sampler(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: S
     fired = alarm.update(StepEvidence.from_metrics(row))
     process = alarm.process
     row.update(sampler_e=process.log_e, sampler_p=process.p_value)
+    if row.get("step_s"):
+        row["sampler_share"] = row["sampler_s"] / row["step_s"]  # the audit's share of the step's seconds
     if not fired:
         return
     ro, spec = cfg.rollout, cfg.rollout.spec
