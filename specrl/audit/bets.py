@@ -4,7 +4,8 @@ Each audited token x ~ p (the distribution the sampler was told to use: temperat
 is bet on with b(x) = 1 - lam + lam * q(x) / p(x), where q is an alternative built from p alone: p tempered
 (q ~ p^a on p's support), p cut to its top-p nucleus, or p with its tail inflated. Whatever q and lam in
 [0, 1), sum_x p(x) b(x) = 1 - lam + lam * sum_x q(x) = 1 exactly, so the running product of the bets is a
-nonnegative martingale of mean 1 under an exact sampler (DESIGN.md, "The sampler audit"). A token p gives no
+nonnegative martingale of mean 1 under an exact sampler whose rows are independent draws (each token drawn from
+p given its own row alone; DESIGN.md, "The sampler audit"). A token p gives no
 mass is certain evidence and is counted apart (`impossible`), never bet on.
 """
 from __future__ import annotations

@@ -212,9 +212,9 @@ def check_sampler(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: S
     method = spec.method if spec.enabled else "off (plain sampling)"
     why = (f"{process.impossible} sampled token(s) had no mass under the policy" if process.impossible else
            f"its e-value is {math.exp(min(process.log_e, 700)):.3g} >= 1/alpha = {1 / alarm.alpha:g}")
-    cause = (f"the sampler audit failed: {why} after {process.tokens} audited tokens (an exact sampler reaches "
-             f"1/alpha with probability at most rollout.audit_alpha={alarm.alpha:g} over the whole run; this step's "
-             f"PIT z = {row['sampler_z']:+.2f}): the rollouts of pipeline.backend={cfg.pipeline.backend} with "
+    cause = (f"the sampler audit failed: {why} after {process.tokens} audited tokens (an exact sampler of "
+             f"independent rows reaches 1/alpha with probability at most rollout.audit_alpha={alarm.alpha:g} over "
+             f"the whole run; this step's PIT z = {row['sampler_z']:+.2f}): the rollouts of pipeline.backend={cfg.pipeline.backend} with "
              f"rollout.spec.method={method} were not drawn from the policy at temperature={ro.temperature}, "
              f"top_p={ro.top_p}, top_k={ro.top_k}")
     if ro.audit == "fallback" and spec.enabled and not parts.spec_disabled:
