@@ -129,6 +129,21 @@ def few_groups(row: dict, seed: int = 0) -> dict:
             "impossible": sum(row["group_impossible"][j] for j in at)}
 
 
+def merged(rows: list[dict], k: int) -> list[dict]:
+    """`rows` in step order, every `k` consecutive ones as one step (their tokens in the same order, so the
+    e-process after each merged step is the one after its last row): rows of 2 groups a step replayed as a run
+    that audits 2k groups a step sees them, at the checks it makes."""
+    rows = sorted(rows, key=lambda r: r["step"])
+    out = []
+    for i in range(0, len(rows), k):
+        part = rows[i:i + k]
+        bets = torch.tensor([r["log_bets"] for r in part], dtype=torch.float64).sum(0).tolist()
+        z = sum(r["z"] for r in part) / math.sqrt(len(part))
+        out.append({**part[-1], "step": i // k, "log_bets": bets, "tokens": sum(r["tokens"] for r in part),
+                    "impossible": sum(r["impossible"] for r in part), "z": z})
+    return out
+
+
 def alarms(rows: list[dict]) -> dict:
     """Steps (1-based) to the e-process's alarm at ALPHA and to the PIT's windowed alarm; None: not within."""
     e, window, steps_e, steps_pit = EProcess(), [], None, None
@@ -154,6 +169,8 @@ def summary(args) -> None:
         name = r.get("path") if r["kind"] == "calibration" else r["fault"]
         groups.setdefault((r["kind"], name + (f"@{r['dtype']}" if r.get("dtype") else "")), []).append(r)
     groups = {k: list({r["step"]: r for r in rs}.values()) for k, rs in groups.items()}  # a step once (the last)
+    if args.merge > 1:
+        groups = {k: merged(rs, args.merge) for k, rs in groups.items()}
     for (kind, name), rs in sorted(groups.items()):
         a = alarms(rs)
         few = alarms([few_groups(r) for r in rs]) if any("group_bets" in r for r in rs) else None
@@ -240,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--runs", type=Path, nargs="*", default=[], help="`specrl train` run directories: the audit's "
                    "share of their step")
     s.add_argument("--out", type=Path, default=None, help="PNG of the e-processes (needs matplotlib)")
+    s.add_argument("--merge", type=int, default=1, help="replay every K rows as one step (rows of 2 groups a step "
+                   "with --merge 4: a run auditing all 8)")
     args = ap.parse_args(rename(list(argv or []), RENAMED, "specrl bench audit"))
     if args.mode != "summary":
         torch.set_num_threads(args.threads)

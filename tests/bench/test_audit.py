@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 
 from specrl.bench.audit import alarms, broken_verify
@@ -71,3 +72,13 @@ def test_the_two_group_replay_keeps_the_groups_a_run_of_two_would_audit():
     few = few_groups(row)
     assert few["log_bets"] == [float(sum(drawn))] * COMPONENTS and few["tokens"] == sum(g + 1 for g in drawn)
     assert few_groups(_row(3, 1.0, 0.0)) == _row(3, 1.0, 0.0)  # rows of 2 groups already: as they are
+
+
+def test_merged_rows_are_one_step_of_their_tokens():
+    from specrl.bench.audit import merged
+    # steps of 3 and 4 nats: alone, the alarm (6.91) rings at the second; merged two at a time, at the first
+    rows = [_row(0, 3.0, 1.0), _row(1, 4.0, 1.0), _row(2, -1.0, 1.0)]
+    m = merged(rows, 2)
+    assert [r["step"] for r in m] == [0, 1] and m[0]["tokens"] == 20 and m[0]["log_bets"][0] == 7.0
+    assert alarms(m)["steps_e"] == 1 and alarms(rows)["steps_e"] == 2
+    assert m[0]["z"] == pytest.approx(2 / math.sqrt(2))
