@@ -4,8 +4,8 @@ of (seed, row, position), so a token's score does not depend on how the trainer 
 micro-batches or lm-head chunks.
 
 Without a top-k or top-p cut (the RL default) the scores come from the logits directly (`bets.from_logits`:
-float32 passes, float64 sums, no sort of the vocabulary), SUB_TOKENS at a time so that what one token costs
-stays in cache; a cut needs the engine's sort (`target_probs`) and the float64 path.
+float32 passes, float64 sums, no sort of the vocabulary), SUB_ELEMENTS logits at a time so that what one
+token costs stays in cache; a cut needs the engine's sort (`target_probs`) and the float64 path.
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from .pit import randomized_pit
 AUDIT_STREAM = 0xA0D1  # the hash stream of the audit's uniforms, apart from the sampler's streams
 COLUMNS = SCORES + ALTERNATIVES  # u, w, impossible, then log q_j(x) / p(x) per alternative
 HEAD_TOKENS = 128  # positions `score_completions` makes logits for at once
-SUB_TOKENS = 16  # tokens scored at once: [16, V] float32 is 3 MiB at a 49,152-token vocabulary
+SUB_ELEMENTS = 2 ** 19  # logits scored at once (2 MiB in float32: 10 tokens of a 49,152-token vocabulary), so
+# that a token's passes stay in cache while a small vocabulary is still scored in one call
 
 
 def token_scores(probs: Tensor, targets: Tensor, v: Tensor) -> Tensor:
@@ -66,9 +67,9 @@ class TokenScorer:
         logits, targets = logits.detach(), targets.to(dev)
         if self.cuts:
             return token_scores(self.probs(logits), targets, v).cpu()  # [n, COLUMNS]
-        t = self.temperature.to(dev)
-        return torch.cat([logit_scores(logits[i:i + SUB_TOKENS].float() / t, targets[i:i + SUB_TOKENS],
-                                       v[i:i + SUB_TOKENS]) for i in range(0, len(targets), SUB_TOKENS)]).cpu()
+        t, sub = self.temperature.to(dev), max(1, SUB_ELEMENTS // logits.shape[-1])
+        return torch.cat([logit_scores(logits[i:i + sub].float() / t, targets[i:i + sub], v[i:i + sub])
+                          for i in range(0, len(targets), sub)]).cpu()  # [n, COLUMNS]
 
 
 @torch.no_grad()

@@ -158,6 +158,48 @@ def alarms(rows: list[dict]) -> dict:
             "steps": len(rows), "tokens": e.tokens}
 
 
+def cost(args) -> None:
+    """Seconds a token of the audit's scoring, of a forward without gradients (what a skipped row costs) and of
+    a forward and backward (the update), on `--model` at its vocabulary: the audit's work alone, for a quiet
+    machine. Rows are random tokens: the scoring's cost does not depend on what they are."""
+    from specrl.model import load_model
+    from specrl.tasks import default_policy_path
+    model = load_model(str(args.model or default_policy_path()), dtype=args.dtype or "float32")
+    V = model.config.vocab_size
+    ids = torch.randint(0, V, (args.rows, args.tokens), generator=torch.Generator().manual_seed(args.seed))
+    scorer, n = TokenScorer(1.0), args.rows * args.tokens
+    timed = {}
+
+    def update():
+        out = model(ids, compute_logits=False).last_hidden  # [b, T, D]
+        loss = sum(torch.nn.functional.cross_entropy(model.lm_head(out[i]).float(), ids[i]) for i in range(len(ids)))
+        loss.backward()
+
+    def forward():
+        with torch.no_grad():
+            model(ids, compute_logits=False)
+
+    def score():
+        with torch.no_grad():
+            last = model(ids, compute_logits=False).last_hidden
+            t0 = time.perf_counter()
+            for i in range(len(ids)):
+                for k in range(0, args.tokens, 256):
+                    logits = model.lm_head(last[i, k:k + 256]).float()  # [h, V]
+                    pos = torch.arange(k, k + len(logits))
+                    scorer(logits, ids[i, pos], torch.full_like(pos, i), pos)
+            return time.perf_counter() - t0
+    for name, fn in (("update", update), ("forward", forward), ("score", score)):
+        fn()  # warm
+        t0 = time.perf_counter()
+        got = fn()
+        timed[name] = (got if name == "score" else time.perf_counter() - t0) / n
+    print(json.dumps({"kind": "cost", "model": str(args.model or "shipped"), "vocab": V, "tokens": n,
+                      **{f"{k}_us_a_token": round(v * 1e6, 2) for k, v in timed.items()},
+                      "score_over_update": timed["score"] / timed["update"],
+                      "skipped_forward_over_update": timed["forward"] / timed["update"]}))
+
+
 def summary(args) -> None:
     missing = [str(f) for f in args.rows if not Path(f).is_file()]
     if missing:
@@ -219,7 +261,8 @@ def plot(groups: dict, png: Path) -> None:
 MODES = {"calibration": "exact samplers (SD off and each shipped drafter): the e-process must stay low",
          "power": "injected faults: steps until the e-process alarms",
          "dumps": "another engine's completions (JSONL of prompt_ids and completion_ids), 64 rows a step",
-         "summary": "steps to the alarm per path or fault, from rows these wrote; a PNG with --out"}
+         "summary": "steps to the alarm per path or fault, from rows these wrote; a PNG with --out",
+         "cost": "seconds a token of the audit's scoring against a forward and backward, at a model's vocabulary"}
 RENAMED = {"--png": "--out"}  # summary's plot
 
 
@@ -252,8 +295,15 @@ def main(argv: list[str] | None = None) -> int:
                                       help="the temperature the dumps were sampled at")
     sub.choices["dumps"].add_argument("--rows-per-step", type=int, default=PROMPTS * N,
                                       help=f"rows a step (default {PROMPTS * N}: a default run's step, every row)")
+    c = sub.add_parser("cost", help=MODES["cost"], description=MODES["cost"])
+    c.add_argument("--model", default=None, help="the policy directory (default: shipped; e.g. SmolLM2's)")
+    c.add_argument("--rows", type=int, default=8, help="rows of the batch")
+    c.add_argument("--tokens", type=int, default=256, help="tokens a row")
+    c.add_argument("--dtype", default=None, help="the model's dtype (default float32)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the random rows")
+    c.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     s = sub.add_parser("summary", help=MODES["summary"], description=MODES["summary"])
-    s.add_argument("--rows", type=Path, nargs="+", required=True, help="JSONL files of calibration/power/dumps")
+    s.add_argument("--rows", type=Path, nargs="*", default=[], help="JSONL files of calibration/power/dumps")
     s.add_argument("--runs", type=Path, nargs="*", default=[], help="`specrl train` run directories: the audit's "
                    "share of their step")
     s.add_argument("--out", type=Path, default=None, help="PNG of the e-processes (needs matplotlib)")
@@ -262,5 +312,5 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(rename(list(argv or []), RENAMED, "specrl bench audit"))
     if args.mode != "summary":
         torch.set_num_threads(args.threads)
-    {"calibration": calibration, "power": power, "dumps": dumps, "summary": summary}[args.mode](args)
+    {"calibration": calibration, "power": power, "dumps": dumps, "summary": summary, "cost": cost}[args.mode](args)
     return 0

@@ -82,3 +82,10 @@ def test_merged_rows_are_one_step_of_their_tokens():
     assert [r["step"] for r in m] == [0, 1] and m[0]["tokens"] == 20 and m[0]["log_bets"][0] == 7.0
     assert alarms(m)["steps_e"] == 1 and alarms(rows)["steps_e"] == 2
     assert m[0]["z"] == pytest.approx(2 / math.sqrt(2))
+
+
+def test_cost_prints_the_scorings_share_of_an_update(capsys):
+    assert main(["bench", "audit", "cost", "--rows", "1", "--tokens", "8"]) == 0
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert out["vocab"] == 44 and out["tokens"] == 8 and out["score_us_a_token"] > 0
+    assert out["score_over_update"] > 0 and out["skipped_forward_over_update"] > 0
