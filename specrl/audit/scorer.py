@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..engine.sampler import hash_uniform, target_probs
-from .bets import ALTERNATIVES, from_logits, log_ratios, ranked
+from .bets import ALTERNATIVES, Workspace, from_logits, log_ratios, ranked
 from .eprocess import SCORES
 from .pit import randomized_pit
 
@@ -34,9 +34,9 @@ def token_scores(probs: Tensor, targets: Tensor, v: Tensor) -> Tensor:
     return torch.cat([head, log_ratios(p, targets, rank)], -1)
 
 
-def logit_scores(z: Tensor, targets: Tensor, v: Tensor) -> Tensor:
+def logit_scores(z: Tensor, targets: Tensor, v: Tensor, ws: Workspace | None = None) -> Tensor:
     """`token_scores` of p = softmax(z), z [n, V] the temperature-scaled logits (no top-k or top-p cut)."""
-    s = from_logits(z, targets)
+    s = from_logits(z, targets, ws)
     head = torch.stack([randomized_pit(s.before, s.p_x, v), 1 - s.max_p, (s.p_x <= 0).double()], -1)  # [n, 3]
     return torch.cat([head, s.log_r], -1)  # [n, COLUMNS]
 
@@ -50,6 +50,7 @@ class TokenScorer:
         self.top_p = torch.tensor([top_p], dtype=torch.float32)
         self.top_k = torch.tensor([top_k], dtype=torch.long)
         self.seed = seed % 2 ** 40  # seed * 1_000_003 + row stays within int64
+        self.workspace = Workspace()  # the logit path's buffers, reused from call to call
 
     def probs(self, logits: Tensor) -> Tensor:
         dev = logits.device
@@ -68,8 +69,8 @@ class TokenScorer:
         if self.cuts:
             return token_scores(self.probs(logits), targets, v).cpu()  # [n, COLUMNS]
         t, sub = self.temperature.to(dev), max(1, SUB_ELEMENTS // logits.shape[-1])
-        return torch.cat([logit_scores(logits[i:i + sub].float() / t, targets[i:i + sub], v[i:i + sub])
-                          for i in range(0, len(targets), sub)]).cpu()  # [n, COLUMNS]
+        return torch.cat([logit_scores(logits[i:i + sub].float() / t, targets[i:i + sub], v[i:i + sub],
+                                       self.workspace) for i in range(0, len(targets), sub)]).cpu()  # [n, COLUMNS]
 
 
 @torch.no_grad()
