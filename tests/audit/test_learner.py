@@ -71,6 +71,29 @@ def test_trainer_audit_matches_a_separate_scoring(micro, updates):
     assert m["sampler_impossible"] == 0 and m["sampler_s"] > 0
 
 
+class _CountingForwardHook:
+    """A forward hook (what online drafter training installs) that counts the rows it was shown."""
+    hidden_layers = ()
+
+    def __init__(self):
+        self.rows = 0
+
+    def __call__(self, info):
+        self.rows += len(info.rows)
+
+
+def test_with_a_forward_hook_the_skipped_rows_forward_once_for_both():
+    model = tiny_model(seed=1)
+    ps, cs, batch = _rollouts(model)
+    scorer = TokenScorer(1.0, seed=5)
+    expect = step_evidence(score_completions(copy.deepcopy(model), scorer, ps, cs))
+    trainer = _trainer(model)
+    trainer.forward_hook = counting = _CountingForwardHook()
+    m = _step(trainer, batch, StepAudit(scorer, torch.ones(batch.num_rows, dtype=torch.bool), batch.mask))
+    assert counting.rows == batch.num_rows  # 4 learning rows, 8 skipped ones: each row's forward once
+    assert m["sampler_tokens"] == expect.tokens and m["sampler_bets"] == pytest.approx(expect.log_bets, abs=1e-6)
+
+
 def test_no_audit_no_sampler_metrics():
     model = tiny_model(seed=1)
     assert not any(k.startswith("sampler_") for k in _trainer(model).step(_rollouts(model)[2]))
