@@ -32,6 +32,7 @@ from specrl.config.renamed import rename
 from specrl.audit import EProcess, StepEvidence, TokenScorer, choose_groups, score_completions, step_evidence
 from specrl.errors import MissingFileError
 from specrl.pipeline.run_dir import read_jsonl
+from specrl.bench.audit_cost import cost
 from specrl.bench.audit_steps import FAULTS, N, PROMPTS, Steps, broken_verify, group_fields, paths  # noqa: F401
 
 ALPHA = 1e-3
@@ -156,48 +157,6 @@ def alarms(rows: list[dict]) -> dict:
             steps_pit = i
     return {"steps_e": steps_e, "steps_pit": steps_pit, "max_log10_e": e.max_log_e / math.log(10),
             "steps": len(rows), "tokens": e.tokens}
-
-
-def cost(args) -> None:
-    """Seconds a token of the audit's scoring, of a forward without gradients (what a skipped row costs) and of
-    a forward and backward (the update), on `--model` at its vocabulary: the audit's work alone, for a quiet
-    machine. Rows are random tokens: the scoring's cost does not depend on what they are."""
-    from specrl.model import load_model
-    from specrl.tasks import default_policy_path
-    model = load_model(str(args.model or default_policy_path()), dtype=args.dtype or "float32")
-    V = model.config.vocab_size
-    ids = torch.randint(0, V, (args.rows, args.tokens), generator=torch.Generator().manual_seed(args.seed))
-    scorer, n = TokenScorer(1.0), args.rows * args.tokens
-    timed = {}
-
-    def update():
-        out = model(ids, compute_logits=False).last_hidden  # [b, T, D]
-        loss = sum(torch.nn.functional.cross_entropy(model.lm_head(out[i]).float(), ids[i]) for i in range(len(ids)))
-        loss.backward()
-
-    def forward():
-        with torch.no_grad():
-            model(ids, compute_logits=False)
-
-    def score():
-        with torch.no_grad():
-            last = model(ids, compute_logits=False).last_hidden
-            t0 = time.perf_counter()
-            for i in range(len(ids)):
-                for k in range(0, args.tokens, 256):
-                    logits = model.lm_head(last[i, k:k + 256]).float()  # [h, V]
-                    pos = torch.arange(k, k + len(logits))
-                    scorer(logits, ids[i, pos], torch.full_like(pos, i), pos)
-            return time.perf_counter() - t0
-    for name, fn in (("update", update), ("forward", forward), ("score", score)):
-        fn()  # warm
-        t0 = time.perf_counter()
-        got = fn()
-        timed[name] = (got if name == "score" else time.perf_counter() - t0) / n
-    print(json.dumps({"kind": "cost", "model": str(args.model or "shipped"), "vocab": V, "tokens": n,
-                      **{f"{k}_us_a_token": round(v * 1e6, 2) for k, v in timed.items()},
-                      "score_over_update": timed["score"] / timed["update"],
-                      "skipped_forward_over_update": timed["forward"] / timed["update"]}))
 
 
 def summary(args) -> None:
