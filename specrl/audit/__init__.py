@@ -1,6 +1,8 @@
 """The sampler audit: were the rollouts drawn from the policy at the sampling settings it was given?
 
-An exact, anytime-valid test: a test martingale over the audited tokens (an e-process), one per run.
+An exact, anytime-valid test: a test martingale over the audited tokens (an e-process), one per run. It assumes
+the rows are independent draws (each its own random stream: `specrl train` and `specrl generate --seed` seed per
+prompt); rows that share uniforms, such as one seed for every prompt of a dump, are coupled and can ring.
 
     bets.py      the bets: likelihood ratios against tempered, nucleus-cut and tail-inflated versions of p
     eprocess.py  a step's evidence, the run's e-process (checkpointed) and the alarm at 1/alpha

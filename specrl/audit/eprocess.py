@@ -2,8 +2,9 @@
 
 The e-process is an equal-weight mixture of COMPONENTS test martingales, one per (alternative, lam) of
 `bets.py`; its state is each component's log-wealth, so a step adds the sums of its tokens' log-bets and a
-resumed run continues from a checkpoint's state. Under an exact sampler it is a nonnegative martingale of
-mean 1, so P(it ever reaches 1/alpha) <= alpha (Ville's inequality): the alarm may look after every step, for
+resumed run continues from a checkpoint's state. Under an exact sampler whose rows are independent draws (no
+random stream shared across rows) it is a nonnegative martingale of mean 1, so P(it ever reaches 1/alpha) <=
+alpha (Ville's inequality): the alarm may look after every step, for
 the whole run, on any policy however sharp. An impossible token (p(x) = 0) makes it infinite.
 """
 from __future__ import annotations
@@ -97,7 +98,7 @@ class EProcess:
 
 class SamplerAlarm:
     """The e-process of a run and its threshold log(1 / alpha): rings at most alpha of the time, over the whole
-    run, under an exact sampler."""
+    run, under an exact sampler of independent rows."""
 
     def __init__(self, alpha: float):
         if not 0 < alpha < 1:

@@ -32,6 +32,7 @@ class StepAudit:
         self.on_policy = on_policy  # False: already scored under the previous weights, not a hook for the update
         self.scores = torch.zeros(*mask.shape, COLUMNS, dtype=torch.float64)  # [N, T, COLUMNS]
         self.seconds = 0.0
+        self.score_seconds = 0.0  # of `seconds`, the bets from the logits (the rest: forwards for the audit alone)
         self._depth = 0
 
     @contextmanager
@@ -47,6 +48,7 @@ class StepAudit:
                 self.seconds += time.perf_counter() - t0
 
     def __call__(self, logits: Tensor, targets: Tensor, rows: Tensor, positions: Tensor) -> None:
+        t0 = time.perf_counter()
         with self.timed():
             scored = self.mask[rows, positions] > 0  # [n] response tokens: the prompt's are not the sampler's
             if bool(scored.any()):
@@ -54,13 +56,16 @@ class StepAudit:
                 rows, positions = rows[at], positions[at]
                 self.scores[rows, positions] = self.scorer(logits[at.to(logits.device)], targets[at.to(targets.device)],
                                                            rows, positions)
+        self.score_seconds += time.perf_counter() - t0
 
     def metrics(self) -> dict:
-        """The step's evidence as metrics-row keys (`StepEvidence.metrics`) and `sampler_s`."""
+        """The step's evidence as metrics-row keys (`StepEvidence.metrics`), `sampler_rows` (rows whose tokens it
+        saw), `sampler_s` (its seconds) and `sampler_score_s` (of them, the bets; the rest ran forwards)."""
         with self.timed():
             audited = (self.mask * self.rows[:, None]) > 0  # [N, T]
             out = step_evidence(self.scores[audited]).metrics()
-        return {**out, "sampler_s": self.seconds}
+        return {**out, "sampler_rows": int(audited.any(-1).sum()), "sampler_s": self.seconds,
+                "sampler_score_s": self.score_seconds}
 
 
 AUDIT_SHARE = 0.03  # the audit's own forward (async: the version before) against the update's work

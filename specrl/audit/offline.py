@@ -23,7 +23,8 @@ def audit_completions(model, prompts: list[list[int]], completions: list[list[in
                       ) -> tuple[dict, torch.Tensor]:
     """(the audit's summary, the running log e-value [n]) of these completions under `model` at these sampling
     settings. `p_value` is 1 / the e-process's running maximum: the smallest alpha it rejects at, valid
-    whenever the file is looked at (Ville)."""
+    whenever the file is looked at (Ville) when the rows are independent draws (no seed shared across
+    prompts)."""
     scores = score_completions(model, TokenScorer(temperature, top_p, top_k, seed), prompts, completions)
     ev = step_evidence(scores)
     path = running_log_e(scores)  # [n]

@@ -6,6 +6,11 @@ and `log_e` (the e-process over the file's tokens, row by row), `p_value` (1 / i
 alpha it rejects at, exact for any policy), `rejected` at `--alpha`, `tokens`, and the randomized-PIT `z` as a
 diagnostic. A dump sampled at other settings than the flags is no error: its e-value says so. `--out` draws
 the e-process against 1/alpha. Temperature 0 is greedy: the test is then identity (every token the argmax).
+
+The test takes the rows as independent draws. A dump must not share one seed across prompts (vLLM's per-request
+`seed` set to one value for a whole batch does): sample j of every prompt then draws the same uniforms, so the
+rows are coupled, and an exact sampler can ring. Seed each prompt apart (`specrl generate --seed` does) or not
+at all.
 """
 from __future__ import annotations
 
@@ -80,7 +85,8 @@ def plot_eprocess(path_log_e: torch.Tensor, alpha: float, path: Path, title: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="specrl audit", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="specrl audit", description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n")[1])
     ap.add_argument("--model", required=True, help="the policy's checkpoint directory (config + safetensors)")
     ap.add_argument("--rollouts", required=True, type=Path, help="JSONL rows with prompt_ids and completion_ids")
     ap.add_argument("--temperature", type=float, default=1.0, help="the temperature the rows were sampled at "

@@ -1,6 +1,8 @@
 """`specrl generate`: sample completions with the rollout engine and write them as JSONL (one row per
 completion: text, token ids, the policy's logprobs, finish reason, and the prompt_ids / completion_ids that
-`specrl audit --rollouts` checks)."""
+`specrl audit --rollouts` checks). `--seed S` gives each prompt its own stream, derived from S
+(`per_prompt`): equal prompts get independent samples, and the rows are the independent draws the audit
+assumes."""
 from __future__ import annotations
 
 import argparse

@@ -114,10 +114,12 @@ class RolloutConfig:
     kv_cache_memory: int | str | None = None
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
     audit: str = "on"  # the sampler audit (specrl/audit/): were the rollouts drawn from the policy?
-    # groups audited per step, drawn before the rewards (null: all); a few keep the audit a small share of a step
-    audit_groups: int | None = 2
+    # groups audited per step, drawn before the rewards (null: every group, scored from the update's own forward;
+    # an int draws that many from the seed and step)
+    audit_groups: int | None = None
     audit_alpha: float = 1e-3  # the chance the audit's e-process ever rings over a run of an exact sampler
-    # async: rows of the version before need a forward of their own; it may take this share of a step's seconds
+    # async with a policy lag: rows of the version before need a forward of their own, cut to this share of the
+    # previous update's work (the rows seen: metric sampler_rows)
     audit_share: float = 0.03
 
     MOVED = {"backend": "pipeline.backend"}  # keys that moved: from_dict's error names the new one
@@ -139,7 +141,8 @@ class RolloutConfig:
                 "on stops the run on a failed sampler audit, fallback turns SD off, off skips the audit")
         require(self.audit_groups is None or self.audit_groups >= 1, "audit_groups", self.audit_groups,
                 ">= 1 or null (every group)")
-        require(0 < self.audit_share <= 1, "audit_share", self.audit_share, "in (0, 1]",
-                "the most of a step's seconds the audit's own forward may take (async), e.g. 0.03")
+        require(0 < self.audit_share <= 1, "audit_share", self.audit_share, "a share in (0, 1]",
+                "set rollout.audit_share=0.03 (the default: the audit's own forward, async, may cost 3% of the "
+                "update), or rollout.audit=off to skip the audit")
         require(0 < self.audit_alpha < 1, "audit_alpha", self.audit_alpha, "in (0, 1)",
                 "the false-alarm probability over the whole run, e.g. 1e-3")

@@ -159,8 +159,8 @@ def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
 
 
 def audit_rows(rollout: Rollout, cfg: TrainConfig, num_rows: int) -> AuditRows | None:
-    """The rows the sampler audit tests: `rollout.audit_groups` groups drawn from the run's seed and the step
-    alone (never from rewards), with the one version that sampled them (None when several did)."""
+    """The rows the sampler audit tests: every row, or `rollout.audit_groups` groups drawn from the run's seed and
+    the step alone (never from rewards), with the one version that sampled them (None when several did)."""
     ro = cfg.rollout
     if ro.audit == "off":
         return None
@@ -204,15 +204,17 @@ def check_sampler(run: RunDir, parts: Parts, cfg: TrainConfig, row: dict, bar: S
     fired = alarm.update(StepEvidence.from_metrics(row))
     process = alarm.process
     row.update(sampler_e=process.log_e, sampler_p=process.p_value)
+    if row.get("step_s"):
+        row["sampler_share"] = row["sampler_s"] / row["step_s"]  # the audit's share of the step's seconds
     if not fired:
         return
     ro, spec = cfg.rollout, cfg.rollout.spec
     method = spec.method if spec.enabled else "off (plain sampling)"
     why = (f"{process.impossible} sampled token(s) had no mass under the policy" if process.impossible else
            f"its e-value is {math.exp(min(process.log_e, 700)):.3g} >= 1/alpha = {1 / alarm.alpha:g}")
-    cause = (f"the sampler audit failed: {why} after {process.tokens} audited tokens (an exact sampler reaches "
-             f"1/alpha with probability at most rollout.audit_alpha={alarm.alpha:g} over the whole run; this step's "
-             f"PIT z = {row['sampler_z']:+.2f}): the rollouts of pipeline.backend={cfg.pipeline.backend} with "
+    cause = (f"the sampler audit failed: {why} after {process.tokens} audited tokens (an exact sampler of "
+             f"independent rows reaches 1/alpha with probability at most rollout.audit_alpha={alarm.alpha:g} over "
+             f"the whole run; this step's PIT z = {row['sampler_z']:+.2f}): the rollouts of pipeline.backend={cfg.pipeline.backend} with "
              f"rollout.spec.method={method} were not drawn from the policy at temperature={ro.temperature}, "
              f"top_p={ro.top_p}, top_k={ro.top_k}")
     if ro.audit == "fallback" and spec.enabled and not parts.spec_disabled:

@@ -259,7 +259,7 @@ class PolicyTrainer:
         now, before any weight moves."""
         rows = torch.arange(batch.num_rows)
         skipped = rows[hook.rows & ~torch.isin(rows, self.learning_rows(batch, rows))]
-        if len(skipped):
+        if len(skipped) and self.forward_hook is None:  # else the forward hook's forward shows them (_show_skipped)
             with hook.timed():
                 self.score(self.model, batch, skipped, hook)
 
@@ -288,9 +288,15 @@ class PolicyTrainer:
     @torch.no_grad()
     def _show_skipped(self, batch: TrainBatch, skipped: Tensor) -> None:
         """The forward hook's view of the rows the update skips: the same forward, without gradients, so online
-        drafter training still learns from every trajectory, the long failing ones included."""
+        drafter training still learns from every trajectory, the long failing ones included. The logits hook sees
+        the same forward's logits of its rows (one forward for both; the weights have not moved yet)."""
+        hook = self.logits_hook if self.algo.updates_per_step == 1 else None
         for idx in self.micro_batches(skipped, batch.lengths):
-            self._forward(*self._micro_batch(batch, idx), idx)
+            mb, packed = self._micro_batch(batch, idx)
+            out = self._forward(mb, packed, idx)
+            if hook is not None and bool(hook.rows[idx].any()):
+                with hook.timed():
+                    self._logprobs(self.model, out.last_hidden, mb, packed, with_entropy=False, hook=hook, idx=idx)
 
     def _update(self, batch: TrainBatch, rows: Tensor, old: Tensor | None, ref: Tensor | None,
                 seen: Tensor, computed: Tensor, sums: dict[str, float], is_cap: float | None = None) -> None:

@@ -71,6 +71,29 @@ def test_trainer_audit_matches_a_separate_scoring(micro, updates):
     assert m["sampler_impossible"] == 0 and m["sampler_s"] > 0
 
 
+class _CountingForwardHook:
+    """A forward hook (what online drafter training installs) that counts the rows it was shown."""
+    hidden_layers = ()
+
+    def __init__(self):
+        self.rows = 0
+
+    def __call__(self, info):
+        self.rows += len(info.rows)
+
+
+def test_with_a_forward_hook_the_skipped_rows_forward_once_for_both():
+    model = tiny_model(seed=1)
+    ps, cs, batch = _rollouts(model)
+    scorer = TokenScorer(1.0, seed=5)
+    expect = step_evidence(score_completions(copy.deepcopy(model), scorer, ps, cs))
+    trainer = _trainer(model)
+    trainer.forward_hook = counting = _CountingForwardHook()
+    m = _step(trainer, batch, StepAudit(scorer, torch.ones(batch.num_rows, dtype=torch.bool), batch.mask))
+    assert counting.rows == batch.num_rows  # 4 learning rows, 8 skipped ones: each row's forward once
+    assert m["sampler_tokens"] == expect.tokens and m["sampler_bets"] == pytest.approx(expect.log_bets, abs=1e-6)
+
+
 def test_no_audit_no_sampler_metrics():
     model = tiny_model(seed=1)
     assert not any(k.startswith("sampler_") for k in _trainer(model).step(_rollouts(model)[2]))
@@ -108,7 +131,26 @@ def test_the_learner_reports_the_audit_in_its_step_metrics():
     learner.audit = LearnerAudit(TokenScorer(1.0))
     m = learner.step(batch, audit=AuditRows(group_rows([0], 4, batch.num_rows), 0))
     assert m["sampler_tokens"] == int(batch.mask[:4].sum()) and len(m["sampler_bets"]) > 0
+    assert m["sampler_rows"] == 4 and 0 <= m["sampler_score_s"] <= m["sampler_s"]
     assert learner.trainer.logits_hook is None  # installed for the step only
+
+
+def test_by_default_every_row_is_audited_the_skipped_ones_too():
+    # groups 0 and 2 have zero advantages: the update skips them, a forward without gradients scores them
+    from specrl.config.rollout import RolloutConfig
+    from specrl.pipeline.steps import audit_rows
+    from types import SimpleNamespace
+    assert RolloutConfig().audit_groups is None
+    cfg = SimpleNamespace(rollout=RolloutConfig(n=4), seed=0)
+    rollout = SimpleNamespace(step=0, outputs=[None] * 3, version=0, newest_version=0)
+    rows = audit_rows(rollout, cfg, 12)
+    assert bool(rows.rows.all())
+    model = tiny_model(seed=3)
+    batch = _rollouts(model)[2]
+    learner = LocalLearner(model, _trainer(model), version=0)
+    learner.audit = LearnerAudit(TokenScorer(1.0))
+    m = learner.step(batch, audit=rows)
+    assert m["sampler_rows"] == 12 and m["sampler_tokens"] == int(batch.mask.sum())
 
 
 def test_cut_rows_shares_the_budget_in_row_order():
@@ -166,5 +208,7 @@ def test_the_audit_share_comes_from_the_config_and_a_bad_one_is_one_line():
     from specrl.config.rollout import RolloutConfig
     audit = LearnerAudit.build(RolloutConfig(audit_share=0.05), seed=0, keep_previous=False)
     assert audit.budget.share == 0.05
-    with pytest.raises(ConfigError, match="audit_share"):
-        RolloutConfig(audit_share=0.0).validate()
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(ConfigError, match="audit_share") as e:
+            RolloutConfig(audit_share=bad).validate()
+        assert "\n" not in str(e.value) and "set rollout.audit_share=0.03" in str(e.value)

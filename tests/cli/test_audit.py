@@ -81,3 +81,11 @@ def test_bad_rows_are_clear_errors(model_dir, tmp_path, capsys, row, words):
     assert main(["audit", "--model", str(model_dir), "--rollouts", str(rollouts)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("specrl audit: error:") and "bad.jsonl:2" in err and words in err
+
+
+def test_help_says_a_dump_must_not_share_a_seed_across_prompts(capsys):
+    from specrl.cli.audit import main as audit_main
+    with pytest.raises(SystemExit):
+        audit_main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "must not share one seed across prompts" in text and "same uniforms" in text and "coupled" in text

@@ -10,7 +10,7 @@ from specrl.trainer.rewards import REWARDS, register_reward
 from tests.helpers import save_tiny
 
 TIMING_KEYS = {"rollout_s", "reward_s", "train_s", "sync_s", "step_s", "gen_tokens_per_s", "eval_s", "wait_rollout_s",
-               "drafter_train_s", "drafter_sync_s", "sampler_s"}
+               "drafter_train_s", "drafter_sync_s", "sampler_s", "sampler_score_s", "sampler_share"}
 
 if "has_t7" not in REWARDS:
     @register_reward("has_t7")

@@ -119,3 +119,10 @@ def test_a_resumed_run_continues_the_checkpoints_e_process(tmp_path, monkeypatch
     again = read_jsonl(out / "metrics.jsonl")
     assert [r["sampler_e"] for r in again] == [r["sampler_e"] for r in rows]  # the same e-process, not a new one
     assert [r["sampler_p"] for r in again] == [r["sampler_p"] for r in rows]
+
+
+def test_the_row_gets_the_audits_share_of_the_step(tmp_path):
+    parts, bar, cfg = _parts(), _Bar(), _cfg("on")
+    row = {**_row(1, 0.0), "sampler_s": 0.3, "step_s": 10.0}
+    check_sampler(SimpleNamespace(path=tmp_path), parts, cfg, row, bar)
+    assert row["sampler_share"] == pytest.approx(0.03)
