@@ -45,8 +45,10 @@ def precision_mismatch(cfg: TrainConfig) -> bool:
     """The engine computes the sampled tokens' logprobs in another precision than the trainer: its dtype is not the
     trainer's master dtype, or the trainer runs under bf16 autocast (whose fp32 norms and accumulations no engine
     reproduces). Then pi_gen != pi_old for a sync rollout too, and its tokens are slightly off-policy."""
-    engine = resolve_dtype(cfg.rollout.dtype or cfg.dtype) if (cfg.rollout.dtype or cfg.dtype) != "auto" else None
-    return engine != master_dtype(cfg.dtype) or bool(cfg.optim.autocast)
+    name = cfg.rollout.dtype or cfg.dtype
+    if name == "auto":  # not resolved (resolve_precision): the engine's precision is not known to match
+        return True
+    return resolve_dtype(name) != master_dtype(cfg.dtype) or bool(cfg.optim.autocast)
 
 
 def importance_ratio_applies(cfg: TrainConfig, stale: bool) -> bool:
