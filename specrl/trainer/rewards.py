@@ -115,19 +115,23 @@ def resolve_reward(name: str, fn: str | None = None) -> Reward:
 
 
 def _import(target: str) -> BatchRewardFn:
-    import importlib
+    import sys
+
+    from ..registry import load
     module, sep, attr = target.partition(":")
     fix = "give reward.fn=package.module:function, a batched fn(completions, rows) -> list[float] on PYTHONPATH"
     if not sep or not module or not attr:
         raise ConfigError(f"reward.fn={target!r} is not a 'module:function' path; {fix}")
     try:
-        mod = importlib.import_module(module)
+        obj = load(target)
     except ImportError as e:
         raise ConfigError(f"reward.fn={target!r}: module {module!r} cannot be imported ({e}); {fix}") from None
-    obj = getattr(mod, attr, None)
+    except AttributeError:
+        obj = None
     if not callable(obj):
-        what = "is not callable" if hasattr(mod, attr) else "has no attribute of that name"
-        public = sorted(k for k, v in vars(mod).items() if callable(v) and not k.startswith("_"))[:12]
+        what = "is not callable" if obj is not None else "has no attribute of that name"
+        found = vars(sys.modules[module]) if module in sys.modules else {}
+        public = sorted(k for k, v in found.items() if callable(v) and not k.startswith("_"))[:12]
         raise ConfigError(f"reward.fn={target!r}: {attr!r} in module {module!r} {what} (its functions: {public}); "
                           f"{fix}")
     return obj
