@@ -2,9 +2,11 @@
 
     reward = LINE_WEIGHT * (credited lines / max(operations, equation lines)) + (1 - LINE_WEIGHT) * (answer right)
 
-The k-th equation line `x op y = z` is credited when its operator and operand are the problem's k-th, x is the
-previous line's z (the start value for the first), and z = x op y: a slip costs the line it is on, and a line
-that carries the slip on correctly still earns its credit. Equation lines beyond the problem's operations
+The k-th equation line `x op y = z` is credited in full when its operator and operand are the problem's k-th, x
+is the previous line's z (the start value for the first), and z = x op y: a slip costs the line it is on, and a
+line that carries the slip on correctly still earns its credit. A line that chains and is right but does another
+operation than the problem's earns HALF_CREDIT (the format and the arithmetic, before the reading is learned),
+when every line before it chained back to the start value (a copied example line does not). Equation lines beyond the problem's operations
 count in the denominator, so padding earns nothing. Parsing is lenient about what a small chat model writes:
 spacing, markdown, `x`/`×`/`·` for times, `÷` for divide, unicode minus signs, thousands commas, any
 `Step k` prefix (or none), and a final `Answer: N`, `answer is N` or `\\boxed{N}`.
@@ -17,6 +19,7 @@ from typing import NamedTuple, Sequence
 from .steps import apply
 
 LINE_WEIGHT = 0.7  # a right answer alone is worth 0.3: the lines are where a small model's signal is
+HALF_CREDIT = 0.5  # a chained, correct line of another operation than the problem's
 
 _NUM = r"(\d{1,3}(?:,\d{3})+|\d+)"
 _OP = r"([-+*/xX×·÷−–])"
@@ -61,7 +64,7 @@ def parse_answer(text: str) -> int | None:
 
 
 class LedgerScore(NamedTuple):
-    credited: int  # lines credited
+    credited: float  # lines credited (1 each, HALF_CREDIT for a right line of another operation)
     lines: int  # equation lines written
     operations: int  # the problem's operations
     answer_right: bool
@@ -75,10 +78,12 @@ class LedgerScore(NamedTuple):
 def score_ledger(text: str, start: int, ops: Sequence[Sequence], answer: int) -> LedgerScore:
     """The completion `text` against the problem (start value, [(op, y), ...], final value)."""
     eqs = parse_equations(text)
-    credited, prev = 0, start
+    credited, prev, anchored = 0, start, True  # anchored: every line so far chained back to the start value
     for eq, (op, y) in zip(eqs, ops):
-        if eq.op == op and eq.y == int(y) and eq.x == prev and apply(eq.x, eq.op, eq.y) == eq.z:
-            credited += 1
+        anchored = anchored and eq.x == prev
+        if eq.x == prev and apply(eq.x, eq.op, eq.y) == eq.z:
+            # half credit only on a chain from the start, so that a copied example line earns nothing
+            credited += 1 if (eq.op, eq.y) == (op, int(y)) else HALF_CREDIT * anchored
         prev = eq.z  # the next line chains on what this one wrote, right or wrong
     return LedgerScore(credited, len(eqs), len(ops), parse_answer(text) == int(answer))
 

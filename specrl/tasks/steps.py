@@ -80,7 +80,8 @@ class StepsProblem:
 
     @property
     def prompt(self) -> str:
-        return f"{self.question}\n\n{INSTRUCTION}\n\n{EXAMPLE}"
+        # the problem last: with the example last, a small model copies the example's answer
+        return f"{INSTRUCTION}\n\n{EXAMPLE}\n\nNow solve this one: {self.question}"
 
     @property
     def response(self) -> str:

@@ -39,6 +39,7 @@ def test_the_hand_worked_problem():
     assert PROBLEM.question == "Start with 14. Add 7. Multiply by 3. Subtract 9. Divide by 6. Add 5."
     assert PROBLEM.response == LEDGER
     assert "Step k: x op y = z" in PROBLEM.prompt and "Answer: N" in PROBLEM.prompt
+    assert PROBLEM.prompt.endswith(PROBLEM.question)  # the problem last, after the example
     assert apply(7, "/", 2) is None and apply(6, "x", 7) == 42
 
 
@@ -59,8 +60,11 @@ def test_a_wrong_line_loses_its_own_credit_and_the_next_line_chains_on_what_it_w
     assert _score(LEDGER.replace("Answer: 14", "Answer: 15")) == pytest.approx(LINE_WEIGHT)
     # the right answer alone, no lines: the answer's share only
     assert _score("The answer is 14.") == pytest.approx(1 - LINE_WEIGHT)
-    # an operand that is not the problem's earns nothing, however right its arithmetic
-    assert score_ledger(LEDGER.replace("14 + 7 = 21", "14 + 8 = 22"), 14, PROBLEM.ops, 14).credited == 3
+    # another operand than the problem's, right and chained: half a line (HALF_CREDIT); the next line then no
+    # longer chains (21 is not 22) and earns nothing; lines 3-5 chain on 63 and keep theirs: 0.5 + 0 + 3
+    assert score_ledger(LEDGER.replace("14 + 7 = 21", "14 + 8 = 22"), 14, PROBLEM.ops, 14).credited == 3.5
+    # a right line that does not chain (the prompt's example copied) earns nothing
+    assert score_ledger("Step 1: 5 + 3 = 8\nStep 2: 8 * 2 = 16\nAnswer: 16", 14, PROBLEM.ops, 14).credited == 0
 
 
 def test_extra_equation_lines_count_against_the_share():
