@@ -77,3 +77,12 @@ class RewardConfig:
     # see specrl.trainer.rewards.REWARDS; the run checks the name when it starts (pipeline/run.py), since the
     # rewards sit above the config tree
     name: str = "chain"
+    # a plug-in instead: "package.module:function", a batched fn(completions, rows) -> list[float] whose rows
+    # carry the data file's columns (specrl.trainer.rewards); it replaces `name`
+    fn: str | None = None
+
+    def validate(self) -> None:
+        require(self.fn is None or (":" in self.fn and self.fn.partition(":")[2] != ""), "fn", self.fn,
+                "null or a 'package.module:function' path", "e.g. reward.fn=mypkg.rewards:score")
+        require(self.fn is None or self.name == "chain", "name", self.name, "left at its default with reward.fn",
+                "give reward.name or reward.fn, not both")

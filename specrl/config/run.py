@@ -10,7 +10,7 @@ from ..engine.methods import model_method
 from ..model.checkpoint import DTYPES
 from ..optim import OptimSettings
 from .build import ConfigError, require, require_min
-from .choices import PIPELINE_MODES, PLACEMENTS
+from .choices import IS_CORRECTIONS, PIPELINE_MODES, PLACEMENTS
 from .data import Budget, DataConfig, RewardConfig
 from .rollout import RolloutConfig, is_positive_size
 
@@ -27,6 +27,10 @@ class AlgorithmConfig:
     updates_per_step: int = 1  # optimizer steps per RL step (mini-batches); > 1 makes the clip active
     mtp_coef: float = 0.1  # weight of the MTP modules' next-next-token loss, when the policy has them
     is_cap: float = 2.0  # async: a token sampled by older weights has its loss scaled by min(pi_old / pi_gen, is_cap)
+    # which rollouts get that ratio: "stale" (sampled by older weights), "mismatch" (also every rollout whose
+    # engine computes in another precision than the trainer, e.g. dtype auto's bf16 engine: pi_gen is then not
+    # the trainer's pi_old even in sync), "always"
+    is_correction: str = "mismatch"
     skip_zero_advantage: bool = True  # the same gradient for less work (PolicyTrainer.learning_rows)
 
     def validate(self) -> None:
@@ -38,6 +42,8 @@ class AlgorithmConfig:
         require_min(self, 0, "clip_high", "kl_coef")
         require(self.updates_per_step >= 1, "updates_per_step", self.updates_per_step, ">= 1")
         require(self.is_cap > 0, "is_cap", self.is_cap, "> 0", "a typical value is 2.0")
+        require(self.is_correction in IS_CORRECTIONS, "is_correction", self.is_correction,
+                f"one of {list(IS_CORRECTIONS)}", "mismatch corrects stale and mixed-precision rollouts")
 
 
 @dataclass

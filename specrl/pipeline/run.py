@@ -17,7 +17,7 @@ from ..registry import load
 from ..trainer.checkpoint import FILE_ERRORS, READ_ERRORS, Checkpoint, latest_checkpoint, load_checkpoint, unreadable
 from ..trainer.data import Example, PromptEncoder, PromptSource, build_sources
 from ..trainer.precision import resolve_precision
-from ..trainer.rewards import REWARDS, get_reward
+from ..trainer.rewards import resolve_reward
 from .progress import StepProgress
 from .run_dir import TRACE_FILE, WORKLOAD_FILE, RunDir, read_jsonl
 from .backends import IN_PROCESS_ENGINE, get_backend
@@ -56,7 +56,7 @@ def build_parts(cfg: TrainConfig, weights_dir: Path, source: PromptSource, held_
     health = DrafterHealth(cfg.rollout.drafter.health) if model_drafter else None
     alarm = SamplerAlarm(cfg.rollout.audit_alpha) if cfg.rollout.audit != "off" else None
     return Parts(RolloutSide(backend, source, encoder),
-                 LearnerSide(learner, get_reward(cfg.reward.name), encoder), held_out, eval_backend,
+                 LearnerSide(learner, resolve_reward(cfg.reward.name, cfg.reward.fn), encoder), held_out, eval_backend,
                  health=health, sampler_alarm=alarm)
 
 
@@ -94,13 +94,11 @@ def train(cfg: TrainConfig) -> dict:
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     # bad names and bad data fail before the run directory is touched
-    if cfg.reward.name not in REWARDS:
-        raise ConfigError(f"reward.name={cfg.reward.name!r} is invalid: expected one of {REWARDS.names}; register "
-                          "a new one with specrl.trainer.rewards.register_reward")
+    reward = resolve_reward(cfg.reward.name, cfg.reward.fn)
     backend_row = get_backend(cfg.pipeline.backend)
     if backend_row.check is not None:
         load(backend_row.check)()  # e.g. without Ray: how to install it
-    source, held_out = build_sources(cfg.data, cfg.seed)
+    source, held_out = build_sources(cfg.data, cfg.seed, reward.columns, reward.source)
     check_context(cfg, held_out)
     precision = resolve_precision(cfg, read_config(model_dir(cfg)))  # before config.yaml records the config
     run, ckpt = _start(cfg)

@@ -19,9 +19,10 @@ from ..drafters.training.health import DrafterHealth
 from ..engine import SamplingParams
 from ..rl import compute_advantages
 from ..trainer.checkpoint import latest_checkpoint, save_checkpoint
+from ..trainer.precision import importance_ratio_applies
 from ..config.run import TrainConfig
 from ..trainer.data import Example, PromptEncoder, PromptSource, step_seed
-from ..trainer.rewards import RewardFn
+from ..trainer.rewards import Reward
 from ..trainer.batch import collate
 from ..trainer.trainer import NonFiniteLossError
 from .progress import StepProgress
@@ -45,7 +46,7 @@ class RolloutSide:
 @dataclass
 class LearnerSide:
     learner: Learner
-    reward: RewardFn
+    reward: Reward  # batched: (completions, rows) -> rewards
     encoder: PromptEncoder
 
 
@@ -124,20 +125,21 @@ def generate_rollouts(step: int, side: RolloutSide, cfg: TrainConfig, version: i
 
 def learn(rollout: Rollout, side: LearnerSide, cfg: TrainConfig,
           cpu_clock: Callable[[], float] = time.process_time) -> tuple[dict, dict]:
-    """Rewards, advantages and the policy update (off-policy samples get the truncated importance ratio) ->
+    """Rewards, advantages and the policy update (off-policy samples, stale or sampled in another precision,
+    get the truncated importance ratio) ->
     the metrics row (without the step's timings) and the reward/train seconds on both clocks."""
     examples, outs = rollout.examples, rollout.outputs
     t0, c0 = time.perf_counter(), cpu_clock()
     samples = [(r, c) for r in outs for c in r.outputs]  # each sample with its request
     texts = [side.encoder.decode(c.token_ids) for _, c in samples]
-    rewards = torch.tensor([side.reward(text, examples[r.request_id].answer, examples[r.request_id].prompt)
-                            for text, (r, _) in zip(texts, samples)], dtype=torch.float32)  # [N]
+    rewards = torch.tensor(side.reward(texts, [examples[r.request_id].row for r, _ in samples]),
+                           dtype=torch.float32)  # [N]
     advantages = compute_advantages(cfg.algorithm.advantage, rewards, group_size=cfg.rollout.n)  # [N]
     t1, c1 = time.perf_counter(), cpu_clock()
     batch = collate([r.prompt_token_ids for r, _ in samples], [c.token_ids for _, c in samples],
                     [c.logprobs for _, c in samples], advantages, side.learner.pad_id)
-    off_policy = rollout.version < rollout.step
-    train_metrics = side.learner.step(batch, is_cap=cfg.algorithm.is_cap if off_policy else None, rewards=rewards,
+    corrected = importance_ratio_applies(cfg, stale=rollout.version < rollout.step)  # stale or mixed precision
+    train_metrics = side.learner.step(batch, is_cap=cfg.algorithm.is_cap if corrected else None, rewards=rewards,
                                       audit=audit_rows(rollout, cfg, len(samples)))
     t2, c2 = time.perf_counter(), cpu_clock()
     lens = np.array([len(c.token_ids) for _, c in samples])
@@ -249,8 +251,8 @@ def workload_row(rollout: Rollout, cfg: TrainConfig, times: dict) -> dict:
             else 0, "version": rollout.version, **times}
 
 
-def evaluate(parts: Parts, cfg: TrainConfig, backend: RolloutBackend) -> float:
-    """Accuracy on the held-out examples, one completion each at `data.eval_temperature`, with a seed per
+def evaluate(parts: Parts, cfg: TrainConfig, backend: RolloutBackend) -> tuple[float, float]:
+    """(Accuracy, mean reward) on the held-out examples, one completion each at `data.eval_temperature`, with a seed per
     example, so that evaluations are repeatable and lossless SD gives the same distribution as without it."""
     enc, reward, data = parts.rollout.encoder, parts.learner.reward, cfg.data
     temperature = cfg.rollout.temperature if data.eval_temperature is None else data.eval_temperature
@@ -259,8 +261,8 @@ def evaluate(parts: Parts, cfg: TrainConfig, backend: RolloutBackend) -> float:
                              max_tokens=data.eval_max_tokens, seed=step_seed(cfg.seed, i, salt=EVAL_SALT))
               for i in range(len(prompts))]
     outs = backend.generate(prompts, params)
-    scores = [reward(enc.decode(o.outputs[0].token_ids), e.answer, e.prompt) for o, e in zip(outs, parts.held_out)]
-    return sum(s >= 1.0 for s in scores) / len(scores)
+    scores = reward([enc.decode(o.outputs[0].token_ids) for o in outs], [e.row for e in parts.held_out])
+    return sum(s >= 1.0 for s in scores) / len(scores), sum(scores) / len(scores)
 
 
 def run_eval(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepProgress) -> float:
@@ -270,10 +272,10 @@ def run_eval(run: RunDir, parts: Parts, cfg: TrainConfig, step: int, bar: StepPr
     t0 = time.perf_counter()
     backend = parts.evaluator
     backend.set_trace_tags({"rl_step": step, "call": "eval"})  # after step `step`, so resume can truncate it
-    acc = evaluate(parts, cfg, backend)
-    run.log({"step": step, "accuracy": acc, "eval_s": time.perf_counter() - t0, "problems": len(parts.held_out)},
-            "eval.jsonl")
-    bar.log(f"step {step}: held-out accuracy {acc:.3f} on {len(parts.held_out)} problems")
+    acc, mean = evaluate(parts, cfg, backend)
+    run.log({"step": step, "accuracy": acc, "reward_mean": mean, "eval_s": time.perf_counter() - t0,
+             "problems": len(parts.held_out)}, "eval.jsonl")
+    bar.log(f"step {step}: held-out accuracy {acc:.3f}, mean reward {mean:.3f} on {len(parts.held_out)} problems")
     return acc
 
 

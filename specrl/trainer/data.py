@@ -19,6 +19,23 @@ MESSAGES_KEY = "messages"
 class Example(NamedTuple):
     prompt: str | list[dict]  # text, or chat messages [{"role": ..., "content": ...}]
     answer: str
+    columns: dict | None = None  # the row's other columns (a file's), for rewards that read them
+
+    @property
+    def row(self) -> dict:
+        """What a reward sees of this example: its other columns, then `prompt` and `answer`."""
+        return {**(self.columns or {}), "prompt": self.prompt, "answer": self.answer}
+
+
+def check_columns(examples: list[Example], columns: tuple[str, ...], where: str, needed_by: str) -> None:
+    """Every example has the columns `needed_by` (a reward) reads: a row without one is an error naming it."""
+    for i, e in enumerate(examples):
+        missing = [c for c in columns if c not in e.row]
+        if missing:
+            has = sorted(e.row)
+            raise InputFormatError(f"{where}, row {i + 1}: has no column {missing[0]!r}, which {needed_by} reads "
+                                   f"(the row has {has}); add it to every row, or use a reward that does not "
+                                   "need it")
 
 
 class PromptSource(Protocol):
@@ -57,18 +74,21 @@ class ListSource:
         return [self.rows[i] for i in picks[:k]]
 
 
-def read_rows(path: str | Path, prompt_key: str = "prompt", answer_key: str = "answer") -> list[Example]:
-    """Examples of a .jsonl or .parquet file; a row without the prompt field is an error naming its line."""
-    return [Example(*row) for row in _prompt_rows(path, prompt_key, answer_key, "data file")]
+def read_rows(path: str | Path, prompt_key: str = "prompt", answer_key: str = "answer",
+              columns: tuple[str, ...] = (), needed_by: str = "the reward") -> list[Example]:
+    """Examples of a .jsonl or .parquet file, each with its other columns; a row without the prompt field, or
+    without one of `columns` (what `needed_by` reads), is an error naming its line."""
+    return [Example(*row) for row in _prompt_rows(path, prompt_key, answer_key, "data file", columns, needed_by)]
 
 
 def read_prompts(path: str | Path, flag: str = "data file") -> list[str | list[dict]]:
     """Every row's prompt (text, or chat `messages`) of a .jsonl or .parquet file; other fields are ignored.
     `flag` names the option the path came from in errors (e.g. "--data file")."""
-    return [prompt for prompt, _ in _prompt_rows(path, "prompt", None, flag)]
+    return [prompt for prompt, *_ in _prompt_rows(path, "prompt", None, flag)]
 
 
-def _prompt_rows(path: str | Path, prompt_key: str, answer_key: str | None, flag: str):
+def _prompt_rows(path: str | Path, prompt_key: str, answer_key: str | None, flag: str,
+                 columns: tuple[str, ...] = (), needed_by: str = ""):
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"{flag} {str(path)!r} does not exist: pass a .jsonl or .parquet file of "
@@ -88,6 +108,10 @@ def _prompt_rows(path: str | Path, prompt_key: str, answer_key: str | None, flag
         if answer_key is not None and answer_key not in rec:
             raise InputFormatError(f"{where}: row has no {answer_key!r} field; every row needs one, or set "
                                    "data.answer_key")
+        missing = [c for c in columns if c not in ("prompt", "answer") and c not in rec]
+        if missing:
+            raise InputFormatError(f"{where}: row has no {missing[0]!r} column, which {needed_by} reads (the row "
+                                   f"has {sorted(rec)}); add it to every row, or use a reward that does not need it")
         if prompt_key in rec:
             prompt = str(rec[prompt_key])
         else:  # a conversation (list of {role, content}), rendered later by the chat template
@@ -96,7 +120,8 @@ def _prompt_rows(path: str | Path, prompt_key: str, answer_key: str | None, flag
             except ChatTemplateError as e:
                 raise InputFormatError(f"{where}: {e}") from None
             prompt = [dict(m) for m in rec[MESSAGES_KEY]]
-        yield prompt, None if answer_key is None else str(rec[answer_key])
+        extra = {k: v for k, v in rec.items() if k not in (prompt_key, MESSAGES_KEY, answer_key)}
+        yield prompt, None if answer_key is None else str(rec[answer_key]), extra
 
 
 def _jsonl_records(path: Path):
@@ -120,19 +145,23 @@ def _parquet_records(path: Path):
     yield from enumerate(pq.read_table(path).to_pylist(), start=1)
 
 
-def build_sources(cfg: DataConfig, seed: int) -> tuple[PromptSource, list[Example]]:
+def build_sources(cfg: DataConfig, seed: int, columns: tuple[str, ...] = (), needed_by: str = "the reward"
+                  ) -> tuple[PromptSource, list[Example]]:
     """The training source and the held-out examples (held-out accuracy is measured on these); a null
-    `eval_size` (a config that was not validated) takes the source's budget."""
+    `eval_size` (a config that was not validated) takes the source's budget. Every row must have `columns`
+    (what `needed_by`, the run's reward, reads)."""
     size = cfg.eval_size if cfg.eval_size is not None else cfg.budget.eval_size
     if cfg.is_task:
         from ..tasks import make_problems
         from ..tasks.arith import task_spec
         spec = task_spec(cfg.source, cfg.hops_median, cfg.hops_sigma, cfg.max_hops)
         held_out = [Example(p.prompt, p.answer) for p in make_problems(size, seed=0, split="test", spec=spec)]
+        check_columns(held_out[:1] or [Example("", "")], columns, f"data.source={cfg.source}", needed_by)
         return TaskSource(spec, seed), held_out
-    rows = read_rows(cfg.source, cfg.prompt_key, cfg.answer_key)
+    rows = read_rows(cfg.source, cfg.prompt_key, cfg.answer_key, columns, needed_by)
     if cfg.eval_source is not None:
-        return ListSource(rows, seed), read_rows(cfg.eval_source, cfg.prompt_key, cfg.answer_key)[:size]
+        held_out = read_rows(cfg.eval_source, cfg.prompt_key, cfg.answer_key, columns, needed_by)
+        return ListSource(rows, seed), held_out[:size]
     n_eval = min(size, len(rows) // 5)  # hold out the tail, never more than a fifth of the data
     return ListSource(rows[:len(rows) - n_eval], seed), rows[len(rows) - n_eval:]
 

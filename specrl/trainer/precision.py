@@ -39,3 +39,22 @@ def master_dtype(dtype: str) -> torch.dtype:
     """The trainer's weights' dtype for the config's top-level `dtype`: under "auto" (a caller that builds a
     learner without `resolve_precision`) the master weights are fp32, as resolve_precision makes them."""
     return torch.float32 if dtype == "auto" else resolve_dtype(dtype)
+
+
+def precision_mismatch(cfg: TrainConfig) -> bool:
+    """The engine computes the sampled tokens' logprobs in another precision than the trainer: its dtype is not the
+    trainer's master dtype, or the trainer runs under bf16 autocast (whose fp32 norms and accumulations no engine
+    reproduces). Then pi_gen != pi_old for a sync rollout too, and its tokens are slightly off-policy."""
+    name = cfg.rollout.dtype or cfg.dtype
+    if name == "auto":  # not resolved (resolve_precision): the engine's precision is not known to match
+        return True
+    return resolve_dtype(name) != master_dtype(cfg.dtype) or bool(cfg.optim.autocast)
+
+
+def importance_ratio_applies(cfg: TrainConfig, stale: bool) -> bool:
+    """Whether a rollout's tokens get the truncated importance ratio min(pi_old / pi_gen, is_cap)
+    (`algorithm.is_correction`): a stale one always (older weights sampled it); a fresh one under "always", or
+    under "mismatch" when the engine's precision is not the trainer's (truncated importance sampling for the
+    rollout/trainer mismatch, Yao et al. 2025). With matching precisions the ratio would be 1 anyway."""
+    mode = cfg.algorithm.is_correction
+    return stale or mode == "always" or (mode == "mismatch" and precision_mismatch(cfg))

@@ -232,8 +232,9 @@ class PolicyTrainer:
 
     def step(self, batch: TrainBatch, is_cap: float | None = None) -> dict[str, float]:
         """One RL step: `updates_per_step` optimizer steps over mini-batches of the rollouts. With `is_cap`
-        the rollouts are off-policy (sampled by older weights, async pipeline): each token's loss is scaled
-        by the truncated importance ratio min(pi_old / pi_gen, is_cap)."""
+        the rollouts are off-policy (sampled by older weights in the async pipeline, or by an engine in another
+        precision): each token's loss is scaled by the truncated importance ratio min(pi_old / pi_gen, is_cap)
+        (metrics is_ratio, its mean, and is_truncated, the share of tokens at the cap)."""
         hook = self.logits_hook
         if hook is not None and self.algo.updates_per_step == 1:  # step 0: the hook's rows the update skips
             self._show_hook(batch, hook)
@@ -328,6 +329,7 @@ class PolicyTrainer:
             if is_cap is not None:
                 weights = truncated_importance_ratio(old_mb, mb.gen_logp, is_cap) * mb.mask  # [b, T]
                 sums["is_ratio"] += float(weights.sum() / n_tok)
+                sums["is_truncated"] += float(((weights >= is_cap) * mb.mask).sum() / n_tok)  # tokens at the cap
             pl = self.policy_loss(logp, old_mb, mb.advantages, self.algo.clip_low, self.algo.clip_high, weights)
             loss = aggregate(pl.loss, mb.mask, mode, self.norm_len, denom)
             if ref is not None:

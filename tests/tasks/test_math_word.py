@@ -83,7 +83,7 @@ def test_make_data_cli_rows_load_and_score(tmp_path):
 
 def test_make_data_unknown_kind_exits_2(capsys):
     assert cli_main(["make-data", "algebra", "--out", "x"]) == 2
-    assert "valid: ['math']" in capsys.readouterr().err
+    assert "valid: ['math', 'steps']" in capsys.readouterr().err
 
 
 def test_tiny_problems_are_one_digit_sums_and_differences():

@@ -86,3 +86,26 @@ def test_an_auto_bf16_run_trains_with_fp32_master_weights(probe_says, tmp_path):
     assert recorded["dtype"] == "bfloat16" and "autocast: true" in config
     # the bf16 engine's logprobs against the fp32 trainer's under autocast: close, not equal
     assert 0 < row["logprob_diff"] < 0.05
+
+
+@pytest.mark.parametrize("engine, master, autocast, mode, stale, applies", [
+    ("float32", "float32", False, "mismatch", False, False),  # the same precision: pi_gen is pi_old
+    ("bfloat16", "bfloat16", False, "mismatch", False, False),
+    ("bfloat16", "float32", True, "mismatch", False, True),  # dtype auto's bf16 choice
+    ("float32", "float32", True, "mismatch", False, True),  # autocast alone changes the trainer's numerics
+    ("bfloat16", "float32", True, "stale", False, False),  # the old rule: stale rollouts only
+    ("float32", "float32", False, "always", False, True),
+    ("float32", "float32", False, "stale", True, True),  # a stale rollout, whatever the precision
+])
+def test_the_sync_importance_ratio_applies_where_the_precisions_differ(engine, master, autocast, mode, stale,
+                                                                        applies):
+    from specrl.trainer.precision import importance_ratio_applies
+    cfg = TrainConfig()
+    cfg.rollout.dtype, cfg.dtype, cfg.optim.autocast, cfg.algorithm.is_correction = engine, master, autocast, mode
+    assert importance_ratio_applies(cfg, stale) is applies
+
+
+def test_an_unknown_is_correction_names_the_choices():
+    from specrl.config.run import AlgorithmConfig
+    with pytest.raises(ConfigError, match=r"is_correction='sometimes'.*\['stale', 'mismatch', 'always'\]"):
+        AlgorithmConfig(is_correction="sometimes").validate()

@@ -313,3 +313,18 @@ def test_every_row_is_kept_when_a_term_reads_every_row():
     batch = _with_advantages(_rollouts(model), [0.0] * 9)
     assert len(_trainer(model, kl_coef=0.1).learning_rows(batch, torch.arange(9))) == 9
     assert len(_trainer(model).learning_rows(batch, torch.arange(9))) == 1
+
+
+def test_the_ratio_of_rollouts_whose_logprobs_are_the_trainers_changes_nothing():
+    """The sync correction (algorithm.is_correction) where the engine's precision is the trainer's: pi_gen is
+    pi_old, every ratio is 1, and the update is the uncorrected one to rounding."""
+    model = tiny_model(seed=7)
+    on = _rollouts(model)
+    exact = _trainer(copy.deepcopy(model)).score(model, on)  # [N, T]
+    same = on._replace(gen_logp=exact * on.mask)
+    a, b = copy.deepcopy(model), copy.deepcopy(model)
+    plain, corrected = _trainer(a).step(same), _trainer(b).step(same, is_cap=2.0)
+    assert corrected["is_ratio"] == pytest.approx(1.0, abs=1e-6) and corrected["is_truncated"] == 0.0
+    assert corrected["loss"] == pytest.approx(plain["loss"], rel=1e-6, abs=1e-9)
+    assert corrected["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-5)
+    assert all(torch.allclose(p, q, atol=1e-7) for p, q in zip(a.parameters(), b.parameters()))
