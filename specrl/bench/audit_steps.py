@@ -21,8 +21,7 @@ FAULTS = {"temp_1.1": ("off", {"temperature": 1.1}), "temp_0.9": ("off", {"tempe
 def paths() -> dict:
     """SD off and every registered method (the method registry's names), each with its shipped drafter when the
     embedded policy has one."""
-    from specrl.engine import METHODS, SpecConfig
-    from specrl.engine.methods import SHIPPED_DRAFTERS_DIR
+    from specrl.engine import METHODS, SHIPPED_DRAFTERS_DIR, SpecConfig
     out = {"off": {}}
     for name in METHODS:
         shipped = SHIPPED_DRAFTERS_DIR / name

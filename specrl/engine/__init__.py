@@ -20,6 +20,7 @@ room's module, so that the rooms can change behind them:
 
     LLM, SamplingParams, SpecConfig, RequestOutput, CompletionOutput   the vLLM-shaped front (also `specrl`'s)
     METHODS, DRAFTING_METHODS, get_method, is_adaptive    the SD methods by name ("auto" is the adaptive one)
+    SHIPPED_DRAFTERS_DIR   the embedded policy's trained drafter of each method, one folder a method
     per_prompt     one SamplingParams per prompt, each with its own seed
     Choices        what the adaptive engine chose, step by step (`LLM.record_choices`)
     Verdict, sample_from, replaced_verify   writing and installing a faulty verify (faults.py)
@@ -32,6 +33,7 @@ FRONT = ("LLM", "CompletionOutput", "RequestOutput", "SamplingParams", "SpecConf
 _EXPORTS = {"LLM": "llm", "CompletionOutput": "sequence", "RequestOutput": "sequence",
             "SamplingParams": "sampler", "SpecConfig": "methods",
             "METHODS": "methods", "DRAFTING_METHODS": "methods", "get_method": "methods", "is_adaptive": "methods",
+            "SHIPPED_DRAFTERS_DIR": "methods",
             "per_prompt": "sampler", "Choices": "stats",
             "Verdict": "sampler", "sample_from": "sampler", "replaced_verify": "faults"}
 __all__ = list(_EXPORTS)

@@ -78,11 +78,13 @@ class SamplingParams:
 
 
 def per_prompt(params: SamplingParams, count: int, start: int = 0) -> list[SamplingParams]:
-    """`count` copies of `params`, the i-th seeded `params.seed * 1_000_003 + start + i` (None stays None):
-    requests that share a seed share their random draws, so equal prompts would be equal samples."""
+    """`count` copies of `params`, the i-th seeded `params.seed * 1_000_003 + (start + i) * params.n` (None stays
+    None): requests that share a seed share their random draws, so equal prompts would be equal samples. The
+    seeds lie `n` apart because vLLM seeds a request's j-th sample with seed + j: consecutive seeds would give
+    sample j of prompt i and sample j - 1 of prompt i + 1 the same draws, and the audit takes rows as independent."""
     if params.seed is None:
         return [params] * count
-    return [replace(params, seed=params.seed * 1_000_003 + start + i) for i in range(count)]
+    return [replace(params, seed=params.seed * 1_000_003 + (start + i) * params.n) for i in range(count)]
 
 
 def _to_signed(x: int) -> int:

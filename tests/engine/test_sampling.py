@@ -72,7 +72,11 @@ def test_bad_sampling_params(kw, match):
 def test_per_prompt_gives_each_prompt_its_own_seed():
     from specrl.engine.sampler import per_prompt
     seeded = per_prompt(SamplingParams(temperature=0.7, max_tokens=5, seed=3), 3, start=10)
-    assert [p.seed for p in seeded] == [3 * 1_000_003 + 10, 3 * 1_000_003 + 11, 3 * 1_000_003 + 12]
+    assert [p.seed for p in seeded] == [3 * 1_000_003 + 10, 3 * 1_000_003 + 11, 3 * 1_000_003 + 12]  # n = 1
+    # n = 4: seeds 4 apart, so vLLM's seed + j for sample j never repeats a seed across prompts
+    seeds = [p.seed for p in per_prompt(SamplingParams(n=4, seed=3), 3)]
+    assert seeds == [3 * 1_000_003, 3 * 1_000_003 + 4, 3 * 1_000_003 + 8]
+    assert len({s + j for s in seeds for j in range(4)}) == 12
     assert all(p.temperature == 0.7 and p.max_tokens == 5 for p in seeded)
     assert [p.seed for p in per_prompt(SamplingParams(seed=None), 2)] == [None, None]  # unseeded stays unseeded
 
