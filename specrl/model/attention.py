@@ -134,7 +134,7 @@ def attend(q: torch.Tensor, layer: LayerKV, meta: AttentionMetadata, scale: floa
     """q [B, H, T, D] over the cache rows of `meta` (keys already written) -> [B, H, T, D]."""
     k_cache, v_cache = layer
     if q.shape[2] <= KERNEL_MAX_QUERIES and kernels.takes(q, k_cache, v_cache):
-        return kernels.decode_attention(q, k_cache, v_cache, meta.slots, meta.positions, scale)
+        return kernels.run(q, k_cache, v_cache, meta.slots, meta.positions, scale)
     return grouped_sdpa(q, k_cache, v_cache, meta, scale)
 
 
@@ -147,6 +147,14 @@ def cached_attention(q, k, v, layer: LayerKV, meta: AttentionMetadata, scale: fl
 def default_scale(head_dim: int) -> float:
     """1 / sqrt(head_dim), computed as SDPA computes its default."""
     return 1.0 / math.sqrt(head_dim)
+
+
+def decode_attention(q, k_cache, v_cache, slots, positions, scale: float) -> torch.Tensor:
+    """`attend` in the kernel's signature: q [B, H, T, D]; k_cache, v_cache [S, Hkv, L, D]; slots [B]; positions
+    [B, T] -> [B, H, T, D]. The kernel where it takes the inputs, else `sdpa_attention`."""
+    if kernels.takes(q, k_cache, v_cache):
+        return kernels.run(q, k_cache, v_cache, slots, positions, scale)
+    return sdpa_attention(q, k_cache, v_cache, slots, positions, scale)
 
 
 def sdpa_attention(q, k_cache, v_cache, slots, positions, scale: float) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""specrl.model.kernels.decode_attention: the C++ kernel and the torch fallback against an fp64 reference, as close
+"""specrl.model.attention.decode_attention: the C++ kernel and the torch fallback against an fp64 reference, as close
 to it as SDPA is, at ragged lengths from 1 to several thousand, GQA ratios 1, 3 and 4, head sizes 64 and 128,
 decode (T = 1) and verify (T = 5) queries, fp32 and bf16; the forced paths; and the machine without a compiler and
 the failed build, which both take the SDPA path with one note line."""
@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import specrl.model.kernels as K
 from specrl.errors import ConfigError
 from specrl.model.kernels import build
+from specrl.model.attention import decode_attention
 from specrl.model.attention import sdpa_attention as decode_attention_sdpa
 
 
@@ -84,7 +85,7 @@ def test_kernel_and_fallback_are_as_close_to_fp64_as_sdpa(kernel, lengths, heads
 def test_padded_verify_queries_that_repeat_a_position(kernel, dtype):
     args = inputs([3000, 200, 5], 9, 3, 64, 5, dtype, repeat_last=True)
     ref = reference(*args)
-    out = K.decode_attention(*args)
+    out = decode_attention(*args)
     assert out.dtype == dtype and out.shape == args[0].shape
     assert (out.double() - ref).abs().max() <= 2 * (plain_sdpa(*args).double() - ref).abs().max() + 1e-3
 
@@ -93,14 +94,14 @@ def test_each_row_reads_only_its_own_length(kernel):
     """Garbage (NaN) in the slots no row owns changes nothing on either path, and past every row's last position
     nothing for the kernel (the fallback pads the rows of a group to its longest, as the dense path did)."""
     q, k, v, slots, positions, scale = inputs([40, 7, 300], 9, 3, 64, 5, torch.float32)
-    clean = K.decode_attention(q, k, v, slots, positions, scale)
+    clean = decode_attention(q, k, v, slots, positions, scale)
     spare = [s for s in range(k.shape[0]) if s not in slots.tolist()]
     k[spare], v[spare] = float("nan"), float("nan")
     assert not decode_attention_sdpa(q, k, v, slots, positions, scale).isnan().any()
     for b, s in enumerate(slots.tolist()):
         k[s, :, int(positions[b].max()) + 1:] = float("nan")
         v[s, :, int(positions[b].max()) + 1:] = float("nan")
-    assert torch.equal(K.decode_attention(q, k, v, slots, positions, scale), clean)
+    assert torch.equal(decode_attention(q, k, v, slots, positions, scale), clean)
 
 
 def test_a_bad_position_or_slot_is_an_error_not_a_read_out_of_bounds(kernel):
@@ -114,25 +115,25 @@ def test_a_bad_position_or_slot_is_an_error_not_a_read_out_of_bounds(kernel):
 def test_inputs_the_kernel_does_not_take_use_the_fallback(kernel):
     for dtype, hd in ((torch.float16, 64), (torch.float32, 48)):
         args = inputs([30, 5], 4, 2, hd, 5, dtype)
-        assert torch.equal(K.decode_attention(*args), decode_attention_sdpa(*args))
+        assert torch.equal(decode_attention(*args), decode_attention_sdpa(*args))
 
 
 def test_forced_paths(kernel, monkeypatch):
     args = inputs([300, 20], 9, 3, 64, 5, torch.bfloat16)
     monkeypatch.setenv(K.ENV, "sdpa")
     assert K.kernel_status() == "sdpa: forced by SPECRL_ATTENTION=sdpa"
-    assert torch.equal(K.decode_attention(*args), decode_attention_sdpa(*args))
+    assert torch.equal(decode_attention(*args), decode_attention_sdpa(*args))
     monkeypatch.setenv(K.ENV, "kernel")
     assert K.kernel_status() == "kernel"
-    assert torch.equal(K.decode_attention(*args), kernel(*args))
+    assert torch.equal(decode_attention(*args), kernel(*args))
     with pytest.raises(ConfigError, match="cannot run here: dtypes torch.float16"):
-        K.decode_attention(*inputs([3], 4, 4, 64, 1, torch.float16))
+        decode_attention(*inputs([3], 4, 4, 64, 1, torch.float16))
 
 
 def test_an_unknown_forced_path_is_one_line_naming_the_choices(monkeypatch):
     monkeypatch.setenv(K.ENV, "flash")
     with pytest.raises(ConfigError) as e:
-        K.decode_attention(*inputs([3], 4, 4, 64, 1, torch.float32))
+        decode_attention(*inputs([3], 4, 4, 64, 1, torch.float32))
     assert "SPECRL_ATTENTION='flash'" in str(e.value) and "sdpa, kernel" in str(e.value)
     assert "\n" not in str(e.value)
 
@@ -152,7 +153,7 @@ def test_no_compiler_is_one_note_and_the_sdpa_path(fresh_build, monkeypatch, cap
     with caplog.at_level(logging.WARNING, logger="specrl"):
         status = K.kernel_status()
         args = inputs([30, 5], 9, 3, 64, 5, torch.float32)
-        out = K.decode_attention(*args)
+        out = decode_attention(*args)
     assert status.startswith("sdpa: no C++ compiler")
     assert torch.equal(out, decode_attention_sdpa(*args))
     notes = [r.getMessage() for r in caplog.records]
@@ -166,7 +167,7 @@ def test_a_failed_build_names_its_log_takes_sdpa_and_leaves_no_module(fresh_buil
     with caplog.at_level(logging.WARNING, logger="specrl"):
         status = K.kernel_status()
         args = inputs([30, 5], 9, 3, 64, 5, torch.bfloat16)
-        out = K.decode_attention(*args)
+        out = decode_attention(*args)
     logs = list(fresh_build.glob("*.log"))
     assert len(logs) == 1 and "planted compile error" in logs[0].read_text()
     assert status == f"sdpa: the decode attention kernel failed to build (log: {logs[0]})"

@@ -131,7 +131,7 @@ def test_attend_calls_the_kernel_for_decode_and_verify_only(monkeypatch):
         calls.append((slots, positions, scale))
         return sdpa_attention(q, k_cache, v_cache, slots, positions, scale)
 
-    monkeypatch.setattr(kernels, "decode_attention", fake)
+    monkeypatch.setattr(kernels, "run", fake)
     monkeypatch.setattr(kernels, "takes", lambda q, k, v: True)
     for T, called in ((5, True), (attention.KERNEL_MAX_QUERIES + 1, False)):
         calls.clear()

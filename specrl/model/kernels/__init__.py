@@ -1,13 +1,13 @@
 """Decode and verify attention over a position-indexed KV cache: our C++ kernel on a CPU, SDPA elsewhere.
 
-    out = decode_attention(q, k_cache, v_cache, slots, positions, scale)
+    if takes(q, k_cache, v_cache):  # else specrl.model.attention.sdpa_attention
+        out = run(q, k_cache, v_cache, slots, positions, scale)
     # q [B, H, T, D] (T = 1 decode, k + 1 verify); k_cache, v_cache [S, Hkv, L, D] one layer's cache; slots [B];
     # positions [B, T]: query (b, t) attends to positions 0..positions[b, t] of slot slots[b] -> [B, H, T, D]
 
 The kernel (decode_attention.cpp, built at first use by `build.load_kernel`) takes CPU tensors in float32 or
-bfloat16 with head size 32, 64, 128 or 256, outside autograd; anything else takes the SDPA path
-(`specrl.model.attention.sdpa_attention`, the seam's reference), as does a machine where the kernel does not
-build. SPECRL_ATTENTION=sdpa
+bfloat16 with head size 32, 64, 128 or 256, outside autograd; `specrl.model.attention.decode_attention` sends
+anything else to the seam's SDPA path, as it does on a machine where the kernel does not build. SPECRL_ATTENTION=sdpa
 forces the SDPA path, =kernel the kernel (an error where it cannot run); `kernel_status()` says which path this
 machine takes.
 """
@@ -28,7 +28,7 @@ KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 
 _state: dict[str, str | None] = {}  # "reason": None once the kernel loaded, else why not (asked once a process)
 
-__all__ = ["decode_attention", "kernel_status", "forced_path", "takes"]
+__all__ = ["run", "kernel_status", "forced_path", "takes"]
 
 
 def forced_path() -> str | None:
@@ -71,8 +71,8 @@ def unsupported(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -
 
 
 def takes(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
-    """Whether `decode_attention` runs the kernel on these inputs; SPECRL_ATTENTION=kernel where it cannot is a
-    ConfigError naming the reason."""
+    """Whether `attention.decode_attention` runs the kernel on these inputs; SPECRL_ATTENTION=kernel where it
+    cannot is a ConfigError naming the reason."""
     forced = forced_path()
     if forced == "sdpa":
         return False
@@ -83,11 +83,9 @@ def takes(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool
     return why is None
 
 
-def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
-                     positions: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [B, H, T, D] over one layer's cache [S, Hkv, L, D] at slots [B], each query up to its own position
-    (positions [B, T]) -> [B, H, T, D] in q's dtype. Each row reads only its own length."""
-    if takes(q, k_cache, v_cache):
-        return torch.ops.specrl_kernels.decode_attention(q, k_cache, v_cache, slots, positions, float(scale))
-    from specrl.model.attention import sdpa_attention  # the seam imports this package: imported on use
-    return sdpa_attention(q, k_cache, v_cache, slots, positions, scale)
+def run(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+        positions: torch.Tensor, scale: float) -> torch.Tensor:
+    """The kernel itself, on inputs it `takes`: q [B, H, T, D] over one layer's cache [S, Hkv, L, D] at slots [B],
+    each query up to its own position (positions [B, T]) -> [B, H, T, D] in q's dtype. Each row reads only its
+    own length."""
+    return torch.ops.specrl_kernels.decode_attention(q, k_cache, v_cache, slots, positions, float(scale))
