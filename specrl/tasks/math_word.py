@@ -97,9 +97,15 @@ def make_word_problem(rng: random.Random, difficulty: str) -> WordProblem:
 
 def make_word_problems(n: int, difficulty: str = "easy", seed: int = 0) -> list[WordProblem]:
     """`n` problems; problem i depends only on (seed, i, difficulty)."""
-    if difficulty not in DIFFICULTIES:
-        raise ValueError(f"difficulty {difficulty!r}: expected one of {list(DIFFICULTIES)}")
+    return seeded_problems(make_word_problem, "math-word", n, difficulty, seed, DIFFICULTIES, ("easy", "hard"))
+
+
+def seeded_problems(make, name: str, n: int, difficulty: str, seed: int, difficulties, mixed) -> list:
+    """`n` problems `make(rng, level)`, problem i drawn from its own rng on (name, seed, i): "mix" picks each
+    problem's level from `mixed`; an unknown difficulty or a negative n is a ValueError naming the choices."""
+    if difficulty not in difficulties:
+        raise ValueError(f"difficulty {difficulty!r}: expected one of {list(difficulties)}")
     if n < 0:
         raise ValueError(f"n={n}: expected >= 0")
-    rngs = (random.Random(f"math-word/{seed}/{i}") for i in range(n))  # str seeds ignore PYTHONHASHSEED
-    return [make_word_problem(rng, difficulty if difficulty != "mix" else rng.choice(("easy", "hard"))) for rng in rngs]
+    rngs = (random.Random(f"{name}/{seed}/{i}") for i in range(n))  # str seeds ignore PYTHONHASHSEED
+    return [make(rng, difficulty if difficulty != "mix" else rng.choice(tuple(mixed))) for rng in rngs]

@@ -18,6 +18,8 @@ import random
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .math_word import seeded_problems
+
 OPS = ("+", "-", "*", "/")
 WORDS = {"+": "Add {y}.", "-": "Subtract {y}.", "*": "Multiply by {y}.", "/": "Divide by {y}."}
 INSTRUCTION = ("Work it out one operation at a time. Write one line per operation, in the form "
@@ -130,9 +132,4 @@ def make_steps_problem(rng: random.Random, difficulty: str) -> StepsProblem:
 
 def make_steps_problems(n: int, difficulty: str = "medium", seed: int = 0) -> list[StepsProblem]:
     """`n` problems; problem i depends only on (seed, i, difficulty)."""
-    if difficulty not in DIFFICULTIES:
-        raise ValueError(f"difficulty {difficulty!r}: expected one of {list(DIFFICULTIES)}")
-    if n < 0:
-        raise ValueError(f"n={n}: expected >= 0")
-    rngs = (random.Random(f"steps/{seed}/{i}") for i in range(n))  # str seeds ignore PYTHONHASHSEED
-    return [make_steps_problem(rng, difficulty if difficulty != "mix" else rng.choice(list(LEVELS))) for rng in rngs]
+    return seeded_problems(make_steps_problem, "steps", n, difficulty, seed, DIFFICULTIES, LEVELS)
