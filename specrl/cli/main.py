@@ -45,6 +45,8 @@ BENCHES = {
     "audit": ("specrl.bench.audit", "the sampler audit's e-process: calibration on exact samplers, power against "
               "injected faults"),
     "default-run": ("specrl.bench.default_run", "the default `specrl train`, SD on against SD off, seed by seed"),
+    "real-rl": ("specrl.bench.real_rl", "GRPO on a real model, every SD arm of the real-model table (off, frozen, "
+                "online, online + reward weighting, auto), one arm at a time, resumable"),
     "sync-async-2x2": ("specrl.bench.sync_async_2x2", "the default run as sync/async x SD on/off, and the "
                        "simulator's prediction of each cell"),
     "kernels": ("specrl.bench.kernels", "the engine's linears: plain F.linear against pre-packed weights, on the "

@@ -16,12 +16,8 @@ from pathlib import Path
 
 from ..config import ConfigError, load_config
 from ..config.files import argv_overrides
-from ..config.run import TrainConfig
+from ..config.run import SHORTCUTS, TrainConfig
 
-# `max_steps=N` is what people type; it means `schedule.max_steps=N`
-SHORTCUTS = {"max_steps": "schedule.max_steps", "eval_every": "schedule.eval_every",
-             "save_every": "schedule.save_every", "keep_last": "schedule.keep_last", "lr": "optim.lr",
-             "n": "rollout.n", "prompts_per_step": "rollout.prompts_per_step", "method": "rollout.spec.method"}
 FLAGS = {"out": "out_dir", "model": "model", "method": "rollout.spec.method"}  # flag -> the config key it sets
 
 

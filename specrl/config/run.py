@@ -139,6 +139,12 @@ class VllmConfig:
     refit_dir: str = "/dev/shm"  # where a refit's safetensors are written for vLLM's reload_weights
 
 
+# `max_steps=N` is what people type; it means `schedule.max_steps=N`
+SHORTCUTS = {"max_steps": "schedule.max_steps", "eval_every": "schedule.eval_every",
+             "save_every": "schedule.save_every", "keep_last": "schedule.keep_last", "lr": "optim.lr",
+             "n": "rollout.n", "prompts_per_step": "rollout.prompts_per_step", "method": "rollout.spec.method"}
+
+
 @dataclass
 class TrainConfig:
     model: str | None = None  # HF checkpoint dir; None: the shipped embedded arithmetic policy

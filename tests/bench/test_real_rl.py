@@ -1,0 +1,76 @@
+"""`specrl bench real-rl`: the arms' table from their run directories, resuming, and its bad input."""
+import json
+from pathlib import Path
+
+import pytest
+
+from specrl.bench import real_rl
+from specrl.cli.main import main
+from specrl.errors import UserError
+from tests.bench.conftest import train_overrides
+
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
+
+
+def _run_dir(path: Path, rows: list[dict], evals: list[dict]) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text("seed: 0\n")
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    return path
+
+
+def _rows(rollout_s: float, step_s: float, n: int = 3, **extra) -> list[dict]:
+    return [{"step": i + 1, "rollout_s": rollout_s, "step_s": step_s, "response_len_p50": 100.0,
+             "response_len_p99": 400.0, "acceptance_length": 2.0, "logprob_diff": 0.0,
+             **{k: v[i] for k, v in extra.items()}} for i in range(n)]
+
+
+def test_an_arm_row_measures_against_sd_off(tmp_path):
+    off = real_rl.arm_row("off", 0, _run_dir(tmp_path / "off", _rows(6.0, 10.0), [{"step": 0, "reward_mean": 0.2}]),
+                          None)
+    assert off["R"] == 0.6 and off["eval_reward"] == {0: 0.2}
+    probe = {"probe_accept_online": [2.0, 2.4, 3.0], "probe_accept_frozen": [2.0, 2.0, 2.0],
+             "probe_kl_pi0": [0.0, 0.1, 0.2]}
+    on = real_rl.arm_row("online", 0, _run_dir(tmp_path / "on", _rows(3.0, 7.0, **probe), []),
+                         {"rollout_s": off["rollout_s"], "step_s": off["step_s"]})
+    # rollout 6 s of a 10 s step, SD makes it 3 s: alpha 2, bound 1 / (0.3 + 0.4); the step is 10 / 7 faster
+    assert on["alpha"] == 2.0 and abs(on["step_bound"] - 1 / 0.7) < 1e-12 and on["step_speedup"] == 10.0 / 7.0
+    assert on["probe_online_over_frozen_last5"] == pytest.approx(2.466666 / 2.0, rel=1e-5)
+    assert on["probe_kl_pi0"] == [0.0, 0.1, 0.2]
+    assert real_rl.probe_plot([off, on], tmp_path / "probe.png") and (tmp_path / "probe.png").stat().st_size > 0
+    assert not real_rl.probe_plot([off], tmp_path / "none.png")  # no arm ran the probe: no figure
+
+
+def test_a_finished_arm_is_read_back_and_a_started_one_resumes(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(real_rl, "run", lambda args, log, what: calls.append(args))
+    done = _run_dir(tmp_path / "off_seed0", _rows(1.0, 2.0, n=3), [])
+    real_rl.train_arm(CONFIG, done, "off", 0, None, 3, [])
+    assert calls == []  # all max_steps rows are there: nothing runs
+    started = _run_dir(tmp_path / "online_seed0", _rows(1.0, 2.0, n=1), [])
+    real_rl.train_arm(CONFIG, started, "online", 0, tmp_path / "head", 3, ["model=x"])
+    assert calls[-1][-2:] == ["train", f"resume={started}"]  # its own config.yaml, unchanged
+    fresh = tmp_path / "frozen_seed1"
+    real_rl.train_arm(CONFIG, fresh, "frozen", 1, tmp_path / "head", 3, ["model=x"])
+    args = calls[-1]
+    assert "seed=1" in args and "model=x" in args and "rollout.drafter.online=false" in args
+    assert args[-1] == f"rollout.spec.draft_model={tmp_path / 'head'}"
+
+
+def test_one_sd_off_arm_runs_on_the_tiny_task(tiny_task, tmp_path, capsys):
+    out = tmp_path / "rr"
+    assert main(["bench", "real-rl", "--config", str(CONFIG), "--out", str(out), "--arms", "off:0",
+                 *train_overrides(*tiny_task)]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["arm"] == "off" and row["steps"] == 1 and 0 < row["R"] <= 1
+    before = (out / "off_seed0" / "metrics.jsonl").read_text()
+    assert main(["bench", "real-rl", "--config", str(CONFIG), "--out", str(out), "--arms", "off:0",
+                 *train_overrides(*tiny_task)]) == 0  # again: read back, not trained again
+    assert (out / "off_seed0" / "metrics.jsonl").read_text() == before
+
+
+@pytest.mark.parametrize("bad, named", [("bogus:0", "bogus:0"), ("online", "online"), ("off:x", "off:x")])
+def test_a_bad_arm_names_itself_and_the_choices(bad, named):
+    with pytest.raises(UserError, match=f"got '{named}'.*online_rw"):
+        real_rl.parse_arm(bad)
