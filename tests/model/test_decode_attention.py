@@ -194,14 +194,13 @@ def test_a_failed_build_names_its_log_takes_sdpa_and_leaves_no_module(fresh_buil
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_splits_over_positions_merge_exactly_where_a_split_lies_past_some_queries(kernel, threads):
-    """One row of 258 positions, one KV head: at one or two threads the plan cuts splits of 128 positions (one
-    softmax block), so the last split holds positions 256-257 only, past the first three verify queries (253-255),
-    which see none of it."""
+    """One row of 290 positions, one KV head: at one thread the plan cuts splits of 96 positions, so the last split
+    holds positions 288-289 only, past the first three verify queries (285-287), which see none of it."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         for dtype in (torch.float32, torch.bfloat16):
-            args = inputs([258, 7], 4, 1, 64, 5, dtype)
+            args = inputs([290, 7], 4, 1, 64, 5, dtype)
             ref = reference(*args)
             for native in (True, False):
                 err = (kernel(*args, native_bf16=native).double() - ref).abs().max().item()

@@ -8,6 +8,8 @@ using fVec = Vectorized<float>;
 constexpr int64_t kBlock = 128;    // positions per online-softmax step: its per-row cost (a max, an exp, the
                                    // rescale of the accumulators) spread over more positions
 constexpr int64_t kMinSplit = 64;  // positions: a split shorter than this costs more to merge than it saves
+constexpr int64_t kSplitStep = 32;  // positions: splits are cut at its multiples (finer than kBlock, for balance)
+constexpr int64_t kTaskCost = 32;  // positions' worth of a task's fixed cost (its queries, its last block's tail)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Whether this build scores bf16 keys with _mm512_dpbf16_ps (-march=native on a CPU with avx512_bf16); a call may

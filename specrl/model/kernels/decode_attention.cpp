@@ -170,7 +170,7 @@ std::vector<Task> plan(const int64_t* lengths, int64_t B, int64_t Hkv, int64_t t
   for (int64_t b = 0; b < B; ++b) total += lengths[b];
   const int64_t want = 4 * threads;  // tasks per KV head count: enough for balance, few enough for low overhead
   int64_t chunk = std::max(kMinSplit, (total * Hkv + want - 1) / want);
-  chunk = (chunk + kBlock - 1) / kBlock * kBlock;
+  chunk = (chunk + kSplitStep - 1) / kSplitStep * kSplitStep;
   std::vector<Task> tasks;
   *parts = 0;
   for (int64_t b = 0; b < B; ++b) {
@@ -209,7 +209,7 @@ std::vector<int64_t> balance(const std::vector<Task>& tasks, int64_t Hkv, int64_
   std::vector<double> cost(n_work + 1, 0.);
   for (int64_t w = 0; w < n_work; ++w) {
     const Task& tk = tasks[w / Hkv];
-    cost[w + 1] = cost[w] + static_cast<double>(tk.end - tk.start) + kBlock;
+    cost[w + 1] = cost[w] + static_cast<double>(tk.end - tk.start) + kTaskCost;
   }
   std::vector<int64_t> cut(threads + 1, n_work);
   cut[0] = 0;
