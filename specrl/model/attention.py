@@ -52,7 +52,8 @@ class AttentionMetadata:
     """What one forward's cached attention needs, shared by all its layers: `slots` [B] (row b's cache slot) and
     `positions` [B, T] (the positions its T queries write and attend up to). Right-padded rows keep T queries
     each: a pad writes past its row, where the next forward overwrites it unread. The host copies that the SDPA
-    path's grouping needs are made once, on first use (the kernel path never syncs)."""
+    path's grouping needs are made once, on first use (the kernel path never syncs), and so is the choice of path
+    (`takes_kernel`)."""
 
     def __init__(self, slots: torch.Tensor, positions: torch.Tensor):
         if slots.dim() != 1 or positions.dim() != 2 or len(slots) != len(positions):
@@ -61,6 +62,14 @@ class AttentionMetadata:
         self.slots, self.positions = slots, positions
         self.context_lens = positions.amax(1) + 1  # [B] positions each row reads: 0..its last query's
         self.query_lens = torch.full_like(slots, positions.shape[1])  # [B]
+        self._kernel: bool | None = None  # kernels.takes, asked by the first layer
+
+    def takes_kernel(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+        """`kernels.takes` for this forward's first layer, kept for the others: the layers sharing a record share
+        their dtype, device, head size and grad mode, and SPECRL_ATTENTION is read once a forward, not per layer."""
+        if self._kernel is None:
+            self._kernel = kernels.takes(q, k_cache, v_cache)
+        return self._kernel
 
     @classmethod
     def build(cls, slots, positions: torch.Tensor) -> "AttentionMetadata":
@@ -133,7 +142,7 @@ def write_kv(layer: LayerKV, k: torch.Tensor, v: torch.Tensor, meta: AttentionMe
 def attend(q: torch.Tensor, layer: LayerKV, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """q [B, H, T, D] over the cache rows of `meta` (keys already written) -> [B, H, T, D]."""
     k_cache, v_cache = layer
-    if q.shape[2] <= KERNEL_MAX_QUERIES and kernels.takes(q, k_cache, v_cache):
+    if q.shape[2] <= KERNEL_MAX_QUERIES and meta.takes_kernel(q, k_cache, v_cache):
         return kernels.run(q, k_cache, v_cache, meta.slots, meta.positions, scale)
     return grouped_sdpa(q, k_cache, v_cache, meta, scale)
 

@@ -72,13 +72,25 @@ SHAPES = [  # lengths, heads, kv heads (GQA 1, 3, 4), head size
 @pytest.mark.parametrize("T", [1, 5])
 @pytest.mark.parametrize("lengths,heads,kv_heads,hd", SHAPES)
 def test_kernel_and_fallback_are_as_close_to_fp64_as_sdpa(kernel, lengths, heads, kv_heads, hd, T, dtype):
+    """bf16 runs the kernel twice: as it chooses (the dpbf16 scores where the build has them and a task has at most
+    kNativeMaxRows = 8 query rows: every T = 1 shape here and GQA 1 at T = 5) and with native_bf16=False (the
+    at::vec path every other CPU takes)."""
     args = inputs(lengths, heads, kv_heads, hd, T, dtype)
     ref = reference(*args)
-    err = {name: (fn(*args).double() - ref).abs().max().item()
-           for name, fn in (("sdpa", plain_sdpa), ("kernel", kernel), ("fallback", decode_attention_sdpa))}
+    paths = [("sdpa", plain_sdpa), ("kernel", kernel), ("fallback", decode_attention_sdpa)]
+    if dtype == torch.bfloat16:
+        paths.append(("kernel_vec", lambda *a: kernel(*a, native_bf16=False)))
+    err = {name: (fn(*args).double() - ref).abs().max().item() for name, fn in paths}
     floor = 1e-6 if dtype == torch.float32 else 1e-3  # SDPA may be exact to the output's rounding at a shape
-    assert err["kernel"] <= 2 * err["sdpa"] + floor, err
-    assert err["fallback"] <= 2 * err["sdpa"] + floor, err
+    for name in err:
+        assert err[name] <= 2 * err["sdpa"] + floor, (name, err)
+
+
+def test_the_build_scores_bf16_keys_natively_where_the_cpu_can(kernel):
+    """-march=native on a CPU with avx512_bf16 compiles the dpbf16 path, so the test above checks it here."""
+    flags = build.cpu_flags()
+    expected = "avx512_bf16" in flags and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
+    assert torch.ops.specrl_kernels.has_native_bf16() == expected
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -190,7 +202,8 @@ def test_splits_over_positions_merge_exactly_where_a_split_lies_past_some_querie
         for dtype in (torch.float32, torch.bfloat16):
             args = inputs([290, 7], 4, 1, 64, 5, dtype)
             ref = reference(*args)
-            err = (kernel(*args).double() - ref).abs().max().item()
-            assert err <= 2 * (plain_sdpa(*args).double() - ref).abs().max().item() + 1e-6, (dtype, err)
+            for native in (True, False):
+                err = (kernel(*args, native_bf16=native).double() - ref).abs().max().item()
+                assert err <= 2 * (plain_sdpa(*args).double() - ref).abs().max().item() + 1e-6, (dtype, native, err)
     finally:
         torch.set_num_threads(before)

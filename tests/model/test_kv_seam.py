@@ -140,3 +140,22 @@ def test_attend_calls_the_kernel_for_decode_and_verify_only(monkeypatch):
         out = attend(q, layer, meta, 0.125)
         assert bool(calls) == called and (not called or calls[0][0] is meta.slots)
         torch.testing.assert_close(out.double(), _reference(q, layer, slots, positions), atol=2e-6, rtol=1e-5)
+
+
+def test_the_path_is_chosen_once_a_forward(monkeypatch):
+    """Every layer of one forward shares its metadata's choice (takes asked once, by the first layer); the next
+    forward, with a new record, asks again, so SPECRL_ATTENTION set between forwards still takes effect."""
+    asked = []
+
+    def takes(q, k, v):
+        asked.append(q.shape)
+        return False
+
+    monkeypatch.setattr(kernels, "takes", takes)
+    q, layer, slots, positions = _setup(4, 2, 64, 1, [0, 2], [100, 120])
+    for _ in range(2):  # two forwards of three layers
+        meta = AttentionMetadata.build(slots, positions)
+        for _ in range(3):
+            torch.testing.assert_close(attend(q, layer, meta, 0.125).double(),
+                                       _reference(q, layer, slots, positions), atol=2e-6, rtol=1e-5)
+    assert len(asked) == 2

@@ -7,8 +7,11 @@
 // G query heads of its KV head and all T queries of its row (G * T query rows in one pass), and each row reads its
 // own length only. When rows are few (batch 1, the tail of a rollout) long rows are split over positions so that
 // every thread has work, and the splits are merged by their log-sum-exp. Accumulation is fp32 whatever the input.
-// Vectorised with ATen's at::vec (AVX-512 or AVX2, chosen by the build for the machine it runs on) and threaded
-// with at::parallel_for over a cost-balanced partition of the tasks.
+// Keys and values are read in place from the cache; bf16 is widened to fp32 as it is read, except that a task of few
+// query rows scores bf16 keys with AVX512-BF16's dot product where the build has it, and a task of many converts each
+// block's keys (and values, past one register tile) to fp32 once for all its rows. Vectorised with ATen's at::vec
+// (AVX-512 or AVX2, chosen by the build for the machine it runs on) and threaded with at::parallel_for over a
+// cost-balanced partition of the tasks.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
@@ -36,7 +39,36 @@ struct Geometry {
   int64_t k_ss, k_sh, k_sl;  // strides of k_cache [S, Hkv, L, D]
   int64_t v_ss, v_sh, v_sl;
   float scale;
+  bool native_bf16;  // bf16 keys scored by dpbf16 where the build has it (else at::vec in fp32)
 };
+
+// Query row r's scores over the block's first `upto` positions into sr: from fp32 keys kf (stride ks), or on the
+// native path from the bf16 keys kraw in place (stride k_sl) and scaled here.
+template <typename T, int NV>
+inline void row_scores(const Geometry& g, const Scratch& s, int64_t r, bool native, const T* kraw, const float* kf,
+                       int64_t ks, int64_t upto, float* sr) {
+  constexpr int W = fVec::size();
+  constexpr int64_t D = NV * W;
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+  if constexpr (std::is_same_v<T, at::BFloat16>)
+    if (native) {
+      constexpr int NB = NV / 2;  // bf16 vectors per key row
+      __m512bh qb[NB];
+      for (int i = 0; i < NB; ++i) qb[i] = (__m512bh)_mm512_loadu_si512(s.qb + r * D + i * 32);
+      const fVec scale(g.scale);
+      int64_t c = 0;
+      for (; c + W <= upto; c += W)
+        (chunk_scores_bf16<NB, true>(qb, kraw + c * g.k_sl, g.k_sl, W) * scale).store(sr + c);
+      if (c < upto) (chunk_scores_bf16<NB, false>(qb, kraw + c * g.k_sl, g.k_sl, upto - c) * scale).store(sr + c);
+      return;
+    }
+#endif
+  fVec qv[NV];
+  for (int i = 0; i < NV; ++i) qv[i] = fVec::loadu(s.qf + r * D + i * W);
+  int64_t c = 0;
+  for (; c + W <= upto; c += W) chunk_scores<NV, true>(qv, kf + c * ks, ks, W).store(sr + c);
+  if (c < upto) chunk_scores<NV, false>(qv, kf + c * ks, ks, upto - c).store(sr + c);
+}
 
 // One task: the G * T query rows of (row b, KV head hk) over cache positions [start, end). Leaves in acc [M, D] the
 // unnormalised sum of p * v, in mx [M] the running max and in sum [M] the running sum of exp(score - max).
@@ -45,79 +77,85 @@ void attend(const Geometry& g, const T* q, const T* k, const T* v, const int64_t
             int64_t start, int64_t end, Scratch& s) {
   constexpr int W = fVec::size();
   constexpr int64_t D = NV * W, R = tile_rows<NV>();
+  constexpr bool kBf16 = std::is_same_v<T, at::BFloat16>;
   const int64_t M = g.G * g.T;
-  // step 1: the queries in fp32, pre-scaled; row r = gi * T + t
+  const bool native = kBf16 && kHaveDpbf16 && g.native_bf16 && M <= kNativeMaxRows;  // bf16 keys scored in place
+  // step 1: the queries, row r = gi * T + t: in fp32 pre-scaled, or (native) as the input's bf16, scaled later
   for (int64_t gi = 0; gi < g.G; ++gi)
     for (int64_t t = 0; t < g.T; ++t) {
       const T* src = q + b * g.q_sb + (hk * g.G + gi) * g.q_sh + t * g.q_st;
-      float* dst = s.qf + (gi * g.T + t) * D;
-      for (int64_t d = 0; d < D; ++d) dst[d] = static_cast<float>(src[d]) * g.scale;
+      const int64_t r = gi * g.T + t;
+      if constexpr (kBf16)
+        if (native) {
+          std::copy(src, src + D, s.qb + r * D);
+          continue;
+        }
+      for (int64_t d = 0; d < D; ++d) s.qf[r * D + d] = static_cast<float>(src[d]) * g.scale;
     }
   std::fill(s.acc, s.acc + M * D, 0.f);
   std::fill(s.mx, s.mx + M, kNegInf);
-  std::fill(s.sum, s.sum + M, 0.f);
+  std::fill(s.sumv, s.sumv + M * W, 0.f);
   const T* kb = k + hk * g.k_sh;
   const T* vb = v + hk * g.v_sh;
   for (int64_t n0 = start; n0 < end; n0 += kBlock) {
     const int64_t nb = std::min(kBlock, end - n0);
-    // step 2: this block's keys and values in fp32, read from the cache once for all rows (a full block of fp32
-    // rows is read in place; a partial one is copied, since step 3 reads whole chunks of W keys)
-    const float *kf = s.kf, *vf = s.vf;
+    const int64_t nbw = (nb + W - 1) / W * W;  // the softmax's vectors cover the block's nb positions only
+    // step 2: fp32 keys are read in place; bf16 keys off the native path are converted to fp32 once for all rows
+    const float* kf = s.kf;
+    int64_t ks = D;
     if constexpr (std::is_same_v<T, float>) {
-      if (g.k_sl == D && g.v_sl == D && nb == kBlock) {
-        kf = kb + n0 * D;
-        vf = vb + n0 * D;
-      }
-    }
-    if (kf == s.kf)
+      kf = kb + n0 * g.k_sl;
+      ks = g.k_sl;
+    } else if (!native) {
       for (int64_t n = 0; n < nb; ++n)
         for (int i = 0; i < NV; ++i) {
-          fVec x, y;
+          fVec x;
           load_floats(kb + (n0 + n) * g.k_sl + i * W, x);
-          load_floats(vb + (n0 + n) * g.v_sl + i * W, y);
           x.store(s.kf + n * D + i * W);
-          y.store(s.vf + n * D + i * W);
         }
+    }
     // step 3: scores and the online softmax, row by row; a position past a query's own is -inf (the verify queries
     // are causal among themselves), and a row that sees none of this block gets p = 0
     for (int64_t r = 0; r < M; ++r) {
       float* sr = s.scores + r * kBlock;
       const int64_t upto = std::min(nb, pos[r % g.T] - n0 + 1);
       if (upto <= 0) {
-        std::fill(sr, sr + kBlock, 0.f);
+        std::fill(sr, sr + nbw, 0.f);
         s.alpha[r] = 1.f;
         continue;
       }
-      fVec qv[NV];
-      for (int i = 0; i < NV; ++i) qv[i] = fVec::loadu(s.qf + r * D + i * W);
-      for (int64_t c = 0; c < upto; c += W) {
-        fVec a[W];
-        for (int j = 0; j < W; ++j) {
-          const float* kr = kf + (c + j) * D;
-          fVec x = qv[0] * fVec::loadu(kr);
-          for (int i = 1; i < NV; ++i) x = at::vec::fmadd(qv[i], fVec::loadu(kr + i * W), x);
-          a[j] = x;
-        }
-        lane_sums(a).store(sr + c);
-      }
-      std::fill(sr + upto, sr + kBlock, kNegInf);
+      row_scores<T, NV>(g, s, r, native, kb + n0 * g.k_sl, kf, ks, upto, sr);
+      std::fill(sr + upto, sr + nbw, kNegInf);
       fVec m = fVec(s.mx[r]);
-      for (int64_t c = 0; c < kBlock; c += W) m = at::vec::maximum(m, fVec::loadu(sr + c));
+      for (int64_t c = 0; c < nbw; c += W) m = at::vec::maximum(m, fVec::loadu(sr + c));
       const float m_new = at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return at::vec::maximum(x, y); }, m);
-      fVec total(0.f);
-      for (int64_t c = 0; c < kBlock; c += W) {
+      s.alpha[r] = std::exp(s.mx[r] - m_new);  // exp(-inf) = 0 on a row's first block
+      fVec total = fVec::loadu(s.sumv + r * W) * fVec(s.alpha[r]);  // lane-wise: reduced once, after the last block
+      for (int64_t c = 0; c < nbw; c += W) {
         const fVec e = (fVec::loadu(sr + c) - fVec(m_new)).exp_u20();
         e.store(sr + c);
         total = total + e;
       }
-      s.alpha[r] = std::exp(s.mx[r] - m_new);  // exp(-inf) = 0 on a row's first block
-      s.sum[r] = s.sum[r] * s.alpha[r] +
-                 at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return x + y; }, total);
+      total.store(s.sumv + r * W);
       s.mx[r] = m_new;
     }
-    // step 4: acc = acc * alpha + p @ V, R rows at a time with their accumulators in registers
-    for (int64_t r0 = 0; r0 < M; r0 += R) pv_rows<NV, R>(std::min<int64_t>(R, M - r0), s, vf, r0, nb);
+    // step 4: acc = acc * alpha + p @ V, R rows at a time with their accumulators in registers; the values are read
+    // in place from the cache where one tile holds every row (or they are fp32), else converted to fp32 once
+    const T* vr = vb + n0 * g.v_sl;
+    if (std::is_same_v<T, float> || M <= R) {
+      for (int64_t r0 = 0; r0 < M; r0 += R) pv_rows<NV, R>(std::min<int64_t>(R, M - r0), s, vr, g.v_sl, r0, nb);
+      continue;
+    }
+    for (int64_t n = 0; n < nb; ++n)
+      for (int i = 0; i < NV; ++i) {
+        fVec x;
+        load_floats(vr + n * g.v_sl + i * W, x);
+        x.store(s.vf + n * D + i * W);
+      }
+    for (int64_t r0 = 0; r0 < M; r0 += R) pv_rows<NV, R>(std::min<int64_t>(R, M - r0), s, s.vf, D, r0, nb);
   }
+  for (int64_t r = 0; r < M; ++r)
+    s.sum[r] = at::vec::vec_reduce_all<float>([](fVec& x, fVec& y) { return x + y; }, fVec::loadu(s.sumv + r * W));
 }
 
 template <typename T>
@@ -132,7 +170,7 @@ std::vector<Task> plan(const int64_t* lengths, int64_t B, int64_t Hkv, int64_t t
   for (int64_t b = 0; b < B; ++b) total += lengths[b];
   const int64_t want = 4 * threads;  // tasks per KV head count: enough for balance, few enough for low overhead
   int64_t chunk = std::max(kMinSplit, (total * Hkv + want - 1) / want);
-  chunk = (chunk + kBlock - 1) / kBlock * kBlock;
+  chunk = (chunk + kSplitStep - 1) / kSplitStep * kSplitStep;
   std::vector<Task> tasks;
   *parts = 0;
   for (int64_t b = 0; b < B; ++b) {
@@ -171,7 +209,7 @@ std::vector<int64_t> balance(const std::vector<Task>& tasks, int64_t Hkv, int64_
   std::vector<double> cost(n_work + 1, 0.);
   for (int64_t w = 0; w < n_work; ++w) {
     const Task& tk = tasks[w / Hkv];
-    cost[w + 1] = cost[w] + static_cast<double>(tk.end - tk.start) + kBlock;
+    cost[w + 1] = cost[w] + static_cast<double>(tk.end - tk.start) + kTaskCost;
   }
   std::vector<int64_t> cut(threads + 1, n_work);
   cut[0] = 0;
@@ -192,7 +230,9 @@ void merge_splits(const Geometry& g, const std::vector<Task>& tasks, int64_t par
   for (const Task& tk : tasks)
     if (tk.part >= 0 && (rows.empty() || rows.back().first != tk.row)) rows.push_back({tk.row, tk.part});
   const int64_t n_rows = static_cast<int64_t>(rows.size());
-  at::parallel_for(0, n_rows * g.Hkv, 1, [&](int64_t lo, int64_t hi) {
+  // a small merge (batch 1: a few splits of a few heads) runs on this thread: a parallel region costs more
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, parts / n_rows * M * D));
+  at::parallel_for(0, n_rows * g.Hkv, grain, [&](int64_t lo, int64_t hi) {
     std::vector<float> merged(D);
     for (int64_t w = lo; w < hi; ++w) {
       const int64_t b = rows[w / g.Hkv].first, first = rows[w / g.Hkv].second, hk = w % g.Hkv;
@@ -218,12 +258,12 @@ void merge_splits(const Geometry& g, const std::vector<Task>& tasks, int64_t par
 
 template <typename T, int NV>
 void run(const at::Tensor& q, const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& slots,
-         const at::Tensor& positions, double scale, at::Tensor& out) {
+         const at::Tensor& positions, double scale, bool native_bf16, at::Tensor& out) {
   const int64_t B = q.size(0), T_ = q.size(2), L = kc.size(2);
   Geometry g{q.size(1), kc.size(1), q.size(1) / kc.size(1), T_, q.size(3),
              q.stride(0), q.stride(1), q.stride(2),
              kc.stride(0), kc.stride(1), kc.stride(2),
-             vc.stride(0), vc.stride(1), vc.stride(2), static_cast<float>(scale)};
+             vc.stride(0), vc.stride(1), vc.stride(2), static_cast<float>(scale), native_bf16};
   const int64_t M = g.G * g.T, D = g.D;
   const int64_t* pos = positions.data_ptr<int64_t>();
   const int64_t* slot = slots.data_ptr<int64_t>();
@@ -232,8 +272,9 @@ void run(const at::Tensor& q, const at::Tensor& kc, const at::Tensor& vc, const 
   int64_t parts = 0;
   const std::vector<Task> tasks = plan(lengths.data(), B, g.Hkv, threads, &parts);
   const std::vector<int64_t> cut = balance(tasks, g.Hkv, threads);
-  at::Tensor part_acc = at::empty({std::max<int64_t>(parts, 1), g.Hkv, M, D + 2}, q.options().dtype(at::kFloat));
-  float* pbuf = part_acc.data_ptr<float>();
+  at::Tensor part_acc;  // [parts, Hkv, M, D + 2], only where some row is split
+  if (parts > 0) part_acc = at::empty({parts, g.Hkv, M, D + 2}, q.options().dtype(at::kFloat));
+  float* pbuf = parts > 0 ? part_acc.data_ptr<float>() : nullptr;
   const T* qp = q.data_ptr<T>();
   const T* kp = kc.data_ptr<T>();
   const T* vp = vc.data_ptr<T>();
@@ -265,22 +306,22 @@ void run(const at::Tensor& q, const at::Tensor& kc, const at::Tensor& vc, const 
 
 template <typename T>
 void dispatch_width(const at::Tensor& q, const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& slots,
-                    const at::Tensor& positions, double scale, at::Tensor& out) {
+                    const at::Tensor& positions, double scale, bool native_bf16, at::Tensor& out) {
   constexpr int W = fVec::size();
   const int64_t D = q.size(3);
   TORCH_CHECK(D == 32 || D == 64 || D == 128 || D == 256, "decode_attention: head size ", D,
               " is not one of 32, 64, 128, 256");
   switch (D / W) {
-    case 32 / W: return run<T, 32 / W>(q, kc, vc, slots, positions, scale, out);
-    case 64 / W: return run<T, 64 / W>(q, kc, vc, slots, positions, scale, out);
-    case 128 / W: return run<T, 128 / W>(q, kc, vc, slots, positions, scale, out);
-    case 256 / W: return run<T, 256 / W>(q, kc, vc, slots, positions, scale, out);
+    case 32 / W: return run<T, 32 / W>(q, kc, vc, slots, positions, scale, native_bf16, out);
+    case 64 / W: return run<T, 64 / W>(q, kc, vc, slots, positions, scale, native_bf16, out);
+    case 128 / W: return run<T, 128 / W>(q, kc, vc, slots, positions, scale, native_bf16, out);
+    case 256 / W: return run<T, 256 / W>(q, kc, vc, slots, positions, scale, native_bf16, out);
   }
   TORCH_CHECK(false, "decode_attention: head size ", q.size(3), " is not one of 32, 64, 128, 256");
 }
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                            const at::Tensor& slots, const at::Tensor& positions, double scale) {
+                            const at::Tensor& slots, const at::Tensor& positions, double scale, bool native_bf16) {
   TORCH_CHECK(q.dim() == 4 && k_cache.dim() == 4 && v_cache.dim() == 4,
               "decode_attention: q [B, H, T, D] and caches [S, Hkv, L, D] expected");
   TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "decode_attention: k_cache and v_cache differ in shape");
@@ -297,11 +338,11 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
               "decode_attention: slots [B] and positions [B, T] must match q [B, H, T, D]");
   at::Tensor out = at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
   if (q.scalar_type() == at::kFloat) {
-    dispatch_width<float>(q, k_cache, v_cache, s, p, scale, out);
+    dispatch_width<float>(q, k_cache, v_cache, s, p, scale, native_bf16, out);
   } else {
     TORCH_CHECK(q.scalar_type() == at::kBFloat16, "decode_attention: dtype ", q.scalar_type(),
                 " is not float32 or bfloat16");
-    dispatch_width<at::BFloat16>(q, k_cache, v_cache, s, p, scale, out);
+    dispatch_width<at::BFloat16>(q, k_cache, v_cache, s, p, scale, native_bf16, out);
   }
   return out;
 }
@@ -309,8 +350,10 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
 }  // namespace
 
 TORCH_LIBRARY(specrl_kernels, m) {
-  m.def("decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor slots, Tensor positions, float scale)"
-        " -> Tensor");
+  // native_bf16=False: bf16 keys take the at::vec path even where the build has dpbf16 (the tests compare both)
+  m.def("decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor slots, Tensor positions, float scale, "
+        "bool native_bf16=True) -> Tensor");
+  m.def("has_native_bf16() -> bool", [] { return kHaveDpbf16; });
 }
 
 TORCH_LIBRARY_IMPL(specrl_kernels, CPU, m) { m.impl("decode_attention", &decode_attention); }
