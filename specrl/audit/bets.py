@@ -130,7 +130,7 @@ def from_logits(z: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = N
     s = _sum(e)  # [n]
     log_s = s.log()
     floor = (log_s + SUBNORMAL)[:, None]  # [n, 1] the engine's float32 softmax is 0 at or below it
-    support = torch.gt(raw, floor.float(), out=mask).count_nonzero(-1).double()  # [n] what the engine can sample
+    support = _support(raw, floor, mask)  # [n] what the engine can sample
     raw_x = raw.gather(-1, targets[:, None]).double()  # [n, 1] unclamped: a token the engine cannot draw has p 0
     p_x = torch.where(raw_x > floor, (raw_x - log_s[:, None]).exp(), 0.0)[:, 0]  # [n]
     buf = raw  # reused from here on
@@ -140,13 +140,13 @@ def from_logits(z: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = N
     for tau in TAUS:  # log sum p^a = log sum e^a - a log s
         a = 1.0 / tau
         cols.append((a - 1) * logp_x - (_sum(torch.mul(d, a, out=buf).exp_()).log() - a * log_s))
-    tied = torch.eq(e, e_x, out=mask).count_nonzero(-1) > 1  # [n] another token as likely as the target (bf16)
-    ahead = torch.gt(e, e_x, out=mask)  # [n, V] the tokens ranked before the target: likelier, or as likely
-    if bool(tied.any()):  # with a lower id
+    rank, ahead_e, tied = _ahead(e, e_x, buf, ws)  # [n] tokens before the target, their e; [n] bool ties
+    if bool(tied.any()):  # another token as likely as the target (bf16): those with a lower id are before it
         ids = torch.arange(z.shape[-1], device=z.device)
-        ahead[tied] |= (e[tied] == e_x[tied]) & (ids < targets[tied, None])
-    before = _sum(torch.mul(e, ahead, out=buf)) / s  # [n]
-    rank = ahead.count_nonzero(-1)  # [n]
+        low = (e[tied] == e_x[tied]) & (ids < targets[tied, None])  # [t, V]
+        rank[tied] += low.count_nonzero(-1)
+        ahead_e[tied] += low.count_nonzero(-1).double() * e_x[tied, 0].double()
+    before = ahead_e / s  # [n]
     size, m = nucleus_size(e, s, d, ws)  # tokens in the nucleus, their mass
     cols.append(torch.where(rank < size, -m.log(), float("-inf")))
     cols.append(torch.log((1 - TAIL) + TAIL / (support * p_x.clamp_min(1e-300))))
@@ -154,21 +154,54 @@ def from_logits(z: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = N
     return LogitScores(log_r, before, p_x, 1.0 / s)
 
 
+def _support(raw: torch.Tensor, floor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[n] float64 tokens above `floor` [n, 1] of `raw` [n, V]: a row whose least token is above it (most) is
+    counted by that minimum alone, without a pass of comparisons."""
+    n, V = raw.shape
+    support = torch.full((n,), float(V), dtype=torch.float64, device=raw.device)
+    low = raw.amin(-1) <= floor[:, 0].float()  # [n] rows with a token the engine cannot draw
+    if bool(low.any()):
+        m = mask[:int(low.sum())]
+        support[low] = torch.gt(raw[low], floor[low].float(), out=m).count_nonzero(-1).double()
+    return support
+
+
+def _ahead(e: torch.Tensor, e_x: torch.Tensor, buf: torch.Tensor, ws: Workspace
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(tokens likelier than the target [n] long, their sum of e [n] float64, [n] bool whether another token
+    is exactly as likely) for e [n, V] and the target's e_x [n, 1]. Float passes (sign, clamp, sums) instead of
+    comparisons to bool, which a CPU runs several times slower: with diff = e - e_x, the sum of sign(diff) is
+    (likelier - less likely), of sign(max(diff, 0)) the likelier tokens, of max(diff, 0) their mass less e_x
+    each; the counts are exact integers in float32 (V < 2^24)."""
+    V = e.shape[-1]
+    diff = torch.sub(e, e_x, out=buf)  # [n, V]
+    sg = torch.sign(diff, out=ws.get("sign", e))  # [n, V]
+    net = _sum(sg)  # [n] likelier less less likely
+    above = _sum(diff.clamp_min_(0))  # [n] sum of e - e_x over the likelier
+    gt = _sum(torch.sign(diff, out=sg))  # [n] the likelier
+    ties = V - gt - (gt - net)  # [n] as likely as the target, the target included
+    return gt.round().long(), above + gt * e_x[:, 0].double(), ties.round() > 1
+
+
 def nucleus_size(e: torch.Tensor, s: torch.Tensor, d: torch.Tensor | None = None, ws: Workspace | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens [n], mass [n] float64) of the NUCLEUS cut of p = e / s, e [n, V] (d: log e, if known): the tokens
-    with less than NUCLEUS ranked before them. One histogram of log p in BINS bins a row: the bins above the
-    one where the mass reaches NUCLEUS are in whole, that bin's few tokens are ranked. Ties inside the cut all
-    have the same mass, so their order does not matter."""
+    with less than NUCLEUS ranked before them. Up to BINS tokens a row: one sort. Above: one histogram of log p
+    in BINS bins a row: the bins above the one where the mass reaches NUCLEUS are in whole, that bin's few
+    tokens are ranked. Ties inside the cut all have the same mass, so their order does not matter."""
     n, V = e.shape
+    if V <= BINS:  # a sort of a short row costs less than a histogram of BINS bins
+        top = e.sort(-1, descending=True).values.double() / s[:, None]  # [n, V]
+        keep = (top.cumsum(-1) - top) < NUCLEUS  # [n, V]
+        return keep.sum(-1), (top * keep).sum(-1)
     ws = ws or Workspace()
     d = e.log() if d is None else d
     scaled = torch.mul(d, BINS / LOW, out=ws.get("bins_f", e))  # [n, V]
     b = ws.get("bins", e, torch.long).copy_(scaled).clamp_(0, BINS - 1)  # [n, V] bin 0: the likeliest tokens
-    flat = (b + torch.arange(n, device=e.device)[:, None] * BINS).view(-1)  # [n * V]
-    weights = ws.get("e64", e, torch.float64).copy_(e).view(-1)  # [n * V] float64: the bins sum many tokens
-    mass = torch.bincount(flat, weights=weights, minlength=n * BINS).view(n, BINS) / s[:, None]
-    count = torch.bincount(flat, minlength=n * BINS).view(n, BINS)
+    weights = ws.get("e64", e, torch.float64).copy_(e)  # [n, V] float64: the bins sum many tokens
+    mass = torch.zeros(n, BINS, dtype=torch.float64, device=e.device).scatter_add_(1, b, weights) / s[:, None]
+    ones = torch.ones((), dtype=torch.float32, device=e.device).expand(n, V)
+    count = torch.zeros(n, BINS, device=e.device).scatter_add_(1, b, ones).long()  # exact: V < 2^24
     above = mass.cumsum(-1) - mass  # [n, BINS] the mass of the bins before each
     k = ((above + mass) < NUCLEUS).sum(-1).clamp_(max=BINS - 1)  # [n] the bin where the mass reaches NUCLEUS
     base = above.gather(-1, k[:, None])[:, 0]  # [n] every token of the bins before k is in
