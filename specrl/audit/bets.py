@@ -2,7 +2,11 @@
 
 Each audited token x ~ p (the distribution the sampler was told to use: temperature, top-k and top-p applied)
 is bet on with b(x) = 1 - lam + lam * q(x) / p(x), where q is an alternative built from p alone: p tempered
-(q ~ p^a on p's support), p cut to its top-p nucleus, or p with its tail inflated. Whatever q and lam in
+(q ~ p^a on p's support), p cut to its top-p nucleus, or p with its tail inflated. The tempering and the cut are
+read on a grid of log p (`bin_of`: BINS bins of WIDTH nats below the likeliest token): q ~ p * exp((a - 1) l(x)),
+l(x) the middle of x's bin, so a large vocabulary's alternatives all come from one histogram of p's mass by bin
+rather than a pass over the vocabulary each; tempering within a bin is off by at most (a - 1) WIDTH / 2 nats.
+Whatever q and lam in
 [0, 1), sum_x p(x) b(x) = 1 - lam + lam * sum_x q(x) = 1 exactly, so the running product of the bets is a
 nonnegative martingale of mean 1 under an exact sampler whose rows are independent draws (each token drawn from
 p given its own row alone; DESIGN.md, "The sampler audit"). A token p gives no
@@ -29,36 +33,102 @@ class Ranked(NamedTuple):
     """Where each target stands in its distribution, the vocabulary ordered by probability, descending (ties:
     lower id first, a stable sort)."""
     before: torch.Tensor  # [n] float64 mass of the tokens ranked strictly before the target (the PIT's)
-    nucleus_mass: torch.Tensor  # [n] float64 mass of the NUCLEUS cut: the tokens with less than NUCLEUS before them
 
 
 def ranked(p: torch.Tensor, targets: torch.Tensor) -> Ranked:
-    """p [n, V] float64, targets [n]. One sort gives both, so the nucleus a target is tested against is the one
-    whose mass normalises the bet."""
+    """p [n, V] float64, targets [n]."""
     sorted_p, order = p.sort(dim=-1, descending=True, stable=True)  # [n, V]
     mass_before = sorted_p.cumsum(-1) - sorted_p  # [n, V]
     rank = (order == targets[:, None]).int().argmax(-1, keepdim=True)  # [n, 1]
-    return Ranked(mass_before.gather(-1, rank)[:, 0], (sorted_p * (mass_before < NUCLEUS)).sum(-1))
+    return Ranked(mass_before.gather(-1, rank)[:, 0])
+
+
+BINS = 1024  # the grid of log p the tempered and nucleus alternatives are read on: bins of WIDTH nats down from
+WIDTH = 0.0673  # the likeliest token, the last holding every token below (p < 1e-29 of the likeliest). Not a dyadic
+# fraction: bf16 logits differ by dyadic ones, so with WIDTH = 69 / 1024 ties of them sat on bin edges, each side
+# of which rounding could put them
+LOW = -69.0  # the lowest log p - log max p `from_logits` keeps: every exponent a * LOW (a <= 1.25) stays above -87
+
+
+def bin_of(d: torch.Tensor, out: torch.Tensor | None = None, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """The bin [..] long of log p - log max p `d` [..] (<= 0): 0 for the likeliest tokens, BINS - 1 the least
+    likely. `out` (long) and `scratch` (d's dtype): buffers of d's shape to write into."""
+    scaled = torch.mul(d, -1 / WIDTH, out=scratch)  # [..] >= 0
+    out = torch.empty(d.shape, dtype=torch.long, device=d.device) if out is None else out
+    return out.copy_(scaled).clamp_(0, BINS - 1)
+
+
+def level(b: torch.Tensor) -> torch.Tensor:
+    """log p - log max p [..] float64 that tempers bin `b` [..]: its middle."""
+    return (b.double() + 0.5) * -WIDTH
+
+
+_TEMPER: dict = {}
+
+
+def _temper(device) -> torch.Tensor:
+    """[BINS, len(TAUS)] float64 exp((a - 1) l(b)) of every bin and tempered alternative (a = 1 / tau)."""
+    if device not in _TEMPER:
+        a = 1 / torch.tensor(TAUS, dtype=torch.float64, device=device)  # [J]
+        _TEMPER[device] = ((a - 1) * level(torch.arange(BINS, device=device))[:, None]).exp()
+    return _TEMPER[device]
+
+
+def _binned(p: torch.Tensor, b: torch.Tensor, b_x: torch.Tensor) -> torch.Tensor:
+    """[n, len(TAUS) + 1] log q_j(x) / p(x) of the tempered alternatives and the nucleus, token by token: p [n, V]
+    float64 (zeros allowed), b [n, V] its bins (`bin_of`), b_x [n] the target's bin. q_a(x) = p(x) exp((a - 1)
+    l(x)) / Z_a with Z_a = sum_y p(y) exp((a - 1) l(y)); the nucleus: the bins with less than NUCLEUS in the
+    bins before them (whole bins: the cut of NUCLEUS and the rest of the bin where it falls), r = 1 / their mass
+    inside, 0 outside. [n, V, len(TAUS)] at once: for short rows (`log_ratios` histograms long ones)."""
+    table = _temper(p.device)  # [BINS, J]
+    z = torch.bmm(p[:, None], table[b])[:, 0]  # [n, J]
+    cols = [table[b_x].log() - z.log()]
+    b_sorted, order = b.sort(dim=-1, stable=True)  # [n, V] likeliest bins first
+    p_sorted = p.gather(-1, order)
+    excl = p_sorted.cumsum(-1) - p_sorted  # [n, V]
+    first = torch.ones_like(b_sorted, dtype=torch.bool)
+    first[:, 1:] = b_sorted[:, 1:] != b_sorted[:, :-1]  # [n, V] the first token of its bin
+    before = torch.where(first, excl, -1.0).cummax(-1).values  # [n, V] the mass of the bins before a token's
+    inside = before < NUCLEUS  # [n, V]
+    mass = (p_sorted * inside).sum(-1)  # [n]
+    before_x = (p * (b < b_x[:, None])).sum(-1)  # [n]
+    cols.append(torch.where(before_x < NUCLEUS, -mass.log(), float("-inf"))[:, None])
+    return torch.cat(cols, -1)
+
+
+def _binned_from_histogram(mass: torch.Tensor, b_x: torch.Tensor) -> torch.Tensor:
+    """`_binned` from p's mass by bin, mass [n, BINS] float64: the same alternatives, over bins, not tokens (the
+    tempered normalisers one matrix product)."""
+    table = _temper(mass.device)  # [BINS, J]
+    cols = [table[b_x].log() - (mass @ table).log()]  # [n, J]
+    inside = (mass.cumsum(-1) - mass) < NUCLEUS  # [n, BINS]
+    nucleus = (mass * inside).sum(-1)  # [n]
+    cols.append(torch.where(inside.gather(-1, b_x[:, None])[:, 0], -nucleus.log(), float("-inf"))[:, None])
+    return torch.cat(cols, -1)
+
+
+def _alternatives(p: torch.Tensor, b: torch.Tensor, b_x: torch.Tensor) -> torch.Tensor:
+    """`_binned`: token by token up to BINS tokens a row, from the histogram of p's mass by bin above."""
+    if p.shape[-1] <= BINS:
+        return _binned(p, b, b_x)
+    mass = torch.zeros(len(p), BINS, dtype=torch.float64, device=p.device).scatter_add_(1, b, p)
+    return _binned_from_histogram(mass, b_x)
 
 
 def log_ratios(p: torch.Tensor, targets: torch.Tensor, rank: Ranked | None = None) -> torch.Tensor:
     """[n, ALTERNATIVES] log q_j(x) / p(x) of each target under each alternative (0 where p(x) = 0, which
-    `impossible` counts instead). p [n, V] (float64 is used), targets [n]; `rank`: `ranked(p, targets)`, if known."""
+    `impossible` counts instead). p [n, V] (float64 is used), targets [n]; `rank` is not needed (kept for the
+    callers that have it)."""
     p = p.double()  # [n, V]
     p_x = p.gather(-1, targets[:, None])[:, 0]  # [n]
     support = p > 0  # [n, V]
-    logp = torch.where(support, p.clamp_min(1e-300).log(), float("-inf"))  # [n, V]
-    logp_x = p_x.clamp_min(1e-300).log()  # [n]
-    cols = []
-    for tau in TAUS:  # q = p^a / sum p^a: log r = (a - 1) log p(x) - log sum p^a
-        a = 1.0 / tau
-        cols.append((a - 1) * logp_x - torch.logsumexp(a * logp, -1))
-    rank = ranked(p, targets) if rank is None else rank
-    # the nucleus: r = 1 / its mass inside, 0 outside
-    cols.append(torch.where(rank.before < NUCLEUS, -rank.nucleus_mass.log(), float("-inf")))
+    d = torch.where(support, p.clamp_min(1e-300).log(), float("-inf"))  # [n, V]
+    d = (d - d.amax(-1, keepdim=True)).clamp_min(LOW)  # [n, V] log p - log max p
+    b = bin_of(d)  # [n, V]
+    cols = [_alternatives(p, b, b.gather(-1, targets[:, None])[:, 0])]  # [n, len(TAUS) + 1]
     size = support.sum(-1).double()  # [n] tokens in p's support
-    cols.append(torch.log((1 - TAIL) + TAIL / (size * p_x.clamp_min(1e-300))))
-    out = torch.stack(cols, -1)  # [n, J]
+    cols.append(torch.log((1 - TAIL) + TAIL / (size * p_x.clamp_min(1e-300)))[:, None])
+    out = torch.cat(cols, -1)  # [n, J]
     return torch.where((p_x > 0)[:, None], out, 0.0)
 
 
@@ -76,8 +146,6 @@ def log_mixture(log_wealth: torch.Tensor) -> torch.Tensor:
 
 
 SUM_BLOCK = 1024  # float32 sums over blocks this long, the blocks summed in float64
-BINS = 1024  # log-p bins of `nucleus_size`: a bin is 0.07 nats wide
-LOW = -69.0  # the lowest log p - log max p `from_logits` keeps: every exponent a * LOW (a <= 1.25) stays above -87
 SUBNORMAL = -103.27  # log of float32's smallest subnormal: the engine's float32 softmax gives 0 below it
 
 
@@ -117,11 +185,13 @@ def from_logits(z: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = N
     """`log_ratios` and the PIT's inputs for p = softmax(z), z [n, V] the temperature-scaled logits (no top-k or
     top-p cut), without a sort of the vocabulary or a float64 copy of it: the passes over [n, V] are float32 in
     the reused buffers of `ws` (exp of z - max, and sums in blocks: their rounding, about 1e-7, is far below the
-    gap between the trainer's logits and the engine's), the per-token math float64. The nucleus comes from a
-    histogram of log p (`nucleus_size`), a target's rank from counting the tokens before it, so ties are ordered
-    by id as the stable sort of `ranked` orders them."""
+    gap between the trainer's logits and the engine's), the per-token math float64. Above BINS tokens the
+    tempered and nucleus alternatives come from one histogram of p's mass by bin (a scatter over the vocabulary,
+    the rest over BINS), up to it token by token; a target's rank from sums of signs (`_ahead`), ties ordered by
+    id as the stable sort of `ranked` orders them."""
     ws = ws or Workspace()
     z = z.float()
+    n, V = z.shape
     raw = torch.sub(z, z.amax(-1, keepdim=True), out=ws.get("raw", z))  # [n, V] log p - log max p
     # below LOW p < 1e-30, and exp under -87 takes the CPU's slow path (float32 underflow)
     d = torch.clamp_min(raw, LOW, out=ws.get("d", z))  # [n, V]
@@ -135,22 +205,22 @@ def from_logits(z: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = N
     p_x = torch.where(raw_x > floor, (raw_x - log_s[:, None]).exp(), 0.0)[:, 0]  # [n]
     buf = raw  # reused from here on
     e_x = e.gather(-1, targets[:, None])  # [n, 1]
-    logp_x = p_x.clamp_min(1e-300).log()
-    cols = []
-    for tau in TAUS:  # log sum p^a = log sum e^a - a log s
-        a = 1.0 / tau
-        cols.append((a - 1) * logp_x - (_sum(torch.mul(d, a, out=buf).exp_()).log() - a * log_s))
-    rank, ahead_e, tied = _ahead(e, e_x, buf, ws)  # [n] tokens before the target, their e; [n] bool ties
+    b = bin_of(d, ws.get("bins", z, torch.long), buf)  # [n, V]
+    b_x = b.gather(-1, targets[:, None])[:, 0]  # [n]
+    if V > BINS:  # p's mass by bin, then BINS a row
+        weights = ws.get("e64", z, torch.float64).copy_(e)  # [n, V] float64: a bin sums many tokens
+        mass = torch.zeros(n, BINS, dtype=torch.float64, device=z.device).scatter_add_(1, b, weights)
+        cols = [_binned_from_histogram(mass / s[:, None], b_x)]
+    else:
+        cols = [_binned(e.double() / s[:, None], b, b_x)]
+    _, ahead_e, tied = _ahead(e, e_x, buf, ws)  # [n] the mass before the target (times s); [n] bool ties
     if bool(tied.any()):  # another token as likely as the target (bf16): those with a lower id are before it
-        ids = torch.arange(z.shape[-1], device=z.device)
+        ids = torch.arange(V, device=z.device)
         low = (e[tied] == e_x[tied]) & (ids < targets[tied, None])  # [t, V]
-        rank[tied] += low.count_nonzero(-1)
         ahead_e[tied] += low.count_nonzero(-1).double() * e_x[tied, 0].double()
     before = ahead_e / s  # [n]
-    size, m = nucleus_size(e, s, d, ws)  # tokens in the nucleus, their mass
-    cols.append(torch.where(rank < size, -m.log(), float("-inf")))
-    cols.append(torch.log((1 - TAIL) + TAIL / (support * p_x.clamp_min(1e-300))))
-    log_r = torch.where((p_x > 0)[:, None], torch.stack(cols, -1), 0.0)  # [n, J]
+    cols.append(torch.log((1 - TAIL) + TAIL / (support * p_x.clamp_min(1e-300)))[:, None])
+    log_r = torch.where((p_x > 0)[:, None], torch.cat(cols, -1), 0.0)  # [n, J]
     return LogitScores(log_r, before, p_x, 1.0 / s)
 
 
@@ -181,38 +251,3 @@ def _ahead(e: torch.Tensor, e_x: torch.Tensor, buf: torch.Tensor, ws: Workspace
     gt = _sum(torch.sign(diff, out=sg))  # [n] the likelier
     ties = V - gt - (gt - net)  # [n] as likely as the target, the target included
     return gt.round().long(), above + gt * e_x[:, 0].double(), ties.round() > 1
-
-
-def nucleus_size(e: torch.Tensor, s: torch.Tensor, d: torch.Tensor | None = None, ws: Workspace | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(tokens [n], mass [n] float64) of the NUCLEUS cut of p = e / s, e [n, V] (d: log e, if known): the tokens
-    with less than NUCLEUS ranked before them. Up to BINS tokens a row: one sort. Above: one histogram of log p
-    in BINS bins a row: the bins above the one where the mass reaches NUCLEUS are in whole, that bin's few
-    tokens are ranked. Ties inside the cut all have the same mass, so their order does not matter."""
-    n, V = e.shape
-    if V <= BINS:  # a sort of a short row costs less than a histogram of BINS bins
-        top = e.sort(-1, descending=True).values.double() / s[:, None]  # [n, V]
-        keep = (top.cumsum(-1) - top) < NUCLEUS  # [n, V]
-        return keep.sum(-1), (top * keep).sum(-1)
-    ws = ws or Workspace()
-    d = e.log() if d is None else d
-    scaled = torch.mul(d, BINS / LOW, out=ws.get("bins_f", e))  # [n, V]
-    b = ws.get("bins", e, torch.long).copy_(scaled).clamp_(0, BINS - 1)  # [n, V] bin 0: the likeliest tokens
-    weights = ws.get("e64", e, torch.float64).copy_(e)  # [n, V] float64: the bins sum many tokens
-    mass = torch.zeros(n, BINS, dtype=torch.float64, device=e.device).scatter_add_(1, b, weights) / s[:, None]
-    ones = torch.ones((), dtype=torch.float32, device=e.device).expand(n, V)
-    count = torch.zeros(n, BINS, device=e.device).scatter_add_(1, b, ones).long()  # exact: V < 2^24
-    above = mass.cumsum(-1) - mass  # [n, BINS] the mass of the bins before each
-    k = ((above + mass) < NUCLEUS).sum(-1).clamp_(max=BINS - 1)  # [n] the bin where the mass reaches NUCLEUS
-    base = above.gather(-1, k[:, None])[:, 0]  # [n] every token of the bins before k is in
-    sizes = (count.cumsum(-1) - count).gather(-1, k[:, None])[:, 0]  # [n]
-    r, c = torch.eq(b, k[:, None], out=ws.get("mask", e, torch.bool)).nonzero(as_tuple=True)  # bin k's tokens
-    v = e[r, c].double() / s[r]  # [m]
-    order = torch.argsort(r.double() + (1 - v) * 0.5, stable=True)  # by row, then likeliest first
-    r, v = r[order], v[order]
-    run = v.cumsum(0)  # [m]
-    starts = torch.searchsorted(r, torch.arange(n, device=e.device))  # [n] each row's first entry
-    offset = torch.where(starts > 0, run[(starts - 1).clamp(min=0)], 0.0)  # [n] the rows before's sum
-    keep = base[r] + (run - v - offset[r]) < NUCLEUS  # [m]
-    sizes = sizes + torch.bincount(r, weights=keep.double(), minlength=n).long()
-    return sizes, base + torch.bincount(r, weights=v * keep, minlength=n)
