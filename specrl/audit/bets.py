@@ -69,8 +69,9 @@ _TEMPER: dict = {}
 def _temper(device) -> torch.Tensor:
     """[BINS, len(TAUS)] float64 exp((a - 1) l(b)) of every bin and tempered alternative (a = 1 / tau)."""
     if device not in _TEMPER:
-        a = 1 / torch.tensor(TAUS, dtype=torch.float64, device=device)  # [J]
-        _TEMPER[device] = ((a - 1) * level(torch.arange(BINS, device=device))[:, None]).exp()
+        with torch.inference_mode(False):  # kept between calls, inside inference mode or not
+            a = 1 / torch.tensor(TAUS, dtype=torch.float64, device=device)  # [J]
+            _TEMPER[device] = ((a - 1) * level(torch.arange(BINS, device=device))[:, None]).exp()
     return _TEMPER[device]
 
 
@@ -177,7 +178,8 @@ class Workspace:
         key = (name, dtype or like.dtype, like.device)
         buf = self._bufs.get(key)
         if buf is None or buf.numel() < like.numel():
-            buf = self._bufs[key] = torch.empty(like.numel(), dtype=dtype or like.dtype, device=like.device)
+            with torch.inference_mode(False):  # a normal tensor, so that calls outside inference mode can write it
+                buf = self._bufs[key] = torch.empty(like.numel(), dtype=dtype or like.dtype, device=like.device)
         return buf[:like.numel()].view(like.shape)
 
 
