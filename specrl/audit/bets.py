@@ -53,9 +53,9 @@ LOW = -69.0  # the lowest log p - log max p `from_logits` keeps: every exponent 
 def bin_of(d: torch.Tensor, out: torch.Tensor | None = None, scratch: torch.Tensor | None = None) -> torch.Tensor:
     """The bin [..] long of log p - log max p `d` [..] (<= 0): 0 for the likeliest tokens, BINS - 1 the least
     likely. `out` (long) and `scratch` (d's dtype): buffers of d's shape to write into."""
-    scaled = torch.mul(d, -1 / WIDTH, out=scratch)  # [..] >= 0
+    scaled = torch.mul(d, -1 / WIDTH, out=scratch).clamp_(0, BINS - 1)  # [..] (clamped here, not as long)
     out = torch.empty(d.shape, dtype=torch.long, device=d.device) if out is None else out
-    return out.copy_(scaled).clamp_(0, BINS - 1)
+    return out.copy_(scaled)
 
 
 def level(b: torch.Tensor) -> torch.Tensor:
@@ -194,18 +194,19 @@ def from_logits(z: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = N
     ws = ws or Workspace()
     z = z.float()
     n, V = z.shape
-    raw = torch.sub(z, z.amax(-1, keepdim=True), out=ws.get("raw", z))  # [n, V] log p - log max p
-    # below LOW p < 1e-30, and exp under -87 takes the CPU's slow path (float32 underflow)
-    d = torch.clamp_min(raw, LOW, out=ws.get("d", z))  # [n, V]
+    least, top = z.aminmax(dim=-1)  # [n], [n] one pass for both
+    # d: log p - log max p, clamped: below LOW p < 1e-30, and exp under -87 takes the CPU's slow path (underflow)
+    d = torch.sub(z, top[:, None], out=ws.get("d", z)).clamp_min_(LOW)  # [n, V]
     e = torch.exp(d, out=ws.get("e", z))  # [n, V] p up to 1 / s
     mask = ws.get("mask", z, torch.bool)  # [n, V]
     s = _sum(e)  # [n]
     log_s = s.log()
     floor = (log_s + SUBNORMAL)[:, None]  # [n, 1] the engine's float32 softmax is 0 at or below it
-    support = _support(raw, floor, mask)  # [n] what the engine can sample
-    raw_x = raw.gather(-1, targets[:, None]).double()  # [n, 1] unclamped: a token the engine cannot draw has p 0
+    support = _support(z, top, least, floor, mask)  # [n] what the engine can sample
+    # [n, 1] unclamped: a token the engine cannot draw has p 0
+    raw_x = (z.gather(-1, targets[:, None]) - top[:, None]).double()
     p_x = torch.where(raw_x > floor, (raw_x - log_s[:, None]).exp(), 0.0)[:, 0]  # [n]
-    buf = raw  # reused from here on
+    buf = ws.get("raw", z)  # [n, V] scratch
     e_x = e.gather(-1, targets[:, None])  # [n, 1]
     b = bin_of(d, ws.get("bins", z, torch.long), buf)  # [n, V]
     b_x = b.gather(-1, targets[:, None])[:, 0]  # [n]
@@ -226,15 +227,17 @@ def from_logits(z: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = N
     return LogitScores(log_r, before, p_x, 1.0 / s)
 
 
-def _support(raw: torch.Tensor, floor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """[n] float64 tokens above `floor` [n, 1] of `raw` [n, V]: a row whose least token is above it (most) is
-    counted by that minimum alone, without a pass of comparisons."""
-    n, V = raw.shape
-    support = torch.full((n,), float(V), dtype=torch.float64, device=raw.device)
-    low = raw.amin(-1) <= floor[:, 0].float()  # [n] rows with a token the engine cannot draw
+def _support(z: torch.Tensor, top: torch.Tensor, least: torch.Tensor, floor: torch.Tensor, mask: torch.Tensor
+             ) -> torch.Tensor:
+    """[n] float64 tokens of z [n, V] whose z - top (top, least [n]: each row's max and min) is above `floor`
+    [n, 1]: a row whose least token is above it (most) is counted by that alone, without a pass of comparisons."""
+    n, V = z.shape
+    support = torch.full((n,), float(V), dtype=torch.float64, device=z.device)
+    low = (least - top) <= floor[:, 0].float()  # [n] rows with a token the engine cannot draw
     if bool(low.any()):
         m = mask[:int(low.sum())]
-        support[low] = torch.gt(raw[low], floor[low].float(), out=m).count_nonzero(-1).double()
+        raw = z[low] - top[low, None]  # [k, V]
+        support[low] = torch.gt(raw, floor[low].float(), out=m).count_nonzero(-1).double()
     return support
 
 

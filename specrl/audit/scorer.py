@@ -69,7 +69,8 @@ class TokenScorer:
         if self.cuts:
             return token_scores(self.probs(logits), targets, v).cpu()  # [n, COLUMNS]
         t, sub = self.temperature.to(dev), max(1, SUB_ELEMENTS // logits.shape[-1])
-        return torch.cat([logit_scores(logits[i:i + sub].float() / t, targets[i:i + sub], v[i:i + sub],
+        scale = (lambda x: x) if bool(self.temperature[0] == 1) else (lambda x: x / t)  # x / 1 is x: no pass
+        return torch.cat([logit_scores(scale(logits[i:i + sub].float()), targets[i:i + sub], v[i:i + sub],
                                        self.workspace) for i in range(0, len(targets), sub)]).cpu()  # [n, COLUMNS]
 
 
