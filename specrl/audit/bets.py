@@ -1,15 +1,14 @@
 """The bets of the sampler audit's test martingale: pure, batched tensor math over the sampler's distribution.
 
 Each audited token x ~ p (the distribution the sampler was told to use: temperature, top-k and top-p applied)
-is bet on with b(x) = 1 - lam + lam * q(x) / p(x), where q is an alternative built from p alone: p tempered
-(q ~ p^a on p's support), p cut to its top-p nucleus, or p with its tail inflated. The tempering and the cut are
-read on a grid of log p (`bin_of`: BINS bins of WIDTH nats below the likeliest token): q ~ p * exp((a - 1) l(x)),
-l(x) the middle of x's bin, so a large vocabulary's alternatives all come from one histogram of p's mass by bin
-rather than a pass over the vocabulary each; tempering within a bin is off by at most (a - 1) WIDTH / 2 nats.
-Whatever q and lam in
-[0, 1), sum_x p(x) b(x) = 1 - lam + lam * sum_x q(x) = 1 exactly, so the running product of the bets is a
-nonnegative martingale of mean 1 under an exact sampler whose rows are independent draws (each token drawn from
-p given its own row alone; DESIGN.md, "The sampler audit"). A token p gives no
+is bet on with b(x) = 1 - lam + lam * q(x) / p(x), where q is an alternative built from p alone: p tempered,
+p cut to its top-p nucleus, or p with its tail inflated. The tempering and the cut are read on a grid of log p
+(`bin_of`: BINS bins of WIDTH nats down from the likeliest token): q_a ~ p * exp((a - 1) l(x)), l(x) the middle of
+x's bin, and the cut keeps whole bins, so a large vocabulary's alternatives all come from one histogram of p's
+mass by bin rather than a pass over the vocabulary each (log q_a is within |a - 1| WIDTH of p^a's). Whatever q
+and lam in [0, 1), sum_x p(x) b(x) = 1 - lam + lam * sum_x q(x) = 1 exactly, so the running product of the bets
+is a nonnegative martingale of mean 1 under an exact sampler whose rows are independent draws (each token drawn
+from p given its own row alone; DESIGN.md, "The sampler audit"). A token p gives no
 mass is certain evidence and is counted apart (`impossible`), never bet on.
 """
 from __future__ import annotations
@@ -20,8 +19,8 @@ from typing import NamedTuple
 
 import torch
 
-TAUS = (0.8, 0.9, 0.95, 1.05, 1.1, 1.25)  # tempered alternatives q ~ p^(1/tau): too sharp (< 1) and too flat (> 1)
-NUCLEUS = 0.9  # the top-p cut alternative: p restricted to its smallest prefix of this much mass
+TAUS = (0.8, 0.9, 0.95, 1.05, 1.1, 1.25)  # tempered alternatives q ~ p^(1/tau), by bin: < 1 sharper, > 1 flatter
+NUCLEUS = 0.9  # the top-p cut alternative: p restricted to its likeliest bins with less than this much mass before
 TAIL = 0.1  # the tail-inflated alternative: (1 - TAIL) p + TAIL * uniform over p's support
 ALTERNATIVES = len(TAUS) + 2
 LAMBDAS = (0.05, 0.2, 0.5, 0.9)  # each alternative's bet sizes, mixed with equal weights (never 1: a q(x) = 0 costs
@@ -116,10 +115,9 @@ def _alternatives(p: torch.Tensor, b: torch.Tensor, b_x: torch.Tensor) -> torch.
     return _binned_from_histogram(mass, b_x)
 
 
-def log_ratios(p: torch.Tensor, targets: torch.Tensor, rank: Ranked | None = None) -> torch.Tensor:
+def log_ratios(p: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """[n, ALTERNATIVES] log q_j(x) / p(x) of each target under each alternative (0 where p(x) = 0, which
-    `impossible` counts instead). p [n, V] (float64 is used), targets [n]; `rank` is not needed (kept for the
-    callers that have it)."""
+    `impossible` counts instead). p [n, V] (float64 is used), targets [n]."""
     p = p.double()  # [n, V]
     p_x = p.gather(-1, targets[:, None])[:, 0]  # [n]
     support = p > 0  # [n, V]

@@ -31,7 +31,7 @@ def token_scores(probs: Tensor, targets: Tensor, v: Tensor) -> Tensor:
     p_x = p.gather(-1, targets[:, None])[:, 0]  # [n]
     rank = ranked(p, targets)
     head = torch.stack([randomized_pit(rank.before, p_x, v), 1 - p.amax(-1), (p_x <= 0).double()], -1)  # [n, 3]
-    return torch.cat([head, log_ratios(p, targets, rank)], -1)
+    return torch.cat([head, log_ratios(p, targets)], -1)
 
 
 def logit_scores(z: Tensor, targets: Tensor, v: Tensor, ws: Workspace | None = None) -> Tensor:

@@ -164,7 +164,7 @@ def test_a_forward_for_the_audit_alone_runs_the_lm_head_at_its_response_tokens_o
     rows[[0, 5]] = True
     audit = StepAudit(TokenScorer(1.0), rows, batch.mask)
     heads = []
-    handle = model.lm_head.register_forward_hook(lambda m, inp, out: heads.append(len(inp[0].reshape(-1, inp[0].shape[-1]))))
+    handle = model.lm_head.register_forward_hook(lambda m, inp, out: heads.append(inp[0].numel() // inp[0].shape[-1]))
     trainer.show(model, batch, torch.arange(batch.num_rows), audit)
     handle.remove()
     assert sum(heads) == int(batch.mask[rows].sum())
