@@ -1,11 +1,14 @@
 """The bets of the sampler audit's test martingale: pure, batched tensor math over the sampler's distribution.
 
 Each audited token x ~ p (the distribution the sampler was told to use: temperature, top-k and top-p applied)
-is bet on with b(x) = 1 - lam + lam * q(x) / p(x), where q is an alternative built from p alone: p tempered
-(q ~ p^a on p's support), p cut to its top-p nucleus, or p with its tail inflated. Whatever q and lam in
-[0, 1), sum_x p(x) b(x) = 1 - lam + lam * sum_x q(x) = 1 exactly, so the running product of the bets is a
-nonnegative martingale of mean 1 under an exact sampler whose rows are independent draws (each token drawn from
-p given its own row alone; DESIGN.md, "The sampler audit"). A token p gives no
+is bet on with b(x) = 1 - lam + lam * q(x) / p(x), where q is an alternative built from p alone: p tempered,
+p cut to its top-p nucleus, or p with its tail inflated. The tempering and the cut are read on a grid of log p
+(`bin_of`: BINS bins of WIDTH nats down from the likeliest token): q_a ~ p * exp((a - 1) l(x)), l(x) the middle of
+x's bin, and the cut keeps whole bins, so a large vocabulary's alternatives all come from one histogram of p's
+mass by bin rather than a pass over the vocabulary each (log q_a is within |a - 1| WIDTH of p^a's). Whatever q
+and lam in [0, 1), sum_x p(x) b(x) = 1 - lam + lam * sum_x q(x) = 1 exactly, so the running product of the bets
+is a nonnegative martingale of mean 1 under an exact sampler whose rows are independent draws (each token drawn
+from p given its own row alone; DESIGN.md, "The sampler audit"). A token p gives no
 mass is certain evidence and is counted apart (`impossible`), never bet on.
 """
 from __future__ import annotations
@@ -16,8 +19,8 @@ from typing import NamedTuple
 
 import torch
 
-TAUS = (0.8, 0.9, 0.95, 1.05, 1.1, 1.25)  # tempered alternatives q ~ p^(1/tau): too sharp (< 1) and too flat (> 1)
-NUCLEUS = 0.9  # the top-p cut alternative: p restricted to its smallest prefix of this much mass
+TAUS = (0.8, 0.9, 0.95, 1.05, 1.1, 1.25)  # tempered alternatives q ~ p^(1/tau), by bin: < 1 sharper, > 1 flatter
+NUCLEUS = 0.9  # the top-p cut alternative: p restricted to its likeliest bins with less than this much mass before
 TAIL = 0.1  # the tail-inflated alternative: (1 - TAIL) p + TAIL * uniform over p's support
 ALTERNATIVES = len(TAUS) + 2
 LAMBDAS = (0.05, 0.2, 0.5, 0.9)  # each alternative's bet sizes, mixed with equal weights (never 1: a q(x) = 0 costs
@@ -29,36 +32,102 @@ class Ranked(NamedTuple):
     """Where each target stands in its distribution, the vocabulary ordered by probability, descending (ties:
     lower id first, a stable sort)."""
     before: torch.Tensor  # [n] float64 mass of the tokens ranked strictly before the target (the PIT's)
-    nucleus_mass: torch.Tensor  # [n] float64 mass of the NUCLEUS cut: the tokens with less than NUCLEUS before them
 
 
 def ranked(p: torch.Tensor, targets: torch.Tensor) -> Ranked:
-    """p [n, V] float64, targets [n]. One sort gives both, so the nucleus a target is tested against is the one
-    whose mass normalises the bet."""
+    """p [n, V] float64, targets [n]."""
     sorted_p, order = p.sort(dim=-1, descending=True, stable=True)  # [n, V]
     mass_before = sorted_p.cumsum(-1) - sorted_p  # [n, V]
     rank = (order == targets[:, None]).int().argmax(-1, keepdim=True)  # [n, 1]
-    return Ranked(mass_before.gather(-1, rank)[:, 0], (sorted_p * (mass_before < NUCLEUS)).sum(-1))
+    return Ranked(mass_before.gather(-1, rank)[:, 0])
 
 
-def log_ratios(p: torch.Tensor, targets: torch.Tensor, rank: Ranked | None = None) -> torch.Tensor:
+BINS = 1024  # the grid of log p the tempered and nucleus alternatives are read on: bins of WIDTH nats down from
+WIDTH = 0.0673  # the likeliest token, the last holding every token below (p < 1e-29 of the likeliest). Not a dyadic
+# fraction: bf16 logits differ by dyadic ones, so with WIDTH = 69 / 1024 ties of them sat on bin edges, each side
+# of which rounding could put them
+LOW = -69.0  # the lowest log p - log max p `from_logits` keeps: every exponent a * LOW (a <= 1.25) stays above -87
+
+
+def bin_of(d: torch.Tensor, out: torch.Tensor | None = None, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """The bin [..] long of log p - log max p `d` [..] (<= 0): 0 for the likeliest tokens, BINS - 1 the least
+    likely. `out` (long) and `scratch` (d's dtype): buffers of d's shape to write into."""
+    scaled = torch.mul(d, -1 / WIDTH, out=scratch).clamp_(0, BINS - 1)  # [..] (clamped here, not as long)
+    out = torch.empty(d.shape, dtype=torch.long, device=d.device) if out is None else out
+    return out.copy_(scaled)
+
+
+def level(b: torch.Tensor) -> torch.Tensor:
+    """log p - log max p [..] float64 that tempers bin `b` [..]: its middle."""
+    return (b.double() + 0.5) * -WIDTH
+
+
+_TEMPER: dict = {}
+
+
+def _temper(device) -> torch.Tensor:
+    """[BINS, len(TAUS)] float64 exp((a - 1) l(b)) of every bin and tempered alternative (a = 1 / tau)."""
+    if device not in _TEMPER:
+        with torch.inference_mode(False):  # kept between calls, inside inference mode or not
+            a = 1 / torch.tensor(TAUS, dtype=torch.float64, device=device)  # [J]
+            _TEMPER[device] = ((a - 1) * level(torch.arange(BINS, device=device))[:, None]).exp()
+    return _TEMPER[device]
+
+
+def _binned(p: torch.Tensor, b: torch.Tensor, b_x: torch.Tensor) -> torch.Tensor:
+    """[n, len(TAUS) + 1] log q_j(x) / p(x) of the tempered alternatives and the nucleus, token by token: p [n, V]
+    float64 (zeros allowed), b [n, V] its bins (`bin_of`), b_x [n] the target's bin. q_a(x) = p(x) exp((a - 1)
+    l(x)) / Z_a with Z_a = sum_y p(y) exp((a - 1) l(y)); the nucleus: the bins with less than NUCLEUS in the
+    bins before them (whole bins: the cut of NUCLEUS and the rest of the bin where it falls), r = 1 / their mass
+    inside, 0 outside. [n, V, len(TAUS)] at once: for short rows (`log_ratios` histograms long ones)."""
+    table = _temper(p.device)  # [BINS, J]
+    z = torch.bmm(p[:, None], table[b])[:, 0]  # [n, J]
+    cols = [table[b_x].log() - z.log()]
+    b_sorted, order = b.sort(dim=-1, stable=True)  # [n, V] likeliest bins first
+    p_sorted = p.gather(-1, order)
+    excl = p_sorted.cumsum(-1) - p_sorted  # [n, V]
+    first = torch.ones_like(b_sorted, dtype=torch.bool)
+    first[:, 1:] = b_sorted[:, 1:] != b_sorted[:, :-1]  # [n, V] the first token of its bin
+    before = torch.where(first, excl, -1.0).cummax(-1).values  # [n, V] the mass of the bins before a token's
+    inside = before < NUCLEUS  # [n, V]
+    mass = (p_sorted * inside).sum(-1)  # [n]
+    before_x = (p * (b < b_x[:, None])).sum(-1)  # [n]
+    cols.append(torch.where(before_x < NUCLEUS, -mass.log(), float("-inf"))[:, None])
+    return torch.cat(cols, -1)
+
+
+def _binned_from_histogram(mass: torch.Tensor, b_x: torch.Tensor) -> torch.Tensor:
+    """`_binned` from p's mass by bin, mass [n, BINS] float64: the same alternatives, over bins, not tokens (the
+    tempered normalisers one matrix product)."""
+    table = _temper(mass.device)  # [BINS, J]
+    cols = [table[b_x].log() - (mass @ table).log()]  # [n, J]
+    inside = (mass.cumsum(-1) - mass) < NUCLEUS  # [n, BINS]
+    nucleus = (mass * inside).sum(-1)  # [n]
+    cols.append(torch.where(inside.gather(-1, b_x[:, None])[:, 0], -nucleus.log(), float("-inf"))[:, None])
+    return torch.cat(cols, -1)
+
+
+def _alternatives(p: torch.Tensor, b: torch.Tensor, b_x: torch.Tensor) -> torch.Tensor:
+    """`_binned`: token by token up to BINS tokens a row, from the histogram of p's mass by bin above."""
+    if p.shape[-1] <= BINS:
+        return _binned(p, b, b_x)
+    mass = torch.zeros(len(p), BINS, dtype=torch.float64, device=p.device).scatter_add_(1, b, p)
+    return _binned_from_histogram(mass, b_x)
+
+
+def log_ratios(p: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """[n, ALTERNATIVES] log q_j(x) / p(x) of each target under each alternative (0 where p(x) = 0, which
-    `impossible` counts instead). p [n, V] (float64 is used), targets [n]; `rank`: `ranked(p, targets)`, if known."""
+    `impossible` counts instead). p [n, V] (float64 is used), targets [n]."""
     p = p.double()  # [n, V]
     p_x = p.gather(-1, targets[:, None])[:, 0]  # [n]
     support = p > 0  # [n, V]
-    logp = torch.where(support, p.clamp_min(1e-300).log(), float("-inf"))  # [n, V]
-    logp_x = p_x.clamp_min(1e-300).log()  # [n]
-    cols = []
-    for tau in TAUS:  # q = p^a / sum p^a: log r = (a - 1) log p(x) - log sum p^a
-        a = 1.0 / tau
-        cols.append((a - 1) * logp_x - torch.logsumexp(a * logp, -1))
-    rank = ranked(p, targets) if rank is None else rank
-    # the nucleus: r = 1 / its mass inside, 0 outside
-    cols.append(torch.where(rank.before < NUCLEUS, -rank.nucleus_mass.log(), float("-inf")))
+    d = torch.where(support, p.clamp_min(1e-300).log(), float("-inf"))  # [n, V]
+    d = (d - d.amax(-1, keepdim=True)).clamp_min(LOW)  # [n, V] log p - log max p
+    b = bin_of(d)  # [n, V]
+    cols = [_alternatives(p, b, b.gather(-1, targets[:, None])[:, 0])]  # [n, len(TAUS) + 1]
     size = support.sum(-1).double()  # [n] tokens in p's support
-    cols.append(torch.log((1 - TAIL) + TAIL / (size * p_x.clamp_min(1e-300))))
-    out = torch.stack(cols, -1)  # [n, J]
+    cols.append(torch.log((1 - TAIL) + TAIL / (size * p_x.clamp_min(1e-300)))[:, None])
+    out = torch.cat(cols, -1)  # [n, J]
     return torch.where((p_x > 0)[:, None], out, 0.0)
 
 
@@ -76,8 +145,6 @@ def log_mixture(log_wealth: torch.Tensor) -> torch.Tensor:
 
 
 SUM_BLOCK = 1024  # float32 sums over blocks this long, the blocks summed in float64
-BINS = 1024  # log-p bins of `nucleus_size`: a bin is 0.07 nats wide
-LOW = -69.0  # the lowest log p - log max p `from_logits` keeps: every exponent a * LOW (a <= 1.25) stays above -87
 SUBNORMAL = -103.27  # log of float32's smallest subnormal: the engine's float32 softmax gives 0 below it
 
 
@@ -109,7 +176,8 @@ class Workspace:
         key = (name, dtype or like.dtype, like.device)
         buf = self._bufs.get(key)
         if buf is None or buf.numel() < like.numel():
-            buf = self._bufs[key] = torch.empty(like.numel(), dtype=dtype or like.dtype, device=like.device)
+            with torch.inference_mode(False):  # a normal tensor, so that calls outside inference mode can write it
+                buf = self._bufs[key] = torch.empty(like.numel(), dtype=dtype or like.dtype, device=like.device)
         return buf[:like.numel()].view(like.shape)
 
 
@@ -117,69 +185,72 @@ def from_logits(z: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = N
     """`log_ratios` and the PIT's inputs for p = softmax(z), z [n, V] the temperature-scaled logits (no top-k or
     top-p cut), without a sort of the vocabulary or a float64 copy of it: the passes over [n, V] are float32 in
     the reused buffers of `ws` (exp of z - max, and sums in blocks: their rounding, about 1e-7, is far below the
-    gap between the trainer's logits and the engine's), the per-token math float64. The nucleus comes from a
-    histogram of log p (`nucleus_size`), a target's rank from counting the tokens before it, so ties are ordered
-    by id as the stable sort of `ranked` orders them."""
+    gap between the trainer's logits and the engine's), the per-token math float64. Above BINS tokens the
+    tempered and nucleus alternatives come from one histogram of p's mass by bin (a scatter over the vocabulary,
+    the rest over BINS), up to it token by token; a target's rank from sums of signs (`_ahead`), ties ordered by
+    id as the stable sort of `ranked` orders them."""
     ws = ws or Workspace()
     z = z.float()
-    raw = torch.sub(z, z.amax(-1, keepdim=True), out=ws.get("raw", z))  # [n, V] log p - log max p
-    # below LOW p < 1e-30, and exp under -87 takes the CPU's slow path (float32 underflow)
-    d = torch.clamp_min(raw, LOW, out=ws.get("d", z))  # [n, V]
+    n, V = z.shape
+    least, top = z.aminmax(dim=-1)  # [n], [n] one pass for both
+    # d: log p - log max p, clamped: below LOW p < 1e-30, and exp under -87 takes the CPU's slow path (underflow)
+    d = torch.sub(z, top[:, None], out=ws.get("d", z)).clamp_min_(LOW)  # [n, V]
     e = torch.exp(d, out=ws.get("e", z))  # [n, V] p up to 1 / s
     mask = ws.get("mask", z, torch.bool)  # [n, V]
     s = _sum(e)  # [n]
     log_s = s.log()
     floor = (log_s + SUBNORMAL)[:, None]  # [n, 1] the engine's float32 softmax is 0 at or below it
-    support = torch.gt(raw, floor.float(), out=mask).count_nonzero(-1).double()  # [n] what the engine can sample
-    raw_x = raw.gather(-1, targets[:, None]).double()  # [n, 1] unclamped: a token the engine cannot draw has p 0
+    support = _support(z, top, least, floor, mask)  # [n] what the engine can sample
+    # [n, 1] unclamped: a token the engine cannot draw has p 0
+    raw_x = (z.gather(-1, targets[:, None]) - top[:, None]).double()
     p_x = torch.where(raw_x > floor, (raw_x - log_s[:, None]).exp(), 0.0)[:, 0]  # [n]
-    buf = raw  # reused from here on
+    buf = ws.get("raw", z)  # [n, V] scratch
     e_x = e.gather(-1, targets[:, None])  # [n, 1]
-    logp_x = p_x.clamp_min(1e-300).log()
-    cols = []
-    for tau in TAUS:  # log sum p^a = log sum e^a - a log s
-        a = 1.0 / tau
-        cols.append((a - 1) * logp_x - (_sum(torch.mul(d, a, out=buf).exp_()).log() - a * log_s))
-    tied = torch.eq(e, e_x, out=mask).count_nonzero(-1) > 1  # [n] another token as likely as the target (bf16)
-    ahead = torch.gt(e, e_x, out=mask)  # [n, V] the tokens ranked before the target: likelier, or as likely
-    if bool(tied.any()):  # with a lower id
-        ids = torch.arange(z.shape[-1], device=z.device)
-        ahead[tied] |= (e[tied] == e_x[tied]) & (ids < targets[tied, None])
-    before = _sum(torch.mul(e, ahead, out=buf)) / s  # [n]
-    rank = ahead.count_nonzero(-1)  # [n]
-    size, m = nucleus_size(e, s, d, ws)  # tokens in the nucleus, their mass
-    cols.append(torch.where(rank < size, -m.log(), float("-inf")))
-    cols.append(torch.log((1 - TAIL) + TAIL / (support * p_x.clamp_min(1e-300))))
-    log_r = torch.where((p_x > 0)[:, None], torch.stack(cols, -1), 0.0)  # [n, J]
+    b = bin_of(d, ws.get("bins", z, torch.long), buf)  # [n, V]
+    b_x = b.gather(-1, targets[:, None])[:, 0]  # [n]
+    if V > BINS:  # p's mass by bin, then BINS a row
+        weights = ws.get("e64", z, torch.float64).copy_(e)  # [n, V] float64: a bin sums many tokens
+        mass = torch.zeros(n, BINS, dtype=torch.float64, device=z.device).scatter_add_(1, b, weights)
+        cols = [_binned_from_histogram(mass / s[:, None], b_x)]
+    else:
+        cols = [_binned(e.double() / s[:, None], b, b_x)]
+    _, ahead_e, tied = _ahead(e, e_x, buf, ws)  # [n] the mass before the target (times s); [n] bool ties
+    if bool(tied.any()):  # another token as likely as the target (bf16): those with a lower id are before it
+        ids = torch.arange(V, device=z.device)
+        low = (e[tied] == e_x[tied]) & (ids < targets[tied, None])  # [t, V]
+        ahead_e[tied] += low.count_nonzero(-1).double() * e_x[tied, 0].double()
+    before = ahead_e / s  # [n]
+    cols.append(torch.log((1 - TAIL) + TAIL / (support * p_x.clamp_min(1e-300)))[:, None])
+    log_r = torch.where((p_x > 0)[:, None], torch.cat(cols, -1), 0.0)  # [n, J]
     return LogitScores(log_r, before, p_x, 1.0 / s)
 
 
-def nucleus_size(e: torch.Tensor, s: torch.Tensor, d: torch.Tensor | None = None, ws: Workspace | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(tokens [n], mass [n] float64) of the NUCLEUS cut of p = e / s, e [n, V] (d: log e, if known): the tokens
-    with less than NUCLEUS ranked before them. One histogram of log p in BINS bins a row: the bins above the
-    one where the mass reaches NUCLEUS are in whole, that bin's few tokens are ranked. Ties inside the cut all
-    have the same mass, so their order does not matter."""
-    n, V = e.shape
-    ws = ws or Workspace()
-    d = e.log() if d is None else d
-    scaled = torch.mul(d, BINS / LOW, out=ws.get("bins_f", e))  # [n, V]
-    b = ws.get("bins", e, torch.long).copy_(scaled).clamp_(0, BINS - 1)  # [n, V] bin 0: the likeliest tokens
-    flat = (b + torch.arange(n, device=e.device)[:, None] * BINS).view(-1)  # [n * V]
-    weights = ws.get("e64", e, torch.float64).copy_(e).view(-1)  # [n * V] float64: the bins sum many tokens
-    mass = torch.bincount(flat, weights=weights, minlength=n * BINS).view(n, BINS) / s[:, None]
-    count = torch.bincount(flat, minlength=n * BINS).view(n, BINS)
-    above = mass.cumsum(-1) - mass  # [n, BINS] the mass of the bins before each
-    k = ((above + mass) < NUCLEUS).sum(-1).clamp_(max=BINS - 1)  # [n] the bin where the mass reaches NUCLEUS
-    base = above.gather(-1, k[:, None])[:, 0]  # [n] every token of the bins before k is in
-    sizes = (count.cumsum(-1) - count).gather(-1, k[:, None])[:, 0]  # [n]
-    r, c = torch.eq(b, k[:, None], out=ws.get("mask", e, torch.bool)).nonzero(as_tuple=True)  # bin k's tokens
-    v = e[r, c].double() / s[r]  # [m]
-    order = torch.argsort(r.double() + (1 - v) * 0.5, stable=True)  # by row, then likeliest first
-    r, v = r[order], v[order]
-    run = v.cumsum(0)  # [m]
-    starts = torch.searchsorted(r, torch.arange(n, device=e.device))  # [n] each row's first entry
-    offset = torch.where(starts > 0, run[(starts - 1).clamp(min=0)], 0.0)  # [n] the rows before's sum
-    keep = base[r] + (run - v - offset[r]) < NUCLEUS  # [m]
-    sizes = sizes + torch.bincount(r, weights=keep.double(), minlength=n).long()
-    return sizes, base + torch.bincount(r, weights=v * keep, minlength=n)
+def _support(z: torch.Tensor, top: torch.Tensor, least: torch.Tensor, floor: torch.Tensor, mask: torch.Tensor
+             ) -> torch.Tensor:
+    """[n] float64 tokens of z [n, V] whose z - top (top, least [n]: each row's max and min) is above `floor`
+    [n, 1]: a row whose least token is above it (most) is counted by that alone, without a pass of comparisons."""
+    n, V = z.shape
+    support = torch.full((n,), float(V), dtype=torch.float64, device=z.device)
+    low = (least - top) <= floor[:, 0].float()  # [n] rows with a token the engine cannot draw
+    if bool(low.any()):
+        m = mask[:int(low.sum())]
+        raw = z[low] - top[low, None]  # [k, V]
+        support[low] = torch.gt(raw, floor[low].float(), out=m).count_nonzero(-1).double()
+    return support
+
+
+def _ahead(e: torch.Tensor, e_x: torch.Tensor, buf: torch.Tensor, ws: Workspace
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(tokens likelier than the target [n] long, their sum of e [n] float64, [n] bool whether another token
+    is exactly as likely) for e [n, V] and the target's e_x [n, 1]. Float passes (sign, clamp, sums) instead of
+    comparisons to bool, which a CPU runs several times slower: with diff = e - e_x, the sum of sign(diff) is
+    (likelier - less likely), of sign(max(diff, 0)) the likelier tokens, of max(diff, 0) their mass less e_x
+    each; the counts are exact integers in float32 (V < 2^24)."""
+    V = e.shape[-1]
+    diff = torch.sub(e, e_x, out=buf)  # [n, V]
+    sg = torch.sign(diff, out=ws.get("sign", e))  # [n, V]
+    net = _sum(sg)  # [n] likelier less less likely
+    above = _sum(diff.clamp_min_(0))  # [n] sum of e - e_x over the likelier
+    gt = _sum(torch.sign(diff, out=sg))  # [n] the likelier
+    ties = V - gt - (gt - net)  # [n] as likely as the target, the target included
+    return gt.round().long(), above + gt * e_x[:, 0].double(), ties.round() > 1

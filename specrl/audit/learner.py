@@ -159,6 +159,6 @@ class LearnerAudit:
         with step.timed():
             self.previous.load_state_dict(kept)
             if bool(rows.any()):
-                trainer.score(self.previous, cut, torch.arange(cut.num_rows)[rows], step)
+                trainer.show(self.previous, cut, torch.arange(cut.num_rows)[rows], step)
         step.seconds += snapshot_s
         return step

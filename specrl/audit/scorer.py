@@ -31,7 +31,7 @@ def token_scores(probs: Tensor, targets: Tensor, v: Tensor) -> Tensor:
     p_x = p.gather(-1, targets[:, None])[:, 0]  # [n]
     rank = ranked(p, targets)
     head = torch.stack([randomized_pit(rank.before, p_x, v), 1 - p.amax(-1), (p_x <= 0).double()], -1)  # [n, 3]
-    return torch.cat([head, log_ratios(p, targets, rank)], -1)
+    return torch.cat([head, log_ratios(p, targets)], -1)
 
 
 def logit_scores(z: Tensor, targets: Tensor, v: Tensor, ws: Workspace | None = None) -> Tensor:
@@ -69,7 +69,8 @@ class TokenScorer:
         if self.cuts:
             return token_scores(self.probs(logits), targets, v).cpu()  # [n, COLUMNS]
         t, sub = self.temperature.to(dev), max(1, SUB_ELEMENTS // logits.shape[-1])
-        return torch.cat([logit_scores(logits[i:i + sub].float() / t, targets[i:i + sub], v[i:i + sub],
+        scale = (lambda x: x) if bool(self.temperature[0] == 1) else (lambda x: x / t)  # x / 1 is x: no pass
+        return torch.cat([logit_scores(scale(logits[i:i + sub].float()), targets[i:i + sub], v[i:i + sub],
                                        self.workspace) for i in range(0, len(targets), sub)]).cpu()  # [n, COLUMNS]
 
 

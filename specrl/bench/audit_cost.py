@@ -27,8 +27,8 @@ def cost(args) -> None:
         loss = sum(torch.nn.functional.cross_entropy(model.lm_head(out[i]).float(), ids[i]) for i in range(len(ids)))
         loss.backward()
 
-    def forward():
-        with torch.no_grad():
+    def forward():  # as PolicyTrainer.show runs a skipped row's decoder
+        with torch.inference_mode():
             model(ids, compute_logits=False)
 
     def score():

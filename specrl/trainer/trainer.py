@@ -202,6 +202,35 @@ class PolicyTrainer:
             out[idx, :mb.input_ids.shape[1]] = logp.cpu()
         return out
 
+    @torch.inference_mode()
+    def show(self, model: CausalLM, batch: TrainBatch, rows: Tensor, hook: LogitsHook) -> None:
+        """`hook` sees the logits of its tokens among `rows` under `model`, micro-batched like the update, without
+        gradients and without the logprobs `score` makes: the lm-head runs only at the hook's rows' response
+        positions (`_show_logits`)."""
+        for idx in self.micro_batches(rows, batch.lengths):
+            mb, packed = self._micro_batch(batch, idx)
+            if bool(hook.rows[idx].any()):
+                self._show_logits(model, self._run(model, mb, packed).last_hidden, mb, packed, hook, idx)
+
+    def _show_logits(self, model: CausalLM, last: Tensor, mb: TrainBatch, packed: Packed | None, hook: LogitsHook,
+                     idx: Tensor) -> None:
+        """The logits of micro-batch `mb` (rows `idx`) that `hook` reads, from its final hidden states `last`
+        ([b, T, D], packed [1, n, D]): the lm-head at the response positions of the hook's rows alone, at most
+        `head_chunk_tokens` at once, so [tokens, V] never exists at once."""
+        valid = torch.ones_like(mb.targets, dtype=torch.bool) if packed is None else packed.valid  # [b, T]
+        where = valid.nonzero()  # [n_tokens, 2] (row in the micro-batch, position) per flat offset
+        rows = idx.to(where.device)[where[:, 0]]  # [n_tokens]
+        keep = hook.rows.to(where.device)[rows] & (mb.mask[where[:, 0], where[:, 1]] > 0)  # [n_tokens]
+        at = keep.nonzero()[:, 0]  # [k] flat offsets the hook reads
+        flat_h = last.reshape(-1, last.shape[-1])  # [n_tokens, D]
+        flat_t = (mb.targets if packed is None else packed.targets).reshape(-1)  # [n_tokens]
+        step = head_chunk_tokens(model.lm_head.out_features)
+        for i in range(0, len(at), step):
+            sel = at[i:i + step]
+            with self.autocast():
+                logits = model.lm_head(flat_h[sel])  # [h, V]
+            hook(logits, flat_t[sel], rows[sel].cpu(), where[sel, 1].cpu())
+
     def _micro_batch(self, batch: TrainBatch, idx: Tensor) -> tuple[TrainBatch, Packed | None]:
         mb = batch.rows(idx, self.device)  # [b, T] padded: what the loss and the forward hook read
         return mb, pack(mb) if self.optim_cfg.packing else None
@@ -262,7 +291,7 @@ class PolicyTrainer:
         skipped = rows[hook.rows & ~torch.isin(rows, self.learning_rows(batch, rows))]
         if len(skipped) and self.forward_hook is None:  # else the forward hook's forward shows them (_show_skipped)
             with hook.timed():
-                self.score(self.model, batch, skipped, hook)
+                self.show(self.model, batch, skipped, hook)
 
     def learning_rows(self, batch: TrainBatch, rows: Tensor) -> Tensor:
         """The rows of `rows` whose loss can move the weights. A zero advantage (a GRPO group whose samples all
@@ -297,7 +326,7 @@ class PolicyTrainer:
             out = self._forward(mb, packed, idx)
             if hook is not None and bool(hook.rows[idx].any()):
                 with hook.timed():
-                    self._logprobs(self.model, out.last_hidden, mb, packed, with_entropy=False, hook=hook, idx=idx)
+                    self._show_logits(self.model, out.last_hidden, mb, packed, hook, idx)
 
     def _update(self, batch: TrainBatch, rows: Tensor, old: Tensor | None, ref: Tensor | None,
                 seen: Tensor, computed: Tensor, sums: dict[str, float], is_cap: float | None = None) -> None:

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from specrl.audit.bets import COMPONENTS, LAMBDAS, NUCLEUS, TAIL, log_bets, log_mixture, log_ratios
+from specrl.audit.bets import COMPONENTS, LAMBDAS, NUCLEUS, TAIL, WIDTH, log_bets, log_mixture, log_ratios
 
 
 def _all_targets(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,10 +37,14 @@ def test_nucleus_bet_by_hand():
 
 
 def test_tempered_bet_by_hand():
-    # tau = 0.8 (a = 1.25) on p = [0.8, 0.2]: q = [0.8^1.25, 0.2^1.25] / their sum
+    # tau = 0.8 (a = 1.25) on p = [0.8, 0.2]: log p - log max p = [0, -1.386], bins 0 and 20 (of WIDTH), tempered
+    # by their middles: q = p * exp(0.25 * [-0.5, -20.5] WIDTH) / its sum, within a bin's tempering of p^1.25
     p = torch.tensor([0.8, 0.2], dtype=torch.float64)
-    q = p ** 1.25 / (p ** 1.25).sum()
-    assert log_ratios(*_all_targets(p))[:, 0].exp().tolist() == pytest.approx((q / p).tolist(), abs=1e-12)
+    w = p * (0.25 * torch.tensor([-0.5, -20.5], dtype=torch.float64) * WIDTH).exp()
+    got = log_ratios(*_all_targets(p))[:, 0].exp()
+    assert got.tolist() == pytest.approx((w / w.sum() / p).tolist(), abs=1e-12)
+    exact = p ** 1.25 / (p ** 1.25).sum() / p
+    assert float((got.log() - exact.log()).abs().max()) < 0.25 * WIDTH
 
 
 @pytest.mark.parametrize("p", [

@@ -153,6 +153,26 @@ def test_by_default_every_row_is_audited_the_skipped_ones_too():
     assert m["sampler_rows"] == 12 and m["sampler_tokens"] == int(batch.mask.sum())
 
 
+@pytest.mark.parametrize("packing", [False, True])
+def test_a_forward_for_the_audit_alone_runs_the_lm_head_at_its_response_tokens_only(packing):
+    # the skipped rows' forward: the decoder over every position, the lm-head only where the hook reads
+    model = tiny_model(seed=3)
+    batch = _rollouts(model)[2]
+    trainer = PolicyTrainer(model, AlgorithmConfig(), OptimConfig(lr=1e-2, warmup_steps=0, packing=packing),
+                            total_steps=10, temperature=1.0, norm_len=8)
+    rows = torch.zeros(batch.num_rows, dtype=torch.bool)
+    rows[[0, 5]] = True
+    audit = StepAudit(TokenScorer(1.0), rows, batch.mask)
+    heads = []
+    handle = model.lm_head.register_forward_hook(lambda m, inp, out: heads.append(inp[0].numel() // inp[0].shape[-1]))
+    trainer.show(model, batch, torch.arange(batch.num_rows), audit)
+    handle.remove()
+    assert sum(heads) == int(batch.mask[rows].sum())
+    expect = StepAudit(TokenScorer(1.0), rows, batch.mask)
+    trainer.score(model, batch, torch.arange(batch.num_rows), expect)  # the logprobs' forward shows the same
+    torch.testing.assert_close(audit.scores, expect.scores)
+
+
 def test_cut_rows_shares_the_budget_in_row_order():
     lengths = [10, 30, 8, 30]  # forward positions per row; responses start at position 4
     mask = torch.zeros(4, 30)
