@@ -12,8 +12,8 @@ about 15 tokens a line, so `long` (10-14 operations on one-digit operands, value
 
 Chat rows (`row(chat=True)`, `make-data steps --chat`) show the format as a worked exchange before the problem
 (SYSTEM, then EXAMPLE_PROBLEM asked and answered, then the problem): SmolLM2-135M-Instruct given the example
-inside one user turn rambles and writes a ledger in about 1 of 10 samples; given it as a prior turn it writes the
-ledger nearly always (configs/smollm2_steps.yaml says what it then scores).
+inside one user turn mostly rambles and writes a ledger in about 1 of 5 samples; given it as a prior turn it
+writes the ledger nearly always (configs/smollm2_steps.yaml says what it then scores).
 
 Problem i is a pure function of (seed, i, difficulty), so `--n 100` gives the first 100 of `--n 2000`; every
 running value stays a non-negative integer below `Level.cap` (subtractions stay >= 0, divisions are exact).
