@@ -1,10 +1,12 @@
 """`specrl make-data math|steps --n 2000 --difficulty LEVEL --out FILE`: a JSONL prompt set for real models.
 
-Each row has `prompt` (or, with --chat, `messages` = one user turn) and `answer`, plus metadata columns.
+Each row has `prompt` (or, with --chat, `messages`: one user turn; steps: its worked example as a prior exchange
+first) and `answer`, plus metadata columns.
     math:  word problems answered in \\boxed{}; `difficulty`, `steps`. Train with `reward.name=boxed` (or
            flexible, math_verify).
-    steps: 5-9 chained operations written as one `Step k: x op y = z` line each, then `Answer: N`; `start` and
-           `ops` are the columns its reward checks each line against. Train with `reward.name=steps`.
+    steps: 5-9 chained operations (`long`: 10-14 on one-digit operands) written as one `Step k: x op y = z` line
+           each, then `Answer: N`; `start` and `ops` are the columns its reward checks each line against. Train
+           with `reward.name=steps`.
 """
 from __future__ import annotations
 

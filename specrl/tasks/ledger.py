@@ -9,7 +9,8 @@ operation than the problem's earns HALF_CREDIT (the format and the arithmetic, b
 when every line before it chained back to the start value (a copied example line does not). Equation lines beyond the problem's operations
 count in the denominator, so padding earns nothing. Parsing is lenient about what a small chat model writes:
 spacing, markdown, `x`/`×`/`·` for times, `÷` for divide, unicode minus signs, thousands commas, any
-`Step k` prefix (or none), and a final `Answer: N`, `answer is N` or `\\boxed{N}`.
+`Step k` prefix (or none), and a final `Answer: N`, `answer is N` or `\\boxed{N}`; a decimal (`37.25`) is never
+read as the whole number in it.
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from .steps import apply
 LINE_WEIGHT = 0.7  # a right answer alone is worth 0.3: the lines are where a small model's signal is
 HALF_CREDIT = 0.5  # a chained, correct line of another operation than the problem's
 
-_NUM = r"(\d{1,3}(?:,\d{3})+|\d+)"
+# a whole number, never a piece of a decimal: "73 / 2 = 37.25" is no equation (not 73 / 2 = 37), "Answer: 3.75"
+# no answer (not 3)
+_NUM = r"(?<!\d)(?<!\d\.)(\d{1,3}(?:,\d{3})+|\d+)(?!\d|\.\d|,\d)"
 _OP = r"([-+*/xX×·÷−–])"
 EQUATION = re.compile(rf"{_NUM}\s*{_OP}\s*{_NUM}\s*=\s*{_NUM}")
 ANSWER = re.compile(rf"answer\s*(?:is)?\s*[:=]?\s*\$?\s*(?:\\boxed\{{)?\s*{_NUM}", re.IGNORECASE)

@@ -9,7 +9,8 @@ import pytest
 
 from specrl.cli.main import main as cli_main
 from specrl.tasks.ledger import LINE_WEIGHT, parse_answer, parse_equations, score_ledger, steps_reward
-from specrl.tasks.steps import LEVELS, StepsProblem, apply, make_steps_problems
+from specrl.tasks.steps import (EXAMPLE_PROBLEM, LEVELS, MIXED, SYSTEM, StepsProblem, apply, make_steps_problem,
+                                make_steps_problems)
 from specrl.trainer.data import read_rows
 from specrl.trainer.rewards import resolve_reward
 
@@ -31,7 +32,7 @@ def test_problems_are_pure_functions_of_seed_index_and_difficulty():
             assert level.ops[0] <= len(p.ops) <= level.ops[1]
             assert all(isinstance(v, int) and 0 <= v < level.cap for v in p.values)  # exact, never negative
             assert p.answer == p.values[-1] and str(p.answer) == p.row()["answer"]
-    assert {p.difficulty for p in make_steps_problems(40, "mix")} == set(LEVELS)
+    assert {p.difficulty for p in make_steps_problems(40, "mix")} == set(MIXED)  # long is its own set
 
 
 def test_the_hand_worked_problem():
@@ -103,3 +104,67 @@ def test_make_data_steps_rows_load_with_the_columns_the_reward_reads(tmp_path):
 def test_make_data_steps_rejects_another_kinds_difficulty(capsys):
     assert cli_main(["make-data", "steps", "--difficulty", "tiny", "--out", "-"]) == 2
     assert "easy" in capsys.readouterr().err
+    assert cli_main(["make-data", "steps", "--difficulty", "extreme", "--out", "-"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'extreme'" in err and "long" in err and "medium" in err
+    with pytest.raises(ValueError, match="'extreme'.*long"):
+        make_steps_problems(3, "extreme")
+    with pytest.raises(ValueError, match="'extreme'"):
+        make_steps_problem(__import__("random").Random(0), "extreme")
+
+
+# the first `long` problem of seed 1 (the held-out file's): pinned, so a change to the draw shows here
+LONG_1 = ("Start with 19. Subtract 3. Add 1. Add 2. Add 1. Multiply by 2. Subtract 3. Multiply by 2. Subtract 6. "
+          "Subtract 7. Add 1. Divide by 2. Add 3. Subtract 6. Multiply by 2.")
+
+
+def test_long_problems_are_seeded_and_one_digit():
+    problems = make_steps_problems(200, "long", seed=1)
+    assert problems[0].question == LONG_1 and problems[:20] == make_steps_problems(20, "long", seed=1)
+    assert problems != make_steps_problems(200, "long", seed=2)
+    assert make_steps_problems(10, "medium", seed=1) == make_steps_problems(10, "medium", seed=1)
+    for p in problems:
+        assert 10 <= len(p.ops) <= 14 and all(1 <= y <= 9 for _, y in p.ops)
+        assert all(0 <= v < 100 for v in p.values) and p.difficulty == "long"
+        assert steps_reward([p.response], [p.row(chat=True)]) == [1.0]
+
+
+def test_chat_rows_show_the_format_as_a_worked_exchange_before_the_problem():
+    p = make_steps_problems(1, "long", seed=1)[0]
+    m = p.row(chat=True)["messages"]
+    assert [t["role"] for t in m] == ["system", "user", "assistant", "user"] and m[0]["content"] == SYSTEM
+    assert m[1]["content"].endswith(EXAMPLE_PROBLEM.question) and m[2]["content"] == EXAMPLE_PROBLEM.response
+    assert m[3]["content"].endswith(p.question) and "Step k: x op y = z" in m[3]["content"]
+    assert EXAMPLE_PROBLEM.values == [8, 16, 12, 18, 6] and {op for op, _ in EXAMPLE_PROBLEM.ops} == set("+-*/")
+    # the example's lines copied into the answer chain from 5, not the problem's start: no credit
+    assert score_ledger(EXAMPLE_PROBLEM.response, p.start, p.ops, p.answer).credited == 0
+    assert "messages" not in p.row() and p.row()["prompt"] == p.prompt
+
+
+def test_partial_credit_on_a_hand_written_long_ledger():
+    # Start with 9. Subtract 8. Multiply by 2. Subtract 1. Add 2. Subtract 1. Add 8. Multiply by 2. Add 4.
+    # Divide by 3. Multiply by 3.   values 1, 2, 1, 3, 2, 10, 20, 24, 8, 24
+    p = StepsProblem(9, (("-", 8), ("*", 2), ("-", 1), ("+", 2), ("-", 1), ("+", 8), ("*", 2), ("+", 4), ("/", 3),
+                         ("*", 3)), "long")
+    assert p.values == [1, 2, 1, 3, 2, 10, 20, 24, 8, 24]
+    # lines 1-2 right; line 3 slips (2 - 1 = 2); 4 and 5 chain on the slip and are right; then it stops
+    text = "Step 1: 9 - 8 = 1\nStep 2: 1 * 2 = 2\nStep 3: 2 - 1 = 2\nStep 4: 2 + 2 = 4\nStep 5: 4 - 1 = 3\nAnswer: 3"
+    s = score_ledger(text, p.start, p.ops, p.answer)
+    assert (s.credited, s.lines, s.operations, s.answer_right) == (4, 5, 10, False)
+    assert s.reward == pytest.approx(0.7 * 4 / 10) == pytest.approx(0.28)
+    # the same lines without `Step k:` (bare, or numbered "3)") score the same
+    bare = "\n".join(line.split(": ", 1)[1] if line.startswith("Step") else line for line in text.splitlines())
+    assert score_ledger(bare, p.start, p.ops, p.answer).reward == pytest.approx(0.28)
+    numbered = text.replace("Step 3: ", "3) ").replace("Step 4: ", "- ")
+    assert score_ledger(numbered, p.start, p.ops, p.answer).reward == pytest.approx(0.28)
+    # the full ledger: 1.0; the full ledger with a wrong answer: the lines' share only
+    assert score_ledger(p.response, p.start, p.ops, p.answer).reward == 1.0
+    assert score_ledger(p.response.replace("Answer: 24", "Answer: 25"), p.start, p.ops, p.answer).reward == \
+        pytest.approx(LINE_WEIGHT)
+
+
+def test_a_decimal_is_never_read_as_a_whole_number():
+    # SmolLM2 writes "73 / 2 = 37.25" for an inexact division: no equation, not 73 / 2 = 37
+    assert parse_equations("Step 5: 73 / 2 = 37.25") == [] and parse_equations("1.5 + 2 = 3.5") == []
+    assert parse_equations("Step 1. 5 + 3 = 8.") == [(5, "+", 3, 8)]  # a full stop after it is no decimal
+    assert parse_answer("Answer: 3.75") is None and parse_answer("Answer: 12.") == 12
