@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("kind", help="; ".join(f"{k}: {v[0]}" for k, v in GENERATORS.items()))
     ap.add_argument("--n", type=int, default=2000, help="rows to write")
     ap.add_argument("--difficulty", default=None,
-                    help="math: tiny|easy|hard|mix (default easy); steps: easy|medium|hard|long|mix (default medium; mix draws from the first three)")
+                    help="math: tiny|easy|hard|mix (default easy); steps: easy|medium|hard|long|mix (default medium; "
+                         "mix draws from the first three)")
     ap.add_argument("--seed", type=int, default=0, help="use different seeds for train and test files")
     ap.add_argument("--chat", action="store_true", help="write `messages` (one user turn) instead of `prompt`")
     ap.add_argument("--out", required=True, help="output .jsonl path ('-' for stdout)")
