@@ -107,12 +107,16 @@ def _binned_from_histogram(mass: torch.Tensor, b_x: torch.Tensor) -> torch.Tenso
     return torch.cat(cols, -1)
 
 
+def _mass_by_bin(weights: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """[n, BINS] float64 sums of weights [n, V] float64 over each row's bins b [n, V]."""
+    return torch.zeros(len(b), BINS, dtype=torch.float64, device=b.device).scatter_add_(1, b, weights)
+
+
 def _alternatives(p: torch.Tensor, b: torch.Tensor, b_x: torch.Tensor) -> torch.Tensor:
     """`_binned`: token by token up to BINS tokens a row, from the histogram of p's mass by bin above."""
     if p.shape[-1] <= BINS:
         return _binned(p, b, b_x)
-    mass = torch.zeros(len(p), BINS, dtype=torch.float64, device=p.device).scatter_add_(1, b, p)
-    return _binned_from_histogram(mass, b_x)
+    return _binned_from_histogram(_mass_by_bin(p, b), b_x)
 
 
 def log_ratios(p: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -210,11 +214,10 @@ def from_logits(z: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = N
     b_x = b.gather(-1, targets[:, None])[:, 0]  # [n]
     if V > BINS:  # p's mass by bin, then BINS a row
         weights = ws.get("e64", z, torch.float64).copy_(e)  # [n, V] float64: a bin sums many tokens
-        mass = torch.zeros(n, BINS, dtype=torch.float64, device=z.device).scatter_add_(1, b, weights)
-        cols = [_binned_from_histogram(mass / s[:, None], b_x)]
+        cols = [_binned_from_histogram(_mass_by_bin(weights, b) / s[:, None], b_x)]
     else:
         cols = [_binned(e.double() / s[:, None], b, b_x)]
-    _, ahead_e, tied = _ahead(e, e_x, buf, ws)  # [n] the mass before the target (times s); [n] bool ties
+    ahead_e, tied = _ahead(e, e_x, buf, ws)  # [n] the mass before the target (times s); [n] bool ties
     if bool(tied.any()):  # another token as likely as the target (bf16): those with a lower id are before it
         ids = torch.arange(V, device=z.device)
         low = (e[tied] == e_x[tied]) & (ids < targets[tied, None])  # [t, V]
@@ -240,12 +243,12 @@ def _support(z: torch.Tensor, top: torch.Tensor, least: torch.Tensor, floor: tor
 
 
 def _ahead(e: torch.Tensor, e_x: torch.Tensor, buf: torch.Tensor, ws: Workspace
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(tokens likelier than the target [n] long, their sum of e [n] float64, [n] bool whether another token
-    is exactly as likely) for e [n, V] and the target's e_x [n, 1]. Float passes (sign, clamp, sums) instead of
-    comparisons to bool, which a CPU runs several times slower: with diff = e - e_x, the sum of sign(diff) is
-    (likelier - less likely), of sign(max(diff, 0)) the likelier tokens, of max(diff, 0) their mass less e_x
-    each; the counts are exact integers in float32 (V < 2^24)."""
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the likelier tokens' sum of e [n] float64, [n] bool whether another token is exactly as likely) for e [n, V]
+    and the target's e_x [n, 1]. Float passes (sign, clamp, sums) instead of comparisons to bool, which a CPU runs
+    several times slower: with diff = e - e_x, the sum of sign(diff) is (likelier - less likely), of sign(max(diff,
+    0)) the likelier tokens, of max(diff, 0) their mass less e_x each; the counts are exact integers in float32 (V <
+    2^24)."""
     V = e.shape[-1]
     diff = torch.sub(e, e_x, out=buf)  # [n, V]
     sg = torch.sign(diff, out=ws.get("sign", e))  # [n, V]
@@ -253,4 +256,4 @@ def _ahead(e: torch.Tensor, e_x: torch.Tensor, buf: torch.Tensor, ws: Workspace
     above = _sum(diff.clamp_min_(0))  # [n] sum of e - e_x over the likelier
     gt = _sum(torch.sign(diff, out=sg))  # [n] the likelier
     ties = V - gt - (gt - net)  # [n] as likely as the target, the target included
-    return gt.round().long(), above + gt * e_x[:, 0].double(), ties.round() > 1
+    return above + gt * e_x[:, 0].double(), ties.round() > 1

@@ -68,10 +68,12 @@ class TokenScorer:
         logits, targets = logits.detach(), targets.to(dev)
         if self.cuts:
             return token_scores(self.probs(logits), targets, v).cpu()  # [n, COLUMNS]
-        t, sub = self.temperature.to(dev), max(1, SUB_ELEMENTS // logits.shape[-1])
-        scale = (lambda x: x) if bool(self.temperature[0] == 1) else (lambda x: x / t)  # x / 1 is x: no pass
-        return torch.cat([logit_scores(scale(logits[i:i + sub].float()), targets[i:i + sub], v[i:i + sub],
-                                       self.workspace) for i in range(0, len(targets), sub)]).cpu()  # [n, COLUMNS]
+        t, sub = float(self.temperature[0]), max(1, SUB_ELEMENTS // logits.shape[-1])
+        out = []
+        for i in range(0, len(targets), sub):
+            z = logits[i:i + sub].float()
+            out.append(logit_scores(z if t == 1 else z / t, targets[i:i + sub], v[i:i + sub], self.workspace))
+        return torch.cat(out).cpu()  # [n, COLUMNS]
 
 
 @torch.no_grad()

@@ -4,15 +4,18 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import subprocess
+import sys
 import time
 
 import torch
 
+from specrl.errors import UserError
 from specrl.runtime import AS_TRAIN, add_runtime_args, engine, parse_args, policy_path
 
-__all__ = ["RATE", "at_least_one", "base_parser", "digest", "emit", "encoded_task_prompts", "engine", "file_prompts",
-           "measure", "parse_args", "parse_with_overrides", "policy_path", "prompt_sets", "short_prompts",
-           "task_prompts", "timed", "timed_generate", "warm_up"]
+__all__ = ["RATE", "at_least_one", "base_parser", "compare_runs", "digest", "emit", "encoded_task_prompts", "engine",
+           "file_prompts", "measure", "parse_args", "parse_with_overrides", "policy_path", "prompt_sets",
+           "short_prompts", "task_prompts", "timed", "timed_generate", "warm_up"]
 
 RATE = ("tokens", "seconds", "tokens_per_s")  # of timed_generate's figures, those a bench adaptive row reports
 
@@ -147,3 +150,13 @@ def timed(fn):
 
 def emit(row: dict) -> None:
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+
+
+def compare_runs(names: list[str], out) -> None:
+    """`specrl compare NAME=DIR ... --out OUT` of a bench's runs, its table to stderr (stdout holds the bench's
+    JSON lines); a failed compare ends the bench with one line naming its exit code."""
+    done = subprocess.run([sys.executable, "-m", "specrl", "compare", *names, "--out", str(out)],
+                          capture_output=True, text=True)
+    print(done.stdout + done.stderr, end="", file=sys.stderr)
+    if done.returncode != 0:
+        raise UserError(f"`specrl compare` of the runs for {out} failed (exit {done.returncode})")

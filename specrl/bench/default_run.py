@@ -30,7 +30,7 @@ import numpy as np
 
 from specrl.errors import UserError, pyplot
 from specrl.pipeline.run_dir import read_jsonl
-from .common import parse_with_overrides
+from .common import compare_runs, parse_with_overrides
 
 WARMUP_STEPS = 1  # the first step pays one-off costs (allocation, first touch); left out of the mean timings
 
@@ -113,9 +113,5 @@ def main(argv: list[str] | None = None) -> int:
     hist = length_histogram([runs[s, False] for s in args.seeds], args.out / "lengths.png")
     print(json.dumps({"overall": speed(on, off), "lengths": hist}))
     names = [f"{'SD on' if sd else 'SD off'} seed {s}={dirs[s, sd]}" for s in args.seeds for sd in (True, False)]
-    done = subprocess.run([sys.executable, "-m", "specrl", "compare", *names, "--out", str(args.out / "compare.png")],
-                          capture_output=True, text=True)
-    print(done.stdout + done.stderr, end="", file=sys.stderr)  # its table to stderr: stdout holds the JSON lines
-    if done.returncode != 0:
-        raise UserError(f"`specrl compare` of the runs in {args.out} failed (exit {done.returncode})")
+    compare_runs(names, args.out / "compare.png")
     return 0

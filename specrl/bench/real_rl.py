@@ -35,7 +35,8 @@ from pathlib import Path
 
 from specrl.errors import UserError, pyplot
 from specrl.pipeline.run_dir import read_jsonl
-from .common import parse_with_overrides
+from .common import compare_runs, parse_with_overrides
+from .default_run import WARMUP_STEPS, speed
 
 ARMS = {
     "off": ["rollout.spec.method=null"],
@@ -46,7 +47,6 @@ ARMS = {
     "auto": ["rollout.spec.method=auto"],
 }
 DEFAULT_ARMS = ["off:0", "off:1", "frozen:0", "online:0", "online:1", "online_rw:0", "auto:0"]
-WARMUP_STEPS = 1  # the first step pays one-off costs; left out of the mean timings, as in bench default-run
 LAST = 5  # the probe's comparison window: the last steps of a run
 
 
@@ -65,21 +65,14 @@ def load_config(path: Path, overrides: list[str]):
     return load(TrainConfig, path, argv_overrides(overrides, SHORTCUTS))
 
 
-def _get(cfg, dotted: str):
-    node = cfg
-    for key in dotted.split("."):
-        node = getattr(node, key)
-    return node
-
-
 def train_drafter(cfg, out: Path, budget_s: int, threads: int | None) -> Path:
     """The frozen arm's head: EAGLE-3 fitted to the step-0 policy's own responses to the training prompts."""
     head = out / "drafter"
     if (head / "train_metrics.json").is_file():
         return head
-    args = [sys.executable, "-m", "specrl", "train-drafter", "--method", "eagle3", "--model", str(_get(cfg, "model")),
-            "--out", str(head), "--data", str(_get(cfg, "data.source")), "--samples", "1",
-            "--temperature", str(_get(cfg, "rollout.temperature")), "--max-tokens", str(_get(cfg, "rollout.max_tokens")),
+    args = [sys.executable, "-m", "specrl", "train-drafter", "--method", "eagle3", "--model", str(cfg.model),
+            "--out", str(head), "--data", str(cfg.data.source), "--samples", "1",
+            "--temperature", str(cfg.rollout.temperature), "--max-tokens", str(cfg.rollout.max_tokens),
             "--time-budget", str(budget_s), f"cache={out / 'drafter_cache'}", "resume=true"]
     if threads:
         args += ["--threads", str(threads)]
@@ -131,11 +124,11 @@ def arm_row(name: str, seed: int, run_dir: Path, off: dict | None) -> dict:
            "probe_accept_frozen": [r.get("probe_accept_frozen") for r in rows],
            "probe_kl_pi0": [r.get("probe_kl_pi0") for r in rows],
            "logprob_diff": _mean(rows, "logprob_diff")}
-    row["R"] = row["rollout_s"] / row["step_s"] if name == "off" else None
-    if off is not None and name != "off":
-        r_gen, alpha = off["rollout_s"] / off["step_s"], off["rollout_s"] / row["rollout_s"]
-        row.update(R=r_gen, alpha=alpha, step_speedup=off["step_s"] / row["step_s"],
-                   step_bound=1 / (r_gen / alpha + 1 - r_gen))
+    if name == "off":
+        row["R"] = row["rollout_s"] / row["step_s"]
+    elif off is not None:
+        got = speed(row, off)
+        row.update({k: got[k] for k in ("R", "alpha", "step_speedup", "step_bound")})
     tail = [(o, f) for o, f in zip(row["probe_accept_online"], row["probe_accept_frozen"])
             if o is not None and f is not None][-LAST:]
     if tail:
@@ -191,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--drafter {str(args.drafter)!r} is not a directory; pass a `specrl train-drafter` output")
     pyplot("specrl bench real-rl")  # before any run: a missing matplotlib ends here, not after the training
     cfg = load_config(args.config, args.overrides)
-    max_steps = int(_get(cfg, "schedule.max_steps"))
+    max_steps = cfg.schedule.max_steps
     dirs = {(name, seed): args.out / f"{name}_seed{seed}" for name, seed in arms}
     if not args.reuse:
         needs_head = any(name != "off" for name, _ in arms)
@@ -207,8 +200,5 @@ def main(argv: list[str] | None = None) -> int:
     if probe_plot(rows, args.out / "probe.png"):
         print(f"specrl bench real-rl: the probe's plot is {args.out / 'probe.png'}", file=sys.stderr)
     if rows:
-        names = [f"{r['arm']} seed {r['seed']}={r['run']}" for r in rows]
-        done = subprocess.run([sys.executable, "-m", "specrl", "compare", *names, "--out",
-                               str(args.out / "compare.png")], capture_output=True, text=True)
-        print(done.stdout + done.stderr, end="", file=sys.stderr)
+        compare_runs([f"{r['arm']} seed {r['seed']}={r['run']}" for r in rows], args.out / "compare.png")
     return 0

@@ -59,23 +59,26 @@ inline fVec lane_sums(const fVec* a) {
 #endif
 }
 
-// Scores of `cnt` <= W fp32 keys (row j at k + j * ks) against the pre-scaled query qv; lanes past cnt are 0 and
-// their keys are not read (the last chunk of a row may end at the cache's last position).
+// The scores of a chunk of `cnt` <= W keys as one vector: lane j is dot(j), the score of key j; lanes past cnt are
+// 0 and dot is not called for them (the last chunk of a row may end at the cache's last position).
+template <bool Full, typename Dot>
+inline fVec chunk_of(int64_t cnt, Dot dot) {
+  constexpr int W = fVec::size();
+  fVec a[W];
+  for (int j = 0; j < W; ++j) a[j] = (!Full && j >= cnt) ? fVec(0.f) : dot(j);
+  return lane_sums(a);
+}
+
+// Scores of fp32 keys (row j at k + j * ks) against the pre-scaled query qv.
 template <int NV, bool Full>
 inline fVec chunk_scores(const fVec* qv, const float* k, int64_t ks, int64_t cnt) {
   constexpr int W = fVec::size();
-  fVec a[W];
-  for (int j = 0; j < W; ++j) {
-    if (!Full && j >= cnt) {
-      a[j] = fVec(0.f);
-      continue;
-    }
+  return chunk_of<Full>(cnt, [&](int j) {
     const float* kr = k + j * ks;
     fVec x = qv[0] * fVec::loadu(kr);
     for (int i = 1; i < NV; ++i) x = at::vec::fmadd(qv[i], fVec::loadu(kr + i * W), x);
-    a[j] = x;
-  }
-  return lane_sums(a);
+    return x;
+  });
 }
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
@@ -84,19 +87,12 @@ inline fVec chunk_scores(const fVec* qv, const float* k, int64_t ks, int64_t cnt
 // fp32; the caller scales the result.
 template <int NB, bool Full>
 inline fVec chunk_scores_bf16(const __m512bh* qb, const at::BFloat16* k, int64_t ks, int64_t cnt) {
-  constexpr int W = fVec::size();
-  fVec a[W];
-  for (int j = 0; j < W; ++j) {
-    if (!Full && j >= cnt) {
-      a[j] = fVec(0.f);
-      continue;
-    }
+  return chunk_of<Full>(cnt, [&](int j) {
     const at::BFloat16* kr = k + j * ks;
     __m512 x = _mm512_dpbf16_ps(_mm512_setzero_ps(), qb[0], (__m512bh)_mm512_loadu_si512(kr));
     for (int i = 1; i < NB; ++i) x = _mm512_dpbf16_ps(x, qb[i], (__m512bh)_mm512_loadu_si512(kr + i * 32));
-    a[j] = x;
-  }
-  return lane_sums(a);
+    return fVec(x);
+  });
 }
 #endif
 
