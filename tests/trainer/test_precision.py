@@ -15,9 +15,11 @@ from tests.helpers import tiny_config
 
 @pytest.fixture
 def probe_says(monkeypatch, tmp_path):
-    """Makes the probe answer: bf16 `speedup` times faster than fp32 on every GEMM."""
+    """Makes the probe answer: bf16 `speedup` times faster than fp32 on every GEMM, on a quiet machine (the real
+    load would make its reason depend on what else runs beside the test)."""
     monkeypatch.delenv(precision.FIXED_ENV, raising=False)
     monkeypatch.setenv(precision.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(precision, "machine_load", lambda: 0.0)
 
     def set_speedup(speedup: float) -> None:
         monkeypatch.setattr(precision, "time_gemm", lambda g, dt, dev: 1e-6 if dt == torch.bfloat16 else speedup * 1e-6)
