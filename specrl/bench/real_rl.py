@@ -10,7 +10,10 @@ The arms share one config (e.g. configs/smollm2_steps.yaml) and differ only in t
 
 An arm is `NAME:SEED`. The head is trained first (`specrl train-drafter --method eagle3` on the config's
 training prompts, at its rollout temperature and budget) unless `--drafter DIR` names one. Arms run one after
-another with all the machine's threads, so no arm's timing shares the cores with another's. Everything resumes:
+another with all the machine's threads, so no arm's timing shares the cores with another's. Each launch of an arm
+appends the CPU it runs on to OUT/NAME_seedS.machines.jsonl; an arm that ran on another CPU than SD off (a run
+resumed on another machine) gets no speedup, only its CPUs, since a ratio across machines measures the machines.
+Everything resumes:
 a finished arm (all `schedule.max_steps` rows in its metrics.jsonl) is read back, a started one continues with
 `specrl train resume=DIR`, and a trained head is kept. Stop it at any time and run the same command again.
 
@@ -104,7 +107,28 @@ def train_arm(config: Path, run_dir: Path, name: str, seed: int, head: Path | No
                 f"seed={seed}", "rollout.trace=true", "progress=false", *overrides, *ARMS[name]]
         if head is not None and name != "off":
             args.append(f"rollout.spec.draft_model={head}")
+    record_machine(run_dir)
     run(args, run_dir.parent / f"{run_dir.name}.log", f"arm {name}:{seed}")
+
+
+def machines_file(run_dir: Path) -> Path:
+    return run_dir.parent / f"{run_dir.name}.machines.jsonl"
+
+
+def record_machine(run_dir: Path) -> None:
+    """One row per launch of an arm: the CPU, the step it starts from, the time."""
+    import time
+    from specrl.model.precision import cpu_name
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(machines_file(run_dir), "a") as f:
+        f.write(json.dumps({"cpu": cpu_name(), "from_step": steps_done(run_dir),
+                            "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) + "\n")
+
+
+def cpus_of(run_dir: Path) -> list[str]:
+    """The CPUs an arm ran on (empty where it was not launched by this bench)."""
+    path = machines_file(run_dir)
+    return sorted({r["cpu"] for r in read_jsonl(path)}) if path.is_file() else []
 
 
 def _mean(rows: list[dict], key: str) -> float | None:
@@ -123,9 +147,11 @@ def arm_row(name: str, seed: int, run_dir: Path, off: dict | None) -> dict:
            "probe_accept_online": [r.get("probe_accept_online") for r in rows],
            "probe_accept_frozen": [r.get("probe_accept_frozen") for r in rows],
            "probe_kl_pi0": [r.get("probe_kl_pi0") for r in rows],
-           "logprob_diff": _mean(rows, "logprob_diff")}
+           "logprob_diff": _mean(rows, "logprob_diff"), "cpus": cpus_of(run_dir)}
     if name == "off":
         row["R"] = row["rollout_s"] / row["step_s"]
+    elif off is not None and off.get("cpus") and row["cpus"] and row["cpus"] != off["cpus"]:
+        row["speed_skipped"] = f"ran on {row['cpus']}, SD off on {off['cpus']}: no ratio across machines"
     elif off is not None:
         got = speed(row, off)
         row.update({k: got[k] for k in ("R", "alpha", "step_speedup", "step_bound")})
@@ -194,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     present = {key: d for key, d in dirs.items() if steps_done(d) > 0}
     offs = [arm_row("off", s, d, None) for (n, s), d in present.items() if n == "off"]
     off = {k: statistics.fmean(r[k] for r in offs) for k in ("rollout_s", "step_s")} if offs else None
+    if off is not None:
+        off["cpus"] = sorted({c for r in offs for c in r["cpus"]})
     rows = [arm_row(n, s, d, off) for (n, s), d in present.items()]
     for row in rows:
         print(json.dumps(row))

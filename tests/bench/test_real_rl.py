@@ -71,3 +71,21 @@ def test_one_sd_off_arm_runs_on_the_tiny_task(tiny_task, tmp_path, capsys):
 def test_a_bad_arm_names_itself_and_the_choices(bad, named):
     with pytest.raises(UserError, match=f"got '{named}'.*online_rw"):
         real_rl.parse_arm(bad)
+
+
+def test_an_arm_that_ran_on_another_cpu_gets_no_speedup(tmp_path, monkeypatch):
+    off_dir = _run_dir(tmp_path / "off_seed0", _rows(6.0, 10.0), [])
+    on_dir = _run_dir(tmp_path / "online_seed0", _rows(3.0, 7.0), [])
+    monkeypatch.setattr(real_rl, "run", lambda args, log, what: None)
+    monkeypatch.setattr("specrl.model.precision.cpu_name", lambda: "CPU A")
+    real_rl.train_arm(CONFIG, tmp_path / "off_seed0", "off", 0, None, 4, [])  # 3 of 4 steps: it launches
+    real_rl.train_arm(CONFIG, on_dir, "online", 0, tmp_path / "head", 4, [])
+    launches = [json.loads(line) for line in real_rl.machines_file(on_dir).read_text().splitlines()]
+    assert launches[0]["cpu"] == "CPU A" and launches[0]["from_step"] == 3
+    off = real_rl.arm_row("off", 0, off_dir, None)
+    same = real_rl.arm_row("online", 0, on_dir, {"rollout_s": 6.0, "step_s": 10.0, "cpus": off["cpus"]})
+    assert same["alpha"] == 2.0 and same["cpus"] == ["CPU A"]
+    monkeypatch.setattr("specrl.model.precision.cpu_name", lambda: "CPU B")
+    real_rl.train_arm(CONFIG, on_dir, "online", 0, tmp_path / "head", 4, [])  # resumed on another machine
+    mixed = real_rl.arm_row("online", 0, on_dir, {"rollout_s": 6.0, "step_s": 10.0, "cpus": off["cpus"]})
+    assert "alpha" not in mixed and "CPU B" in mixed["speed_skipped"] and mixed["cpus"] == ["CPU A", "CPU B"]

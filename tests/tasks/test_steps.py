@@ -8,7 +8,7 @@ import json
 import pytest
 
 from specrl.cli.main import main as cli_main
-from specrl.tasks.ledger import LINE_WEIGHT, parse_answer, parse_equations, score_ledger, steps_reward
+from specrl.tasks.ledger import LINE_WEIGHT, OVERSHOOT, parse_answer, parse_equations, score_ledger, steps_reward
 from specrl.tasks.steps import (EXAMPLE_PROBLEM, LEVELS, MIXED, SYSTEM, StepsProblem, apply, make_steps_problem,
                                 make_steps_problems)
 from specrl.trainer.data import read_rows
@@ -68,10 +68,17 @@ def test_a_wrong_line_loses_its_own_credit_and_the_next_line_chains_on_what_it_w
     assert score_ledger("Step 1: 5 + 3 = 8\nStep 2: 8 * 2 = 16\nAnswer: 16", 14, PROBLEM.ops, 14).credited == 0
 
 
-def test_extra_equation_lines_count_against_the_share():
+def test_extra_equation_lines_shrink_the_share_by_the_root_of_their_excess():
     padded = LEDGER.replace("Answer: 14", "Step 6: 14 + 0 = 14\nStep 7: 14 + 0 = 14\nAnswer: 14")
     s = score_ledger(padded, PROBLEM.start, PROBLEM.ops, PROBLEM.answer)
-    assert (s.credited, s.lines) == (5, 7) and s.reward == pytest.approx(LINE_WEIGHT * 5 / 7 + 1 - LINE_WEIGHT)
+    assert OVERSHOOT == 0.5
+    assert (s.credited, s.lines) == (5, 7) and s.reward == pytest.approx(LINE_WEIGHT * (5 / 7) ** 0.5 + 1 - LINE_WEIGHT)
+    assert s.reward < _score(LEDGER)  # padding never pays
+    # a ledger that stops two operations short loses those lines in full; one that runs on loses less
+    short = "\n".join(LEDGER.splitlines()[:3])
+    assert _score(short) == pytest.approx(LINE_WEIGHT * 3 / 5)
+    run_on = short + "\nStep 4: 54 + 1 = 50\nStep 5: 50 + 1 = 40\nStep 6: 40 + 1 = 30\nStep 7: 30 + 1 = 20"  # all slips
+    assert _score(run_on) == pytest.approx(LINE_WEIGHT * 3 / 5 * (5 / 7) ** 0.5)
 
 
 def test_lenient_parsing_of_what_a_chat_model_writes():
