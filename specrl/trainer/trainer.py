@@ -107,16 +107,20 @@ def micro_batch_token_cap(cfg, budget: int, checkpointing: bool, mtp_depths: int
 
 
 def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, temperature: float, autocast,
-                  with_entropy: bool = True, sink: Callable[[Tensor, Tensor, int], None] | None = None
-                  ) -> tuple[Tensor, Tensor | None]:
+                  with_entropy: bool = True, sink: Callable[[Tensor, Tensor, int], None] | None = None,
+                  at: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
     """(logprobs [b, T] of `targets` under softmax(lm_head(hidden) / temperature), their detached entropies
     [b, T] or None) from the final normed hidden states [b, T, D]. The [b, T, V] logits never exist at once (for
     a large vocabulary they cost more a token than a checkpointed decoder keeps): each chunk of
     `head_chunk_tokens` runs under activation checkpointing, unless one chunk holds the whole micro-batch.
-    `sink` gets each chunk's detached logits [n, V], targets [n] and offset in the flattened tokens; the
-    backward's recompute calls it again with the same offset."""
+    `sink` gets each chunk's detached logits [n, V], targets [n] and offset in the flattened tokens (in `at` when
+    given); the backward's recompute calls it again with the same offset. `at` [k]: the flat positions whose
+    logprobs are read (a row's response tokens); the head runs there alone and the other positions get 0 (the
+    prompt is most of a chat row's tokens, and a 49,152-token head is a fifth of a 135M model's forward)."""
     b, T, D = hidden.shape
     flat_h, flat_t = hidden.reshape(b * T, D), targets.reshape(b * T)  # [N, D], [N]
+    if at is not None:
+        flat_h, flat_t = flat_h[at], flat_t[at]  # [k, D], [k]
 
     def chunk(h: Tensor, t: Tensor, start: int) -> tuple[Tensor, Tensor | None]:
         with autocast():
@@ -129,11 +133,16 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
         return logp, entropy  # [n], [n]
 
     step = head_chunk_tokens(lm_head.out_features)
-    plain = b * T <= step or not torch.is_grad_enabled()
+    plain = len(flat_t) <= step or not torch.is_grad_enabled()
     run = chunk if plain else partial(checkpoint, chunk, use_reentrant=False, preserve_rng_state=False)
-    parts = [run(flat_h[i:i + step], flat_t[i:i + step], i) for i in range(0, b * T, step)]
-    logp = torch.cat([p[0] for p in parts]).view(b, T)
-    return logp, torch.cat([p[1] for p in parts]).view(b, T) if with_entropy else None
+    n = len(flat_t)
+    parts = [run(flat_h[i:i + step], flat_t[i:i + step], i) for i in range(0, n, step)]
+    logp = torch.cat([p[0] for p in parts]) if parts else flat_h.new_zeros(0, dtype=torch.float32)  # [n]
+    entropy = (torch.cat([p[1] for p in parts]) if parts else logp.detach()) if with_entropy else None  # [n]
+    if at is not None:
+        logp = logp.new_zeros(b * T).index_put((at,), logp)
+        entropy = None if entropy is None else entropy.new_zeros(b * T).index_put((at,), entropy)
+    return logp.view(b, T), None if entropy is None else entropy.view(b, T)
 
 
 class PolicyTrainer:
@@ -246,9 +255,11 @@ class PolicyTrainer:
         """`head_logprobs` of `_run`'s final hidden states, in the padded layout [b, T] either way; `hook` sees
         the logits of its rows of micro-batch `mb` (rows `idx`)."""
         targets = mb.targets if packed is None else packed.targets  # [b, T] or [1, N]
-        sink = None if hook is None or not bool(hook.rows[idx].any()) else _hook_sink(hook, idx, mb, packed)
+        need = mb.mask > 0 if packed is None else (mb.mask > 0)[packed.valid]  # [b, T] or [N]: response targets
+        at = need.reshape(-1).nonzero()[:, 0]  # [k] flat positions whose logprobs the loss reads
+        sink = None if hook is None or not bool(hook.rows[idx].any()) else _hook_sink(hook, idx, mb, packed, at)
         logp, entropy = head_logprobs(model.lm_head, last, targets, self.temperature, self.autocast, with_entropy,
-                                      sink=sink)
+                                      sink=sink, at=at)
         if packed is None:
             return logp, entropy
         return packed.unpack(logp), None if entropy is None else packed.unpack(entropy)  # [b, T]
@@ -387,12 +398,13 @@ class PolicyTrainer:
         sums.setdefault("kl", 0.0)
 
 
-def _hook_sink(hook: LogitsHook, idx: Tensor, mb: TrainBatch, packed: Packed | None
+def _hook_sink(hook: LogitsHook, idx: Tensor, mb: TrainBatch, packed: Packed | None, at: Tensor
                ) -> Callable[[Tensor, Tensor, int], None]:
-    """head_logprobs' sink for micro-batch `mb` (rows `idx`): the hook sees the tokens of its rows, once."""
-    # [b, T] the positions head_logprobs sees, flattened in row-major order (all of them when padded)
+    """head_logprobs' sink for micro-batch `mb` (rows `idx`), whose head runs at flat positions `at`: the hook
+    sees the tokens of its rows, once."""
+    # [b, T] the positions of the flat layout, in row-major order (all of them when padded), then those in `at`
     valid = torch.ones_like(mb.targets, dtype=torch.bool) if packed is None else packed.valid
-    where = valid.nonzero().cpu()  # [n_tokens, 2] (row in the micro-batch, position) per flat offset
+    where = valid.nonzero()[at.to(valid.device)].cpu()  # [k, 2] (row in the micro-batch, position) per offset
     shown: set[int] = set()  # chunks already shown: a checkpointed chunk's backward recomputes its logits
 
     def sink(logits: Tensor, targets: Tensor, start: int) -> None:

@@ -232,11 +232,42 @@ def test_chunked_lm_head_gives_the_same_update_and_metrics(monkeypatch):
     assert not calls  # the tiny vocabulary fits one chunk: the plain path
     monkeypatch.setattr(trainer_mod, "HEAD_CHUNK_ELEMENTS", 5 * model.config.vocab_size)
     mb = _trainer(chunked, micro=100).step(batch)
-    assert len(calls) == -(-int(batch.lengths.sum()) // 5)  # every chunk of the packed tokens checkpointed
+    # every chunk of the response tokens checkpointed: the head never runs at a prompt position
+    assert len(calls) == -(-int(batch.mask.sum()) // 5)
     for key in ("loss", "entropy", "logprob_diff", "grad_norm"):
         assert mb[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), key
     for (name, a), b in zip(whole.named_parameters(), chunked.parameters()):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7), name
+
+
+@pytest.mark.parametrize("chunk_tokens", [None, 3])
+def test_the_lm_head_runs_only_where_the_loss_reads(monkeypatch, chunk_tokens):
+    """head_logprobs at flat positions `at`: the same logprobs, entropies and gradients there as the head over
+    every position, 0 elsewhere, and the head's matmul sees those rows alone (plain and chunked)."""
+    import contextlib
+    from specrl.trainer import trainer as trainer_mod
+    torch.manual_seed(0)
+    head = torch.nn.Linear(8, 50, bias=False)
+    hidden = torch.randn(2, 6, 8, requires_grad=True)  # [b, T, D]
+    targets = torch.randint(0, 50, (2, 6))
+    at = torch.tensor([1, 2, 7, 10, 11])
+    if chunk_tokens:
+        monkeypatch.setattr(trainer_mod, "HEAD_CHUNK_ELEMENTS", chunk_tokens * 50)
+    full, ent_full = trainer_mod.head_logprobs(head, hidden, targets, 0.7, contextlib.nullcontext)
+    full.flatten()[at].sum().backward()
+    want_h, want_w = hidden.grad.clone(), head.weight.grad.clone()
+    hidden.grad, head.weight.grad = None, None
+    rows = []
+    head.register_forward_hook(lambda m, inp, out: rows.append(inp[0].shape[0]))
+    part, ent_part = trainer_mod.head_logprobs(head, hidden, targets, 0.7, contextlib.nullcontext, at=at)
+    assert sum(rows) == len(at)
+    off = torch.ones(12, dtype=torch.bool)
+    off[at] = False
+    assert torch.equal(part.flatten()[off], torch.zeros(7)) and torch.equal(ent_part.flatten()[off], torch.zeros(7))
+    assert torch.allclose(part.flatten()[at], full.flatten()[at], atol=1e-6)
+    assert torch.allclose(ent_part.flatten()[at], ent_full.flatten()[at], atol=1e-6)
+    part.sum().backward()
+    assert torch.allclose(hidden.grad, want_h, atol=1e-6) and torch.allclose(head.weight.grad, want_w, atol=1e-6)
 
 
 def _with_advantages(batch, adv):
