@@ -100,7 +100,14 @@ def plot(runs: list[Run], out: Path) -> Path:
     for ax, (key, title) in zip(panels, PANELS):
         for run in runs:
             if key == "eval":
-                ax.plot([e["step"] for e in run.evals], [e["accuracy"] for e in run.evals], "o-", label=run.name)
+                line, = ax.plot([e["step"] for e in run.evals], [e["accuracy"] for e in run.evals], "o-",
+                                label=run.name)
+                graded = [e for e in run.evals if e.get("reward_mean") is not None
+                          and abs(e["reward_mean"] - e["accuracy"]) > 1e-9]
+                if graded:  # a graded reward (e.g. the steps task's ledger): its held-out mean, dashed
+                    ax.plot([e["step"] for e in graded], [e["reward_mean"] for e in graded], "s--",
+                            color=line.get_color(), label=f"{run.name}: mean reward")
+                    title = "held-out accuracy (solid), mean reward (dashed)"
             else:
                 pts = [(r["step"], r[key]) for r in run.rows if isinstance(r.get(key), (int, float))]
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=run.name)

@@ -96,3 +96,20 @@ def test_the_drift_probe_is_drawn_and_tabled(tmp_path, capsys):
     assert got[0]["probe_accept_online"] == pytest.approx(2.15) and got[0]["probe_accept_frozen"] == pytest.approx(1.85)
     assert got[0]["probe_kl_pi0"] == pytest.approx(0.015) and got[1]["probe_kl_pi0"] != got[1]["probe_kl_pi0"]  # nan
     assert (tmp_path / "c.png").stat().st_size > 10_000
+
+
+def test_a_graded_reward_draws_its_held_out_mean_beside_the_accuracy(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+    from specrl.cli import compare
+    titles = {}
+    real = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **kw: titles.update(
+        {ax.get_title(): [ln.get_ydata().tolist() for ln in ax.get_lines()] for ax in fig.axes}) or real(fig, *a, **kw))
+    rows = [{"step": s, "reward_mean": 0.2, "step_s": 1.0, "rollout_s": 0.5, "train_s": 0.5} for s in (1, 2)]
+    graded = _fake_run(tmp_path / "g", rows, [{"step": 0, "accuracy": 0.0, "reward_mean": 0.12},
+                                              {"step": 2, "accuracy": 0.0, "reward_mean": 0.25}])
+    exact = _fake_run(tmp_path / "e", rows, [{"step": 0, "accuracy": 0.5, "reward_mean": 0.5}])
+    compare.plot([compare.load_run(graded), compare.load_run(exact)], tmp_path / "c.png")
+    # the graded run's accuracy and its mean reward; the 0/1 run's accuracy alone (its mean is the same)
+    assert titles["held-out accuracy (solid), mean reward (dashed)"] == [[0.0, 0.0], [0.12, 0.25], [0.5]]
