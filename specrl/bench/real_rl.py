@@ -76,7 +76,9 @@ def train_drafter(cfg, out: Path, budget_s: int, threads: int | None) -> Path:
     args = [sys.executable, "-m", "specrl", "train-drafter", "--method", "eagle3", "--model", str(cfg.model),
             "--out", str(head), "--data", str(cfg.data.source), "--samples", "1",
             "--temperature", str(cfg.rollout.temperature), "--max-tokens", str(cfg.rollout.max_tokens),
-            "--time-budget", str(budget_s), f"cache={out / 'drafter_cache'}", "resume=true"]
+            "--time-budget", str(budget_s), f"cache={out / 'drafter_cache'}"]
+    if (out / "drafter_cache" / "train_state.pt").is_file():  # a fit that was stopped: continue it
+        args.append("resume=true")
     if threads:
         args += ["--threads", str(threads)]
     run(args, out / "drafter.log", "specrl train-drafter")

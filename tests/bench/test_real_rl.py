@@ -89,3 +89,18 @@ def test_an_arm_that_ran_on_another_cpu_gets_no_speedup(tmp_path, monkeypatch):
     real_rl.train_arm(CONFIG, on_dir, "online", 0, tmp_path / "head", 4, [])  # resumed on another machine
     mixed = real_rl.arm_row("online", 0, on_dir, {"rollout_s": 6.0, "step_s": 10.0, "cpus": off["cpus"]})
     assert "alpha" not in mixed and "CPU B" in mixed["speed_skipped"] and mixed["cpus"] == ["CPU A", "CPU B"]
+
+
+def test_the_head_resumes_only_a_fit_that_was_saved(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(real_rl, "run", lambda args, log, what: calls.append(args))
+    cfg = real_rl.load_config(CONFIG, [])
+    real_rl.train_drafter(cfg, tmp_path, 60, None)
+    assert "resume=true" not in calls[-1]  # a first fit (its teacher data may be cached already) starts fresh
+    (tmp_path / "drafter_cache").mkdir()
+    (tmp_path / "drafter_cache" / "train_state.pt").write_bytes(b"")
+    real_rl.train_drafter(cfg, tmp_path, 60, None)
+    assert calls[-1][-1] == "resume=true"
+    (tmp_path / "drafter").mkdir()
+    (tmp_path / "drafter" / "train_metrics.json").write_text("{}")
+    assert real_rl.train_drafter(cfg, tmp_path, 60, None) == tmp_path / "drafter" and len(calls) == 2  # kept
