@@ -34,6 +34,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from specrl.errors import UserError, pyplot
@@ -119,7 +120,6 @@ def machines_file(run_dir: Path) -> Path:
 
 def record_machine(run_dir: Path) -> None:
     """One row per launch of an arm: the CPU, the step it starts from, the time."""
-    import time
     from specrl.model.precision import cpu_name
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(machines_file(run_dir), "a") as f:

@@ -9,11 +9,10 @@ line that carries the slip on correctly still earns its credit. A line that chai
 operation than the problem's earns HALF_CREDIT (the format and the arithmetic, before the reading is learned),
 when every line before it chained back to the start value (a copied example line does not). Equation lines beyond
 the problem's operations earn nothing and shrink the share by the square root of their excess (OVERSHOOT), so
-padding never pays. The root, not the full ratio: SmolLM2-135M's step-0 samples that run on past the last
-operation (a third of them, most to the 512-token cap) then score about what those that stop early score, so
-the reward does not push the length either way at the start (within a group, corr(length, reward) -0.004 over
-32 prompts x 8 at T=0.5, against -0.26 with the full ratio, under which GRPO learned to stop before the last
-operation: response p50 140 -> 78 tokens in 4 steps). Length then follows what the policy gets right. Parsing is lenient about what a small chat model writes:
+padding never pays. The root, not the full ratio: a small model's samples that run on past the last
+operation then score about what those that stop early score, so the reward pushes the length neither way at
+the start and the length follows what the policy gets right (docs/results/real_models.md).
+Parsing is lenient about what a small chat model writes:
 spacing, markdown, `x`/`×`/`·` for times, `÷` for divide, unicode minus signs, thousands commas, any
 `Step k` prefix (or none), and a final `Answer: N`, `answer is N` or `\\boxed{N}`; a decimal (`37.25`) is never
 read as the whole number in it.

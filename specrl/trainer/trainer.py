@@ -132,13 +132,12 @@ def head_logprobs(lm_head: torch.nn.Linear, hidden: Tensor, targets: Tensor, tem
         entropy = entropy_from_logits(logits.detach()[0] / (temperature or 1.0)) if with_entropy else None
         return logp, entropy  # [n], [n]
 
-    step = head_chunk_tokens(lm_head.out_features)
-    plain = len(flat_t) <= step or not torch.is_grad_enabled()
+    n, step = len(flat_t), head_chunk_tokens(lm_head.out_features)
+    plain = n <= step or not torch.is_grad_enabled()
     run = chunk if plain else partial(checkpoint, chunk, use_reentrant=False, preserve_rng_state=False)
-    n = len(flat_t)
-    parts = [run(flat_h[i:i + step], flat_t[i:i + step], i) for i in range(0, n, step)]
-    logp = torch.cat([p[0] for p in parts]) if parts else flat_h.new_zeros(0, dtype=torch.float32)  # [n]
-    entropy = (torch.cat([p[1] for p in parts]) if parts else logp.detach()) if with_entropy else None  # [n]
+    parts = [run(flat_h[i:i + step], flat_t[i:i + step], i) for i in range(0, n, step)] or [chunk(flat_h, flat_t, 0)]
+    logp = torch.cat([p[0] for p in parts])  # [n]
+    entropy = torch.cat([p[1] for p in parts]) if with_entropy else None  # [n]
     if at is not None:
         logp = logp.new_zeros(b * T).index_put((at,), logp)
         entropy = None if entropy is None else entropy.new_zeros(b * T).index_put((at,), entropy)
