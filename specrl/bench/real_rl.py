@@ -7,6 +7,9 @@ The arms share one config (e.g. configs/smollm2_steps.yaml) and differ only in t
     online      the same head, updated online from the policy's captures every step
     online_rw   online with ReSpec's reward weighting, per group, with its floor
     auto        the adaptive engine (`rollout.spec.method=auto`) with the head among its drafters
+    off_nocorr  SD off without the bf16 correction (`algorithm.is_correction=stale`: a fresh rollout's tokens get
+                no importance ratio even where the engine's precision is not the trainer's); not in the default
+                arms: it measures what the correction does to learning, against `off`
 
 An arm is `NAME:SEED`. The head is trained first (`specrl train-drafter --method eagle3` on the config's
 training prompts, at its rollout temperature and budget) unless `--drafter DIR` names one. Arms run one after
@@ -49,6 +52,7 @@ ARMS = {
     "online_rw": ["rollout.spec.method=eagle3", "rollout.drafter.online=true",
                   "rollout.drafter.reward_weighting=true"],
     "auto": ["rollout.spec.method=auto"],
+    "off_nocorr": ["rollout.spec.method=null", "algorithm.is_correction=stale"],
 }
 DEFAULT_ARMS = ["off:0", "off:1", "frozen:0", "online:0", "online:1", "online_rw:0", "auto:0"]
 LAST = 5  # the probe's comparison window: the last steps of a run
@@ -108,7 +112,7 @@ def train_arm(config: Path, run_dir: Path, name: str, seed: int, head: Path | No
     else:
         args = [sys.executable, "-m", "specrl", "train", "--config", str(config), "--out", str(run_dir),
                 f"seed={seed}", "rollout.trace=true", "progress=false", *overrides, *ARMS[name]]
-        if head is not None and name != "off":
+        if head is not None and not name.startswith("off"):
             args.append(f"rollout.spec.draft_model={head}")
     record_machine(run_dir)
     run(args, run_dir.parent / f"{run_dir.name}.log", f"arm {name}:{seed}")
@@ -150,7 +154,7 @@ def arm_row(name: str, seed: int, run_dir: Path, off: dict | None) -> dict:
            "probe_accept_frozen": [r.get("probe_accept_frozen") for r in rows],
            "probe_kl_pi0": [r.get("probe_kl_pi0") for r in rows],
            "logprob_diff": _mean(rows, "logprob_diff"), "cpus": cpus_of(run_dir)}
-    if name == "off":
+    if name.startswith("off"):  # SD off: its own R; only `off` is the reference of the speedups
         row["R"] = row["rollout_s"] / row["step_s"]
     elif off is not None and off.get("cpus") and row["cpus"] and row["cpus"] != off["cpus"]:
         row["speed_skipped"] = f"ran on {row['cpus']}, SD off on {off['cpus']}: no ratio across machines"
@@ -215,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     max_steps = cfg.schedule.max_steps
     dirs = {(name, seed): args.out / f"{name}_seed{seed}" for name, seed in arms}
     if not args.reuse:
-        needs_head = any(name != "off" for name, _ in arms)
+        needs_head = any(not name.startswith("off") for name, _ in arms)
         head = args.drafter or (train_drafter(cfg, args.out, args.drafter_budget, args.threads) if needs_head else None)
         for (name, seed), run_dir in dirs.items():
             train_arm(args.config, run_dir, name, seed, head, max_steps, args.overrides)

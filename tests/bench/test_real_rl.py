@@ -58,6 +58,20 @@ def test_a_finished_arm_is_read_back_and_a_started_one_resumes(tmp_path, monkeyp
     assert args[-1] == f"rollout.spec.draft_model={tmp_path / 'head'}"
 
 
+def test_the_correction_arm_is_sd_off_without_the_bf16_ratio(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(real_rl, "run", lambda args, log, what: calls.append(args))
+    real_rl.train_arm(CONFIG, tmp_path / "off_nocorr_seed0", "off_nocorr", 0, tmp_path / "head", 3, [])
+    args = calls[-1]
+    assert "rollout.spec.method=null" in args and "algorithm.is_correction=stale" in args
+    assert not any(a.startswith("rollout.spec.draft_model=") for a in args)  # SD off: no head
+    cfg = real_rl.load_config(CONFIG, real_rl.ARMS["off_nocorr"])  # the overrides are a config the trainer takes
+    assert cfg.algorithm.is_correction == "stale" and cfg.rollout.spec.method is None
+    row = real_rl.arm_row("off_nocorr", 0, _run_dir(tmp_path / "nc", _rows(6.0, 10.0), []),
+                          {"rollout_s": 3.0, "step_s": 5.0})
+    assert row["R"] == 0.6 and "alpha" not in row  # its own R; it is not measured against SD off
+
+
 def test_one_sd_off_arm_runs_on_the_tiny_task(tiny_task, tmp_path, capsys):
     out = tmp_path / "rr"
     assert main(["bench", "real-rl", "--config", str(CONFIG), "--out", str(out), "--arms", "off:0",
