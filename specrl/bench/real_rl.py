@@ -21,7 +21,8 @@ a finished arm (all `schedule.max_steps` rows in its metrics.jsonl) is read back
 `specrl train resume=DIR`, and a trained head is kept. Stop it at any time and run the same command again.
 
 Then it prints one JSON line per arm (held-out reward at each evaluation, response length p50/p99, R, rollout
-speedup alpha against SD off, step speedup and its bound 1/(R/alpha + 1 - R), acceptance per step, the drift
+speedup alpha against SD off, alpha_tail (the same per token of each step's longest response, which holds where
+the arms' policies came to write different lengths), step speedup and its bound 1/(R/alpha + 1 - R), acceptance per step, the drift
 probe's online and frozen acceptance and KL to pi_0 per step where the arm runs the probe) and draws
 OUT/compare.png (`specrl compare` of every arm) and OUT/probe.png (online against frozen on the same positions,
 KL on a second axis).
@@ -142,6 +143,13 @@ def _mean(rows: list[dict], key: str) -> float | None:
     return statistics.fmean(vals) if vals else None
 
 
+def _per_tail_token(rows: list[dict]) -> float | None:
+    """Rollout seconds per token of each step's longest response (its p99): a rollout lasts as long as its
+    longest row, so this compares arms whose policies came to write different lengths (`alpha_tail`)."""
+    tail = sum(r.get("response_len_p99") or 0 for r in rows)
+    return sum(r["rollout_s"] for r in rows) / tail if tail else None
+
+
 def arm_row(name: str, seed: int, run_dir: Path, off: dict | None) -> dict:
     rows, evals = read_jsonl(run_dir / "metrics.jsonl"), read_jsonl(run_dir / "eval.jsonl")
     timed = rows[WARMUP_STEPS:] or rows
@@ -153,7 +161,8 @@ def arm_row(name: str, seed: int, run_dir: Path, off: dict | None) -> dict:
            "probe_accept_online": [r.get("probe_accept_online") for r in rows],
            "probe_accept_frozen": [r.get("probe_accept_frozen") for r in rows],
            "probe_kl_pi0": [r.get("probe_kl_pi0") for r in rows],
-           "logprob_diff": _mean(rows, "logprob_diff"), "cpus": cpus_of(run_dir)}
+           "logprob_diff": _mean(rows, "logprob_diff"), "cpus": cpus_of(run_dir),
+           "rollout_s_per_tail_token": _per_tail_token(timed)}
     if name.startswith("off"):  # SD off: its own R; only `off` is the reference of the speedups
         row["R"] = row["rollout_s"] / row["step_s"]
     elif off is not None and off.get("cpus") and row["cpus"] and row["cpus"] != off["cpus"]:
@@ -161,6 +170,8 @@ def arm_row(name: str, seed: int, run_dir: Path, off: dict | None) -> dict:
     elif off is not None:
         got = speed(row, off)
         row.update({k: got[k] for k in ("R", "alpha", "step_speedup", "step_bound")})
+        if off.get("rollout_s_per_tail_token") and row["rollout_s_per_tail_token"]:
+            row["alpha_tail"] = off["rollout_s_per_tail_token"] / row["rollout_s_per_tail_token"]
     tail = [(o, f) for o, f in zip(row["probe_accept_online"], row["probe_accept_frozen"])
             if o is not None and f is not None][-LAST:]
     if tail:
@@ -225,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             train_arm(args.config, run_dir, name, seed, head, max_steps, args.overrides)
     present = {key: d for key, d in dirs.items() if steps_done(d) > 0}
     offs = [arm_row("off", s, d, None) for (n, s), d in present.items() if n == "off"]
-    off = {k: statistics.fmean(r[k] for r in offs) for k in ("rollout_s", "step_s")} if offs else None
+    off = {k: statistics.fmean(r[k] for r in offs) for k in ("rollout_s", "step_s", "rollout_s_per_tail_token")
+           if all(r[k] is not None for r in offs)} if offs else None
     if off is not None:
         off["cpus"] = sorted({c for r in offs for c in r["cpus"]})
     rows = [arm_row(n, s, d, off) for (n, s), d in present.items()]

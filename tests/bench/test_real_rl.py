@@ -58,6 +58,15 @@ def test_a_finished_arm_is_read_back_and_a_started_one_resumes(tmp_path, monkeyp
     assert args[-1] == f"rollout.spec.draft_model={tmp_path / 'head'}"
 
 
+def test_alpha_tail_compares_arms_whose_lengths_differ(tmp_path):
+    off = real_rl.arm_row("off", 0, _run_dir(tmp_path / "off", _rows(6.0, 10.0), []), None)
+    assert off["rollout_s_per_tail_token"] == 6.0 / 400.0  # p99 400 tokens a step
+    # SD on: twice as long a rollout, but its policy writes a longest row three times as long
+    long = _run_dir(tmp_path / "on", [{**r, "response_len_p99": 1200.0} for r in _rows(12.0, 16.0)], [])
+    on = real_rl.arm_row("online", 0, long, {k: off[k] for k in ("rollout_s", "step_s", "rollout_s_per_tail_token")})
+    assert on["alpha"] == 0.5 and on["alpha_tail"] == pytest.approx(1.5)  # slower rollout, faster per tail token
+
+
 def test_the_correction_arm_is_sd_off_without_the_bf16_ratio(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(real_rl, "run", lambda args, log, what: calls.append(args))
