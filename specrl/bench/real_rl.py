@@ -57,6 +57,11 @@ ARMS = {
 }
 DEFAULT_ARMS = ["off:0", "off:1", "frozen:0", "online:0", "online:1", "online_rw:0", "auto:0"]
 LAST = 5  # the probe's comparison window: the last steps of a run
+# the head's fit, as measured on SmolLM2 (2 Zen 5 cores, docs/results/real_models.md): 256 prompts sample in about
+# 4 minutes; a draft vocabulary of the 8,192 most frequent tokens and 4 TTT steps make an optimizer step 3.3 s
+# (the whole 49,152-token vocabulary and 7 steps: 97 s), so 18 minutes fit 324 steps to top-1 agreement 0.66
+HEAD_FIT = ["--prompts", "256", "--draft-vocab-size", "8192", "--ttt-steps", "4", "--batch-tokens", "2048",
+            "--steps", "1000"]
 
 
 def parse_arm(text: str) -> tuple[str, int]:
@@ -82,7 +87,7 @@ def train_drafter(cfg, out: Path, budget_s: int, threads: int | None) -> Path:
     args = [sys.executable, "-m", "specrl", "train-drafter", "--method", "eagle3", "--model", str(cfg.model),
             "--out", str(head), "--data", str(cfg.data.source), "--samples", "1",
             "--temperature", str(cfg.rollout.temperature), "--max-tokens", str(cfg.rollout.max_tokens),
-            "--time-budget", str(budget_s), f"cache={out / 'drafter_cache'}"]
+            "--time-budget", str(budget_s), f"cache={out / 'drafter_cache'}", *HEAD_FIT]
     if (out / "drafter_cache" / "train_state.pt").is_file():  # a fit that was stopped: continue it
         args.append("resume=true")
     if threads:
@@ -214,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", nargs="+", default=DEFAULT_ARMS, help=f"NAME:SEED, NAME of {sorted(ARMS)} "
                     f"(default: {' '.join(DEFAULT_ARMS)})")
     ap.add_argument("--drafter", type=Path, default=None, help="an EAGLE-3 head to use instead of training one")
-    ap.add_argument("--drafter-budget", type=int, default=2700, help="seconds of the head's offline fit")
+    ap.add_argument("--drafter-budget", type=int, default=1080, help="seconds of the head's offline fit")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads of the head's fit")
     ap.add_argument("--reuse", action="store_true", help="summarise the arms already in --out, train nothing")
     ap.add_argument("overrides", nargs="*", help="`specrl train` overrides for every arm, e.g. model=models/smollm2")

@@ -120,6 +120,8 @@ def test_the_head_resumes_only_a_fit_that_was_saved(tmp_path, monkeypatch):
     cfg = real_rl.load_config(CONFIG, [])
     real_rl.train_drafter(cfg, tmp_path, 60, None)
     assert "resume=true" not in calls[-1]  # a first fit (its teacher data may be cached already) starts fresh
+    fit = calls[-1]
+    assert fit[fit.index("--draft-vocab-size") + 1] == "8192" and fit[fit.index("--prompts") + 1] == "256"
     (tmp_path / "drafter_cache").mkdir()
     (tmp_path / "drafter_cache" / "train_state.pt").write_bytes(b"")
     real_rl.train_drafter(cfg, tmp_path, 60, None)
