@@ -21,9 +21,9 @@ a finished arm (all `schedule.max_steps` rows in its metrics.jsonl) is read back
 `specrl train resume=DIR`, and a trained head is kept. Stop it at any time and run the same command again.
 
 Then it prints one JSON line per arm (held-out reward at each evaluation, response length p50/p99, R, rollout
-speedup alpha against SD off, alpha_tail (the same per token of each step's longest response, which holds where
-the arms' policies came to write different lengths), step speedup and its bound 1/(R/alpha + 1 - R), acceptance per step, the drift
-probe's online and frozen acceptance and KL to pi_0 per step where the arm runs the probe) and draws
+speedup alpha against SD off, alpha_tail (the same per token of each step's longest response, which holds
+where the arms' policies came to write different lengths), step speedup and its bound 1/(R/alpha + 1 - R),
+acceptance per step, the drift probe's online and frozen acceptance and KL to pi_0 per step where the arm runs the probe) and draws
 OUT/compare.png (`specrl compare` of every arm) and OUT/probe.png (online against frozen on the same positions,
 KL on a second axis).
 
@@ -57,9 +57,9 @@ ARMS = {
 }
 DEFAULT_ARMS = ["off:0", "off:1", "frozen:0", "online:0", "online:1", "online_rw:0", "auto:0"]
 LAST = 5  # the probe's comparison window: the last steps of a run
-# the head's fit, as measured on SmolLM2 (2 Zen 5 cores, docs/results/real_models.md): 256 prompts sample in about
-# 4 minutes; a draft vocabulary of the 8,192 most frequent tokens and 4 TTT steps make an optimizer step 3.3 s
-# (the whole 49,152-token vocabulary and 7 steps: 97 s), so 18 minutes fit 324 steps to top-1 agreement 0.66
+SD_OFF = ("off", "off_nocorr")  # the arms without a drafter; only `off` is the speedups' reference
+# the head's fit: 256 prompts, a draft vocabulary of the 8,192 most frequent tokens and 4 TTT steps fit within
+# --drafter-budget on 2 CPU cores; the whole vocabulary does not (docs/results/real_models.md)
 HEAD_FIT = ["--prompts", "256", "--draft-vocab-size", "8192", "--ttt-steps", "4", "--batch-tokens", "2048",
             "--steps", "1000"]
 
@@ -118,7 +118,7 @@ def train_arm(config: Path, run_dir: Path, name: str, seed: int, head: Path | No
     else:
         args = [sys.executable, "-m", "specrl", "train", "--config", str(config), "--out", str(run_dir),
                 f"seed={seed}", "rollout.trace=true", "progress=false", *overrides, *ARMS[name]]
-        if head is not None and not name.startswith("off"):
+        if head is not None and name not in SD_OFF:
             args.append(f"rollout.spec.draft_model={head}")
     record_machine(run_dir)
     run(args, run_dir.parent / f"{run_dir.name}.log", f"arm {name}:{seed}")
@@ -168,7 +168,7 @@ def arm_row(name: str, seed: int, run_dir: Path, off: dict | None) -> dict:
            "probe_kl_pi0": [r.get("probe_kl_pi0") for r in rows],
            "logprob_diff": _mean(rows, "logprob_diff"), "cpus": cpus_of(run_dir),
            "rollout_s_per_tail_token": _per_tail_token(timed)}
-    if name.startswith("off"):  # SD off: its own R; only `off` is the reference of the speedups
+    if name in SD_OFF:  # its own R
         row["R"] = row["rollout_s"] / row["step_s"]
     elif off is not None and off.get("cpus") and row["cpus"] and row["cpus"] != off["cpus"]:
         row["speed_skipped"] = f"ran on {row['cpus']}, SD off on {off['cpus']}: no ratio across machines"
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     max_steps = cfg.schedule.max_steps
     dirs = {(name, seed): args.out / f"{name}_seed{seed}" for name, seed in arms}
     if not args.reuse:
-        needs_head = any(not name.startswith("off") for name, _ in arms)
+        needs_head = any(name not in SD_OFF for name, _ in arms)
         head = args.drafter or (train_drafter(cfg, args.out, args.drafter_budget, args.threads) if needs_head else None)
         for (name, seed), run_dir in dirs.items():
             train_arm(args.config, run_dir, name, seed, head, max_steps, args.overrides)
