@@ -30,6 +30,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from specrl.model.packed import cpu_packs_bf16
+
 from .common import digest, short_prompts
 
 PACKED_DTYPES = ("float32", "bfloat16")
@@ -68,14 +70,19 @@ def measure(k: int, n: int, rows: int, dtype: torch.dtype, repeats: int) -> dict
     g = torch.Generator().manual_seed(0)
     w = (torch.randn(n, k, generator=g) / k ** 0.5).to(dtype)  # [n, k]
     x = torch.randn(rows, k, generator=g).to(dtype)  # [rows, k]
-    plain, packed = (lambda v: F.linear(v, w)), packed_linear(w, rows)
-    diff = (plain(x).float() - packed(x).float()).abs().max().item()
+    plain = (lambda v: F.linear(v, w))
     calls = max(1, min(200, int(2e8 / (2 * rows * k * n))))  # about 0.2 GFLOP a timing, 200 calls at most
+    flop = 2 * rows * k * n
+    if dtype == torch.bfloat16 and not cpu_packs_bf16():  # AVX2 only: oneDNN has no packed bf16 linear here
+        p = min(best_seconds(plain, x, calls) for _ in range(repeats))
+        return {"gflops_plain": flop / p / 1e9, "gflops_packed": None, "packed_over_plain": None,
+                "max_abs_diff": None, "packed": "not on this CPU (needs AVX-512 or AVX-NE-CONVERT)"}
+    packed = packed_linear(w, rows)
+    diff = (plain(x).float() - packed(x).float()).abs().max().item()
     times = {"plain": [], "packed": []}
     for _ in range(repeats):
         for name, fn in (("plain", plain), ("packed", packed)):
             times[name].append(best_seconds(fn, x, calls))
-    flop = 2 * rows * k * n
     p, q = min(times["plain"]), min(times["packed"])
     return {"gflops_plain": flop / p / 1e9, "gflops_packed": flop / q / 1e9, "packed_over_plain": p / q,
             "max_abs_diff": diff}
@@ -135,7 +142,7 @@ def main(argv=None) -> None:
                 for rows in map(int, args.rows.split(",")):
                     row = measure(k, n, rows, getattr(torch, dtype), args.repeats)
                     print(json.dumps({**head, "dtype": dtype, "layer": name, "k": k, "n": n, "rows": rows,
-                                      **{a: round(b, 4) for a, b in row.items()}}), flush=True)
+                                      **{a: round(b, 4) if isinstance(b, float) else b for a, b in row.items()}}), flush=True)
     if "attention" in parts:
         from .kernels_attention import run
         run(head, args.dtypes.split(","), args.repeats, args.quick)

@@ -9,6 +9,8 @@ seen from the weight's version counter. fp32 is left alone: MKL's packed fp32 li
 """
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -19,9 +21,22 @@ PACK_ROWS = 64  # the batch-size hint of the reorder; the packed weight serves a
 HAS_PACKED_LINEAR = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
+@cache
+def cpu_packs_bf16() -> bool:
+    """Whether this CPU runs oneDNN's packed bf16 linear: it needs AVX-512 (bw, vl, dq) or AVX-NE-CONVERT, and on
+    an AVX2-only CPU the reorder raises. Asked once, by packing a tiny weight."""
+    if not HAS_PACKED_LINEAR:
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=torch.bfloat16), PACK_ROWS)
+    except RuntimeError:
+        return False
+    return True
+
+
 def can_pack(weight: Tensor) -> bool:
-    """bf16 on a CPU whose torch has oneDNN's packed linear."""
-    return HAS_PACKED_LINEAR and weight.device.type == "cpu" and weight.dtype == torch.bfloat16
+    """bf16 on a CPU whose torch has oneDNN's packed linear and which runs it."""
+    return weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and cpu_packs_bf16()
 
 
 class PackedLinear(nn.Module):

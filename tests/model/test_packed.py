@@ -7,11 +7,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specrl.model.packed import PackedLinear, can_pack, pack_linears, unpack_linears
+from specrl.model import packed as packed_mod
+from specrl.model.packed import PackedLinear, can_pack, cpu_packs_bf16, pack_linears, unpack_linears
 from tests.helpers import tiny_model
 
 needs_packing = pytest.mark.skipif(not can_pack(torch.zeros(1, dtype=torch.bfloat16)),
-                                   reason="this torch has no oneDNN packed linear")
+                                   reason="this torch or CPU has no oneDNN packed bf16 linear (it needs AVX-512 or AVX-NE-CONVERT)")
 
 
 @needs_packing
@@ -92,3 +93,26 @@ def test_the_engine_packs_a_bf16_checkpoint_and_samples_the_same_tokens(tmp_path
     plain.update_weights(new)
     a, b = packed.generate(prompts, params), plain.generate(prompts, params)
     assert [[c.token_ids for c in r.outputs] for r in a] == [[c.token_ids for c in r.outputs] for r in b]
+
+
+def test_the_cpu_check_agrees_with_the_kernel():
+    """`cpu_packs_bf16` says yes exactly where oneDNN's reorder runs: on an AVX2-only CPU it raises, and the engine
+    must not pack there (it did, and `dtype: auto`'s probe crashed on an AMD EPYC Zen 3)."""
+    w = torch.randn(16, 24).to(torch.bfloat16)
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(w, packed_mod.PACK_ROWS)
+        runs = True
+    except (RuntimeError, AttributeError):
+        runs = False
+    assert cpu_packs_bf16() == runs == can_pack(w)
+
+
+def test_without_the_kernel_nothing_is_packed_and_linears_run_plain(monkeypatch):
+    monkeypatch.setattr(packed_mod, "cpu_packs_bf16", lambda: False)
+    model = tiny_model().to(torch.bfloat16)
+    assert pack_linears(model) == 0
+    assert not any(isinstance(m, PackedLinear) for m in model.modules())
+    lin = nn.Linear(8, 4, bias=False).to(torch.bfloat16)
+    x = torch.randn(3, 8).to(torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(PackedLinear(lin)(x), F.linear(x, lin.weight))  # the fallback, not the reorder
