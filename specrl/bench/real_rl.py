@@ -6,6 +6,8 @@ The arms share one config (e.g. configs/smollm2_steps.yaml) and differ only in t
     frozen      EAGLE-3 trained offline on the step-0 policy's own outputs, never updated
     online      the same head, updated online from the policy's captures every step
     online_rw   online with ReSpec's reward weighting, per group, with its floor
+    online_replay  online with a gentler update: a replay window of the last 4 steps' captures at a third of the
+                learning rate (1e-4), the levers for a head that trails its frozen copy; not in the default arms
     auto        the adaptive engine (`rollout.spec.method=auto`) with the head among its drafters
     off_nocorr  SD off without the bf16 correction (`algorithm.is_correction=stale`: a fresh rollout's tokens get
                 no importance ratio even where the engine's precision is not the trainer's); not in the default
@@ -23,9 +25,9 @@ a finished arm (all `schedule.max_steps` rows in its metrics.jsonl) is read back
 Then it prints one JSON line per arm (held-out reward at each evaluation, response length p50/p99, R, rollout
 speedup alpha against SD off, alpha_tail (the same per token of each step's longest response, which holds
 where the arms' policies came to write different lengths), step speedup and its bound 1/(R/alpha + 1 - R),
-acceptance per step, the drift probe's online and frozen acceptance and KL to pi_0 per step where the arm runs the probe) and draws
-OUT/compare.png (`specrl compare` of every arm) and OUT/probe.png (online against frozen on the same positions,
-KL on a second axis).
+acceptance per step, the drift probe's online and frozen acceptance and KL to pi_0 per step where the arm runs
+the probe) and draws OUT/compare.png (`specrl compare` of every arm) and OUT/probe.png (online against frozen on
+the same positions, KL on a second axis).
 
     specrl bench real-rl --config configs/smollm2_steps.yaml --out runs/real_rl model=models/smollm2
     specrl bench real-rl ... --arms off:0 online:0          # a subset; the table fills in as arms finish
@@ -52,6 +54,8 @@ ARMS = {
     "online": ["rollout.spec.method=eagle3", "rollout.drafter.online=true"],
     "online_rw": ["rollout.spec.method=eagle3", "rollout.drafter.online=true",
                   "rollout.drafter.reward_weighting=true"],
+    "online_replay": ["rollout.spec.method=eagle3", "rollout.drafter.online=true", "rollout.drafter.window=4",
+                      "rollout.drafter.optim.lr=1e-4"],
     "auto": ["rollout.spec.method=auto"],
     "off_nocorr": ["rollout.spec.method=null", "algorithm.is_correction=stale"],
 }

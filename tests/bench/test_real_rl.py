@@ -81,6 +81,18 @@ def test_the_correction_arm_is_sd_off_without_the_bf16_ratio(tmp_path, monkeypat
     assert row["R"] == 0.6 and "alpha" not in row  # its own R; it is not measured against SD off
 
 
+def test_the_replay_arm_is_online_with_a_window_and_a_lower_lr(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(real_rl, "run", lambda args, log, what: calls.append(args))
+    real_rl.train_arm(CONFIG, tmp_path / "online_replay_seed0", "online_replay", 0, tmp_path / "head", 3, [])
+    assert calls[-1][-1] == f"rollout.spec.draft_model={tmp_path / 'head'}"  # it drafts with the head
+    cfg = real_rl.load_config(CONFIG, real_rl.ARMS["online_replay"])
+    default = real_rl.load_config(CONFIG, real_rl.ARMS["online"])
+    assert cfg.rollout.drafter.online and cfg.rollout.drafter.window == 4 > default.rollout.drafter.window
+    assert cfg.rollout.drafter.optim.lr == 1e-4 < default.rollout.drafter.optim.lr
+    assert "online_replay" not in {real_rl.parse_arm(a)[0] for a in real_rl.DEFAULT_ARMS}
+
+
 def test_one_sd_off_arm_runs_on_the_tiny_task(tiny_task, tmp_path, capsys):
     out = tmp_path / "rr"
     assert main(["bench", "real-rl", "--config", str(CONFIG), "--out", str(out), "--arms", "off:0",

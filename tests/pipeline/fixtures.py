@@ -6,6 +6,8 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from safetensors.torch import load_file
+
 from specrl.trainer.rewards import REWARDS, register_reward
 from tests.helpers import save_tiny
 
@@ -45,6 +47,37 @@ def overrides(model: Path, data: Path, out: Path, **kw) -> list[str]:
 
 def strip_timings(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
+
+
+class Shared:
+    """A module's engine as one run's backend: the run's starting weights (a checkpoint's on resume) are
+    refitted in at build, its drafter's version starts at 0 again (the run's forced first sync reloads the run's
+    own drafter), and close() only counts (the engine serves the next run)."""
+
+    def __init__(self, engine, weights_dir: Path):
+        engine._cancelled = False  # a cancelled run's flag is sticky by design
+        engine.weights_version = engine.drafter_version = 0
+        engine._pending_drafter = None
+        weights = {}
+        for f in sorted(Path(weights_dir).glob("*.safetensors")):
+            weights.update(load_file(str(f)))
+        engine.update_weights(weights.items(), 0)
+        self.engine = engine
+        self.closed = 0
+
+    @property
+    def weights_version(self) -> int:
+        return self.engine.weights_version
+
+    @weights_version.setter
+    def weights_version(self, version: int) -> None:
+        self.engine.weights_version = version
+
+    def __getattr__(self, name):  # everything else is the engine's own
+        return getattr(self.engine, name)
+
+    def close(self) -> None:
+        self.closed += 1
 
 
 IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from safetensors.torch import load_file
 
 pytest.importorskip("vllm", exc_type=ImportError)
 
@@ -28,42 +27,13 @@ from specrl.trainer.checkpoint import checkpoint_paths  # noqa: E402
 from specrl.config.run import TrainConfig  # noqa: E402
 from specrl.trainer.rewards import REWARDS, register_reward  # noqa: E402
 from tests.helpers import save_tiny  # noqa: E402
-from tests.pipeline.fixtures import make_setup, overrides, strip_timings  # noqa: E402
+from tests.pipeline.fixtures import Shared, make_setup, overrides, strip_timings  # noqa: E402
 
 SHARED = "vllm_test_shared"
 # seconds, like the timing keys; and what depends on the engine's float round-off (the same tokens scored by
 # another engine process differ in the last bits): the engine-vs-trainer logprob gap and the audit built on it
 VOLATILE = ("weight_transfer_s", "logprob_diff", "sampler_", "target_forwards")  # key prefixes (vLLM schedules
 # the same requests in more or fewer engine steps)
-
-
-class Shared:
-    """The module's engine as one run's backend: the run's starting weights (a checkpoint's on resume) are
-    refitted in at build, and close() only counts (the engine serves the next run)."""
-
-    def __init__(self, engine, weights_dir: Path):
-        engine._cancelled = False  # a cancelled run's flag is sticky by design
-        engine.weights_version = 0
-        weights = {}
-        for f in sorted(Path(weights_dir).glob("*.safetensors")):
-            weights.update(load_file(str(f)))
-        engine.update_weights(weights.items(), 0)
-        self.engine = engine
-        self.closed = 0
-
-    @property
-    def weights_version(self) -> int:
-        return self.engine.weights_version
-
-    @weights_version.setter
-    def weights_version(self, version: int) -> None:
-        self.engine.weights_version = version
-
-    def __getattr__(self, name):  # everything else is the engine's own
-        return getattr(self.engine, name)
-
-    def close(self) -> None:
-        self.closed += 1
 
 
 @pytest.fixture(scope="module")
