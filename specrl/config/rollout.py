@@ -58,13 +58,14 @@ class DrafterConfig:
     reward_w_floor: float = 0.25  # the least weight before normalising: failed rows still teach the drafter
     updates_per_step: int = 1  # AdamW steps per RL step, each on its own share of the kept trajectories
     window: int = 1  # replay window: each update trains on the captures of the last this many RL steps
-    # the drift probe's share of each micro-batch's rows, taken from those sample_fraction leaves (none left at
+    # the drift probe's share of a step's rows, taken from those sample_fraction leaves (none left at
     # sample_fraction=1: no probe), never trained on; 0: no probe (docs/training.md)
     probe_fraction: float = 0.125
     ttt_steps: int = 3  # EAGLE-3 training-time-test unroll
     unroll_decay: float = 0.8  # weight decay^j of unroll step j (EAGLE-3 TTT steps, MTP depths)
     mtp_depths: int = 2  # MTP depths trained (depths past the stack reuse its last module)
-    # share of each micro-batch's trajectories kept for the drafter (the n samples of a prompt are near duplicates)
+    # share of a step's trajectories kept for the drafter, at least one, however the micro-batches cut them (the
+    # n samples of a prompt are near duplicates)
     sample_fraction: float = 0.125
     health: HealthConfig = field(default_factory=HealthConfig)
 

@@ -43,8 +43,8 @@ class DrafterBatch(NamedTuple):
 
 class Capture:
     """The policy trainer's forward hook of online drafter training: keeps one `DrafterBatch` per micro-batch
-    in `batches`, the `layers` of `pick_rows(b)`'s rows (all of them without `pick_rows`), and in `probe` the
-    rows `pick_probe(b, kept)` names (none without it)."""
+    that keeps a row in `batches`, the `layers` of `pick_rows(b)`'s rows (all of them without `pick_rows`), and
+    in `probe` the rows `pick_probe(b, kept)` names (none without it)."""
 
     def __init__(self, layers: tuple[int, ...], pick_rows: Callable[[int], Tensor | None] | None = None,
                  pick_probe: Callable[[int, Tensor | None], Tensor | None] | None = None):
@@ -64,7 +64,8 @@ class Capture:
         probe = self.pick_probe(len(info.rows), keep) if self.pick_probe is not None else None
         if probe is not None and len(probe):
             self.probe.append(self._copied(batch.select(probe), info))
-        self.batches.append(self._copied(batch if keep is None else batch.select(keep), info))
+        if keep is None or len(keep):  # a micro-batch whose rows all went unkept adds nothing to train on
+            self.batches.append(self._copied(batch if keep is None else batch.select(keep), info))
 
     def _copied(self, batch: DrafterBatch, info: ForwardInfo) -> DrafterBatch:
         """`batch` with the policy's logits of its rows, and the final hidden state only where asked for."""

@@ -60,6 +60,25 @@ def method_of(module: nn.Module) -> str:
                     f"{list(trainable_methods())}")
 
 
+class Quota:
+    """A share of a step's rows taken micro-batch by micro-batch: each takes round(share x its rows) with the
+    remainder carried to the next, so micro-batches of one row (long rows under a token cap) give the share
+    too, not every row; the first micro-batch that can take a row takes at least one."""
+
+    def __init__(self):
+        self.credit: dict[str, float] = {}
+        self.taken: dict[str, int] = {}
+
+    def take(self, name: str, b: int, share: float, room: int) -> int:
+        """How many of a micro-batch's b rows (at most `room`) go to `name`."""
+        credit = self.credit.get(name, 0.5) + b * share  # 0.5: a lone micro-batch rounds as round() does
+        n = min(room, int(credit))
+        if n == 0 and room > 0 and not self.taken.get(name):
+            n = 1
+        self.credit[name], self.taken[name] = credit - n, self.taken.get(name, 0) + n
+        return n
+
+
 class OnlineDrafterTrainer:
     def __init__(self, module: nn.Module, policy: nn.Module, cfg: DrafterConfig, temperature: float = 1.0,
                  seed: int = 0, group_size: int = 1, k: int = 4, pi0: nn.Module | None = None):
@@ -76,6 +95,7 @@ class OnlineDrafterTrainer:
         self.gen = torch.Generator().manual_seed(seed)
         self.probe_gen = torch.Generator().manual_seed(seed + 1)  # apart: probing never moves the training rows
         self.version, self.group_size = 0, group_size
+        self.quota = Quota()  # the step's shares of rows to train on and to probe, over its micro-batches
         # the captures of the `window` - 1 steps before this one (none held between steps with window 1)
         self.window: deque[list[Weighted]] = deque(maxlen=cfg.window - 1)
         # the step-0 drafter (this module as built) and policy, scored beside the online one
@@ -168,6 +188,7 @@ class OnlineDrafterTrainer:
         for share in shares:
             self._update(share, sums)
         self.version += 1
+        self.quota = Quota()
         self.window.append(now)  # dropped at once with window 1 (maxlen 0)
         if probed:
             probed.update(self.probe.after(probe))
@@ -188,24 +209,26 @@ class OnlineDrafterTrainer:
         self.optimizer.step()
 
     def pick_rows(self, b: int) -> Tensor | None:
-        """The rows `forward_hook` keeps: a `sample_fraction` share (at least one) of a micro-batch's b rows;
-        None keeps them all. The n samples of a prompt are near duplicates at a low-entropy policy, so a share
-        of them teaches almost as much as all of them, at that share of the cost and memory."""
+        """The rows `forward_hook` keeps: a `sample_fraction` share of the step's rows (at least one), drawn
+        from each micro-batch of b rows as it comes; None keeps them all. The n samples of a prompt are near
+        duplicates at a low-entropy policy, so a share of them teaches almost as much as all of them, at that
+        share of the cost and memory."""
         if self.cfg.sample_fraction >= 1:
             return None
-        return torch.randperm(b, generator=self.gen)[:max(1, round(b * self.cfg.sample_fraction))]
+        return torch.randperm(b, generator=self.gen)[:self.quota.take("train", b, self.cfg.sample_fraction, b)]
 
     def pick_probe(self, b: int, kept: Tensor | None) -> Tensor | None:
-        """The probe's rows of a micro-batch: a `probe_fraction` share (at least one while any is left) of the
-        b rows `pick_rows` did not keep, so no drafter is scored on rows it trained on; None: no row left."""
+        """The probe's rows of a micro-batch: a `probe_fraction` share of the step's rows (at least one while
+        any is left), from the b rows `pick_rows` did not keep, so no drafter is scored on rows it trained
+        on; None: none here."""
         if kept is None:
             return None
         free = torch.ones(b, dtype=torch.bool)
         free[kept.cpu()] = False
         rest = free.nonzero().flatten()  # [b - kept]
-        if not len(rest):
+        n = self.quota.take("probe", b, self.cfg.probe_fraction, len(rest))
+        if not n:
             return None
-        n = max(1, round(b * self.cfg.probe_fraction))
         return rest[torch.randperm(len(rest), generator=self.probe_gen)[:n]]
 
     def loss(self, mb: DrafterBatch, row_w: Tensor | None, denom: float) -> tuple[Tensor, float, float]:

@@ -20,14 +20,14 @@ from tests.trainer.test_trainer import _rollouts, _trainer
 METHODS = ["eagle3", "draft_model", "mtp"]
 
 
-def _captured(method, seed=1, online=None):
+def _captured(method, seed=1, online=None, micro=4):
     """A policy, one RL step's captured micro-batches for `method`'s drafter, and the step's batch; with
     `online`, the rows it picks at capture time."""
     model = tiny_model(seed=seed, layers=3)
     batch = _rollouts(model)
     online = online or OnlineDrafterTrainer.from_spec(SpecConfig(method=method, draft_model="scratch"), model,
                                                       DrafterConfig(sample_fraction=1.0))
-    pt = _trainer(model, micro=4)
+    pt = _trainer(model, micro=micro)
     pt.forward_hook = capture = online.forward_hook()
     pt.step(batch)
     return model, capture.batches, batch
@@ -153,6 +153,26 @@ def test_sample_fraction_keeps_a_share_of_the_rows_at_capture(method):
         assert half.logits.shape[0] == len(rows)  # only the kept rows' logits are held
     assert len({tuple(online.pick_rows(4).tolist()) for _ in range(8)}) > 1  # drawn anew each micro-batch
     assert online.step(kept)["drafter_loss"] > 0
+
+
+def test_micro_batches_of_one_row_keep_the_share_not_every_row_and_leave_rows_to_probe():
+    # long rows under a token cap come one to a micro-batch: the share is of the step's rows, carried over
+    model = tiny_model(seed=1, layers=3)
+    online = _fresh("eagle3", model, sample_fraction=0.25, probe_fraction=0.25)
+    batch = _rollouts(model)
+    pt = _trainer(model, micro=1)
+    pt.forward_hook = capture = online.forward_hook()
+    pt.step(batch)
+    n, share = batch.num_rows, 0.25
+    kept = torch.cat([mb.rows for mb in capture.batches]).tolist()
+    probed = torch.cat([mb.rows for mb in capture.probe]).tolist()
+    assert n >= 8 and all(len(mb.rows) == 1 for mb in capture.batches + capture.probe)
+    assert abs(len(kept) - n * share) <= 1 and abs(len(probed) - n * share) <= 1  # not all n rows, and a probe
+    assert not set(kept) & set(probed) and len(set(kept)) == len(kept)
+    assert online.step(capture.batches, probe=capture.probe)["drafter_window_rows"] == len(kept)
+    pt.forward_hook = again = online.forward_hook()  # the next step's shares start afresh
+    pt.step(batch)
+    assert abs(sum(len(mb.rows) for mb in again.batches) - n * share) <= 1
 
 
 def test_updates_split_the_kept_rows():
