@@ -80,6 +80,23 @@ class Shared:
         self.closed += 1
 
 
+@contextmanager
+def shared_backend(name: str, engine):
+    """Registers backend `name`: every run built with it is served by `engine` (a `Shared` each, yielded as
+    they are made), so a module's runs pay one engine start."""
+    from specrl.pipeline.backends import BACKENDS, register_backend
+    made: list[Shared] = []
+
+    def make(weights_dir, cfg, trace_path=None):
+        made.append(Shared(engine, weights_dir))
+        return made[-1]
+    register_backend(name, make)
+    try:
+        yield made
+    finally:
+        BACKENDS.pop(name)
+
+
 IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 

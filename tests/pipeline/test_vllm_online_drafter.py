@@ -1,10 +1,10 @@
 """`specrl train pipeline.backend=vllm` with an online EAGLE-3 drafter, sync and async, on the embedded policy and
-its shipped head: each update reaches vLLM between two generate() calls, never inside one, and the row of the
-step it served says so (`drafter_served`, the version vLLM held when the step's rollout began). Sync serves
-step s with the drafter of s - 1 updates; async with at most that, mostly one version fewer, since the next
-rollout starts as the policy's weights are published, before the drafter that follows them. No update is
-refused (a refusal stops the run). One engine process for the module (an async run refits from a second
-thread), shared by the runs as in test_vllm_runs.py."""
+its shipped head: each update reaches vLLM between two generate() calls (inside one it waits:
+test_vllm_publish.py), and the row of the step it served says so (`drafter_served`, the version vLLM held when
+the step's rollout began). Sync serves step s with the drafter of s - 1 updates; async with at most that,
+mostly one version fewer, since the next rollout starts as the policy's weights are published, before the
+drafter that follows them. No update is refused (a refusal stops the run). One engine process for the module
+(an async run refits from a second thread), shared by the runs as in test_vllm_runs.py."""
 from __future__ import annotations
 
 import pytest
@@ -16,10 +16,9 @@ from specrl.cli.main import main  # noqa: E402
 from specrl.config import load_config  # noqa: E402
 from specrl.config.run import TrainConfig  # noqa: E402
 from specrl.engine.methods import get_method  # noqa: E402
-from specrl.pipeline.backends import BACKENDS, register_backend  # noqa: E402
 from specrl.pipeline.run_dir import read_jsonl  # noqa: E402
 from specrl.tasks import default_policy_path  # noqa: E402
-from tests.pipeline.fixtures import Shared  # noqa: E402
+from tests.pipeline.fixtures import shared_backend  # noqa: E402
 
 SHARED = "vllm_test_online_drafter"
 STEPS = 3
@@ -31,14 +30,8 @@ SPEC = {"rollout.spec.method": "eagle3", "rollout.spec.draft_model": HEAD, "roll
 def shared():
     cfg = load_config(TrainConfig, None, [f"{k}={v}" for k, v in SPEC.items()] + ["rollout.max_num_seqs=8"])
     engine = build.vllm_backend(default_policy_path(), cfg)
-    made: list[Shared] = []
-
-    def make(weights_dir, cfg, trace_path=None):
-        made.append(Shared(engine, weights_dir))
-        return made[-1]
-    register_backend(SHARED, make)
-    yield made
-    BACKENDS.pop(SHARED)
+    with shared_backend(SHARED, engine) as made:
+        yield made
     engine.close()
 
 
@@ -60,7 +53,7 @@ def test_sync_serves_each_step_the_drafter_of_the_step_before(shared, tmp_path):
     assert not any(r["drafter_alarm"] for r in rows)
 
 
-def test_async_serves_a_version_later_and_never_swaps_inside_a_call(shared, tmp_path):
+def test_async_serves_published_drafters_in_order_never_the_steps_own(shared, tmp_path):
     rows = _train(tmp_path / "async", **{"pipeline.mode": "async", "pipeline.max_policy_lag": 1})
     served = [r["drafter_served"] for r in rows]
     # never a drafter trained on the step's own rollout; the policy's weights are published before the drafter,

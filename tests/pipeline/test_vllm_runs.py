@@ -21,13 +21,12 @@ from specrl.cli.main import main  # noqa: E402
 from specrl.config import load_config  # noqa: E402
 from specrl.pipeline.learner import LocalLearner  # noqa: E402
 from specrl.pipeline.run_dir import read_jsonl  # noqa: E402
-from specrl.pipeline.backends import BACKENDS, register_backend  # noqa: E402
 from specrl.pipeline.vllm.procs import alive  # noqa: E402
 from specrl.trainer.checkpoint import checkpoint_paths  # noqa: E402
 from specrl.config.run import TrainConfig  # noqa: E402
 from specrl.trainer.rewards import REWARDS, register_reward  # noqa: E402
 from tests.helpers import save_tiny  # noqa: E402
-from tests.pipeline.fixtures import Shared, make_setup, overrides, strip_timings  # noqa: E402
+from tests.pipeline.fixtures import make_setup, shared_backend, overrides, strip_timings  # noqa: E402
 
 SHARED = "vllm_test_shared"
 # seconds, like the timing keys; and what depends on the engine's float round-off (the same tokens scored by
@@ -55,14 +54,8 @@ def engine(setup):
 
 @pytest.fixture(scope="module")
 def shared(engine):
-    made: list[Shared] = []
-
-    def make(weights_dir, cfg, trace_path=None):
-        made.append(Shared(engine, weights_dir))
-        return made[-1]
-    register_backend(SHARED, make)
-    yield made
-    BACKENDS.pop(SHARED)
+    with shared_backend(SHARED, engine) as made:
+        yield made
 
 
 def _args(setup, out, **kw) -> list[str]:

@@ -67,15 +67,17 @@ class Quota:
 
     def __init__(self):
         self.credit: dict[str, float] = {}
-        self.taken: dict[str, int] = {}
+        self.took: set[str] = set()  # the names that have a row this step
 
     def take(self, name: str, b: int, share: float, room: int) -> int:
         """How many of a micro-batch's b rows (at most `room`) go to `name`."""
         credit = self.credit.get(name, 0.5) + b * share  # 0.5: a lone micro-batch rounds as round() does
         n = min(room, int(credit))
-        if n == 0 and room > 0 and not self.taken.get(name):
+        if n == 0 and room > 0 and name not in self.took:
             n = 1
-        self.credit[name], self.taken[name] = credit - n, self.taken.get(name, 0) + n
+        self.credit[name] = credit - n
+        if n:
+            self.took.add(name)
         return n
 
 
