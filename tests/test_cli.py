@@ -49,6 +49,27 @@ def test_bench_spec_on_a_prompt_file_checks_greedy_identity(capsys, tmp_path):
     assert row["cpu_tokens_per_s"] > 0 and row["peak_rss_mb"] > 0
 
 
+def test_bench_spec_rl_row_is_a_train_configs_rollout(capsys, tmp_path):
+    """--config: the rl row runs that config's rollout (prompts x n, k), --repeats rollouts of other prompts."""
+    from specrl.tasks import make_problems
+    rows = [{"prompt": p.prompt, "answer": p.answer} for p in make_problems(6, seed=5, split="test")]
+    data = tmp_path / "p.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"data:\n  source: {data}\nrollout:\n  prompts_per_step: 1\n  n: 2\n  max_tokens: 8\n")
+    assert main(["bench", "spec", "--config", str(cfg), "--batch-sizes", "rl", "--methods", "suffix", "--repeats",
+                 "2", "--check-identity", "--threads", "1", "--warmup-tokens", "4",
+                 "rollout.spec.num_speculative_tokens=2"]) == 0
+    row = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")][0]
+    assert (row["batch_size"], row["k"], row["sequences"]) == ("rl", 2, 4)  # 2 rollouts of 1 prompt x 2
+    assert row["tokens"] <= 4 * 8 and row["same_tokens"]
+
+
+def test_bench_spec_overrides_need_a_config(capsys):
+    assert main(["bench", "spec", "--quick", "rollout.n=2"]) == 2
+    assert "pass --config FILE before them" in capsys.readouterr().err
+
+
 def test_bench_help_lists_every_bench(capsys):
     from specrl.cli.main import BENCHES
     assert main(["bench", "--help"]) == 0

@@ -98,15 +98,17 @@ def warm_up(llm, prompts: list[list[int]], n: int, max_tokens: int, seed: int, t
 
 def timed_generate(llm, prompts: list[list[int]], n: int, batch: int, max_tokens: int, seed: int, repeats: int,
                    temperature: float = 1.0) -> dict:
-    """`repeats` generates of `batch` prompts each (all of them when n > 1), every prompt with its own seed ->
+    """`repeats` generates of `batch` prompts each (with n > 1, of an equal share of `prompts` each: one RL
+    rollout per repeat), every prompt with its own seed ->
     tokens, wall seconds, tokens_per_s, process-CPU seconds and every completion's token ids."""
     from specrl import SamplingParams
     from specrl.engine import per_prompt
     seconds, cpu, ids = 0.0, 0.0, []
+    per_call = batch if n == 1 else len(prompts) // repeats  # n > 1: each repeat is one rollout of its prompts
     for r in range(repeats):
-        chunk = prompts[r * batch:(r + 1) * batch] if n == 1 else prompts
+        chunk = prompts[r * per_call:(r + 1) * per_call]
         params = per_prompt(SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed),
-                            len(chunk), start=r * batch)
+                            len(chunk), start=r * per_call)
         c0 = time.process_time()
         outs, dt = timed(lambda: llm.generate(chunk, params))
         cpu += time.process_time() - c0
