@@ -30,6 +30,7 @@ from ..pipeline.run_dir import is_run_dir, read_jsonl
 PANELS = (("reward_mean", "train reward (mean)"), ("eval", "held-out accuracy"), ("step_s", "step seconds"),
           ("rollout_s", "rollout seconds"), ("train_s", "train (update) seconds"),
           ("acceptance_length", "acceptance length (tokens / target forward)"))
+NO_SD_PANEL = ("logprob_diff", "engine vs trainer logprob, mean |diff| a token")
 
 
 @dataclass
@@ -97,7 +98,9 @@ def plot(runs: list[Run], out: Path) -> Path:
         draw_probes(axes.flat[3], runs)
         axes.flat[7].axis("off")
     panels = [ax for i, ax in enumerate(axes.flat) if not probed or i not in (3, 7)]
-    for ax, (key, title) in zip(panels, PANELS):
+    drafted = any(r.get("acceptance_length", 1) > 1 for run in runs for r in run.rows)
+    # runs without SD have acceptance 1 throughout: that panel shows engine against trainer logprobs instead
+    for ax, (key, title) in zip(panels, PANELS if drafted else PANELS[:-1] + (NO_SD_PANEL,)):
         for run in runs:
             if key == "eval":
                 line, = ax.plot([e["step"] for e in run.evals], [e["accuracy"] for e in run.evals], "o-",

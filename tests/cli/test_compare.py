@@ -98,14 +98,20 @@ def test_the_drift_probe_is_drawn_and_tabled(tmp_path, capsys):
     assert (tmp_path / "c.png").stat().st_size > 10_000
 
 
-def test_a_graded_reward_draws_its_held_out_mean_beside_the_accuracy(tmp_path, monkeypatch):
+@pytest.fixture
+def titles(monkeypatch) -> dict:
+    """Each saved figure's panels: {title: [each line's y values]}, filled as `compare.plot` saves."""
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
-    from specrl.cli import compare
-    titles = {}
+    got = {}
     real = Figure.savefig
-    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **kw: titles.update(
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **kw: got.update(
         {ax.get_title(): [ln.get_ydata().tolist() for ln in ax.get_lines()] for ax in fig.axes}) or real(fig, *a, **kw))
+    return got
+
+
+def test_a_graded_reward_draws_its_held_out_mean_beside_the_accuracy(tmp_path, titles):
+    from specrl.cli import compare
     rows = [{"step": s, "reward_mean": 0.2, "step_s": 1.0, "rollout_s": 0.5, "train_s": 0.5} for s in (1, 2)]
     graded = _fake_run(tmp_path / "g", rows, [{"step": 0, "accuracy": 0.0, "reward_mean": 0.12},
                                               {"step": 2, "accuracy": 0.0, "reward_mean": 0.25}])
@@ -113,3 +119,16 @@ def test_a_graded_reward_draws_its_held_out_mean_beside_the_accuracy(tmp_path, m
     compare.plot([compare.load_run(graded), compare.load_run(exact)], tmp_path / "c.png")
     # the graded run's accuracy and its mean reward; the 0/1 run's accuracy alone (its mean is the same)
     assert titles["held-out accuracy (solid), mean reward (dashed)"] == [[0.0, 0.0], [0.12, 0.25], [0.5]]
+
+
+def test_runs_without_sd_draw_the_logprob_mismatch_instead_of_acceptance(tmp_path, titles):
+    from specrl.cli import compare
+    rows = [{"step": s, "reward_mean": 0.2, "step_s": 1.0, "rollout_s": 0.5, "train_s": 0.5, "acceptance_length": 1.0,
+             "logprob_diff": d} for s, d in ((1, 0.015), (2, 0.02))]
+    off = compare.load_run(_fake_run(tmp_path / "off", rows, []))
+    compare.plot([off], tmp_path / "c.png")
+    assert titles[compare.NO_SD_PANEL[1]] == [[0.015, 0.02]]
+    titles.clear()
+    on = compare.load_run(_fake_run(tmp_path / "on", [{**r, "acceptance_length": 2.5} for r in rows], []))
+    compare.plot([off, on], tmp_path / "c.png")  # one run drafted: acceptance stays
+    assert compare.NO_SD_PANEL[1] not in titles and titles[compare.PANELS[-1][1]] == [[1.0, 1.0], [2.5, 2.5]]
