@@ -1,8 +1,10 @@
-"""Atomic writes: a reader never sees a half-written file or directory, and a failed write keeps the old one."""
+"""Atomic writes: a reader never sees a half-written file or directory, and a failed write keeps the old one.
+And the machine's small JSON caches (the dtype probe's figures, the adaptive engine's warm-up timings)."""
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -27,6 +29,42 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+
+
+CACHE_ENV = "SPECRL_CACHE_DIR"  # where the caches live; else ~/.cache/specrl
+_log = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specrl")
+
+
+def read_cache(path: Path, well_formed, what: str, expected: str) -> dict:
+    """A JSON cache of {key: entry}; a corrupt one (not JSON, or an entry `well_formed` refuses) is reported and
+    read as empty, so that it is measured again and rewritten: a cache never fails a run."""
+    if not path.is_file():
+        return {}
+    try:
+        cache = json.loads(path.read_text())
+        if not isinstance(cache, dict) or not all(well_formed(v) for v in cache.values()):
+            raise ValueError(f"expected {expected}")
+        return cache
+    except (ValueError, OSError) as e:
+        _log.warning("the cached %s %s is corrupt (%s): measuring again and rewriting it", what, path, e)
+        return {}
+
+
+def write_cache(path: Path, cache: dict, what: str) -> bool:
+    """Writes the cache whole (to a temporary file, then a rename); False, with a warning, where it cannot."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache, indent=1))
+        tmp.replace(path)
+        return True
+    except OSError as e:  # a read-only home: what was measured stands, only the next start measures again
+        _log.warning("could not cache the %s in %s (%s); set %s to a writable directory", what, path, e, CACHE_ENV)
+        return False
 
 
 @contextlib.contextmanager

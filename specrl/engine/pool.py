@@ -161,8 +161,8 @@ class Strategy:
     def update(self, result: StepResult) -> None:
         """Called with every step's result (prefill ones too), after the counters."""
 
-    def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int) -> None:
-        """Called once, before any sequence holds a slot: `time_forward(B, T)` times a target forward."""
+    def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int, model=None) -> None:
+        """Called once, before any sequence holds a slot: `time_forward(B, T)` times a forward of `model`."""
 
 
 class StaticStrategy(Strategy):

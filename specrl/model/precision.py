@@ -27,12 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import io
 from .config import ModelConfig
 from .packed import PackedLinear, can_pack
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "SPECRL_CACHE_DIR"
+CACHE_ENV = io.CACHE_ENV
 FIXED_ENV = "SPECRL_AUTO_DTYPE"
 CACHE_FILE = "precision.json"
 MARGIN = 1.2  # bf16 is chosen when fp32 takes at least this much longer over the probed shapes
@@ -177,8 +178,7 @@ def busy(load: float | None) -> bool:
 
 
 def cache_path() -> Path:
-    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specrl"
-    return Path(root) / CACHE_FILE
+    return io.cache_dir() / CACHE_FILE
 
 
 def cache_key(gemms: list[Gemm], device) -> str:
@@ -201,16 +201,7 @@ def cpu_name() -> str:
 
 def read_cache(path: Path) -> dict:
     """The cached probes; a corrupt file is reported and measured again (never a failed run)."""
-    if not path.is_file():
-        return {}
-    try:
-        cache = json.loads(path.read_text())
-        if not isinstance(cache, dict) or not all(_well_formed(v) for v in cache.values()):
-            raise ValueError("expected {key: {fp32_ms: {rows: ms}, bf16_ms: {rows: ms}}}")
-        return cache
-    except (ValueError, OSError) as e:
-        log.warning("the cached precision probe %s is corrupt (%s): measuring again and rewriting it", path, e)
-        return {}
+    return io.read_cache(path, _well_formed, "precision probe", "{key: {fp32_ms: {rows: ms}, bf16_ms: {rows: ms}}}")
 
 
 def _well_formed(entry) -> bool:
@@ -221,14 +212,7 @@ def _well_formed(entry) -> bool:
 
 
 def write_cache(path: Path, cache: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1))
-        tmp.replace(path)
-    except OSError as e:  # a read-only home: the choice stands, only the next start measures again
-        log.warning("could not cache the precision probe in %s (%s); set %s to a writable directory", path, e,
-                    CACHE_ENV)
+    io.write_cache(path, cache, "precision probe")
 
 
 def choose_dtype(requested, device, cfg: ModelConfig, rows: list[int], timer: Timer | None = None) -> Precision:

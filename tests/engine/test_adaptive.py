@@ -52,6 +52,41 @@ def test_the_warm_up_profile_keeps_the_fastest_timing_of_each_point():
         assert spiked.target_s(batch * length, batch) == pytest.approx(quiet.target_s(batch * length, batch))
 
 
+def _calibrated(model, quiet_s: float = 0.010):
+    """A fresh strategy calibrated over `model`, and the forwards it timed."""
+    calls = []
+
+    def time_forward(batch: int, length: int) -> float:
+        calls.append((batch, length))
+        return quiet_s + 0.0005 * batch * length
+    strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, CostModel(1000, {"suffix": 0}))
+    strategy.calibrate(time_forward, 4, model)
+    return strategy.cost, calls
+
+
+def test_the_warm_up_profile_is_cached_per_machine_and_replayed(tmp_path, monkeypatch, caplog):
+    """The first engine of a model times the grid; the next replays it (no forward) with the same fit; a busy
+    machine's timings are not cached; another model, or a corrupt file, is timed again."""
+    from specrl.engine.adaptive import warmup_cache
+    from specrl.model import precision
+    monkeypatch.setenv("SPECRL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(precision, "machine_load", lambda: 0.0)
+    model = tiny_model()
+    first, calls = _calibrated(model)
+    assert len(calls) == 1 + 3 * 3 * 4  # a warm-up forward, then 3 repeats of batch 1, 2, 4 x 1, 2, 3, 5 tokens
+    again, calls = _calibrated(model, quiet_s=1.0)  # a replay: the timer is never called
+    assert calls == [] and again.target_s(12, 4) == pytest.approx(first.target_s(12, 4))
+    _, calls = _calibrated(tiny_model(layers=1))  # another shape: its own entry
+    assert len(calls) == 37
+    monkeypatch.setattr(precision, "machine_load", lambda: 99.0)  # busy: timed, used, not cached
+    other = tiny_model(layers=3)
+    assert len(_calibrated(other)[1]) == 37 and len(_calibrated(other)[1]) == 37
+    warmup_cache.cache_path().write_text("{not json")
+    with caplog.at_level("WARNING"):
+        assert len(_calibrated(model)[1]) == 37
+    assert "is corrupt" in caplog.text
+
+
 def test_a_deterministic_cost_model_never_learns_and_counts_work():
     cost = CostModel(1000, {"suffix": 0, "eagle3": 100}, deterministic=True)
     before = cost.target_s(64, 64)

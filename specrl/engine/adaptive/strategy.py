@@ -12,6 +12,7 @@ from typing import Callable, Iterable
 from ..drafting import Plan, Shadow
 from ..pool import Strategy
 from ..sequence import Sequence, Status, StepResult
+from . import warmup_cache
 from .acceptance import AcceptanceStats
 from .arms import ALL, FILL, FULL, OFF, OLD_KEYS, Arm, arm_grid, count_keys, tally
 from .constants import PLAN_EVERY, PROFILE_BATCHES, PROFILE_REPEATS, PROFILE_TOKENS, SHADOW_ROWS, TRY_ROWS
@@ -83,16 +84,23 @@ class AdaptiveStrategy(Strategy):
         # a hybrid: the model-free lead proposes for every row, its full drafts stay, the model drafter fills in
         return Plan([arm.drafter] * B, [arm.k] * B, lead=arm.lead, shadows=shadows, label=arm.label)
 
-    def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int) -> None:
+    def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int, model=None) -> None:
         """The warm-up profile (measured mode only): the target forward timed over a grid of batch sizes and
-        draft lengths becomes the cost model's prior, which the run's own timings refine."""
+        draft lengths becomes the cost model's prior, which the run's own timings refine. With `model` (the
+        target) the grid's timings are cached per machine (warmup_cache.py): a later engine replays them."""
         if self.deterministic:
             return
         sizes = sorted({b for b in PROFILE_BATCHES if b <= max_batch} | {max_batch})
-        time_forward(1, 1)  # a first forward pays one-off costs
-        for B in sizes:
-            for T in (t for t in PROFILE_TOKENS if t <= self.k_max + 1):
-                self.cost.observe_target(B * T, B, min(time_forward(B, T) for _ in range(PROFILE_REPEATS)))
+        lengths = tuple(t for t in PROFILE_TOKENS if t <= self.k_max + 1)
+        key = warmup_cache.cache_key(model, max_batch, lengths) if model is not None else None
+        points = warmup_cache.read(key) if key is not None else None
+        if points is None:
+            time_forward(1, 1)  # a first forward pays one-off costs
+            points = {(B, T): min(time_forward(B, T) for _ in range(PROFILE_REPEATS)) for B in sizes for T in lengths}
+            if key is not None:
+                warmup_cache.write(key, points)
+        for (B, T), seconds in points.items():
+            self.cost.observe_target(B * T, B, seconds)
         self.cost.target.prior = list(self.cost.target.theta)
 
     def update(self, result: StepResult) -> None:
