@@ -286,6 +286,37 @@ def test_an_arm_that_runs_slower_than_predicted_is_priced_by_what_it_realised():
     assert again.checks.factor("suffix@4", 4) == pytest.approx(strategy.checks.factor("suffix@4", 4))
 
 
+def test_plain_decoding_is_re_measured_while_drafting_and_wins_back_when_it_was_overpriced():
+    """The model prices plain decoding far too high (on a CPU, attention over long contexts hides in such fits)
+    and drafting realises what it predicts: without ever running plain decoding, nothing would correct that.
+    Every ANCHOR_EVERY drafting steps one plain step runs; its realised rate moves the choice to plain decoding.
+    A deterministic engine (no clock) never anchors: its choices stay a function of the seeds."""
+    from specrl.engine.adaptive.constants import ANCHOR_EVERY
+
+    def run(deterministic: bool) -> list:
+        rows = seqs(4)
+        cost = flat_cost(["suffix"], deterministic=deterministic)
+        cost.target.weight = 1e12  # the forward's fit stays where it is: only the checks move the choice
+        strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, cost)
+        strategy.arms = [OFF, Arm("suffix", 4)]
+        teach(strategy, "suffix", 3)  # 3 of 4 accepted: drafting yields 4 tokens a row and forward
+        arms = []
+        for _ in range(3 * ANCHOR_EVERY):
+            strategy.schedule(rows)
+            arms.append(strategy.arm)
+            if strategy.arm == OFF:  # a plain step takes a small share of the predicted forward
+                strategy.update(StepResult("decode", rows, tokens_in=4, emitted_tokens=4, verify_s=0.01))
+            else:  # a drafting step takes what the model predicts
+                strategy.update(StepResult("spec", rows, tokens_in=20, emitted_tokens=16,
+                                           drafters_asked=["suffix"] * 4, asked=[4] * 4, lengths=[4] * 4,
+                                           accepted=[3] * 4, verify_s=cost.target_s(20, 4)))
+        return arms
+    measured = run(False)
+    assert OFF not in measured[:ANCHOR_EVERY] and measured[ANCHOR_EVERY] == OFF  # the anchor step
+    assert measured[-ANCHOR_EVERY:] == [OFF] * ANCHOR_EVERY  # it then keeps to what realised more
+    assert OFF not in run(True)
+
+
 def test_the_rate_check_of_an_exactly_predicted_arm_stays_at_one_however_its_steps_vary():
     # At one row a point drafter's step emits 1 token (its match rejected) or 5 (taken whole): predicted 3 per
     # step, realised 1, 5, 1, 5, ... The check is a ratio of sums, so it stays at 1; the mean of per-step log

@@ -4,6 +4,10 @@ value; everything else it decides from this machine's own timings and the counte
 # ---- the schedule (engine/adaptive/strategy.py) ---------------------------------------------------------
 PLAN_EVERY = 4  # steps a plan is reused while the batch keeps its size: deciding then costs microseconds a step
 TRY_ROWS = 8.0  # a drafter observed on fewer rows is being tried: its plan lasts one step, so a bad try is short
+# measured mode: after this many drafting steps one step decodes plainly, so plain decoding's price stays read off
+# the clock (its rate check and the target fit's one-token forwards); without it, an engine that drafts every step
+# sees only verify forwards, where tokens = (k + 1) x rows, and may keep drafting where it loses. ~1/32 of the steps
+ANCHOR_EVERY = 32
 ARM_KS = (1, 2, 4, 8, 16)  # draft lengths an arm may ask (with k_max): powers of two cover the curve at few arms
 SHADOW_ROWS = 4  # rows per step the model-free drafters shadow-draft for: microseconds, yet every row in turn
 CHECK_DECAY = 0.95  # weight of the past per step in an arm's realised / predicted rate: follows ~20 steps

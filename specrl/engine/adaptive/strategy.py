@@ -15,7 +15,7 @@ from ..sequence import Sequence, Status, StepResult
 from . import warmup_cache
 from .acceptance import AcceptanceStats
 from .arms import ALL, FILL, FULL, OFF, OLD_KEYS, Arm, arm_grid, count_keys, tally
-from .constants import PLAN_EVERY, PROFILE_BATCHES, PROFILE_REPEATS, PROFILE_TOKENS, SHADOW_ROWS, TRY_ROWS
+from .constants import ANCHOR_EVERY, PLAN_EVERY, PROFILE_BATCHES, PROFILE_REPEATS, PROFILE_TOKENS, SHADOW_ROWS, TRY_ROWS
 from .cost_model import CostModel
 from .ratecheck import RateChecks, RowRates
 
@@ -29,6 +29,7 @@ class AdaptiveStrategy(Strategy):
         self.stats = {key: AcceptanceStats(k_max) for key in count_keys(self.names, self.point)}
         self.arms = arm_grid(self.names, self.point, k_max)
         self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
+        self._drafted = 0  # drafting steps since plain decoding last ran (ANCHOR_EVERY)
         self.checks = RateChecks()
         self._expect = 0.0  # the plan's predicted rate (without optimism), for the check
         self.shadows = ShadowDrafts([n for n in self.names if n in self.point], k_max)
@@ -74,10 +75,13 @@ class AdaptiveStrategy(Strategy):
             self.arm, self._planned_for, self._age = self.best_arm(B), B, 0
             # a plan that tries a drafter seen on few rows lasts one step: the next one looks again
             self._trying = any(self.stats[n].rows < TRY_ROWS for n in self.arm.reads)
+            if self.arm.drafter is not None and self._drafted >= ANCHOR_EVERY and not self.deterministic:
+                self.arm, self._trying = OFF, True  # one plain step re-measures what drafting is weighed against
             # what the RateCheck holds the plan's steps to (B is fixed while a plan lasts)
             self._expect = 0.0 if self.deterministic else self.predicted_rate(self.arm, B, optimistic=False)
         self._age += 1
         arm = self.arm
+        self._drafted = 0 if arm.drafter is None else self._drafted + 1
         shadows = self.shadows.plan(seqs)
         if arm.drafter is None:
             return Plan.off(B, shadows)
@@ -170,6 +174,7 @@ class AdaptiveStrategy(Strategy):
                 self.stats[tuple(key)].load_state_dict(sub)
         self.checks.load_state_dict(s.get("checks", []))
         self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
+        self._drafted = 0  # drafting steps since plain decoding last ran (ANCHOR_EVERY)
         self.rows, self._row_factor = RowRates(), {}
         self.shadows.turn = s.get("shadow_turn", 0)  # which rows shadow-draft next: a resumed run picks the same
 
