@@ -55,12 +55,9 @@ def read_cache(path: Path, well_formed, what: str, expected: str) -> dict:
 
 
 def write_cache(path: Path, cache: dict, what: str) -> bool:
-    """Writes the cache whole (to a temporary file, then a rename); False, with a warning, where it cannot."""
+    """Writes the cache whole, atomically; False, with a warning, where it cannot."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1))
-        tmp.replace(path)
+        atomic_write_text(path, json.dumps(cache, indent=1))
         return True
     except OSError as e:  # a read-only home: what was measured stands, only the next start measures again
         _log.warning("could not cache the %s in %s (%s); set %s to a writable directory", what, path, e, CACHE_ENV)

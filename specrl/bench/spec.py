@@ -98,8 +98,8 @@ def main(argv: list[str]) -> int:
     for bs in batch_sizes:
         rl = bs == "rl"
         batch, n = (rollout.max_num_seqs, rollout.n) if rl else (int(bs), 1)
-        repeats = args.repeats if rl and args.config else 1 if rl else args.repeats
-        if rl and args.config and is_file(default.data.source):
+        repeats = 1 if rl and not args.config else args.repeats
+        if rl and args.config and not default.data.is_task:
             prompts, warmup = config_prompts(default, path, repeats)
         else:
             # the warm-up runs on the embedded task's other prompts (a --prompts file may hold no spare rows)
@@ -131,10 +131,6 @@ def main(argv: list[str]) -> int:
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
                   **(identity(base["ids"], got["ids"]) if args.check_identity else {})})
     return 0
-
-
-def is_file(source) -> bool:
-    return Path(str(source)).suffix in (".jsonl", ".json", ".parquet")
 
 
 def config_prompts(cfg, model_dir: str, repeats: int) -> tuple[list, list]:

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import torch
 
+from ...io import CACHE_ENV, cache_dir
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("decode_attention.cpp")
 NAME = "specrl_decode_attention"
-CACHE_ENV = "SPECRL_CACHE_DIR"
 OP = ("specrl_kernels", "decode_attention")
 
 
@@ -59,7 +60,7 @@ def compile_flags(flags: set[str]) -> list[str]:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specrl") / "kernels"
+    return cache_dir() / "kernels"
 
 
 def build_key(source: Path, cflags: list[str]) -> str:
