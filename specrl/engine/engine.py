@@ -34,7 +34,7 @@ class Engine:
     def __init__(self, runner: ModelRunner, pool: DrafterPool | None, strategy: Strategy | None, tracer: Tracer):
         self.runner, self.pool, self.strategy, self.tracer = runner, pool, strategy, tracer
         if strategy is not None:  # before any sequence holds a slot (see ModelRunner.time_forward)
-            strategy.calibrate(runner.time_forward, runner.num_slots, runner.model)
+            strategy.calibrate(runner.time_forward, runner.num_slots, runner.model, runner.max_len)
         # False: no more drafts (rollout.audit=fallback); the drafters keep observing, the strategy its state
         self.speculate = True
         self.stats = EngineStats()

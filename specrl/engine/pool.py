@@ -161,8 +161,10 @@ class Strategy:
     def update(self, result: StepResult) -> None:
         """Called with every step's result (prefill ones too), after the counters."""
 
-    def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int, model=None) -> None:
-        """Called once, before any sequence holds a slot: `time_forward(B, T)` times a forward of `model`."""
+    def calibrate(self, time_forward: Callable[[int, int, int], float], max_batch: int, model=None,
+                  max_len: int = 0) -> None:
+        """Called once, before any sequence holds a slot: `time_forward(B, T, C)` times a forward of `model` of B
+        rows x T tokens after C cached ones (C + T <= max_len)."""
 
 
 class StaticStrategy(Strategy):

@@ -14,7 +14,7 @@ from .memory import kv_cache
 
 class ModelRunner:
     def __init__(self, model: CausalLM, num_slots: int, max_len: int, hidden_layers: tuple[int, ...] = ()):
-        self.model, self.num_slots, self.hidden_layers = model, num_slots, hidden_layers
+        self.model, self.num_slots, self.max_len, self.hidden_layers = model, num_slots, max_len, hidden_layers
         cfg = model.config
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
@@ -51,11 +51,14 @@ class ModelRunner:
         return self.model(tokens, positions, self.cache, meta=meta, hidden_layers=self.hidden_layers)
 
     @torch.inference_mode()
-    def time_forward(self, batch: int, length: int) -> float:
-        """Seconds of one forward of `batch` rows x `length` tokens, softmax included (the adaptive engine's
-        warm-up profile). Only while no sequence holds a slot: it writes cache rows of slots 0..batch-1."""
+    def time_forward(self, batch: int, length: int, context: int = 0) -> float:
+        """Seconds of one forward of `batch` rows x `length` tokens at positions context..context+length-1 (each
+        query reads the `context` cached keys before it too), softmax included (the adaptive engine's warm-up
+        profile). Only while no sequence holds a slot: it writes cache rows of slots 0..batch-1."""
+        if context + length > self.max_len:
+            raise ValueError(f"a forward at positions {context}..{context + length - 1} past max_len {self.max_len}")
         tokens = torch.zeros(batch, length, dtype=torch.long, device=self.device)  # [B, T]
-        positions = torch.arange(length, device=self.device).expand(batch, length)  # [B, T]
+        positions = torch.arange(context, context + length, device=self.device).expand(batch, length)  # [B, T]
         t = time.perf_counter()
         torch.softmax(self.forward(tokens, positions, list(range(batch))).logits.float(), dim=-1)  # [B, T, V]
         return time.perf_counter() - t

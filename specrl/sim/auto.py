@@ -51,7 +51,8 @@ class SimCost:
         self.hw, self.model, self.tp, self.pool = hw, model, tp, pool
         self.ctx = 1.0
 
-    def target_s(self, tokens_in: int, batch: int) -> float:
+    def target_s(self, tokens_in: int, batch: int, context: float = 0.0) -> float:
+        """`context` is the engine's (its rows' mean length); the roofline reads the simulated rows' `ctx`."""
         ctx_sum = batch * self.ctx
         q = tokens_in / max(batch, 1)  # tokens fed per row
         return float(cost.target_step_s(self.hw, self.model, self.tp, batch, tokens_in, ctx_sum, ctx_sum * q,

@@ -30,7 +30,7 @@ def _auto(model, tmp_path):
     if not profile.exists():
         from specrl.engine.adaptive.cost_model import CostModel
         cost = CostModel(model.config.num_params, {"suffix": 0, "ngram": 0, "eagle3": 0}, deterministic=True)
-        cost.target.prior = [1.0, 1e-6, 0.0]  # a forward costs the same whatever it verifies
+        cost.target.set_prior([1.0, 1e-6, 0.0, 0.0])  # a forward costs the same whatever it verifies
         profile.write_text(json.dumps(cost.state_dict()))
     return model, SpecConfig(method="auto", num_speculative_tokens=4, draft_model=eagle.draft_model,
                              options={"ngram": {"min": 1}, "suffix": {"min": 1},

@@ -40,7 +40,7 @@ def test_the_warm_up_profile_keeps_the_fastest_timing_of_each_point():
     def profile(spiked: bool) -> CostModel:
         calls: dict = {}
 
-        def time_forward(batch: int, length: int) -> float:
+        def time_forward(batch: int, length: int, context: int) -> float:
             calls[batch, length] = calls.get((batch, length), 0) + 1
             quiet = 0.010 + 0.0005 * batch * length  # seconds: a fixed cost and one per token
             return 10 * quiet if spiked and calls[batch, length] == 1 else quiet
@@ -56,11 +56,11 @@ def _calibrated(model, quiet_s: float = 0.010):
     """A fresh strategy calibrated over `model`, and the forwards it timed."""
     calls = []
 
-    def time_forward(batch: int, length: int) -> float:
-        calls.append((batch, length))
-        return quiet_s + 0.0005 * batch * length
+    def time_forward(batch: int, length: int, context: int) -> float:
+        calls.append((batch, length, context))
+        return quiet_s + 0.0005 * batch * length + 1e-6 * batch * length * context
     strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, CostModel(1000, {"suffix": 0}))
-    strategy.calibrate(time_forward, 4, model)
+    strategy.calibrate(time_forward, 4, model, max_len=64)
     return strategy.cost, calls
 
 
@@ -73,18 +73,55 @@ def test_the_warm_up_profile_is_cached_per_machine_and_replayed(tmp_path, monkey
     monkeypatch.setattr(precision, "machine_load", lambda: 0.0)
     model = tiny_model()
     first, calls = _calibrated(model)
-    assert len(calls) == 1 + 3 * 3 * 4  # a warm-up forward, then 3 repeats of batch 1, 2, 4 x 1, 2, 3, 5 tokens
+    # a warm-up forward, then 3 repeats of batch 1, 2, 4 x 1, 2, 3, 5 tokens over an empty cache, and of 1 and 5
+    # tokens after 59 cached ones (max_len 64 less the longest forward)
+    assert len(calls) == 1 + 3 * 3 * (4 + 2) == 55
+    assert {c for _, _, c in calls} == {0, 59} and {t for _, t, c in calls if c} == {1, 5}
     again, calls = _calibrated(model, quiet_s=1.0)  # a replay: the timer is never called
-    assert calls == [] and again.target_s(12, 4) == pytest.approx(first.target_s(12, 4))
+    assert calls == [] and again.target_s(12, 4, 30.0) == pytest.approx(first.target_s(12, 4, 30.0))
     _, calls = _calibrated(tiny_model(layers=1))  # another shape: its own entry
-    assert len(calls) == 37
+    assert len(calls) == 55
     monkeypatch.setattr(precision, "machine_load", lambda: 99.0)  # busy: timed, used, not cached
     other = tiny_model(layers=3)
-    assert len(_calibrated(other)[1]) == 37 and len(_calibrated(other)[1]) == 37
+    assert len(_calibrated(other)[1]) == 55 and len(_calibrated(other)[1]) == 55
     warmup_cache.cache_path().write_text("{not json")
     with caplog.at_level("WARNING"):
-        assert len(_calibrated(model)[1]) == 37
+        assert len(_calibrated(model)[1]) == 55
     assert "is corrupt" in caplog.text
+
+
+def test_the_warm_up_at_a_cached_context_prices_attention():
+    """Timings with a fixed cost, one per token and one per key a query reads (attention): the profile's points at
+    a cached context give the fit its price per key, so it predicts forwards at contexts it never timed."""
+    def true_s(batch: int, length: int, context: float) -> float:  # context: the keys a query reads on average
+        return 0.010 + 0.0005 * batch * length + 2e-6 * batch * length * context
+    strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, CostModel(1000, {"suffix": 0}))
+    strategy.calibrate(lambda b, t, c: true_s(b, t, c + (t + 1) / 2), 32, max_len=600)
+    for batch, length, context in [(32, 1, 400.0), (32, 5, 402.0), (8, 5, 202.0), (1, 1, 50.0)]:
+        assert strategy.cost.target_s(batch * length, batch, context) == pytest.approx(
+            true_s(batch, length, context), rel=0.05)
+    # over an empty cache only, the same fit underprices decoding at a context of 400 by half
+    blind = AdaptiveStrategy(["suffix"], {"suffix"}, 4, CostModel(1000, {"suffix": 0}))
+    blind.calibrate(lambda b, t, c: true_s(b, t, c + (t + 1) / 2), 32, max_len=0)
+    assert blind.cost.target_s(32, 32, 400.0) < 0.6 * true_s(32, 1, 400.0)
+
+
+def test_where_attention_dominates_long_rows_are_not_drafted():
+    """A verify forward of k + 1 queries a row reads the row's keys k + 1 times, a decode once: at a long context
+    attention makes the verify cost nearly k + 1 decodes, and the same acceptance no longer pays. The plan
+    follows the rows' mean length."""
+    strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, CostModel(1000, {"suffix": 0}))
+    strategy.calibrate(lambda b, t, c: 0.020 + 0.00005 * b * t + 2e-6 * b * t * (c + (t + 1) / 2), 32, max_len=4096)
+    strategy.stats["suffix", ALL].load_state_dict(_counted(0.5, 4, rows=1e6))
+    short, long = strategy.best_arm(32, length=20.0), strategy.best_arm(32, length=3000.0)
+    assert short.drafter == "suffix" and long.drafter is None
+
+
+def _counted(alpha: float, k: int, rows: float) -> dict:
+    """`AcceptanceStats` counts of `rows` rows asked for k, each position accepted at `alpha`."""
+    from specrl.sim.auto import counts_from_model
+    from specrl.sim.acceptance import AcceptanceModel
+    return counts_from_model(AcceptanceModel((alpha,) * k), k, rows=rows)
 
 
 def test_a_deterministic_cost_model_never_learns_and_counts_work():
@@ -170,7 +207,7 @@ def seqs(n):
 def flat_cost(names, deterministic=True):
     """A forward costs the same whatever it verifies, drafting costs nothing: drafting always pays."""
     cost = CostModel(1000, {n: 0 for n in names}, deterministic=deterministic)
-    cost.target.prior = [1.0, 1e-6, 0.0]
+    cost.target.set_prior([1.0, 1e-6, 0.0, 0.0])
     return cost
 
 
@@ -254,7 +291,7 @@ def test_a_model_drafter_filling_in_a_hybrid_is_counted_apart_from_its_rows_at_l
 def test_sd_is_off_when_a_verified_token_costs_as_much_as_a_forward():
     rows = seqs(64)
     cost = CostModel(1000, {"suffix": 0}, deterministic=True)
-    cost.target.prior = [1e-6, 64.0, 0.0]  # seconds = tokens: no fixed cost left to amortise
+    cost.target.set_prior([1e-6, 64.0, 0.0, 0.0])  # seconds = tokens: no fixed cost left to amortise
     strategy = AdaptiveStrategy(["suffix"], {"suffix"}, 4, cost)
     teach(strategy, "suffix", 3)
     assert strategy.schedule(rows).drafters == [None] * 64 and strategy.arm == OFF

@@ -64,3 +64,29 @@ def test_profile_round_trip(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps({"version": 2, "cost": {**m.state_dict(), "version": 99}}))
     with pytest.raises(CostProfileError, match="version 99, expected 1"):
         frozen.load_profile(tmp_path / "s.json")
+
+
+def test_a_fit_saved_before_the_context_term_loads_with_attention_unobserved(tmp_path):
+    """A profile of 3-feature target fits (before the context term) still loads: it predicts what it predicted
+    over an empty cache, and the context term starts unobserved, to be learnt from this machine's forwards."""
+    m = CostModel(1000, {"eagle3": 100})
+    for t in (8, 16, 32, 64):
+        m.observe_target(t, 8, 0.01 + 0.001 * t)
+    state = m.state_dict()
+    old = state["target"]
+    old["xx"] = [row[:3] for row in old["xx"][:3]]
+    old["xy"], old["prior"] = old["xy"][:3], old["prior"][:3]
+    (tmp_path / "p.json").write_text(json.dumps(state))
+    frozen = CostModel(1000, {"eagle3": 100}, deterministic=True)
+    frozen.load_profile(tmp_path / "p.json")
+    assert frozen.target_s(40, 8) == pytest.approx(m.target_s(40, 8))  # its observations had no context
+    assert frozen.target.xy[3] == 0.0 and frozen.target.prior[3] == 0.0
+    assert frozen.target_s(40, 8, 500.0) == pytest.approx(frozen.target_s(40, 8))  # unpriced until observed
+
+
+def test_counted_work_prices_a_key_read_at_its_multiply_adds():
+    # 1000 params; a query reading a key costs 50 multiply-adds: 0.05 tokens' work. 64 tokens at a context of
+    # 100 keys: 8 + 64 x (1 + 100 x 0.05) = 392 units
+    m = CostModel(1000, {}, deterministic=True, pair_work=50.0)
+    assert m.target_s(64, 16, 100.0) == pytest.approx(392.0)
+    assert m.target_s(64, 16) == pytest.approx(72.0)

@@ -13,8 +13,14 @@ SHADOW_ROWS = 4  # rows per step the model-free drafters shadow-draft for: micro
 CHECK_DECAY = 0.95  # weight of the past per step in an arm's realised / predicted rate: follows ~20 steps
 PROFILE_TOKENS = (1, 2, 3, 5, 9)  # draft lengths + 1 the warm-up profile times the forward at: spans k = 0..8
 PROFILE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # batch sizes it times (up to the engine's slots): octaves
+# a cached context the shortest and longest forwards of the grid are timed at too (at most the engine's length
+# less the longest forward): attention's price per key read, which decode pays on every step of a long answer
+PROFILE_CONTEXT = 512
 # times each point is timed, the fastest kept: one point slowed by another process would tilt every plan
 PROFILE_REPEATS = 3
+# the prior's weight in the grid's own fit (~40-60 points of weight 0.2-6 each): its least-squares line, nearly
+# unshrunk; the counted prior under-prices attention about tenfold on a CPU, where a key read is no multiply-add
+PROFILE_FIT_WEIGHT = 0.05
 
 # ---- acceptance counts (engine/adaptive/acceptance.py) ------------------------------------------------------
 ACCEPT_DECAY = 0.99  # weight of the past per step the drafter drafted: the estimate follows the last ~100 steps
@@ -33,6 +39,7 @@ PROFILE_CHECK_STEPS = 2.0  # an arm's rate check weighs this many of its steps
 # ---- the cost model (engine/adaptive/cost_model.py) ---------------------------------------------------------
 COST_DECAY = 0.98  # weight of the past per observation: the fit follows roughly the last 50 steps
 SCALE = 64.0  # features are in units of 64 tokens / rows, so the ridge prior weighs them alike
+PAIR_SCALE = 64.0 * 512.0  # query-key pairs in units of 64 queries reading 512 keys each, for the same reason
 STEP_SCALE = 8.0  # a drafter's longest draft in units of 8 positions, for the same reason
 PRIOR_WEIGHT = 2.0  # the target's prior counts as this many observations: the warm-up profile, soon refined
 # a drafter's prior (counted work) is a guess its first timing should overrule: on a CPU overheads dwarf its weights

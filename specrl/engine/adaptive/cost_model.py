@@ -1,12 +1,15 @@
 """The adaptive engine's cost model: how long the parts of one engine step take, on this machine.
 
-    target forward  seconds = a + b * tokens_in + c * batch   (tokens_in = batch x (longest draft + 1))
+    target forward  seconds = a + b * tokens_in + c * batch + d * tokens_in * context
+                    (tokens_in = batch x (longest draft + 1); context: the keys a query reads, on average)
     drafter d       seconds = a_d + c_d * its longest draft + b_d * tokens asked of it
     catch-up of d   seconds = e_d * inputs observed (a deferring drafter pays it when next asked)
 
 Each line is a decayed least-squares fit of the engine's own step timings, pulled toward a prior: the
 target's warm-up profile, else counted work (multiply-adds plus one pass over the weights) scaled to the first
-timed forward. "measured" keeps fitting; "deterministic" never reads a clock (a saved profile, or counted
+timed forward. The context term is attention's: each query reads its row's cached keys, so a decode step at a
+context of 500 tokens costs about twice one over an empty cache (SmolLM2-135M, bf16, 32 rows, 2 Zen 5 cores);
+without it a fit over verify forwards alone misprices plain decoding. "measured" keeps fitting; "deterministic" never reads a clock (a saved profile, or counted
 work), so the engine's choices, and the sampled tokens, are a pure function of the seeds.
 """
 from __future__ import annotations
@@ -14,7 +17,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .constants import COST_DECAY, DRAFT_PRIOR_WEIGHT, PRIOR_WEIGHT, SCALE, STEP_SCALE, WEIGHT_READ_TOKENS
+from .constants import (COST_DECAY, DRAFT_PRIOR_WEIGHT, PAIR_SCALE, PRIOR_WEIGHT, SCALE, STEP_SCALE,
+                        WEIGHT_READ_TOKENS)
 
 PROFILE_VERSION = 1
 STRATEGY_PROFILE_VERSION = 2  # the adaptive engine's profile (adaptive/profile.py): this model under "cost"
@@ -43,10 +47,18 @@ class LinearFit:
     @property
     def theta(self) -> list[float]:
         if self._theta is None:
-            a = [[v + (self.weight if i == j else 0.0) for j, v in enumerate(row)] for i, row in enumerate(self.xx)]
-            b = [v + self.weight * p for v, p in zip(self.xy, self.prior)]
-            self._theta = solve(a, b)
+            self._theta = self.solved(self.weight)
         return self._theta
+
+    def set_prior(self, prior: list[float]) -> None:
+        if len(prior) != self.dim:
+            raise ValueError(f"a prior of {len(prior)} values for a fit of {self.dim} features")
+        self.prior, self._theta = list(prior), None
+
+    def solved(self, weight: float) -> list[float]:
+        """The fit's theta with the prior weighing `weight` observations."""
+        a = [[v + (weight if i == j else 0.0) for j, v in enumerate(row)] for i, row in enumerate(self.xx)]
+        return solve(a, [v + weight * p for v, p in zip(self.xy, self.prior)])
 
     def predict(self, x: list[float]) -> float:
         return max(sum(t * v for t, v in zip(self.theta, x)), 1e-7)
@@ -61,16 +73,21 @@ class LinearFit:
         return {"xx": self.xx, "xy": self.xy, "n": self.n, "prior": self.prior}
 
     def load_state_dict(self, s: dict) -> None:
-        if len(s["xy"]) != self.dim or len(s["xx"]) != self.dim or len(s["prior"]) != self.dim:
-            raise ValueError(f"a fit of {len(s['xy'])} features where this version has {self.dim}")
-        self.xx = [[float(v) for v in row] for row in s["xx"]]
-        self.xy, self.n, self.prior = [float(v) for v in s["xy"]], float(s["n"]), [float(v) for v in s["prior"]]
+        """A fit of `dim` features, or of fewer (one saved before later features were appended): those load as
+        never observed, with a zero prior."""
+        n = len(s["xy"])
+        if not 0 < n <= self.dim or len(s["xx"]) != n or len(s["prior"]) != n or any(len(r) != n for r in s["xx"]):
+            raise ValueError(f"a fit of {n} features where this version has {self.dim}")
+        pad = [0.0] * (self.dim - n)
+        self.xx = [[float(v) for v in row] + pad for row in s["xx"]] + [[0.0] * self.dim for _ in pad]
+        self.xy, self.n = [float(v) for v in s["xy"]] + pad, float(s["n"])
+        self.prior = [float(v) for v in s["prior"]] + pad
         self._theta = None
 
 
 def solve(a: list[list[float]], b: list[float]) -> list[float]:
     """x with a x = b, by Gaussian elimination with partial pivoting, in plain Python: the schedule solves a
-    3 x 3 system after every step's new timing, too small for a torch call to pay its overhead."""
+    4 x 4 system after every step's new timing, too small for a torch call to pay its overhead."""
     n = len(b)
     m = [list(map(float, row)) + [float(v)] for row, v in zip(a, b)]  # [n, n+1]
     for c in range(n):
@@ -87,8 +104,8 @@ def solve(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
-def _target_x(tokens_in: int, batch: int) -> list[float]:
-    return [1.0, tokens_in / SCALE, batch / SCALE]
+def _target_x(tokens_in: int, batch: int, context: float) -> list[float]:
+    return [1.0, tokens_in / SCALE, batch / SCALE, tokens_in * context / PAIR_SCALE]
 
 
 def _draft_x(tokens: int, steps: int) -> list[float]:
@@ -96,24 +113,31 @@ def _draft_x(tokens: int, steps: int) -> list[float]:
 
 
 class CostModel:
-    def __init__(self, target_params: int, drafter_params: dict[str, int], deterministic: bool = False):
-        """`drafter_params`: each drafter's own weights (0 for a model-free one), for counted work."""
+    def __init__(self, target_params: int, drafter_params: dict[str, int], deterministic: bool = False,
+                 pair_work: float = 0.0):
+        """`drafter_params`: each drafter's own weights (0 for a model-free one), for counted work; `pair_work`:
+        the target's multiply-adds for one query reading one cached key (`pair_work(config)`), 0: unpriced."""
         self.target_params, self.drafter_params, self.deterministic = target_params, dict(drafter_params), deterministic
-        self.target = LinearFit(3, self._counted_target(1.0))
+        self.pair_work = pair_work
+        self.target = LinearFit(4, self._counted_target(1.0))
         self.drafters = {n: LinearFit(3, self._counted_draft(n, 1.0), DRAFT_PRIOR_WEIGHT) for n in drafter_params}
         self.catch_ups: dict[str, list[float]] = {}  # drafter -> decayed [seconds, inputs] of its catch-ups
         self.scaled = deterministic  # measured mode: the prior is rescaled to the first timed forward
 
     def _counted_target(self, seconds_per_unit: float) -> list[float]:
-        # work in units of "one token through the target": WEIGHT_READ_TOKENS + tokens_in
-        return [WEIGHT_READ_TOKENS * seconds_per_unit, SCALE * seconds_per_unit, 0.0]
+        # work in units of "one token through the target" (its weights' multiply-adds): WEIGHT_READ_TOKENS +
+        # tokens_in + the query-key pairs at their share of a token
+        pair = self.pair_work / max(self.target_params, 1)
+        return [WEIGHT_READ_TOKENS * seconds_per_unit, SCALE * seconds_per_unit, 0.0, PAIR_SCALE * pair * seconds_per_unit]
 
     def _counted_draft(self, name: str, seconds_per_unit: float) -> list[float]:
         share = self.drafter_params[name] / max(self.target_params, 1)  # a model drafter's tokens cost its size
         return [0.0, SCALE * share * seconds_per_unit, 0.0]
 
-    def target_s(self, tokens_in: int, batch: int) -> float:
-        return self.target.predict(_target_x(tokens_in, batch))
+    def target_s(self, tokens_in: int, batch: int, context: float = 0.0) -> float:
+        """Seconds of a target forward of `tokens_in` inputs over `batch` rows whose queries read `context` keys
+        on average (a row of n tokens feeding T queries: n + (T - 1) / 2)."""
+        return self.target.predict(_target_x(tokens_in, batch, context))
 
     def draft_s(self, name: str, tokens: int, steps: int) -> float:
         """Seconds drafter `name` takes to propose `tokens` tokens, `steps` the longest draft (0: no call)."""
@@ -130,16 +154,17 @@ class CostModel:
         """Marginal seconds per token asked of drafter `name` (never negative)."""
         return max(self.drafters[name].theta[1] / SCALE, 0.0)
 
-    def observe_target(self, tokens_in: int, batch: int, seconds: float) -> None:
+    def observe_target(self, tokens_in: int, batch: int, seconds: float, context: float = 0.0) -> None:
         if self.deterministic:
             return
         if not self.scaled:  # the prior takes the first timed forward's scale: counted work -> seconds
-            per_unit = seconds / (WEIGHT_READ_TOKENS + tokens_in)
+            pair = self.pair_work / max(self.target_params, 1)
+            per_unit = seconds / (WEIGHT_READ_TOKENS + tokens_in * (1.0 + context * pair))
             self.target.prior = self._counted_target(per_unit)
             for n, fit in self.drafters.items():
                 fit.prior = self._counted_draft(n, per_unit)
             self.scaled = True
-        self.target.add(_target_x(tokens_in, batch), seconds)
+        self.target.add(_target_x(tokens_in, batch, context), seconds)
 
     def observe_catch_up(self, name: str, inputs: int, seconds: float) -> None:
         if self.deterministic or inputs <= 0:
@@ -193,6 +218,12 @@ class CostModel:
                 raise KeyError("cost")
         except LOAD_ERRORS as e:
             raise bad_profile(path, e) from None
+
+
+def pair_work(config) -> float:
+    """Multiply-adds of one query reading one cached key through every layer: its score against the key and its
+    share of the value, per attention head."""
+    return 2.0 * config.num_layers * config.num_heads * config.head_dim
 
 
 LOAD_ERRORS = (KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError)  # of a malformed state

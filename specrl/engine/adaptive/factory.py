@@ -10,7 +10,7 @@ import torch
 from ..methods import SCRATCH, SpecConfig, build_drafter, get_method, model_method
 from ..pool import Deferred, DrafterPool
 from . import profile
-from .cost_model import CostModel
+from .cost_model import CostModel, pair_work
 from .strategy import AdaptiveStrategy
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def build(spec: SpecConfig, target, num_slots: int, max_len: int) -> tuple[Draft
     deferred = {n: Deferred(drafters[n]) for n in model_based if get_method(n).defers}  # idle, it costs nothing
     pool = DrafterPool({**drafters, **deferred}, model_based)
     cost = CostModel(target.config.num_params, {n: own_params(d, target) for n, d in drafters.items()},
-                     deterministic=opts.mode == "deterministic")
+                     deterministic=opts.mode == "deterministic", pair_work=pair_work(target.config))
     point = {n for n in drafters if not get_method(n).trainable}
     strategy = AdaptiveStrategy(list(drafters), point, spec.num_speculative_tokens, cost, set(deferred))
     path = opts.cost_profile if opts.cost_profile is not None else profile.shipped_path(spec, target)

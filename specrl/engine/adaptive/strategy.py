@@ -15,7 +15,8 @@ from ..sequence import Sequence, Status, StepResult
 from . import warmup_cache
 from .acceptance import AcceptanceStats
 from .arms import ALL, FILL, FULL, OFF, OLD_KEYS, Arm, arm_grid, count_keys, tally
-from .constants import ANCHOR_EVERY, PLAN_EVERY, PROFILE_BATCHES, PROFILE_REPEATS, PROFILE_TOKENS, SHADOW_ROWS, TRY_ROWS
+from .constants import (ANCHOR_EVERY, PLAN_EVERY, PROFILE_BATCHES, PROFILE_CONTEXT, PROFILE_FIT_WEIGHT, PROFILE_REPEATS, PROFILE_TOKENS,
+                        SHADOW_ROWS, TRY_ROWS)
 from .cost_model import CostModel
 from .ratecheck import RateChecks, RowRates
 
@@ -30,6 +31,7 @@ class AdaptiveStrategy(Strategy):
         self.arms = arm_grid(self.names, self.point, k_max)
         self.arm, self._planned_for, self._age, self._trying = OFF, -1, 0, False
         self._drafted = 0  # drafting steps since plain decoding last ran (ANCHOR_EVERY)
+        self._context = 0.0  # the running rows' mean length when the step was scheduled (the target fit's context)
         self.checks = RateChecks()
         self._expect = 0.0  # the plan's predicted rate (without optimism), for the check
         self.shadows = ShadowDrafts([n for n in self.names if n in self.point], k_max)
@@ -37,10 +39,11 @@ class AdaptiveStrategy(Strategy):
         self._row_factor: dict[str, float] = {}  # per drafter, over the rows the plan serves
         self._expected_now: dict[tuple, float] = {}  # (key, k) -> the counts' expectation before this step's rows
 
-    def predicted_rate(self, arm: Arm, B: int, optimistic: bool = True) -> float:
-        """Tokens per second of a step of B rows under `arm`, from the cost model and the acceptance counts."""
+    def predicted_rate(self, arm: Arm, B: int, optimistic: bool = True, length: float = 0.0) -> float:
+        """Tokens per second of a step of B rows of mean `length` tokens under `arm`, from the cost model and the
+        acceptance counts."""
         if arm.drafter is None:
-            return B / self.cost.target_s(B, B)
+            return B / self.cost.target_s(B, B, length)
         k, draft = arm.k, self._expected((arm.drafter, ALL), arm.k, optimistic)
         if arm.lead is None:
             seconds = self.cost.draft_s(arm.drafter, B * k, k)
@@ -54,7 +57,7 @@ class AdaptiveStrategy(Strategy):
             seconds = self.cost.draft_s(arm.lead, B * k, k) + fill  # unless the lead drafts every row
         if arm.drafter in self.deferred:  # it observes every token the step appends, all rows, when next asked
             seconds += self.cost.catch_up_s(arm.drafter, B * (1.0 + draft))
-        return B * (1.0 + draft) / (self.cost.target_s(B * (k + 1), B) + seconds)
+        return B * (1.0 + draft) / (self.cost.target_s(B * (k + 1), B, length + k / 2) + seconds)
 
     def _expected(self, key: tuple[str, str], k: int, optimistic: bool) -> float:
         """Accepted drafts a row asked for k expects: the counts under `key`, scaled by how the rows this plan
@@ -62,23 +65,25 @@ class AdaptiveStrategy(Strategy):
         scaled = self.stats[key].expected(k, optimistic) * self._row_factor.get(key[0], 1.0)
         return min(scaled, AcceptanceStats.most(k))  # a factor above 1 must not reach k (MAX_ALPHA's reason)
 
-    def best_arm(self, B: int) -> Arm:
-        rates = {arm: self.predicted_rate(arm, B) * self.checks.factor(arm.label, B) for arm in self.arms}
+    def best_arm(self, B: int, length: float = 0.0) -> Arm:
+        """The arm of the highest predicted rate over B rows of mean `length` tokens, as its rate check scales it."""
+        rates = {arm: self.predicted_rate(arm, B, length=length) * self.checks.factor(arm.label, B) for arm in self.arms}
         return max(self.arms, key=lambda a: (rates[a], -a.k))  # ties: the shorter draft
 
     def schedule(self, seqs: list[Sequence]) -> Plan:
         B = len(seqs)
+        self._context = sum(s.num_tokens for s in seqs) / max(B, 1)
         if B != self._planned_for or self._age >= PLAN_EVERY or self._trying:
             ids = [s.seq_id for s in seqs]
             self.rows.keep(ids)
             self._row_factor = {n: self.rows.factor(ids, n) for n in self.names}
-            self.arm, self._planned_for, self._age = self.best_arm(B), B, 0
+            self.arm, self._planned_for, self._age = self.best_arm(B, self._context), B, 0
             # a plan that tries a drafter seen on few rows lasts one step: the next one looks again
             self._trying = any(self.stats[n].rows < TRY_ROWS for n in self.arm.reads)
             if self.arm.drafter is not None and self._drafted >= ANCHOR_EVERY and not self.deterministic:
                 self.arm, self._trying = OFF, True  # one plain step re-measures what drafting is weighed against
             # what the RateCheck holds the plan's steps to (B is fixed while a plan lasts)
-            self._expect = 0.0 if self.deterministic else self.predicted_rate(self.arm, B, optimistic=False)
+            self._expect = 0.0 if self.deterministic else self.predicted_rate(self.arm, B, False, self._context)
         self._age += 1
         arm = self.arm
         self._drafted = 0 if arm.drafter is None else self._drafted + 1
@@ -88,24 +93,32 @@ class AdaptiveStrategy(Strategy):
         # a hybrid: the model-free lead proposes for every row, its full drafts stay, the model drafter fills in
         return Plan([arm.drafter] * B, [arm.k] * B, lead=arm.lead, shadows=shadows, label=arm.label)
 
-    def calibrate(self, time_forward: Callable[[int, int], float], max_batch: int, model=None) -> None:
+    def calibrate(self, time_forward: Callable[[int, int, int], float], max_batch: int, model=None,
+                  max_len: int = 0) -> None:
         """The warm-up profile (measured mode only): the target forward timed over a grid of batch sizes and
-        draft lengths becomes the cost model's prior, which the run's own timings refine. With `model` (the
-        target) the grid's timings are cached per machine (warmup_cache.py): a later engine replays them."""
+        draft lengths over an empty cache, and the grid's shortest and longest forwards at a cached context
+        (PROFILE_CONTEXT, within the engine's `max_len` tokens a row), becomes the cost model's prior, which
+        the run's own timings refine. With `model` (the target) the grid's timings are cached per machine
+        (warmup_cache.py): a later engine replays them."""
         if self.deterministic:
             return
         sizes = sorted({b for b in PROFILE_BATCHES if b <= max_batch} | {max_batch})
         lengths = tuple(t for t in PROFILE_TOKENS if t <= self.k_max + 1)
-        key = warmup_cache.cache_key(model, max_batch, lengths) if model is not None else None
+        context = max(min(PROFILE_CONTEXT, max_len - lengths[-1]), 0)
+        grid = [(B, T, 0) for B in sizes for T in lengths]
+        grid += [(B, T, context) for B in sizes for T in sorted({1, lengths[-1]})] if context else []
+        key = warmup_cache.cache_key(model, max_batch, lengths, context) if model is not None else None
         points = warmup_cache.read(key) if key is not None else None
         if points is None:
-            time_forward(1, 1)  # a first forward pays one-off costs
-            points = {(B, T): min(time_forward(B, T) for _ in range(PROFILE_REPEATS)) for B in sizes for T in lengths}
+            time_forward(1, 1, 0)  # a first forward pays one-off costs
+            points = {p: min(time_forward(*p) for _ in range(PROFILE_REPEATS)) for p in grid}
             if key is not None:
                 warmup_cache.write(key, points)
-        for (B, T), seconds in points.items():
-            self.cost.observe_target(B * T, B, seconds)
-        self.cost.target.prior = list(self.cost.target.theta)
+        for (B, T, C), seconds in sorted(points.items()):  # in the cache's order: a replay fits the same
+            # T queries at positions C..C+T-1 read C + (T + 1) / 2 keys on average
+            self.cost.observe_target(B * T, B, seconds, C + (T + 1) / 2)
+        # the grid is fitted nearly unpulled (min-of-3 timings, no noise to damp) and becomes the fit's prior
+        self.cost.target.set_prior(self.cost.target.solved(PROFILE_FIT_WEIGHT))
 
     def update(self, result: StepResult) -> None:
         if result.phase == "prefill":
@@ -127,7 +140,9 @@ class AdaptiveStrategy(Strategy):
         if self._expect > 0.0 and result.total_s > 0.0:
             self.checks.add(self.arm.label, B, result.emitted_tokens, result.total_s * self._expect)
         # all of the step but drafting (which the drafters' fits price): forward, sampling, verify, bookkeeping
-        self.cost.observe_target(result.tokens_in, B, result.verify_s + result.other_s)
+        # a row of n tokens feeds T queries at positions n-1..n+T-2: n + (T - 1) / 2 keys each
+        T = result.tokens_in / max(B, 1)
+        self.cost.observe_target(result.tokens_in, B, result.verify_s + result.other_s, self._context + (T - 1) / 2)
         for name, dt in result.draft_s_by.items():
             # a hybrid's lead proposed for every row; any other drafter for the rows it was asked to draft
             asked = result.asked if name == self.arm.lead else [k for d, k in zip(asked_by, result.asked) if d == name]
