@@ -33,7 +33,8 @@ def batch_schedule(target_params: int, drafter_params: int, k_max: int, max_batc
                    profile: str | None = None, acceptance: float = AUTO_ACCEPTANCE_PRIOR) -> list[list[int]]:
     """vLLM's [[first batch, last batch, k], ...]: per batch size b the k in 0..k_max with the most expected
     tokens per second, b * (1 + a + ... + a^k) / (target(b (k + 1) tokens) + drafter(b k tokens, k steps)),
-    under specrl's cost model (a saved profile, else counted work)."""
+    under specrl's cost model (a saved profile, else counted work), priced over an empty cache: vLLM fixes k
+    per batch size, not per context, so a saved profile's attention term goes unread here."""
     from ...engine.adaptive.cost_model import CostModel
     cost = CostModel(target_params, {"d": drafter_params}, deterministic=True)
     if profile is not None:

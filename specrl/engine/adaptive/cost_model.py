@@ -8,9 +8,10 @@
 Each line is a decayed least-squares fit of the engine's own step timings, pulled toward a prior: the
 target's warm-up profile, else counted work (multiply-adds plus one pass over the weights) scaled to the first
 timed forward. The context term is attention's: each query reads its row's cached keys, so a decode step at a
-context of 500 tokens costs about twice one over an empty cache (SmolLM2-135M, bf16, 32 rows, 2 Zen 5 cores);
-without it a fit over verify forwards alone misprices plain decoding. "measured" keeps fitting; "deterministic" never reads a clock (a saved profile, or counted
-work), so the engine's choices, and the sampled tokens, are a pure function of the seeds.
+context of 512 tokens costs about 1.4x one over an empty cache, and a 5-token verify 1.9x (SmolLM2-135M, bf16,
+32 rows, 2 Zen 5 cores); without it a fit over verify forwards alone misprices plain decoding. "measured" keeps
+fitting; "deterministic" never reads a clock (a saved profile, or counted work), so the engine's choices, and
+the sampled tokens, are a pure function of the seeds.
 """
 from __future__ import annotations
 
@@ -128,7 +129,8 @@ class CostModel:
         # work in units of "one token through the target" (its weights' multiply-adds): WEIGHT_READ_TOKENS +
         # tokens_in + the query-key pairs at their share of a token
         pair = self.pair_work / max(self.target_params, 1)
-        return [WEIGHT_READ_TOKENS * seconds_per_unit, SCALE * seconds_per_unit, 0.0, PAIR_SCALE * pair * seconds_per_unit]
+        return [WEIGHT_READ_TOKENS * seconds_per_unit, SCALE * seconds_per_unit, 0.0,
+                PAIR_SCALE * pair * seconds_per_unit]
 
     def _counted_draft(self, name: str, seconds_per_unit: float) -> list[float]:
         share = self.drafter_params[name] / max(self.target_params, 1)  # a model drafter's tokens cost its size

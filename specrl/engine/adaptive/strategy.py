@@ -15,8 +15,8 @@ from ..sequence import Sequence, Status, StepResult
 from . import warmup_cache
 from .acceptance import AcceptanceStats
 from .arms import ALL, FILL, FULL, OFF, OLD_KEYS, Arm, arm_grid, count_keys, tally
-from .constants import (ANCHOR_EVERY, PLAN_EVERY, PROFILE_BATCHES, PROFILE_CONTEXT, PROFILE_FIT_WEIGHT, PROFILE_REPEATS, PROFILE_TOKENS,
-                        SHADOW_ROWS, TRY_ROWS)
+from .constants import (ANCHOR_EVERY, PLAN_EVERY, PROFILE_BATCHES, PROFILE_CONTEXT, PROFILE_FIT_WEIGHT,
+                        PROFILE_REPEATS, PROFILE_TOKENS, SHADOW_ROWS, TRY_ROWS)
 from .cost_model import CostModel
 from .ratecheck import RateChecks, RowRates
 
@@ -67,7 +67,8 @@ class AdaptiveStrategy(Strategy):
 
     def best_arm(self, B: int, length: float = 0.0) -> Arm:
         """The arm of the highest predicted rate over B rows of mean `length` tokens, as its rate check scales it."""
-        rates = {arm: self.predicted_rate(arm, B, length=length) * self.checks.factor(arm.label, B) for arm in self.arms}
+        rates = {arm: self.predicted_rate(arm, B, length=length) * self.checks.factor(arm.label, B)
+                 for arm in self.arms}
         return max(self.arms, key=lambda a: (rates[a], -a.k))  # ties: the shorter draft
 
     def schedule(self, seqs: list[Sequence]) -> Plan:

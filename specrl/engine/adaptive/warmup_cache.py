@@ -1,7 +1,7 @@
 """The adaptive engine's warm-up profile (the target forward timed over a grid of batch sizes and draft lengths,
 `AdaptiveStrategy.calibrate`), cached per machine, so that only the first engine of a model on a CPU pays it.
 
-On SmolLM2-135M it is about 110 forwards of up to 64 x 5 tokens: tens of seconds at every engine start (a run's
+On SmolLM2-135M it is about 130 forwards of up to 64 x 5 tokens: tens of seconds at every engine start (a run's
 rollout engine, its held-out engine, each resume, each bench arm), where a rollout of the steps task takes
 about 40 s (docs/results/real_models.md). The timings depend on the CPU (model and bf16 flags), torch, the
 thread count, the model's shape and dtype, the device and the grid (its draft lengths and cached context), so
@@ -33,7 +33,8 @@ def cache_key(model, max_batch: int, lengths: tuple[int, ...], context: int) -> 
     from ...model.precision import cpu_name
     from .profile import fingerprint
     return json.dumps({"cpu": cpu_name(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-                       **fingerprint(model), "max_batch": max_batch, "lengths": list(lengths), "context": context}, sort_keys=True)
+                       **fingerprint(model), "max_batch": max_batch, "lengths": list(lengths), "context": context},
+                      sort_keys=True)
 
 
 def cache_path() -> Path:
