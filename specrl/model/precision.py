@@ -33,7 +33,6 @@ from .packed import PackedLinear, can_pack
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = io.CACHE_ENV
 FIXED_ENV = "SPECRL_AUTO_DTYPE"
 CACHE_FILE = "precision.json"
 MARGIN = 1.2  # bf16 is chosen when fp32 takes at least this much longer over the probed shapes

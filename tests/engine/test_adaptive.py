@@ -115,6 +115,11 @@ def test_where_attention_dominates_long_rows_are_not_drafted():
     strategy.stats["suffix", ALL].load_state_dict(_counted(0.5, 4, rows=1e6))
     short, long = strategy.best_arm(32, length=20.0), strategy.best_arm(32, length=3000.0)
     assert short.drafter == "suffix" and long.drafter is None
+    # the schedule prices its plan at the rows' own mean length, when it next plans (every PLAN_EVERY steps)
+    rows = lambda n: [Sequence(i, i, 0, list(range(n)), SP(max_tokens=100), i, 4096, slot=i) for i in range(32)]
+    assert strategy.schedule(rows(20)).label == short.label
+    labels = [strategy.schedule(rows(3000)).label for _ in range(PLAN_EVERY)]
+    assert labels == [short.label] * (PLAN_EVERY - 1) + ["off"]
 
 
 def _counted(alpha: float, k: int, rows: float) -> dict:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import specrl.model.kernels as K
 from specrl.errors import ConfigError
+from specrl import io
 from specrl.model.kernels import build
 from specrl.model.attention import decode_attention
 from specrl.model.attention import sdpa_attention as decode_attention_sdpa
@@ -155,7 +156,7 @@ def fresh_build(monkeypatch, tmp_path):
     """A process that has not loaded the kernel, with an empty cache."""
     monkeypatch.setattr(K, "_state", {})
     monkeypatch.setattr(build, "op_loaded", lambda: False)
-    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(io.CACHE_ENV, str(tmp_path))
     monkeypatch.delenv(K.ENV, raising=False)
     return tmp_path / "kernels"
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from specrl import LLM
+from specrl import io
 from specrl.model import precision
 from specrl.model.precision import PROBE_ROUNDS, Gemm, choose_dtype, engine_rows, model_gemms, parse_dtype, probe
 from tests.helpers import save_tiny, tiny_config
@@ -16,7 +17,7 @@ from tests.helpers import save_tiny, tiny_config
 def probed(monkeypatch, tmp_path):
     """auto measures (the suite's SPECRL_AUTO_DTYPE unset), caching under tmp_path."""
     monkeypatch.delenv(precision.FIXED_ENV, raising=False)
-    monkeypatch.setenv(precision.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(io.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(precision, "machine_load", lambda: 0.5)  # a quiet machine, whatever runs beside the tests
     return tmp_path / "cache" / precision.CACHE_FILE
 

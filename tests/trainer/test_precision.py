@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from specrl.config import ConfigError
+from specrl import io
 from specrl.model import precision
 from specrl.config.run import TrainConfig
 from specrl.trainer.precision import resolve_precision
@@ -18,7 +19,7 @@ def probe_says(monkeypatch, tmp_path):
     """Makes the probe answer: bf16 `speedup` times faster than fp32 on every GEMM, on a quiet machine (the real
     load would make its reason depend on what else runs beside the test)."""
     monkeypatch.delenv(precision.FIXED_ENV, raising=False)
-    monkeypatch.setenv(precision.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(io.CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(precision, "machine_load", lambda: 0.0)
 
     def set_speedup(speedup: float) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ...io import CACHE_ENV, cache_dir
+from ...io import cache_dir
 
 log = logging.getLogger(__name__)
 
